@@ -1,0 +1,1 @@
+"""Placement agents: grouper-placer, baselines (coming: see the issues)."""

@@ -1,0 +1,29 @@
+"""Shared output of the experiment scripts: an aligned table on stdout and the same rows as JSON."""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+
+def write_report(name: str, columns: Sequence[str], rows: Sequence[dict[str, Any]], out: str | None, **facts: Any) -> Path:
+    widths = [max(len(c), *(len(_cell(r.get(c))) for r in rows)) for c in columns]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
+    for row in rows:
+        print("  ".join(_cell(row.get(c)).ljust(w) for c, w in zip(columns, widths)))
+    path = Path(out or f"results/{name}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"experiment": name, "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": platform.processor() or platform.machine(),
+              **facts, "rows": list(rows)}
+    path.write_text(json.dumps(record, indent=1, default=str))
+    print(f"\nwrote {path}")
+    return path
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)

@@ -1,0 +1,64 @@
+"""Does placement matter on the local testbed? A two-tower model, one tower per worker vs one worker.
+
+    python experiments/two_tower_testbed.py [--size small] [--rounds 3] [--out results/two_tower_testbed.json]
+
+Both placements are measured alternately in one run on `local:2` (two gRPC workers, one core each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from experiments._report import write_report  # noqa: E402
+from placer.measure import LocalTestbed, MeasureConfig, Measurer  # noqa: E402
+from placer.models import build_model  # noqa: E402
+from placer.models.two_tower import tower_of  # noqa: E402
+from placer.placement import Placement  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="small")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--out")
+    args = parser.parse_args()
+
+    graph = build_model("two-tower", args.size)
+    print(graph.summary())
+    with Measurer(LocalTestbed(workers=2), MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats)) as measurer:
+        devices = measurer.devices
+        placements = {
+            "one worker": Placement.single_device(graph, devices),
+            "tower per worker": Placement.from_groups(
+                graph, devices, {g.name: devices[1 if tower_of(g.ops[0]) == "tower_b" else 0].name for g in graph.groups}
+            ),
+        }
+        medians: dict[str, list[float]] = {name: [] for name in placements}
+        moved: dict[str, int] = {}
+        for _ in range(args.rounds):
+            for name, placement in placements.items():
+                result = measurer.measure(graph, placement)
+                if not result.ok:
+                    raise SystemExit(f"{name}: {result.describe()}")
+                medians[name].append(result.median)
+                moved[name] = len(result.moved_ops)
+    base = statistics.median(medians["one worker"])
+    rows = [
+        {"placement": name, "median_ms": statistics.median(times) * 1e3, "rounds_ms": [round(t * 1e3, 2) for t in times],
+         "speedup": base / statistics.median(times), "moved_ops": moved[name]}
+        for name, times in medians.items()
+    ]
+    write_report("two_tower_testbed", ["placement", "median_ms", "speedup", "moved_ops", "rounds_ms"], rows, args.out,
+                 graph=graph.name, ops=len(graph.ops), target="local:2", warmup=args.warmup, repeats=args.repeats)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""The `placer` command line: measure placements, run the local testbed, list models."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+from placer.errors import PlacerError
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    parser = argparse.ArgumentParser(prog="placer", description="Learn where the ops of a TensorFlow training graph should run.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    measure = sub.add_parser("measure", help="measure the step time of a placed training graph")
+    measure.add_argument("model", help="a built-in model (see `placer models`), or module:function / file.py:function returning an OpGraph")
+    measure.add_argument("--size", default="tiny", help="size of a built-in model: tiny, small or paper (default tiny)")
+    measure.add_argument("--placement", default="single", help="a placement file, 'single' (device 0) or 'round-robin'")
+    measure.add_argument("--cluster", default="inprocess:1", help="inprocess:N, local:N (testbed), env, or a cluster spec (JSON or file)")
+    measure.add_argument("--warmup", type=int, default=2, help="warm-up steps discarded (default 2)")
+    measure.add_argument("--repeats", type=int, default=5, help="timed steps (default 5)")
+    measure.add_argument("--step-timeout", type=float, default=60.0, help="seconds before a step counts as hung (default 60)")
+    measure.add_argument("--save-placement", metavar="FILE", help="write the measured placement, with its step time, to FILE")
+    measure.add_argument("--json", action="store_true", help="print the result as JSON")
+    measure.add_argument("--allow-exposed-ports", action="store_true", help="run the local testbed without a private network namespace (unsafe)")
+
+    cluster = sub.add_parser("cluster", help="the local multi-device testbed")
+    cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True)
+    up = cluster_sub.add_parser("up", help="start N pinned gRPC workers in a private network namespace and run COMMAND (default: a shell) there")
+    up.add_argument("--workers", type=int, default=2)
+    up.add_argument("--cores-per-worker", type=int, default=1)
+    up.add_argument("--allow-exposed-ports", action="store_true", help="run without a private network namespace (unsafe)")
+    up.add_argument("run", nargs=argparse.REMAINDER, help="-- COMMAND ARGS... to run next to the workers ($PLACER_CLUSTER holds the spec)")
+
+    sub.add_parser("models", help="list the built-in models")
+
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "measure":
+            return _measure(args)
+        if args.command == "cluster":
+            return _cluster_up(args)
+        if args.command == "models":
+            from placer.models import model_names
+
+            print("\n".join(model_names()))
+            return 0
+    except PlacerError as error:
+        print(f"placer: error: {error}", file=sys.stderr)
+        return 2
+    return 1
+
+
+def load_graph(spec: str, size: str = "tiny"):
+    """A built-in model name, `package.module:function`, or `path/to/file.py:function` returning an OpGraph."""
+    from placer.errors import GraphBuildError
+    from placer.models import MODELS, build_model
+
+    if spec in MODELS:
+        return build_model(spec, size)
+    module_name, _, function_name = spec.rpartition(":")
+    if not module_name:
+        raise GraphBuildError(f"{spec!r} is neither a built-in model ({', '.join(sorted(MODELS))}) nor module:function")
+    if module_name.endswith(".py"):
+        path = Path(module_name)
+        if not path.is_file():
+            raise GraphBuildError(f"no such file: {path}")
+        loader_spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(loader_spec)
+        loader_spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            raise GraphBuildError(f"cannot import {module_name!r}: {error}") from None
+    builder = getattr(module, function_name, None)
+    if not callable(builder):
+        raise GraphBuildError(f"{module_name!r} has no function {function_name!r}")
+    graph = builder()
+    from placer.graph.opgraph import OpGraph
+
+    if not isinstance(graph, OpGraph):
+        raise GraphBuildError(f"{spec} returned {type(graph).__name__}, not an OpGraph (build it with placer.graph builders)")
+    return graph
+
+
+def _measure(args) -> int:
+    from placer.measure import Measurer, MeasureConfig, named_placement, parse_target
+    from placer.placement import load_placement
+
+    graph = load_graph(args.model, args.size)
+    config = MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats, step_timeout=args.step_timeout)
+    target = parse_target(args.cluster, allow_exposed_ports=args.allow_exposed_ports)
+    with Measurer(target, config) as measurer:
+        devices = measurer.devices
+        if args.placement in ("single", "round-robin"):
+            placement = named_placement(args.placement, graph, devices)
+        else:
+            placement = load_placement(args.placement, graph, devices)
+        result = measurer.measure(graph, placement)
+    if args.save_placement:
+        placement.with_metadata(measured=result.to_dict(), target=str(target)).save(args.save_placement, graph)
+    if args.json:
+        print(json.dumps({"graph": graph.name, "fingerprint": graph.fingerprint, "target": str(target),
+                          "placement": args.placement, "result": result.to_dict()}, indent=1))
+    else:
+        print(graph.summary())
+        print(f"target {target}, placement {args.placement}")
+        print(placement.summary(graph, devices))
+        print(result.describe())
+    return 0 if result.ok else 1
+
+
+def _cluster_up(args) -> int:
+    from placer.testbed import isolated_command
+
+    run = args.run[1:] if args.run[:1] == ["--"] else args.run
+    command = [sys.executable, "-m", "placer.testbed", "up", "--workers", str(args.workers),
+               "--cores-per-worker", str(args.cores_per_worker), "--", *run]
+    command, isolated = isolated_command(command, allow_exposed_ports=args.allow_exposed_ports)
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    if not isolated:
+        env["PLACER_TESTBED_EXPOSED"] = "1"
+    os.execvpe(command[0], command, env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""The devices a graph is placed on: the local machine, a TF cluster, or a modeled machine from a file.
+
+Device names are TensorFlow's full names ("/job:worker/replica:0/task:1/device:CPU:0"); users may write
+any unambiguous short form ("CPU:1", "task:1/CPU:0") wherever a device is named.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from placer.errors import DeviceSpecError
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device ops can be placed on, with what a cost model needs to know about it."""
+
+    name: str
+    """Full TensorFlow device name, e.g. /job:localhost/replica:0/task:0/device:CPU:0."""
+    kind: str
+    """Device type: "CPU" or "GPU"."""
+    memory_bytes: int | None = None
+    peak_flops: float | None = None
+    """Peak floating-point operations per second."""
+    memory_bandwidth: float | None = None
+    """Bytes per second between the device and its memory."""
+    model: str | None = None
+    """Hardware model, e.g. "V100"; informative."""
+
+    @property
+    def short_name(self) -> str:
+        """Name without the parts every device of a single-task machine shares: "CPU:1", "task:1/CPU:0"."""
+        job, task, kind, index = _parts(self.name)
+        prefix = "" if (job, task) == ("localhost", 0) else f"{job}:{task}/"
+        return f"{prefix}{kind}:{index}"
+
+
+@dataclass(frozen=True)
+class Link:
+    """A connection between two devices, for the simulator: latency plus bytes / bandwidth."""
+
+    source: str
+    target: str
+    bandwidth: float
+    """Bytes per second."""
+    latency: float = 0.0
+    """Seconds per transfer."""
+
+
+@dataclass(frozen=True)
+class DeviceSet:
+    """An ordered list of devices (the order is the index an action or placement uses) and their links."""
+
+    devices: tuple[Device, ...]
+    links: tuple[Link, ...] = ()
+    name: str = "devices"
+
+    def __post_init__(self):
+        if not self.devices:
+            raise DeviceSpecError(f"device set {self.name!r} is empty: a placement needs at least one device")
+        names = [d.name for d in self.devices]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise DeviceSpecError(f"device set {self.name!r} lists {duplicates} more than once")
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    def __iter__(self):
+        return iter(self.devices)
+
+    def __getitem__(self, index: int) -> Device:
+        return self.devices[index]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(d.name for d in self.devices)
+
+    def index(self, name: str) -> int:
+        """Index of the device a (possibly short) name refers to; DeviceSpecError if none or several match."""
+        return self.names.index(self.resolve(name).name)
+
+    def resolve(self, name: str) -> Device:
+        wanted = _spec(name)
+        if wanted is None:
+            raise DeviceSpecError(f"{name!r} is not a device name; expected e.g. 'CPU:0' or '{self.devices[0].name}'")
+        matches = [d for d in self.devices if _matches(wanted, _spec(d.name))]
+        if len(matches) == 1:
+            return matches[0]
+        known = ", ".join(d.short_name for d in self.devices)
+        if not matches:
+            raise DeviceSpecError(f"unknown device {name!r}; the devices of {self.name!r} are: {known}")
+        raise DeviceSpecError(f"device name {name!r} is ambiguous in {self.name!r} ({known}); give the job and task too")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "devices": [asdict(d) for d in self.devices], "links": [asdict(l) for l in self.links]}
+
+
+def local_devices(logical_cpus: int = 1) -> DeviceSet:
+    """The devices of an in-process TensorFlow session: `logical_cpus` CPU devices, then every local GPU.
+
+    The CPU devices share one thread pool: placement across them exercises the machinery but changes step
+    time little; the local gRPC testbed (`local:N`) is where placement matters on a CPU-only machine.
+    """
+    import tensorflow as tf
+
+    if logical_cpus < 1:
+        raise DeviceSpecError(f"logical_cpus must be at least 1, got {logical_cpus}")
+    devices = [Device(f"/job:localhost/replica:0/task:0/device:CPU:{i}", "CPU") for i in range(logical_cpus)]
+    for index, _ in enumerate(tf.config.list_physical_devices("GPU")):
+        devices.append(Device(f"/job:localhost/replica:0/task:0/device:GPU:{index}", "GPU"))
+    return DeviceSet(tuple(devices), name=f"local ({logical_cpus} CPU)")
+
+
+def cluster_devices(cluster_spec: Mapping[str, Iterable[str]], *, gpus_per_task: int = 0) -> DeviceSet:
+    """One CPU (and `gpus_per_task` GPUs) per task of every job of a ClusterSpec-like mapping."""
+    if not isinstance(cluster_spec, Mapping) or not cluster_spec:
+        raise DeviceSpecError(f"a cluster spec maps job names to lists of 'host:port' addresses, got {cluster_spec!r}")
+    devices = []
+    for job in sorted(cluster_spec):
+        tasks = cluster_spec[job]
+        if isinstance(tasks, str) or not isinstance(tasks, (list, tuple, dict)):
+            raise DeviceSpecError(f"job {job!r} of the cluster spec must list addresses, got {tasks!r}")
+        task_ids = sorted(tasks) if isinstance(tasks, dict) else range(len(tasks))
+        for task in task_ids:
+            devices.append(Device(f"/job:{job}/replica:0/task:{task}/device:CPU:0", "CPU"))
+            for gpu in range(gpus_per_task):
+                devices.append(Device(f"/job:{job}/replica:0/task:{task}/device:GPU:{gpu}", "GPU"))
+    return DeviceSet(tuple(devices), name="cluster")
+
+
+def load_machine(path: str | Path) -> DeviceSet:
+    """Read a modeled machine from YAML or JSON (see docs in README: devices with kind, memory, speed; links)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise DeviceSpecError(f"cannot read machine file {path}: {error.strerror}") from None
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except Exception as error:  # both parsers' errors say where the syntax broke
+        raise DeviceSpecError(f"machine file {path} is not valid {path.suffix[1:].upper() or 'JSON'}: {error}") from None
+    return machine_from_dict(data, source=str(path))
+
+
+def machine_from_dict(data: Any, *, source: str = "machine") -> DeviceSet:
+    if not isinstance(data, Mapping) or not isinstance(data.get("devices"), list):
+        raise DeviceSpecError(f"{source}: a machine needs a 'devices' list")
+    devices = []
+    for i, entry in enumerate(data["devices"]):
+        where = f"{source}: devices[{i}]"
+        if not isinstance(entry, Mapping) or "name" not in entry:
+            raise DeviceSpecError(f"{where} needs at least a 'name' (e.g. GPU:0)")
+        name = _full_name(str(entry["name"]), where)
+        kind = str(entry.get("kind", _parts(name)[2])).upper()
+        if kind not in ("CPU", "GPU"):
+            raise DeviceSpecError(f"{where}: kind must be CPU or GPU, got {kind!r}")
+        devices.append(
+            Device(
+                name=name,
+                kind=kind,
+                memory_bytes=_quantity(entry.get("memory"), f"{where}.memory", integer=True),
+                peak_flops=_quantity(entry.get("peak_flops"), f"{where}.peak_flops"),
+                memory_bandwidth=_quantity(entry.get("memory_bandwidth"), f"{where}.memory_bandwidth"),
+                model=entry.get("model"),
+            )
+        )
+    device_set = DeviceSet(tuple(devices), name=str(data.get("name", source)))
+    links = []
+    for i, entry in enumerate(data.get("links") or []):
+        where = f"{source}: links[{i}]"
+        if not isinstance(entry, Mapping) or not {"source", "target", "bandwidth"} <= set(entry):
+            raise DeviceSpecError(f"{where} needs source, target and bandwidth")
+        links.append(
+            Link(
+                source=device_set.resolve(str(entry["source"])).name,
+                target=device_set.resolve(str(entry["target"])).name,
+                bandwidth=_quantity(entry["bandwidth"], f"{where}.bandwidth"),
+                latency=_quantity(entry.get("latency", 0.0), f"{where}.latency"),
+            )
+        )
+    return DeviceSet(device_set.devices, tuple(links), device_set.name)
+
+
+def _quantity(value: Any, where: str, integer: bool = False) -> Any:
+    """Numbers, or strings with SI / binary suffixes: "16GiB", "900e9", "15.7T"."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    else:
+        match = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([kKmMgGtT]i?)?[bB]?(?:/s)?\s*", str(value))
+        if not match:
+            raise DeviceSpecError(f"{where}: cannot read {value!r} as a number (e.g. 16GiB, 900e9)")
+        try:
+            number = float(match.group(1)) * _UNITS[(match.group(2) or "").lower()]
+        except ValueError:
+            raise DeviceSpecError(f"{where}: cannot read {value!r} as a number") from None
+    if number < 0:
+        raise DeviceSpecError(f"{where} must not be negative, got {value!r}")
+    return int(number) if integer else number
+
+
+_NAME = re.compile(
+    r"^(?:/?job:(?P<job>[^/]+))?(?:/replica:(?P<replica>\d+))?(?:/?task:(?P<task>\d+))?"
+    r"/?(?:device:)?(?P<kind>[A-Za-z_]+):(?P<index>\d+)$"
+)
+
+
+def _spec(name: str) -> dict[str, Any] | None:
+    match = _NAME.match(name.strip())
+    if not match:
+        return None
+    parts = match.groupdict()
+    return {
+        "job": parts["job"],
+        "task": None if parts["task"] is None else int(parts["task"]),
+        "kind": parts["kind"].upper(),
+        "index": int(parts["index"]),
+    }
+
+
+def _matches(wanted: Mapping[str, Any], actual: Mapping[str, Any] | None) -> bool:
+    return actual is not None and all(v is None or actual[k] == v for k, v in wanted.items())
+
+
+def _parts(name: str) -> tuple[str, int, str, int]:
+    spec = _spec(name)
+    if spec is None:
+        raise DeviceSpecError(f"{name!r} is not a device name")
+    return spec["job"] or "localhost", spec["task"] or 0, spec["kind"], spec["index"]
+
+
+def _full_name(name: str, where: str) -> str:
+    if _spec(name) is None:
+        raise DeviceSpecError(f"{where}: {name!r} is not a device name (e.g. GPU:0 or /job:worker/task:1/device:GPU:0)")
+    job, task, kind, index = _parts(name)
+    return f"/job:{job}/replica:0/task:{task}/device:{kind}:{index}"

@@ -1,0 +1,35 @@
+"""Exceptions raised by placer's core library.
+
+Every error says what was wrong and what to do about it, in one paragraph, so that a user never has to
+read a traceback from inside TensorFlow to understand a bad input.
+"""
+
+
+class PlacerError(Exception):
+    """Base class of every error placer raises on purpose."""
+
+
+class GraphBuildError(PlacerError):
+    """A model or user function could not be turned into a placeable training-step graph."""
+
+
+class DeviceSpecError(PlacerError):
+    """A device list, cluster spec or machine description is malformed."""
+
+
+class PlacementError(PlacerError):
+    """A placement does not fit its graph or devices (unknown device, missing unit, no kernel, ...)."""
+
+
+class PlacementFileError(PlacementError):
+    """A placement file is malformed or was made for another graph or other devices."""
+
+
+class TestbedError(PlacerError):
+    """The local gRPC testbed could not be started safely or died."""
+
+    __test__ = False  # not a pytest test class despite the name
+
+
+class NetworkIsolationUnavailable(TestbedError):
+    """A private network namespace could not be created, and the user did not opt in to exposed ports."""

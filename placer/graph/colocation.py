@@ -1,0 +1,66 @@
+"""Colocation groups: the sets of ops TensorFlow's placer always puts on one device.
+
+TensorFlow colocates an op with the ops named in its `_class: loc:@name` attribute, and every consumer
+of a resource handle or reference tensor with the op producing it (a variable with all its readers and
+updaters). Placing whole groups is what keeps soft placement from silently moving ops.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+
+class _UnionFind:
+    def __init__(self, names: Iterable[str]):
+        self.parent = {name: name for name in names}
+
+    def find(self, name: str) -> str:
+        root = name
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[name] != root:  # path compression
+            self.parent[name], name = root, self.parent[name]
+        return root
+
+    def union(self, a: str, b: str) -> None:
+        root_a, root_b = self.find(a), self.find(b)
+        if root_a != root_b:
+            self.parent[root_b] = root_a
+
+
+def colocation_groups(
+    order: Sequence[str],
+    colocate_with: Mapping[str, Sequence[str]],
+    handle_edges: Iterable[tuple[str, str]],
+) -> tuple[dict[str, int], list[tuple[str, list[str]]]]:
+    """Group ops that must share a device.
+
+    order: op names in topological order (group and member order follow it, so results are deterministic).
+    colocate_with: op -> names from its `_class: loc:@...` attribute (names not in `order` are ignored).
+    handle_edges: (producer, consumer) pairs where the consumer reads a resource handle or reference.
+    Returns op -> group index, and per group (anchor name, member op names). The anchor is the op the
+    others are colocated with when there is one, otherwise the group's first op.
+    """
+    uf = _UnionFind(order)
+    anchors: set[str] = set()
+    for op, targets in colocate_with.items():
+        for target in targets:
+            if target in uf.parent and op in uf.parent:
+                uf.union(target, op)
+                anchors.add(target)
+    for producer, consumer in handle_edges:
+        if producer in uf.parent and consumer in uf.parent:
+            uf.union(producer, consumer)
+            anchors.add(producer)
+
+    members: dict[str, list[str]] = {}
+    for name in order:
+        members.setdefault(uf.find(name), []).append(name)
+    groups: list[tuple[str, list[str]]] = []
+    group_of: dict[str, int] = {}
+    for ops in members.values():  # dict keeps first-seen order: groups ordered by their first op
+        anchor = next((op for op in ops if op in anchors), ops[0])
+        for op in ops:
+            group_of[op] = len(groups)
+        groups.append((anchor, ops))
+    return group_of, groups

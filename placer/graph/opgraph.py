@@ -1,0 +1,134 @@
+"""The placeable training-step graph: ops, edges, colocation groups and per-op features.
+
+An `OpGraph` is an immutable record built once from a TensorFlow graph (see `placer.graph.build`); it
+carries the serialized GraphDef that measurement runs, and everything agents and simulators read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Iterable, Mapping
+
+Shape = tuple[int, ...] | None  # None: unknown rank; -1 in a dimension: unknown size
+
+
+@dataclass(frozen=True)
+class OpNode:
+    """One operation of the training step, with the facts placement and cost models need."""
+
+    name: str
+    type: str
+    data_inputs: tuple[str, ...]
+    """Input tensors in order, as "producer_op:output_index"."""
+    control_inputs: tuple[str, ...]
+    """Names of ops that must run before this one."""
+    output_shapes: tuple[Shape, ...]
+    output_dtypes: tuple[str, ...]
+    output_bytes: tuple[int, ...]
+    """Bytes of each output; 0 for handles (resource, variant) and for unknown sizes."""
+    kernel_devices: frozenset[str]
+    """Device types ("CPU", "GPU", ...) with a kernel registered for this op and its attributes."""
+    group: int
+    """Index of the colocation group (the placeable unit) this op belongs to."""
+    flops: int
+    """Floating-point operations per run, from TensorFlow's statistics registry (0 if not registered)."""
+    parameters: int
+    """Elements of the variable this op creates (VarHandleOp, VariableV2), else 0. Counts model weights and
+    optimizer state (e.g. Adam's slots) alike: both occupy the device's memory."""
+    in_step: bool
+    """True if the op runs every training step; False if it only runs at initialization."""
+
+    @property
+    def producers(self) -> tuple[str, ...]:
+        """Names of the ops whose outputs feed this one."""
+        return tuple(tensor.rsplit(":", 1)[0] for tensor in self.data_inputs)
+
+
+@dataclass(frozen=True)
+class ColocationGroup:
+    """Ops that TensorFlow always runs on one device: the unit a placement assigns."""
+
+    index: int
+    name: str
+    """The group's anchor: the op its members are colocated with (a variable, usually), or its only op."""
+    ops: tuple[str, ...]
+    kernel_devices: frozenset[str]
+    """Device types on which every op of the group has a kernel."""
+
+
+@dataclass(frozen=True)
+class OpGraph:
+    """A training step (forward, backward, update) as placeable ops, in deterministic topological order."""
+
+    name: str
+    ops: tuple[OpNode, ...]
+    groups: tuple[ColocationGroup, ...]
+    graph_def: bytes = field(repr=False)
+    """Serialized GraphDef of the step and its initializers, with no devices set."""
+    train_op: str
+    init_op: str
+    loss: str | None = None
+    """Name of the loss tensor, when the builder knows it."""
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """A stable hash of the graph's structure: same model, same fingerprint, in any process."""
+        return fingerprint_ops(self.ops, self.train_op, self.init_op)
+
+    @cached_property
+    def _op_index(self) -> Mapping[str, int]:
+        return {op.name: i for i, op in enumerate(self.ops)}
+
+    @cached_property
+    def _group_index(self) -> Mapping[str, int]:
+        return {group.name: group.index for group in self.groups}
+
+    def __contains__(self, op_name: str) -> bool:
+        return op_name in self._op_index
+
+    def op(self, name: str) -> OpNode:
+        try:
+            return self.ops[self._op_index[name]]
+        except KeyError:
+            raise KeyError(f"graph {self.name!r} has no op named {name!r}") from None
+
+    def group(self, name_or_index: str | int) -> ColocationGroup:
+        if isinstance(name_or_index, int):
+            return self.groups[name_or_index]
+        try:
+            return self.groups[self._group_index[name_or_index]]
+        except KeyError:
+            raise KeyError(f"graph {self.name!r} has no colocation group named {name_or_index!r}") from None
+
+    def group_of(self, op_name: str) -> ColocationGroup:
+        return self.groups[self.op(op_name).group]
+
+    @property
+    def step_ops(self) -> tuple[OpNode, ...]:
+        """The ops that run every training step (initializers left out)."""
+        return tuple(op for op in self.ops if op.in_step)
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(op.parameters for op in self.ops)
+
+    def summary(self) -> str:
+        step = self.step_ops
+        return (
+            f"{self.name}: {len(self.ops)} ops ({len(step)} per step), {len(self.groups)} colocation groups, "
+            f"{self.num_parameters:,} parameters, {sum(op.flops for op in step):,} FLOPs per step, "
+            f"fingerprint {self.fingerprint[:12]}"
+        )
+
+
+def fingerprint_ops(ops: Iterable[OpNode], train_op: str, init_op: str) -> str:
+    """Hash of names, types, edges, shapes and dtypes; independent of process, time and devices."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps([train_op, init_op]).encode())
+    for op in ops:
+        record = [op.name, op.type, op.data_inputs, op.control_inputs, op.output_shapes, op.output_dtypes]
+        digest.update(json.dumps(record).encode())
+    return digest.hexdigest()

@@ -1,0 +1,14 @@
+"""Measured step time: run a placed training step for real and time it, behind a crash-proof worker.
+
+`Measurer(target)` keeps a worker open for many placements; `measure_step_time(...)` is the one-off form.
+"""
+
+from placer.measure.result import Failure, Measurement, MovedOp
+from placer.measure.runner import MeasureConfig
+from placer.measure.service import Measurer, measure_step_time, named_placement
+from placer.measure.targets import InProcess, LocalTestbed, RemoteCluster, parse_target
+
+__all__ = [
+    "Failure", "InProcess", "LocalTestbed", "MeasureConfig", "Measurement", "Measurer", "MovedOp",
+    "RemoteCluster", "measure_step_time", "named_placement", "parse_target",
+]

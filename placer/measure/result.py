@@ -1,0 +1,94 @@
+"""The record of one measured placement: step-time samples, or a structured failure, plus placement checks.
+
+Records are small, immutable and JSON-serializable, so they cross process boundaries and go into files.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+FAILURE_KINDS = ("oom", "invalid", "timeout", "crash", "runtime")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a placement produced no step time. kind is one of FAILURE_KINDS."""
+
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
+class MovedOp:
+    """An op TensorFlow ran somewhere other than where the placement put it."""
+
+    op: str
+    requested: str
+    actual: str
+    ran_as: str = ""
+    """The op type TensorFlow ran under this name when it differs from the graph's: grappler fused the op
+    with its producer (e.g. MatMul+BiasAdd into _FusedMatMul) and ran the fusion on the producer's device."""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Step times in seconds of K timed steps (after W discarded warm-up steps), or a failure."""
+
+    samples: tuple[float, ...] = ()
+    failure: Failure | None = None
+    moved_ops: tuple[MovedOp, ...] = ()
+    """Ops that ran on another device than requested (soft placement, host-memory ops)."""
+    ops_checked: int = 0
+    """Placed ops found in the traced step, whose device was compared with the placement."""
+    ops_not_traced: int = 0
+    """Placed ops absent from the traced step (folded or fused by grappler, or not run)."""
+    overhead: Mapping[str, float] = field(default_factory=dict)
+    """Seconds spent per placement around the timed steps: graph rewrite, session, init, first step."""
+    target: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+    @property
+    def median(self) -> float:
+        """Median step time in seconds; inf for a failed placement."""
+        return statistics.median(self.samples) if self.ok and self.samples else float("inf")
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range of the samples in seconds (0 for fewer than two samples)."""
+        if len(self.samples) < 2:
+            return 0.0
+        q1, _, q3 = statistics.quantiles(self.samples, n=4, method="inclusive")
+        return q3 - q1
+
+    @property
+    def placement_respected(self) -> bool:
+        return not self.moved_ops
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(ok=self.ok, median=None if not self.ok else self.median, spread=self.spread)
+        return data
+
+    def describe(self) -> str:
+        if not self.ok:
+            return f"FAILED ({self.failure.kind}): {self.failure.message}"
+        text = (
+            f"step time median {self.median * 1e3:.2f} ms, IQR {self.spread * 1e3:.2f} ms over "
+            f"{len(self.samples)} steps (min {min(self.samples) * 1e3:.2f}, max {max(self.samples) * 1e3:.2f})"
+        )
+        if self.moved_ops:
+            shown = "; ".join(
+                f"{m.op}: {m.requested} -> {m.actual}" + (f" (fused by grappler into {m.ran_as})" if m.ran_as else "")
+                for m in self.moved_ops[:5]
+            )
+            text += f"\nWARNING: TensorFlow moved {len(self.moved_ops)} ops: {shown}"
+        else:
+            text += f"\nplacement check: all {self.ops_checked} traced ops ran where placed"
+        if self.ops_not_traced:
+            text += f" ({self.ops_not_traced} placed ops were optimized away or not traced)"
+        return text

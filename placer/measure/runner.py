@@ -1,0 +1,181 @@
+"""Run a placed training step in a TensorFlow session and time it; this is what the worker process does.
+
+Callers use `placer.measure.Measurer`, which runs this behind a process boundary. Every TensorFlow error
+is turned into a `Failure`; the placement TF actually used is read from a traced step and compared.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Mapping
+
+import tensorflow as tf
+from tensorflow.core.protobuf import config_pb2
+
+from placer.measure.result import Failure, Measurement, MovedOp
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """How to time a placement. Defaults follow grappler's MeasureCosts loosely: discard warm-up, take a median."""
+
+    warmup_steps: int = 2
+    """Steps run and discarded before timing (the first one is traced to check the placement)."""
+    timed_steps: int = 5
+    """Steps timed; the result reports their median and spread."""
+    step_timeout: float = 60.0
+    """Seconds one step (or the initializer) may take before it counts as hung and fails with 'timeout'."""
+    setup_timeout: float = 300.0
+    """Seconds allowed for graph rewrite, session creation and starting workers, on top of the steps."""
+    allow_soft_placement: bool = True
+    """Let TensorFlow move ops it cannot run where placed; every move is reported in `moved_ops`."""
+    check_placement: bool = True
+    """Trace the first warm-up step and compare each op's device with the placement."""
+
+    answer_timeout: float | None = None
+    """The caller's backstop, in seconds: past it the worker is killed and restarted even if TensorFlow's own
+    step deadline never fired. Default: setup_timeout plus step_timeout for every step and the initializer."""
+
+    @property
+    def total_timeout(self) -> float:
+        if self.answer_timeout is not None:
+            return self.answer_timeout
+        return self.setup_timeout + self.step_timeout * (self.warmup_steps + self.timed_steps + 2)
+
+
+def canonical_device(name: str) -> str:
+    """TensorFlow's full form of a device name, without GPU stream suffixes found in step stats."""
+    base = name.split("/stream:")[0].split("/memcpy")[0]
+    return tf.DeviceSpec.from_string(base).to_string()
+
+
+def run_placed_step(
+    graph_def: tf.compat.v1.GraphDef,
+    train_op: str,
+    init_op: str,
+    op_devices: Mapping[str, str],
+    target: str,
+    config: MeasureConfig,
+    step_ops: frozenset[str] | None = None,
+    local_cpus: int | None = None,
+) -> Measurement:
+    """Import `graph_def` with `op_devices`, run init, W warm-up and K timed steps on `target`.
+
+    local_cpus: for an in-process target, how many CPU devices the session gets. TF1 sessions ignore
+    tf.config's logical devices and make only CPU:0 unless told, and soft placement then silently moves
+    everything placed on CPU:1.. to CPU:0 (the placement check caught exactly that).
+    """
+    overhead: dict[str, float] = {}
+    started = time.perf_counter()
+    try:
+        placed = tf.compat.v1.GraphDef()
+        placed.CopyFrom(graph_def)
+        for node in placed.node:
+            node.device = op_devices.get(node.name, "")
+        graph = tf.Graph()
+        with graph.as_default():
+            tf.compat.v1.import_graph_def(placed, name="")
+    except (ValueError, tf.errors.OpError) as error:
+        return _failed("invalid", f"TensorFlow rejected the placed graph: {_first_line(error)}", overhead, target)
+    overhead["graph_rewrite"] = time.perf_counter() - started
+
+    session_config = config_pb2.ConfigProto(allow_soft_placement=config.allow_soft_placement)
+    if local_cpus:
+        session_config.device_count["CPU"] = local_cpus
+    step_options = config_pb2.RunOptions(timeout_in_ms=int(config.step_timeout * 1000))
+    traced_options = config_pb2.RunOptions(
+        timeout_in_ms=int(config.step_timeout * 1000), trace_level=config_pb2.RunOptions.FULL_TRACE
+    )
+    session = None
+    try:
+        started = time.perf_counter()
+        session = tf.compat.v1.Session(target, graph=graph, config=session_config)
+        overhead["session"] = time.perf_counter() - started
+
+        started = time.perf_counter()
+        session.run(init_op, options=step_options)
+        overhead["init"] = time.perf_counter() - started
+
+        moved: tuple[MovedOp, ...] = ()
+        checked = not_traced = 0
+        for step in range(config.warmup_steps):
+            started = time.perf_counter()
+            if step == 0 and config.check_placement:
+                metadata = config_pb2.RunMetadata()
+                session.run(train_op, options=traced_options, run_metadata=metadata)
+                op_types = {node.name: node.op for node in graph_def.node}
+                moved, checked, not_traced = compare_placement(metadata, op_devices, step_ops, op_types)
+            else:
+                session.run(train_op, options=step_options)
+            if step == 0:
+                overhead["first_step"] = time.perf_counter() - started
+
+        samples = []
+        for _ in range(config.timed_steps):
+            started = time.perf_counter()
+            session.run(train_op, options=step_options)
+            samples.append(time.perf_counter() - started)
+    except tf.errors.ResourceExhaustedError as error:
+        return _failed("oom", f"out of memory: {_first_line(error)}", overhead, target)
+    except tf.errors.DeadlineExceededError:
+        return _failed("timeout", f"a step did not finish within {config.step_timeout:g} s", overhead, target)
+    except tf.errors.InvalidArgumentError as error:
+        return _failed("invalid", _first_line(error), overhead, target)
+    except tf.errors.OpError as error:
+        return _failed("runtime", f"{type(error).__name__}: {_first_line(error)}", overhead, target)
+    finally:
+        if session is not None:
+            session.close()
+    return Measurement(
+        samples=tuple(samples),
+        moved_ops=moved,
+        ops_checked=checked,
+        ops_not_traced=not_traced,
+        overhead=overhead,
+        target=target,
+    )
+
+
+def compare_placement(
+    metadata: config_pb2.RunMetadata,
+    op_devices: Mapping[str, str],
+    step_ops: frozenset[str] | None = None,
+    op_types: Mapping[str, str] | None = None,
+) -> tuple[tuple[MovedOp, ...], int, int]:
+    """Ops whose traced device differs from the requested one; counts of ops checked and of step ops
+    (default: all placed ops) that did not appear in the trace."""
+    ran_on: dict[str, str] = {}
+    ran_as: dict[str, str] = {}
+    for device_stats in metadata.step_stats.dev_stats:
+        device = canonical_device(device_stats.device)
+        for node in device_stats.node_stats:
+            ran_on.setdefault(node.node_name, device)
+            # timeline_label reads "name = OpType(inputs)"
+            label = node.timeline_label.split(" = ", 1)
+            if len(label) == 2:
+                ran_as.setdefault(node.node_name, label[1].split("(", 1)[0])
+    moved = []
+    checked = 0
+    requested_canonical: dict[str, str] = {}
+    for op, requested in op_devices.items():
+        actual = ran_on.get(op)
+        if actual is None:
+            continue
+        checked += 1
+        wanted = requested_canonical.setdefault(requested, canonical_device(requested))
+        if actual != wanted:
+            kind = ran_as.get(op, "")
+            moved.append(MovedOp(op, wanted, actual, "" if op_types and op_types.get(op) == kind else kind))
+    expected = op_devices.keys() if step_ops is None else step_ops
+    not_traced = sum(1 for op in expected if op not in ran_on)
+    return tuple(sorted(moved, key=lambda m: m.op)), checked, not_traced
+
+
+def _failed(kind: str, message: str, overhead: Mapping[str, float], target: str) -> Measurement:
+    return Measurement(failure=Failure(kind, message), overhead=dict(overhead), target=target)
+
+
+def _first_line(error: Exception) -> str:
+    text = getattr(error, "message", None) or str(error)
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__

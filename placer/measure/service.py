@@ -1,0 +1,216 @@
+"""`Measurer`: measured step time of placements, behind a process boundary that survives crashes and hangs.
+
+The TensorFlow runtime (and, for `local:N`, the testbed workers in their private network namespace) lives
+in a worker process. A crash there becomes a 'crash' failure, a hang past the timeout a 'timeout' failure;
+either way the worker is killed and a fresh one serves the next request.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from placer.devices import DeviceSet
+from placer.errors import PlacementError, TestbedError
+from placer.graph.opgraph import OpGraph
+from placer.measure import channel
+from placer.measure.result import Failure, Measurement
+from placer.measure.runner import MeasureConfig
+from placer.measure.targets import LocalTestbed, Target, parse_target
+from placer.placement import Placement
+from placer.testbed import isolated_command
+
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+class Measurer:
+    """Measures placements of graphs on one target. Use as a context manager, or call `close()`.
+
+    >>> with Measurer("local:2") as measurer:
+    ...     result = measurer.measure(graph, Placement.round_robin(graph, measurer.devices))
+    """
+
+    def __init__(self, target: Target | str = "inprocess:1", config: MeasureConfig | None = None):
+        self.target: Target = parse_target(target) if isinstance(target, str) else target
+        self.config = config or MeasureConfig()
+        self.restarts = 0
+        """How many times the worker was killed or died and was started again."""
+        self._process: subprocess.Popen | None = None
+        self._hello: dict[str, Any] = {}
+        self._loaded: set[str] = set()
+        self._log_dir = Path(tempfile.mkdtemp(prefix="placer-measure-"))
+        self._log_index = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker (done on first use); raises TestbedError if it cannot start."""
+        if self._process is not None and self._process.poll() is None:
+            return
+        command = [sys.executable, "-m", "placer.measure.worker", *self.target.worker_args()]
+        if isinstance(self.target, LocalTestbed):
+            command, isolated = isolated_command(command, allow_exposed_ports=self.target.allow_exposed_ports)
+            if isolated:
+                command.append("--isolated")
+        self._log_index += 1
+        log_path = self._log_dir / f"worker{self._log_index}.log"
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        with open(log_path, "wb") as log:
+            # A session of its own, so that killing the group also kills testbed workers it started.
+            self._process = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True
+            )
+        self._log_path = log_path
+        self._loaded = set()
+        try:
+            hello = channel.receive(self._process.stdout.fileno(), timeout=self.config.setup_timeout)
+        except (channel.ChannelClosed, channel.ChannelTimeout):
+            self._kill()
+            raise TestbedError(f"the measurement worker for {self.target} did not start: {self._log_tail()}") from None
+        if "error" in hello:
+            self._kill()
+            raise TestbedError(f"the measurement worker for {self.target} could not start: {hello['error']}")
+        self._hello = hello
+
+    def close(self) -> None:
+        if self._process is None:
+            return
+        if self._process.poll() is None:
+            try:
+                channel.send(self._process.stdin.fileno(), ("shutdown",))
+                self._process.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self._kill()
+
+    def __enter__(self) -> Measurer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self._kill()
+        except Exception:
+            pass
+
+    # -- queries ---------------------------------------------------------------------------------------
+
+    @property
+    def devices(self) -> DeviceSet:
+        self.start()
+        return self._hello["devices"]
+
+    @property
+    def testbed_info(self) -> dict[str, Any]:
+        """For `local:N`: worker pids, ports, cores, whether isolated, and warnings (e.g. shared cores)."""
+        self.start()
+        return dict(self._hello.get("testbed") or {})
+
+    @property
+    def worker_pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def measure(self, graph: OpGraph, placement: Placement, config: MeasureConfig | None = None) -> Measurement:
+        """Time one training step of `graph` placed by `placement`; failures come back as results."""
+        config = config or self.config
+        self.start()
+        if placement.graph_fingerprint != graph.fingerprint:
+            raise PlacementError(
+                f"placement was made for graph fingerprint {placement.graph_fingerprint[:12]}, not for "
+                f"{graph.name!r} ({graph.fingerprint[:12]})"
+            )
+        available = set(self.devices.names)
+        foreign = sorted({placement.devices[i] for i in placement.group_devices} - available)
+        if foreign:
+            raise PlacementError(
+                f"the placement uses devices that {self.target} does not have: {foreign}; "
+                f"available: {', '.join(d.short_name for d in self.devices)}"
+            )
+        op_devices = placement.op_devices(graph)
+        try:
+            if graph.fingerprint not in self._loaded:
+                step_ops = [op.name for op in graph.ops if op.in_step]
+                self._request(("load", graph.fingerprint, graph.graph_def, graph.train_op, graph.init_op, step_ops), config.setup_timeout)
+                self._loaded.add(graph.fingerprint)
+            result = self._request(("measure", graph.fingerprint, op_devices, config), config.total_timeout)
+        except channel.ChannelTimeout:
+            self._kill()
+            return Measurement(
+                failure=Failure("timeout", f"no answer within {config.total_timeout:g} s; the worker was killed and will be restarted"),
+                target=str(self.target),
+            )
+        except (channel.ChannelClosed, BrokenPipeError):
+            tail = self._log_tail()
+            code = self._kill()
+            return Measurement(
+                failure=Failure("crash", f"the measurement worker died (exit code {code}): {tail}"),
+                target=str(self.target),
+            )
+        return replace(result, target=str(self.target))
+
+    # -- internals -------------------------------------------------------------------------------------
+
+    def _request(self, message: tuple, timeout: float) -> Any:
+        assert self._process is not None
+        channel.send(self._process.stdin.fileno(), message)
+        return channel.receive(self._process.stdout.fileno(), timeout=timeout)
+
+    def _kill(self) -> int | None:
+        """Kill the worker and everything in its session; the next request starts a new one."""
+        process, self._process = self._process, None
+        if process is None:
+            return None
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.restarts += 1
+        else:
+            self.restarts += 1 if process.returncode != 0 else 0
+        process.wait()
+        for stream in (process.stdin, process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        return process.returncode
+
+    def _log_tail(self, lines: int = 6) -> str:
+        try:
+            text = self._log_path.read_text(errors="replace")
+        except (OSError, AttributeError):
+            return "(no log)"
+        kept = [line for line in text.strip().splitlines() if line.strip()][-lines:]
+        return " | ".join(kept) or "(empty log)"
+
+
+def measure_step_time(
+    graph: OpGraph, placement: Placement | str = "single", target: Target | str = "inprocess:1",
+    config: MeasureConfig | None = None,
+) -> Measurement:
+    """One-off convenience: start a worker for `target`, measure, stop it. placement may be 'single' or
+    'round-robin'. For many placements keep a `Measurer` open instead (it reuses the worker and graph)."""
+    with Measurer(target, config) as measurer:
+        if isinstance(placement, str):
+            placement = named_placement(placement, graph, measurer.devices)
+        return measurer.measure(graph, placement)
+
+
+def named_placement(name: str, graph: OpGraph, devices: DeviceSet) -> Placement:
+    if name == "single":
+        return Placement.single_device(graph, devices)
+    if name in ("round-robin", "round_robin"):
+        return Placement.round_robin(graph, devices)
+    raise PlacementError(f"unknown placement {name!r}: use 'single', 'round-robin' or a placement file")

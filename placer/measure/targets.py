@@ -1,0 +1,101 @@
+"""Where measurements run: logical CPU devices in one process, the local gRPC testbed, or a TF cluster.
+
+`parse_target("inprocess:2" | "local:2" | "env" | CLUSTER_SPEC_JSON | path.json)` reads the command-line form.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Union
+
+from placer.errors import DeviceSpecError
+
+
+@dataclass(frozen=True)
+class InProcess:
+    """N logical CPU devices (plus local GPUs) in the measurement worker's own TensorFlow runtime."""
+
+    logical_cpus: int = 1
+
+    def __str__(self) -> str:
+        return f"inprocess:{self.logical_cpus}"
+
+    def worker_args(self) -> list[str]:
+        return ["--logical-cpus", str(self.logical_cpus)]
+
+
+@dataclass(frozen=True)
+class LocalTestbed:
+    """N gRPC worker processes on this machine, each pinned to its own cores, in a private network namespace."""
+
+    workers: int = 2
+    cores_per_worker: int = 1
+    allow_exposed_ports: bool = False
+    """Run without a private network namespace where none can be made. The ports are then reachable from
+    the network with no authentication: only for machines no untrusted host can reach."""
+
+    def __str__(self) -> str:
+        return f"local:{self.workers}"
+
+    def worker_args(self) -> list[str]:
+        return ["--testbed-workers", str(self.workers), "--cores-per-worker", str(self.cores_per_worker)]
+
+
+@dataclass(frozen=True)
+class RemoteCluster:
+    """An existing TensorFlow cluster, reached through the master of its first task (or `master`)."""
+
+    cluster_spec: dict = field(hash=False)
+    master: str | None = None
+
+    def __str__(self) -> str:
+        return self.target
+
+    @property
+    def target(self) -> str:
+        if self.master:
+            return self.master
+        job = sorted(self.cluster_spec)[0]
+        tasks = self.cluster_spec[job]
+        first = tasks[sorted(tasks)[0]] if isinstance(tasks, dict) else tasks[0]
+        return f"grpc://{first}"
+
+    def worker_args(self) -> list[str]:
+        return ["--target", self.target, "--cluster-spec", json.dumps(self.cluster_spec)]
+
+
+Target = Union[InProcess, LocalTestbed, RemoteCluster]
+
+
+def parse_target(text: str, *, allow_exposed_ports: bool = False) -> Target:
+    """Read `inprocess:N`, `local:N`, `env` ($PLACER_CLUSTER, set by `placer cluster up`), a JSON cluster
+    spec such as '{"worker": ["localhost:2222", "localhost:2223"]}', or a path to a file holding one."""
+    text = text.strip()
+    kind, _, count = text.partition(":")
+    if kind in ("inprocess", "local"):
+        if not count.isdigit() or int(count) < 1:
+            raise DeviceSpecError(f"{text!r}: expected {kind}:N with N a positive number of devices, e.g. {kind}:2")
+        if kind == "inprocess":
+            return InProcess(int(count))
+        return LocalTestbed(int(count), allow_exposed_ports=allow_exposed_ports)
+    if text == "env":
+        if "PLACER_CLUSTER" not in os.environ:
+            raise DeviceSpecError("--cluster env needs $PLACER_CLUSTER, which `placer cluster up` sets in its shell")
+        text = os.environ["PLACER_CLUSTER"]
+    elif not text.startswith("{"):
+        path = Path(text)
+        if not path.is_file():
+            raise DeviceSpecError(
+                f"{text!r} is not a cluster: use inprocess:N, local:N, env, a JSON cluster spec or a path to one"
+            )
+        text = path.read_text()
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise DeviceSpecError(f"cluster spec is not valid JSON: {error.msg}") from None
+    if not isinstance(spec, dict) or not spec:
+        raise DeviceSpecError('a cluster spec maps job names to address lists, e.g. {"worker": ["localhost:2222"]}')
+    return RemoteCluster(spec)

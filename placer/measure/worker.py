@@ -1,0 +1,124 @@
+"""The measurement worker process: owns the TensorFlow runtime (and testbed workers) for one caller.
+
+Started by `placer.measure.Measurer` as `python -m placer.measure.worker ...`; speaks framed pickles on the
+stdout it inherited (TensorFlow's own prints are redirected to stderr) and dies with its parent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m placer.measure.worker")
+    parser.add_argument("--logical-cpus", type=int)
+    parser.add_argument("--testbed-workers", type=int)
+    parser.add_argument("--cores-per-worker", type=int, default=1)
+    parser.add_argument("--isolated", action="store_true", help="we run in a fresh network namespace")
+    parser.add_argument("--target")
+    parser.add_argument("--cluster-spec")
+    args = parser.parse_args(argv)
+
+    from placer.testbed import die_with_parent
+
+    die_with_parent()
+    # The channel owns the original stdout; anything else printing to stdout lands on stderr instead.
+    channel_out = os.dup(1)
+    os.dup2(2, 1)
+    channel_in = 0
+
+    from placer.measure import channel
+
+    servers = None
+    try:
+        if args.logical_cpus:
+            from placer.devices import local_devices
+
+            devices, target, testbed_info = local_devices(args.logical_cpus), "", {}
+        elif args.testbed_workers:
+            from placer.devices import cluster_devices
+            from placer.testbed import bring_loopback_up, only_loopback, start_servers
+
+            if args.isolated:
+                bring_loopback_up()
+                if not only_loopback():
+                    raise RuntimeError("refusing to start the testbed: the namespace has interfaces besides loopback")
+            servers = start_servers(args.testbed_workers, cores_per_worker=args.cores_per_worker, isolated=args.isolated)
+            devices, target = cluster_devices(servers.cluster_spec), servers.master
+            testbed_info = {
+                "pids": [p.pid for p in servers.processes],
+                "ports": servers.ports,
+                "cores": servers.cores,
+                "warnings": servers.warnings,
+                "isolated": args.isolated,
+            }
+        else:
+            devices, target, testbed_info = _remote_devices(args.target, json.loads(args.cluster_spec)), args.target, {}
+    except Exception as error:  # report why we could not start, then exit
+        channel.send(channel_out, {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()})
+        if servers is not None:
+            servers.close()
+        return 1
+
+    channel.send(channel_out, {"devices": devices, "target": target, "testbed": testbed_info, "pid": os.getpid()})
+    try:
+        _serve(channel_in, channel_out, target, servers, args.logical_cpus)
+    finally:
+        if servers is not None:
+            servers.close()
+    return 0
+
+
+def _serve(channel_in: int, channel_out: int, target: str, servers, local_cpus: int | None) -> None:
+    import tensorflow as tf
+
+    from placer.measure import channel
+    from placer.measure.result import Failure, Measurement
+    from placer.measure.runner import run_placed_step
+
+    graphs: dict[str, tuple] = {}
+    while True:
+        try:
+            request = channel.receive(channel_in)
+        except channel.ChannelClosed:
+            return
+        kind = request[0]
+        if kind == "shutdown":
+            return
+        if kind == "load":
+            _, key, graph_def_bytes, train_op, init_op, step_ops = request
+            graphs[key] = (tf.compat.v1.GraphDef.FromString(graph_def_bytes), train_op, init_op, frozenset(step_ops))
+            channel.send(channel_out, ("ok",))
+        elif kind == "measure":
+            _, key, op_devices, config = request
+            if servers is not None:
+                try:
+                    servers.check_alive()
+                except Exception as error:
+                    channel.send(channel_out, Measurement(failure=Failure("crash", str(error)), target=target))
+                    return  # the caller restarts us, and with us the testbed
+            graph_def, train_op, init_op, step_ops = graphs[key]
+            result = run_placed_step(graph_def, train_op, init_op, op_devices, target, config, step_ops, local_cpus)
+            channel.send(channel_out, result)
+        else:
+            channel.send(channel_out, ("error", f"unknown request {kind!r}"))
+
+
+def _remote_devices(target: str, cluster_spec: dict):
+    """Ask the cluster which devices it has."""
+    import tensorflow as tf
+
+    from placer.devices import Device, DeviceSet
+
+    with tf.compat.v1.Session(target, config=tf.compat.v1.ConfigProto(operation_timeout_in_ms=30_000)) as session:
+        found = [d for d in session.list_devices() if d.device_type in ("CPU", "GPU")]
+    devices = tuple(Device(d.name, d.device_type, memory_bytes=d.memory_limit_bytes or None) for d in found)
+    return DeviceSet(devices, name=f"cluster {target}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""End to end through the console script, as a user runs it."""
+
+import json
+import subprocess
+import sys
+
+
+def _placer(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "placer.cli", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_measure_prints_step_time_statistics_as_json(tmp_path):
+    out = tmp_path / "placement.json"
+    run = _placer("measure", "mlp", "--placement", "round-robin", "--cluster", "inprocess:2", "--repeats", "3",
+                  "--json", "--save-placement", str(out))
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(run.stdout)
+    assert report["result"]["ok"] and len(report["result"]["samples"]) == 3
+    saved = json.loads(out.read_text())
+    assert saved["metadata"]["measured"]["median"] == report["result"]["median"]
+
+    again = _placer("measure", "mlp", "--placement", str(out), "--cluster", "inprocess:2", "--repeats", "2")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "step time median" in again.stdout
+
+
+def test_placement_file_for_another_model_is_a_one_paragraph_error(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "placer.placement", "format_version": 1, "graph": {"fingerprint": "abc"}, "devices": [], "ops": {}}')
+    run = _placer("measure", "mlp", "--placement", str(bad))
+    assert run.returncode == 2
+    assert "placer: error:" in run.stderr and "make a new placement for this graph" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_unknown_model_lists_the_built_in_ones():
+    run = _placer("measure", "resnet-9000")
+    assert run.returncode == 2 and "two-tower" in run.stderr and "Traceback" not in run.stderr

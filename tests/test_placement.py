@@ -1,0 +1,115 @@
+import json
+
+import pytest
+
+from placer.devices import Device, DeviceSet
+from placer.errors import PlacementError, PlacementFileError
+from placer.models.two_tower import tower_of
+from placer.placement import Placement, load_placement
+
+
+def test_round_robin_uses_every_device_and_keeps_groups_whole(mlp, cpus2):
+    placement = Placement.round_robin(mlp, cpus2)
+    assert set(placement.group_devices) == {0, 1}
+    op_devices = placement.op_devices(mlp)
+    for group in mlp.groups:
+        assert len({op_devices[op] for op in group.ops}) == 1
+
+
+def test_unknown_device_is_named_in_the_error(mlp, cpus2):
+    mapping = {g.name: "CPU:0" for g in mlp.groups}
+    mapping[mlp.groups[3].name] = "CPU:7"
+    with pytest.raises(PlacementError, match=rf"group '{mlp.groups[3].name}'.*unknown device 'CPU:7'"):
+        Placement.from_groups(mlp, cpus2, mapping)
+
+
+def test_a_unit_left_out_is_named(mlp, cpus2):
+    mapping = {g.name: "CPU:0" for g in mlp.groups[1:]}
+    with pytest.raises(PlacementError, match=rf"left out.*'{mlp.groups[0].name}'"):
+        Placement.from_groups(mlp, cpus2, mapping)
+
+
+def test_op_without_a_kernel_on_the_device_type_is_named():
+    import tensorflow as tf
+
+    from placer.graph import graph_from_function
+
+    def build():
+        w = tf.compat.v1.get_variable("w", [4], use_resource=True)
+        loss = tf.reduce_sum(tf.square(w), name="loss")
+        as_text = tf.strings.as_string(loss, name="loss_as_text")  # string ops have no GPU kernels
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        return tf.group(train, as_text), loss
+
+    graph = graph_from_function(build, name="with-string-op")
+    cpu_and_gpu = DeviceSet((Device("/job:localhost/replica:0/task:0/device:CPU:0", "CPU"),
+                             Device("/job:localhost/replica:0/task:0/device:GPU:0", "GPU")))
+    assert "GPU" not in graph.op("loss_as_text").kernel_devices
+    assignment = [0] * len(graph.groups)
+    assignment[graph.op("loss_as_text").group] = 1
+    with pytest.raises(PlacementError, match=r"op 'loss_as_text' \(AsString\) has no GPU kernel.*GPU:0"):
+        Placement.from_assignment(graph, cpu_and_gpu, assignment)
+    # round-robin skips devices without kernels instead of failing
+    assert Placement.round_robin(graph, cpu_and_gpu).device_of_group(graph.op("loss_as_text").group).endswith("CPU:0")
+
+
+def test_splitting_a_colocation_group_is_refused(mlp, cpus2):
+    op_devices = Placement.single_device(mlp, cpus2).op_devices(mlp)
+    group = mlp.group("dense/kernel")
+    op_devices[group.ops[1]] = cpus2[1].name
+    with pytest.raises(PlacementError, match="one colocation group"):
+        Placement.from_op_devices(mlp, cpus2, op_devices)
+
+
+def test_placement_file_round_trip_keeps_devices_and_metadata(two_tower, cpus2, tmp_path):
+    mapping = {g.name: ("CPU:1" if tower_of(g.ops[0]) == "tower_b" else "CPU:0") for g in two_tower.groups}
+    placement = Placement.from_groups(two_tower, cpus2, mapping, {"step_time": 0.5})
+    path = placement.save(tmp_path / "p.json", two_tower)
+    data = json.loads(path.read_text())
+    assert data["format_version"] == 1 and data["graph"]["fingerprint"] == two_tower.fingerprint
+    assert len(data["ops"]) == len(two_tower.ops)
+    loaded = load_placement(path, two_tower, cpus2)
+    assert loaded == placement
+    assert loaded.metadata["step_time"] == 0.5
+
+
+def test_placement_file_for_another_graph_is_refused(two_tower, mlp, cpus2, tmp_path):
+    path = Placement.single_device(two_tower, cpus2).save(tmp_path / "p.json", two_tower)
+    with pytest.raises(PlacementFileError, match="was made for graph 'two-tower-tiny'"):
+        load_placement(path, mlp, cpus2)
+
+
+def test_placement_file_for_other_devices_is_refused(two_tower, cpus2, tmp_path):
+    path = Placement.single_device(two_tower, cpus2, "CPU:1").save(tmp_path / "p.json", two_tower)
+    one_cpu = DeviceSet(cpus2.devices[:1])
+    with pytest.raises(PlacementFileError, match="does not have.*CPU:1"):
+        load_placement(path, two_tower, one_cpu)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"hello": 1}', "not a placer placement file"),
+        ('{"format": "placer.placement", "format_version": 99}', "format version 99"),
+    ],
+)
+def test_malformed_placement_files_give_a_clear_error(two_tower, cpus2, tmp_path, content, message):
+    path = tmp_path / "p.json"
+    path.write_text(content)
+    with pytest.raises(PlacementFileError, match=message):
+        load_placement(path, two_tower, cpus2)
+
+
+def test_placement_file_with_missing_ops_is_refused(two_tower, cpus2, tmp_path):
+    path = Placement.single_device(two_tower, cpus2).save(tmp_path / "p.json", two_tower)
+    data = json.loads(path.read_text())
+    del data["ops"][two_tower.ops[5].name]
+    path.write_text(json.dumps(data))
+    with pytest.raises(PlacementFileError, match="have no device in the placement"):
+        load_placement(path, two_tower, cpus2)
+
+
+def test_summary_lists_ops_and_parameters_per_device(two_tower, cpus2):
+    text = Placement.single_device(two_tower, cpus2).summary(two_tower, cpus2)
+    assert "CPU:0" in text and f"{two_tower.num_parameters:,}" in text

@@ -1,0 +1,92 @@
+"""The local gRPC testbed: isolated from the network, pinned, and placement matters on it."""
+
+import os
+import socket
+
+import pytest
+
+from placer.measure import LocalTestbed, MeasureConfig, Measurer
+from placer.models import build_model
+from placer.models.two_tower import tower_of
+from placer.placement import Placement
+from placer.testbed import isolation_available
+
+pytestmark = [
+    pytest.mark.testbed,
+    pytest.mark.skipif(not isolation_available(), reason="no private network namespace on this machine"),
+]
+
+
+def _listening_ports(tcp_table: str) -> set[int]:
+    ports = set()
+    for path in (tcp_table, tcp_table + "6"):
+        try:
+            lines = open(path).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A":  # TCP_LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _host_addresses() -> list[str]:
+    addresses = set()
+    for family in (socket.AF_INET,):
+        try:
+            for info in socket.getaddrinfo(socket.gethostname(), None, family):
+                addresses.add(info[4][0])
+        except OSError:
+            pass
+    return sorted(a for a in addresses if not a.startswith("127."))
+
+
+@pytest.fixture(scope="module")
+def testbed():
+    with Measurer(LocalTestbed(workers=2), MeasureConfig(warmup_steps=3, timed_steps=7)) as measurer:
+        yield measurer
+
+
+def test_workers_listen_only_inside_their_private_network_namespace(testbed):
+    info = testbed.testbed_info
+    assert info["isolated"]
+    for pid, port in zip(info["pids"], info["ports"]):
+        assert port in _listening_ports(f"/proc/{pid}/net/tcp"), "the worker should listen in its namespace"
+        assert port not in _listening_ports("/proc/net/tcp"), f"port {port} is open in the host's namespace"
+        for address in ["127.0.0.1", *_host_addresses()]:
+            with pytest.raises(OSError):
+                socket.create_connection((address, port), timeout=2).close()
+
+
+def test_each_worker_is_pinned_to_its_own_core(testbed):
+    info = testbed.testbed_info
+    cores = [tuple(sorted(os.sched_getaffinity(pid))) for pid in info["pids"]]
+    assert cores == [tuple(c) for c in info["cores"]]
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert len(set(cores)) == 2
+
+
+def test_one_tower_per_worker_is_at_least_1_4x_faster_than_one_worker(testbed):
+    graph = build_model("two-tower", "small")
+    devices = testbed.devices
+    single = Placement.single_device(graph, devices)
+    split = Placement.from_groups(
+        graph, devices, {g.name: devices[1 if tower_of(g.ops[0]) == "tower_b" else 0].name for g in graph.groups}
+    )
+    # Alternate the two so that drift of the machine hits both alike; compare medians of medians.
+    single_times, split_times = [], []
+    for _ in range(2):
+        single_times.append(testbed.measure(graph, single).median)
+        split_times.append(testbed.measure(graph, split).median)
+    speedup = sorted(single_times)[0] / sorted(split_times)[0]
+    assert speedup >= 1.4, f"single {single_times}, split {split_times}: speed-up {speedup:.2f}"
+
+
+def test_no_process_survives_the_testbed():
+    measurer = Measurer("local:2")
+    measurer.start()
+    pids = [measurer.worker_pid, *measurer.testbed_info["pids"]]
+    measurer.close()
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
