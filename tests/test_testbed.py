@@ -90,3 +90,47 @@ def test_no_process_survives_the_testbed():
     measurer.close()
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+def test_no_process_survives_when_the_parent_is_killed(tmp_path):
+    """Kill -9 the process that owns the testbed: its worker and the gRPC servers die with it."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import json, sys, time\n"
+        "from placer.measure import Measurer\n"
+        "m = Measurer('local:2'); m.start()\n"
+        "print(json.dumps([m.worker_pid, *m.testbed_info['pids']]), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    pids = json.loads(owner.stdout.readline())
+    assert all(os.path.exists(f"/proc/{pid}") for pid in pids)
+    owner.send_signal(signal.SIGKILL)
+    owner.wait()
+    deadline = time.monotonic() + 15
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z"]
+        time.sleep(0.2)
+    assert not alive, f"processes outlived their parent: {alive}"
+
+
+def test_cluster_up_runs_a_command_against_the_testbed_by_its_cluster_spec():
+    import json
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-m", "placer.cli", "cluster", "up", "--workers", "2", "--",
+         sys.executable, "-m", "placer.cli", "measure", "mlp", "--cluster", "env", "--placement", "round-robin",
+         "--repeats", "2", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(run.stdout)
+    assert report["target"] == "grpc://localhost:2222" and report["result"]["ok"]
