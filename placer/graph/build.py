@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.profiler.internal import flops_registry  # noqa: F401  (registers FLOP statistics)
+from tensorflow.python.util import deprecation
 
 from placer.errors import GraphBuildError
 from placer.graph.colocation import colocation_groups
@@ -170,7 +171,8 @@ def graph_from_keras(
     import tf_keras
 
     graph = tf.Graph()
-    with graph.as_default():
+    # tf-keras in graph mode warns about TF1 APIs it uses internally; those warnings are not the user's.
+    with graph.as_default(), deprecation.silence():
         model_inputs = _make_inputs(inputs)
         y_true = targets.make("synthetic_targets")
         model = model_fn()
@@ -283,7 +285,8 @@ def _bytes(shape: tuple[int, ...] | None, dtype: tf.DType) -> int:
 
 def _flops(graph: tf.Graph, node) -> int:
     try:
-        stats = tf_ops.get_stats_for_node_def(graph, node, "flops")
+        with deprecation.silence():  # the FLOP registry uses a TF1 shape helper that warns on every call
+            stats = tf_ops.get_stats_for_node_def(graph, node, "flops")
     except (ValueError, TypeError, KeyError):
         return 0
     return int(stats.value or 0)
