@@ -161,7 +161,7 @@ class Placement:
         """A table per device: colocation groups, ops, parameters, FLOPs and output bytes per step."""
         self._require_graph(graph)
         rows = {name: [0, 0, 0, 0, 0] for name in self.devices}
-        for group_index, device_index in enumerate(self.group_devices):
+        for device_index in self.group_devices:
             rows[self.devices[device_index]][0] += 1
         for op in graph.ops:
             row = rows[self.devices[self.group_devices[op.group]]]

@@ -135,6 +135,7 @@ class TestbedServers:
                 process.kill()
         for process in self.processes:
             process.wait()
+        shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def __enter__(self) -> TestbedServers:
         return self

@@ -8,6 +8,7 @@ either way the worker is killed and a fresh one serves the next request.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,7 +41,7 @@ class Measurer:
         self.target: Target = parse_target(target) if isinstance(target, str) else target
         self.config = config or MeasureConfig()
         self.restarts = 0
-        """How many times the worker was killed or died and was started again."""
+        """How many workers were lost to a crash or a hang (each is replaced on the next request)."""
         self._process: subprocess.Popen | None = None
         self._hello: dict[str, Any] = {}
         self._loaded: set[str] = set()
@@ -90,6 +91,7 @@ class Measurer:
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self._kill()
+        shutil.rmtree(self._log_dir, ignore_errors=True)
 
     def __enter__(self) -> Measurer:
         self.start()
@@ -101,6 +103,7 @@ class Measurer:
     def __del__(self):
         try:
             self._kill()
+            shutil.rmtree(self._log_dir, ignore_errors=True)
         except Exception:
             pass
 
@@ -146,6 +149,7 @@ class Measurer:
             result = self._request(("measure", graph.fingerprint, op_devices, config), config.total_timeout)
         except channel.ChannelTimeout:
             self._kill()
+            self.restarts += 1
             return Measurement(
                 failure=Failure("timeout", f"no answer within {config.total_timeout:g} s; the worker was killed and will be restarted"),
                 target=str(self.target),
@@ -153,6 +157,7 @@ class Measurer:
         except (channel.ChannelClosed, BrokenPipeError):
             tail = self._log_tail()
             code = self._kill()
+            self.restarts += 1
             return Measurement(
                 failure=Failure("crash", f"the measurement worker died (exit code {code}): {tail}"),
                 target=str(self.target),
@@ -171,14 +176,10 @@ class Measurer:
         process, self._process = self._process, None
         if process is None:
             return None
-        if process.poll() is None:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.restarts += 1
-        else:
-            self.restarts += 1 if process.returncode != 0 else 0
+        try:  # also when the worker already exited: testbed workers it started may still be going
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         process.wait()
         for stream in (process.stdin, process.stdout):
             try:

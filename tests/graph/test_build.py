@@ -33,8 +33,9 @@ def test_a_variable_and_every_op_that_reads_or_updates_it_form_one_colocation_gr
     member_types = {mlp.op(name).type for name in group.ops}
     assert {"VarHandleOp", "ReadVariableOp", "ResourceApplyAdam"} <= member_types
     for op in mlp.ops:
-        if any(mlp.op(p).type == "VarHandleOp" for p in op.producers):
-            assert mlp.group_of(op.name).name == mlp.group_of(op.producers[0]).name or op.type == "NoOp"
+        for producer in op.producers:
+            if mlp.op(producer).type == "VarHandleOp":
+                assert op.group == mlp.op(producer).group, f"{op.name} reads {producer} but is not in its group"
 
 
 def test_every_op_lists_the_device_types_with_a_kernel_for_it(mlp):

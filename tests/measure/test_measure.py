@@ -107,4 +107,5 @@ def test_worker_that_never_answers_is_killed_at_the_backstop(mlp):
         started = time.monotonic()
         result = measurer.measure(graph, placement, backstop)
         assert result.failure.kind == "timeout" and time.monotonic() - started < 20
+        assert measurer.restarts == 1
         assert measurer.measure(mlp, Placement.single_device(mlp, measurer.devices)).ok
