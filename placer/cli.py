@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     measure = sub.add_parser("measure", help="measure the step time of a placed training graph")
     measure.add_argument("model", help="a built-in model (see `placer models`), or module:function / file.py:function returning an OpGraph")
     measure.add_argument("--size", default="tiny", help="size of a built-in model: tiny, small or paper (default tiny)")
-    measure.add_argument("--placement", default="single", help="a placement file, 'single' (device 0) or 'round-robin'")
+    measure.add_argument("--placement", default="single", help="a placement file, or one of: " + ", ".join(_NAMED_PLACEMENTS))
     measure.add_argument("--cluster", default="inprocess:1", help="inprocess:N, local:N (testbed), env, or a cluster spec (JSON or file)")
     measure.add_argument("--warmup", type=int, default=2, help="warm-up steps discarded (default 2)")
     measure.add_argument("--repeats", type=int, default=5, help="timed steps (default 5)")
@@ -47,10 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "cluster":
             return _cluster_up(args)
         if args.command == "models":
-            from placer.models import model_names
-
-            print("\n".join(model_names()))
-            return 0
+            return _list_models()
     except PlacerError as error:
         print(f"placer: error: {error}", file=sys.stderr)
         return 2
@@ -101,6 +98,8 @@ def _measure(args) -> int:
         devices = measurer.devices
         if args.placement in ("single", "round-robin"):
             placement = named_placement(args.placement, graph, devices)
+        elif args.placement in _NAMED_PLACEMENTS:
+            placement = _reference_placement(args.placement, args.model, graph, devices)
         else:
             placement = load_placement(args.placement, graph, devices)
         result = measurer.measure(graph, placement)
@@ -115,6 +114,39 @@ def _measure(args) -> int:
         print(placement.summary(graph, devices))
         print(result.describe())
     return 0 if result.ok else 1
+
+
+_NAMED_PLACEMENTS = {
+    "single": "every op on device 0",
+    "round-robin": "colocation groups dealt over the devices in topological order",
+    "expert": "the papers' human-expert placement (built-in models only)",
+    "single-device": "every op on the first GPU, else the first device",
+    "cpu-only": "every op on the first CPU",
+}
+
+
+def _reference_placement(name: str, model: str, graph, devices):
+    from placer.models import MODELS, reference_placements
+    from placer.models.expert import cpu_only_placement, single_device_placement
+
+    if name == "expert":
+        if model not in MODELS:
+            raise PlacerError(f"--placement expert needs a built-in model; {model!r} is not one (see `placer models`)")
+        return reference_placements(model, graph, devices)["expert"]
+    return single_device_placement(graph, devices) if name == "single-device" else cpu_only_placement(graph, devices)
+
+
+def _list_models() -> int:
+    from placer.models import MODELS, SIZES
+
+    width = max(len(name) for name in MODELS)
+    for title, benchmark in (("Benchmark models", True), ("Built-in models for quick runs", False)):
+        print(f"{title}:")
+        for spec in MODELS.values():
+            if spec.benchmark == benchmark:
+                print(f"  {spec.name:<{width}}  {spec.description}")
+    print(f"Sizes: {', '.join(SIZES)} (e.g. `placer measure nmt-2 --size tiny --placement expert`).")
+    return 0
 
 
 def _cluster_up(args) -> int:

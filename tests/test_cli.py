@@ -36,3 +36,27 @@ def test_placement_file_for_another_model_is_a_one_paragraph_error(tmp_path):
 def test_unknown_model_lists_the_built_in_ones():
     run = _placer("measure", "resnet-9000")
     assert run.returncode == 2 and "two-tower" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_models_lists_every_benchmark_model_with_its_paper_setting():
+    run = _placer("models")
+    assert run.returncode == 0, run.stderr[-2000:]
+    for name in ("inception-v3", "resnet-50", "rnnlm", "nmt-2", "nmt-4", "nmt-8", "transformer"):
+        assert f"  {name} " in run.stdout
+    assert "paper:" in run.stdout and "tiny, small, paper" in run.stdout
+
+
+def test_measure_the_expert_placement_of_a_benchmark_model(tmp_path):
+    out = tmp_path / "expert.json"
+    run = _placer("measure", "rnnlm", "--placement", "expert", "--cluster", "inprocess:2", "--repeats", "2",
+                  "--save-placement", str(out))
+    assert run.returncode == 0, run.stderr[-2000:]
+    saved = json.loads(out.read_text())
+    assert saved["metadata"]["method"] == "expert"
+    assert {device for device in saved["ops"].values()} == {"/job:localhost/replica:0/task:0/device:CPU:0",
+                                                           "/job:localhost/replica:0/task:0/device:CPU:1"}
+
+
+def test_expert_placement_of_a_user_model_is_refused_with_a_reason():
+    run = _placer("measure", "placer.models.mlp:mlp_graph", "--placement", "expert")
+    assert run.returncode == 2 and "needs a built-in model" in run.stderr and "Traceback" not in run.stderr

@@ -69,7 +69,8 @@ def op_graph_from_tf_graph(
     init_name = _op_name(graph, init_op, "init_op")
     loss_name = None if loss is None else (loss if isinstance(loss, str) else loss.name)
 
-    step = _ancestors(graph, [train_name])
+    # A training loop fetches the loss with the train op; its last ops need not feed the gradients.
+    step = _ancestors(graph, [train_name] + ([loss_name.split(":")[0]] if loss_name else []))
     kept = step | _ancestors(graph, [init_name])
     graph_def = graph.as_graph_def()
     function_names = frozenset(f.signature.name for f in graph_def.library.function)
@@ -284,6 +285,11 @@ def _bytes(shape: tuple[int, ...] | None, dtype: tf.DType) -> int:
 
 
 def _flops(graph: tf.Graph, node) -> int:
+    # Some FLOP functions read attributes the op does not have (`transpose_a` of BatchMatMulV2); reading a
+    # missing key of a protobuf map inserts an empty value, which would make the GraphDef unrunnable.
+    scratch = type(node)()
+    scratch.CopyFrom(node)
+    node = scratch
     try:
         with deprecation.silence():  # the FLOP registry uses a TF1 shape helper that warns on every call
             stats = tf_ops.get_stats_for_node_def(graph, node, "flops")

@@ -107,6 +107,11 @@ class OpGraph:
         return self.groups[self.op(op_name).group]
 
     @property
+    def step_fetches(self) -> tuple[str, ...]:
+        """What one training step runs: the train op, and the loss when the graph names one."""
+        return (self.train_op,) if self.loss is None else (self.train_op, self.loss)
+
+    @property
     def step_ops(self) -> tuple[OpNode, ...]:
         """The ops that run every training step (initializers left out)."""
         return tuple(op for op in self.ops if op.in_step)

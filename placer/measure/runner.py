@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
@@ -52,7 +52,7 @@ def canonical_device(name: str) -> str:
 
 def run_placed_step(
     graph_def: tf.compat.v1.GraphDef,
-    train_op: str,
+    train_op: str | Sequence[str],
     init_op: str,
     op_devices: Mapping[str, str],
     target: str,

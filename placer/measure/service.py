@@ -144,7 +144,7 @@ class Measurer:
         try:
             if graph.fingerprint not in self._loaded:
                 step_ops = [op.name for op in graph.ops if op.in_step]
-                self._request(("load", graph.fingerprint, graph.graph_def, graph.train_op, graph.init_op, step_ops), config.setup_timeout)
+                self._request(("load", graph.fingerprint, graph.graph_def, list(graph.step_fetches), graph.init_op, step_ops), config.setup_timeout)
                 self._loaded.add(graph.fingerprint)
             result = self._request(("measure", graph.fingerprint, op_devices, config), config.total_timeout)
         except channel.ChannelTimeout:

@@ -1,39 +1,119 @@
-"""Built-in models, by name: `build_model("two-tower", size="tiny")` returns an `OpGraph`.
+"""Built-in models, by name: `build_model("nmt-2", size="tiny")` returns the training step's `OpGraph`.
 
-The benchmark models of the device-placement literature are added here as they land (see the issues).
+The benchmark models of the device-placement literature (Inception-V3, ResNet-50, RNNLM, NMT with 2, 4
+and 8 layers, Transformer) come in three sizes: `tiny` (a training step in about a second on 2 CPU
+cores, for tests), `small`, and `paper` (the papers' hyper-parameters). Sizes change widths, batch and
+sequence lengths, never the kind of structure. Every model has an expert placement (`expert_placement`).
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
 from placer.errors import GraphBuildError
+
+if TYPE_CHECKING:  # importing these needs TensorFlow; listing the models must not
+    from placer.devices import DeviceSet
+    from placer.graph.opgraph import OpGraph
+    from placer.placement import Placement
 
 SIZES = ("tiny", "small", "paper")
 
 
-def _two_tower(size: str):
-    from placer.models.two_tower import two_tower_graph
-
-    return two_tower_graph(size)
-
-
-def _mlp(size: str):
-    from placer.models.mlp import mlp_graph
-
-    return mlp_graph(size)
-
-
-MODELS: dict[str, Callable] = {"two-tower": _two_tower, "mlp": _mlp}
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    description: str
+    build: Callable[[str], "OpGraph"]
+    expert: Callable[["OpGraph", "DeviceSet"], "Placement"]
+    """The papers' human-expert placement of this model over a list of devices."""
+    benchmark: bool = True
+    """False for the small built-in models that exist for quick runs, not from the literature."""
 
 
-def model_names() -> list[str]:
-    return sorted(MODELS)
+def _lazy(module: str, function: str, *bound) -> Callable:
+    """Import the model's module (and TensorFlow) only when the model is used."""
+
+    def call(*args):
+        import importlib
+
+        return getattr(importlib.import_module(f"placer.models.{module}"), function)(*bound, *args)
+
+    call.__name__ = function
+    return call
+
+
+def _single_device_expert(graph, devices):
+    from placer.models.expert import single_device_placement
+
+    return single_device_placement(graph, devices, method="expert")
+
+
+def _two_tower_expert(graph, devices):
+    from placer.models.expert import compute_devices, placement_by_stage
+    from placer.models.two_tower import tower_of
+
+    compute = compute_devices(devices)
+    return placement_by_stage(graph, devices, tower_of, {"tower_a": compute[0], "tower_b": compute[-1]})
+
+
+MODELS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in [
+        ModelSpec("inception-v3", "Inception-V3 image classifier (tf-keras); paper: batch 32, 299x299",
+                  _lazy("image_classifiers", "inception_v3_graph"), _lazy("image_classifiers", "expert_placement")),
+        ModelSpec("resnet-50", "ResNet-50 image classifier (tf-keras); paper: batch 32, 224x224",
+                  _lazy("image_classifiers", "resnet50_graph"), _lazy("image_classifiers", "expert_placement")),
+        ModelSpec("rnnlm", "2-layer LSTM language model, unrolled; paper: LSTM 2048, batch 64, 20 steps",
+                  _lazy("rnnlm", "rnnlm_graph"), _lazy("rnnlm", "expert_placement")),
+        *(
+            ModelSpec(f"nmt-{layers}", f"GNMT-style {layers}-layer encoder-decoder LSTM with attention, unrolled; "
+                      "paper: LSTM 1024, batch 128, 40 tokens, 32k vocabulary",
+                      _lazy("nmt", "nmt_graph", layers), _lazy("nmt", "expert_placement"))
+            for layers in (2, 4, 8)
+        ),
+        ModelSpec("transformer", "Transformer base, 6+6 layers (Keras 3 via tf.function); paper: d_model 512, "
+                  "8 heads, 64x50 tokens", _lazy("transformer", "transformer_graph"), _lazy("transformer", "expert_placement")),
+        ModelSpec("two-tower", "two independent dense towers joined by a loss: the smallest graph where placement pays",
+                  _lazy("two_tower", "two_tower_graph"), _two_tower_expert, benchmark=False),
+        ModelSpec("mlp", "a small tf-keras MLP classifier for quick runs", _lazy("mlp", "mlp_graph"),
+                  _single_device_expert, benchmark=False),
+    ]
+}
+
+
+def model_names(benchmarks_only: bool = False) -> list[str]:
+    return [name for name, spec in MODELS.items() if spec.benchmark or not benchmarks_only]
+
+
+def model_spec(name: str) -> ModelSpec:
+    if name not in MODELS:
+        raise GraphBuildError(f"unknown model {name!r}; built-in models: {', '.join(model_names())}")
+    return MODELS[name]
 
 
 def build_model(name: str, size: str = "tiny"):
-    if name not in MODELS:
-        raise GraphBuildError(f"unknown model {name!r}; built-in models: {', '.join(model_names())}")
+    spec = model_spec(name)
     if size not in SIZES:
         raise GraphBuildError(f"unknown size {size!r} for model {name!r}; sizes: {', '.join(SIZES)}")
-    return MODELS[name](size)
+    return spec.build(size)
+
+
+def expert_placement(name: str, graph, devices):
+    """The human-expert placement of built-in model `name` (built at any size) over `devices`."""
+    return model_spec(name).expert(graph, devices)
+
+
+def reference_placements(name: str, graph, devices) -> dict:
+    """The placements every comparison starts from: 'expert', 'single-device' (the first GPU, else the
+    first device) and 'cpu-only' (left out when the devices, e.g. a modeled machine, have no CPU)."""
+    from placer.models.expert import cpu_only_placement, single_device_placement
+
+    placements = {
+        "expert": expert_placement(name, graph, devices),
+        "single-device": single_device_placement(graph, devices),
+    }
+    if any(device.kind == "CPU" for device in devices):
+        placements["cpu-only"] = cpu_only_placement(graph, devices)
+    return placements

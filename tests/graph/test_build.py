@@ -80,3 +80,22 @@ def test_tf_function_step_becomes_a_placeable_graph():
     assert not any(op.type in ("PartitionedCall", "StatefulPartitionedCall") for op in graph.ops)
     assert any(op.type == "VarHandleOp" for op in graph.ops)
     assert graph.loss is not None
+
+
+def test_computing_flops_leaves_the_graph_def_runnable():
+    # The FLOP function of BatchMatMulV2 reads a `transpose_a` attribute the op does not have.
+    def build():
+        w = tf.compat.v1.get_variable("w", [3, 4, 4], use_resource=True)
+        x = tf.random.uniform([3, 2, 4], seed=1)
+        loss = tf.reduce_sum(tf.linalg.matmul(x, w))
+        return tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss), loss
+
+    graph = graph_from_function(build, name="batch-matmul")
+    graph_def = tf.compat.v1.GraphDef.FromString(graph.graph_def)
+    batch_matmul = next(node for node in graph_def.node if node.op == "BatchMatMulV2")
+    assert "transpose_a" not in batch_matmul.attr
+    with tf.Graph().as_default() as g:
+        tf.import_graph_def(graph_def, name="")
+        with tf.compat.v1.Session(graph=g) as session:
+            session.run(graph.init_op)
+            session.run(graph.train_op)

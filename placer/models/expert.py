@@ -1,0 +1,106 @@
+"""Human-expert placements of the benchmark models, and the single-device and CPU-only references.
+
+Experts in the papers placed whole model parts (an LSTM layer, the attention, the softmax) on devices
+and let TensorFlow put the rest (gradients, optimizer updates) next to them. Here every op gets the part
+("stage") of its scope, or of its nearest producer when its scope names none (gradient accumulation,
+input slicing), and every colocation group goes where most of its ops' stages go.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable, Mapping, Sequence
+
+from placer.devices import DeviceSet
+from placer.errors import PlacementError
+from placer.graph.opgraph import OpGraph
+from placer.placement import Placement
+
+StageOf = Callable[[str], "str | None"]
+
+
+def compute_devices(devices: DeviceSet) -> list[int]:
+    """The devices experts spread a model over: the GPUs when there are any, else every device."""
+    gpus = [i for i, d in enumerate(devices) if d.kind == "GPU"]
+    return gpus or list(range(len(devices)))
+
+
+def spread(count: int, over: Sequence[int]) -> list[int]:
+    """Contiguous blocks: item i of `count` goes to device over[i * len(over) // count]."""
+    return [over[i * len(over) // count] for i in range(count)]
+
+
+def op_stages(graph: OpGraph, stage_of: StageOf) -> dict[str, str | None]:
+    """The stage of every op: its own scope's, else its nearest producer's, else its nearest consumer's."""
+    stages = {op.name: stage_of(op.name) for op in graph.ops}
+    for op in graph.ops:  # topological order: producers first
+        if stages[op.name] is None:
+            stages[op.name] = next(
+                (stages[src] for src in op.producers if stages.get(src) is not None), None
+            )
+    consumers: dict[str, list[str]] = {}
+    for op in graph.ops:
+        for src in op.producers:
+            consumers.setdefault(src, []).append(op.name)
+    for op in reversed(graph.ops):
+        if stages[op.name] is None:
+            stages[op.name] = next(
+                (stages[dst] for dst in consumers.get(op.name, ()) if stages[dst] is not None), None
+            )
+    return stages
+
+
+def placement_by_stage(
+    graph: OpGraph,
+    devices: DeviceSet,
+    stage_of: StageOf,
+    stage_devices: Mapping[str, int],
+    *,
+    method: str = "expert",
+) -> Placement:
+    """Place each colocation group on the device of its ops' most common stage.
+
+    Stages missing from `stage_devices` (and groups with no stage) go to the first compute device, where
+    TensorFlow's default placement would put them. A group with no kernel on its device (an op with
+    only a CPU kernel next to GPU layers) goes to the first device that has one, as soft placement would
+    move it; the placement's metadata counts these.
+    """
+    stages = op_stages(graph, stage_of)
+    default = compute_devices(devices)[0]
+    assignment = []
+    moved_to_host = 0
+    for group in graph.groups:
+        votes = Counter(stages[name] for name in group.ops if stages[name] is not None)
+        stage = votes.most_common(1)[0][0] if votes else None
+        device = stage_devices.get(stage, default) if stage is not None else default
+        if devices[device].kind not in group.kernel_devices:
+            device = _first_with_kernel(group, devices)
+            moved_to_host += 1
+        assignment.append(device)
+    return Placement.from_assignment(
+        graph, devices, assignment, {"method": method, "groups_without_kernel_on_their_stage_device": moved_to_host}
+    )
+
+
+def single_device_placement(graph: OpGraph, devices: DeviceSet, *, method: str = "single-device") -> Placement:
+    """Everything on the first compute device (the first GPU when there is one); ops without a kernel
+    there go to the first device that has one."""
+    return placement_by_stage(graph, devices, lambda name: None, {}, method=method)
+
+
+def cpu_only_placement(graph: OpGraph, devices: DeviceSet) -> Placement:
+    """Everything on the first CPU device."""
+    cpus = [i for i, d in enumerate(devices) if d.kind == "CPU"]
+    if not cpus:
+        raise PlacementError(f"the CPU-only placement needs a CPU device; the devices are {', '.join(devices.names)}")
+    return Placement.single_device(graph, devices, cpus[0]).with_metadata(method="cpu-only")
+
+
+def _first_with_kernel(group, devices: DeviceSet) -> int:
+    for index, device in enumerate(devices):
+        if device.kind in group.kernel_devices:
+            return index
+    raise PlacementError(
+        f"colocation group {group.name!r} has kernels only for {', '.join(sorted(group.kernel_devices)) or 'no device type'}, "
+        f"and none of the devices ({', '.join(d.short_name for d in devices)}) is of that type"
+    )
