@@ -33,3 +33,7 @@ class TestbedError(PlacerError):
 
 class NetworkIsolationUnavailable(TestbedError):
     """A private network namespace could not be created, and the user did not opt in to exposed ports."""
+
+
+class ProfileError(PlacerError):
+    """Profiling a graph failed, or a cost table does not belong to the graph it is used with."""

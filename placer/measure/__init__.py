@@ -3,12 +3,12 @@
 `Measurer(target)` keeps a worker open for many placements; `measure_step_time(...)` is the one-off form.
 """
 
-from placer.measure.result import Failure, Measurement, MovedOp
+from placer.measure.result import Failure, Measurement, MovedOp, OpTime
 from placer.measure.runner import MeasureConfig
 from placer.measure.service import Measurer, measure_step_time, named_placement
 from placer.measure.targets import InProcess, LocalTestbed, RemoteCluster, parse_target
 
 __all__ = [
-    "Failure", "InProcess", "LocalTestbed", "MeasureConfig", "Measurement", "Measurer", "MovedOp",
+    "Failure", "InProcess", "LocalTestbed", "MeasureConfig", "Measurement", "Measurer", "MovedOp", "OpTime",
     "RemoteCluster", "measure_step_time", "named_placement", "parse_target",
 ]

@@ -33,6 +33,16 @@ class MovedOp:
 
 
 @dataclass(frozen=True)
+class OpTime:
+    """What traced steps saw of one op: its device and its compute time (median over the steps)."""
+
+    device: str
+    seconds: float
+    ran_as: str = ""
+    """The op type that ran, e.g. a grappler fusion such as _FusedMatMul."""
+
+
+@dataclass(frozen=True)
 class Measurement:
     """Step times in seconds of K timed steps (after W discarded warm-up steps), or a failure."""
 
@@ -47,6 +57,9 @@ class Measurement:
     overhead: Mapping[str, float] = field(default_factory=dict)
     """Seconds spent per placement around the timed steps: graph rewrite, session, init, first step."""
     target: str = ""
+    op_times: Mapping[str, OpTime] = field(default_factory=dict)
+    """Per-op compute times from traced steps, by the name TensorFlow ran the op under (only when
+    `MeasureConfig.profile_steps` > 0). A fused op's time is under the name of the node that ran it."""
 
     @property
     def ok(self) -> bool:

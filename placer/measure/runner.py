@@ -6,6 +6,7 @@ is turned into a `Failure`; the placement TF actually used is read from a traced
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
@@ -13,7 +14,7 @@ from typing import Mapping, Sequence
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
-from placer.measure.result import Failure, Measurement, MovedOp
+from placer.measure.result import Failure, Measurement, MovedOp, OpTime
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,10 @@ class MeasureConfig:
     check_placement: bool = True
     """Trace the first warm-up step and compare each op's device with the placement."""
 
+    profile_steps: int = 0
+    """Extra traced steps, after the timed ones, whose per-op compute times go into `Measurement.op_times`
+    (tracing slows steps down, so they are never among the timed samples)."""
+
     answer_timeout: float | None = None
     """The caller's backstop, in seconds: past it the worker is killed and restarted even if TensorFlow's own
     step deadline never fired. Default: setup_timeout plus step_timeout for every step and the initializer."""
@@ -41,7 +46,7 @@ class MeasureConfig:
     def total_timeout(self) -> float:
         if self.answer_timeout is not None:
             return self.answer_timeout
-        return self.setup_timeout + self.step_timeout * (self.warmup_steps + self.timed_steps + 2)
+        return self.setup_timeout + self.step_timeout * (self.warmup_steps + self.timed_steps + self.profile_steps + 2)
 
 
 def canonical_device(name: str) -> str:
@@ -116,6 +121,13 @@ def run_placed_step(
             started = time.perf_counter()
             session.run(train_op, options=step_options)
             samples.append(time.perf_counter() - started)
+
+        traces = []
+        for _ in range(config.profile_steps):
+            metadata = config_pb2.RunMetadata()
+            session.run(train_op, options=traced_options, run_metadata=metadata)
+            traces.append(metadata)
+        op_times = op_times_from_traces(traces)
     except tf.errors.ResourceExhaustedError as error:
         return _failed("oom", f"out of memory: {_first_line(error)}", overhead, target)
     except tf.errors.DeadlineExceededError:
@@ -134,7 +146,38 @@ def run_placed_step(
         ops_not_traced=not_traced,
         overhead=overhead,
         target=target,
+        op_times=op_times,
     )
+
+
+def op_times_from_traces(traces: list[config_pb2.RunMetadata]) -> dict[str, OpTime]:
+    """Median compute time of every traced op over several traced steps.
+
+    Per node, step stats give the op's start and end; on a CPU that span is the op's compute. On a GPU
+    the kernel times are on the ".../stream:N" entries, and the host entry of the same node only covers
+    the launch, so stream times win when a node has them.
+    """
+    seconds: dict[str, list[float]] = {}
+    ran: dict[str, tuple[str, str]] = {}
+    for metadata in traces:
+        host: dict[str, float] = {}
+        kernels: dict[str, float] = {}
+        for device_stats in metadata.step_stats.dev_stats:
+            if "/memcpy" in device_stats.device or "/stream:all" in device_stats.device:
+                continue  # copies are link costs; stream:all repeats the per-stream entries
+            into = kernels if "/stream:" in device_stats.device else host
+            device = canonical_device(device_stats.device)
+            for node in device_stats.node_stats:
+                name = node.node_name.split(":")[0]
+                if not name or name in ("SOURCE", "_SOURCE"):
+                    continue
+                label = node.timeline_label.split(" = ", 1)
+                ran.setdefault(name, (device, label[1].split("(", 1)[0] if len(label) == 2 else ""))
+                duration = max(node.op_end_rel_micros - node.op_start_rel_micros, 0) * 1e-6
+                into[name] = into.get(name, 0.0) + duration
+        for name in host.keys() | kernels.keys():
+            seconds.setdefault(name, []).append(kernels.get(name, host.get(name, 0.0)))
+    return {name: OpTime(ran[name][0], statistics.median(values), ran[name][1]) for name, values in seconds.items()}
 
 
 def compare_placement(

@@ -1,0 +1,124 @@
+"""Per-op compute costs for the simulator: profiled on real devices, or estimated by a roofline model.
+
+A `CostTable` maps the ops of one graph (by fingerprint) to seconds on one kind of device. Profiled
+tables come from traced steps (median over steps); for device kinds this machine lacks (GPUs), a
+roofline estimate uses each op's FLOPs and bytes and the device's peaks (`placer.hardware`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from placer.errors import ProfileError
+from placer.graph.opgraph import OpGraph
+from placer.hardware import DeviceModel
+
+FILE_FORMAT = "placer.costs"
+FILE_FORMAT_VERSION = 1
+
+# Ops that move no data and compute nothing: metadata, aliasing and bookkeeping. A roofline estimate
+# would otherwise charge each a kernel launch it never makes.
+FREE_OP_TYPES = frozenset({
+    "Const", "NoOp", "Identity", "IdentityN", "VarHandleOp", "ReadVariableOp", "Shape", "ShapeN", "Size",
+    "Rank", "Reshape", "Squeeze", "ExpandDims", "StopGradient", "PreventGradient", "Placeholder",
+    "BroadcastGradientArgs", "VariableShape", "ZerosLike", "OnesLike",
+})
+
+
+@dataclass(frozen=True)
+class CostTable:
+    """Compute seconds per op of one graph on one kind of device."""
+
+    graph_fingerprint: str
+    device_kind: str
+    """What the costs are for: "CPU", a device model ("V100"), or a label such as "testbed-core"."""
+    op_seconds: Mapping[str, float]
+    source: str
+    """"profiled" or "roofline"."""
+    metadata: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def seconds(self, op_name: str) -> float:
+        return self.op_seconds.get(op_name, 0.0)
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(self.op_seconds.values())
+
+    def check_graph(self, graph: OpGraph) -> None:
+        if self.graph_fingerprint != graph.fingerprint:
+            raise ProfileError(
+                f"the {self.device_kind} cost table was made for graph {self.graph_fingerprint[:12]}, not for "
+                f"{graph.name!r} ({graph.fingerprint[:12]}): profile this graph"
+            )
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({
+            "format": FILE_FORMAT, "format_version": FILE_FORMAT_VERSION, "graph_fingerprint": self.graph_fingerprint,
+            "device_kind": self.device_kind, "source": self.source, "metadata": dict(self.metadata),
+            "op_seconds": dict(self.op_seconds),
+        }, indent=1))
+        return path
+
+
+def load_cost_table(path: str | Path, graph: OpGraph | None = None) -> CostTable:
+    """Read a saved table; with `graph`, refuse a table made for another graph."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        raise ProfileError(f"cannot read cost table {path}: {error}") from None
+    if not isinstance(data, dict) or data.get("format") != FILE_FORMAT:
+        raise ProfileError(f"{path} is not a placer cost table (format {FILE_FORMAT!r})")
+    if data.get("format_version") != FILE_FORMAT_VERSION:
+        raise ProfileError(f"{path} has cost-table format version {data.get('format_version')}; this placer reads {FILE_FORMAT_VERSION}")
+    table = CostTable(data["graph_fingerprint"], data["device_kind"], {k: float(v) for k, v in data["op_seconds"].items()},
+                      data["source"], data.get("metadata") or {})
+    if graph is not None:
+        table.check_graph(graph)
+    return table
+
+
+def profile_costs(graph: OpGraph, measurer, *, device: str | int = 0, steps: int = 5, label: str | None = None) -> CostTable:
+    """Profile every op of `graph` with the whole graph on one device of `measurer`.
+
+    The median over `steps` traced steps is kept per op. Ops grappler fused into another node cost 0 and
+    the fused node carries their time; time of nodes grappler created (with names the graph lacks) is
+    reported in the table's metadata as `unattributed_seconds`.
+    """
+    from placer.placement import Placement
+
+    devices = measurer.devices
+    placement = Placement.single_device(graph, devices, device)
+    result = measurer.measure(graph, placement, replace(measurer.config, profile_steps=steps))
+    if not result.ok:
+        raise ProfileError(f"profiling {graph.name!r} failed: {result.describe()}")
+    step_names = {op.name for op in graph.step_ops}
+    op_seconds = {name: t.seconds for name, t in result.op_times.items() if name in step_names}
+    unattributed = sum(t.seconds for name, t in result.op_times.items() if name not in step_names and name not in graph)
+    target_device = devices[placement.group_devices[0]]
+    return CostTable(
+        graph.fingerprint, label or target_device.kind, op_seconds, "profiled",
+        {"graph": graph.name, "device": target_device.name, "steps": steps, "step_time_median": result.median,
+         "unattributed_seconds": unattributed, "ops_traced": len(op_seconds), "step_ops": len(step_names)},
+    )
+
+
+def roofline_costs(graph: OpGraph, model: DeviceModel) -> CostTable:
+    """Estimated seconds per step op on `model`: max(FLOPs / FLOP/s, bytes / bandwidth) at the model's
+    efficiency, plus its per-op launch overhead; bookkeeping ops (`FREE_OP_TYPES`) cost nothing."""
+    output_bytes = {op.name: sum(op.output_bytes) for op in graph.ops}
+    flops_rate = model.peak_flops * model.efficiency
+    byte_rate = model.memory_bandwidth * model.efficiency
+    op_seconds = {}
+    for op in graph.step_ops:
+        if op.type in FREE_OP_TYPES:
+            continue
+        moved = output_bytes[op.name] + sum(output_bytes.get(src, 0) for src in op.producers)
+        op_seconds[op.name] = max(op.flops / flops_rate, moved / byte_rate) + model.launch_overhead
+    return CostTable(graph.fingerprint, model.name, op_seconds, "roofline",
+                     {"graph": graph.name, "peak_flops": model.peak_flops, "memory_bandwidth": model.memory_bandwidth,
+                      "efficiency": model.efficiency, "launch_overhead": model.launch_overhead})

@@ -1,0 +1,10 @@
+"""Simulated step time: predict what a placement costs from per-op costs, in milliseconds, not seconds.
+
+`Simulator(graph, devices, costs).simulate(placement)` returns a `SimResult` (step time, per-device busy
+time and peak memory, bytes per link, out-of-memory devices, and optionally a Chrome-trace timeline).
+"""
+
+from placer.simulate.result import SimResult, SimulatedOp, SimulatedTransfer
+from placer.simulate.simulator import Simulator, SimulatorConfig
+
+__all__ = ["SimResult", "SimulatedOp", "SimulatedTransfer", "Simulator", "SimulatorConfig"]

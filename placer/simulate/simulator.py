@@ -1,0 +1,187 @@
+"""`Simulator`: compile a graph, its devices and its cost tables into arrays once; simulate placements fast."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from placer.devices import DeviceSet, Link
+from placer.errors import DeviceSpecError, PlacementError, ProfileError
+from placer.graph.opgraph import OpGraph
+from placer.placement import Placement
+from placer.profile import CostTable
+from placer.simulate.engine import simulate_step
+from placer.simulate.result import SimResult, SimulatedOp, SimulatedTransfer
+
+# Outputs of these ops alias memory that already exists (a variable, a constant, their input), so
+# running them allocates nothing.
+ALIAS_OP_TYPES = frozenset({
+    "Const", "Identity", "IdentityN", "ReadVariableOp", "VarHandleOp", "Reshape", "Squeeze", "ExpandDims",
+    "StopGradient", "PreventGradient", "Snapshot",
+})
+
+
+@dataclass(frozen=True)
+class SimulatorConfig:
+    cpu_slots: int = 1
+    """Ops a CPU device runs at once: its inter-op threads that have a core of their own (1 for a testbed
+    worker pinned to one core)."""
+    gpu_slots: int = 1
+    """Ops a GPU runs at once: TensorFlow uses one compute stream."""
+    step_overhead: float = 0.0
+    """Fixed seconds added to every step (session.run and RPC round trips), from calibration."""
+    default_link: Link | None = None
+    """Link for device pairs the device set has none for; without it such a transfer is an error."""
+    bytes_per_parameter: int = 4
+
+
+class Simulator:
+    """Predicts the step time, memory and timeline of placements of one graph on one device set."""
+
+    def __init__(self, graph: OpGraph, devices: DeviceSet, costs: CostTable | Mapping[str, CostTable],
+                 config: SimulatorConfig | None = None):
+        self.graph = graph
+        self.devices = devices
+        self.config = config or SimulatorConfig()
+        self._compile(costs)
+
+    # -- compilation -------------------------------------------------------------------------------
+
+    def _compile(self, costs) -> None:
+        graph, devices, config = self.graph, self.devices, self.config
+        step = graph.step_ops
+        index = {op.name: i for i, op in enumerate(step)}
+        self._names = [op.name for op in step]
+        self._op_group = np.array([op.group for op in step], dtype=np.int64)
+
+        tables = [self._table_for(device, costs) for device in devices]
+        self.op_cost = np.array([[table.seconds(op.name) for table in tables] for op in step], dtype=np.float64).reshape(len(step), len(devices))
+        self.op_alloc = np.array(
+            [0 if op.type in ALIAS_OP_TYPES else sum(op.output_bytes) for op in step], dtype=np.float64
+        )
+
+        tensor_ids: dict[tuple[str, str], int] = {}
+        tensor_bytes: list[float] = []
+        edges: list[tuple[int, int, int]] = []  # (src, dst, tensor)
+        for j, op in enumerate(step):
+            sources = [(t.rsplit(":", 1)[0], t.rsplit(":", 1)[1]) for t in op.data_inputs]
+            sources += [(c, "control") for c in op.control_inputs]
+            for src, port in sources:
+                i = index[src]
+                key = (src, port)
+                if key not in tensor_ids:
+                    tensor_ids[key] = len(tensor_bytes)
+                    size = 0 if port == "control" else step[i].output_bytes[int(port)]
+                    tensor_bytes.append(float(size))
+                edges.append((i, j, tensor_ids[key]))
+        self._tensor_names = [f"{src}:{port}" for src, port in tensor_ids]
+        edges.sort()
+        n, m = len(step), len(edges)
+        src = np.array([e[0] for e in edges], dtype=np.int64).reshape(m)
+        dst = np.array([e[1] for e in edges], dtype=np.int64).reshape(m)
+        self.edge_src = src
+        self.out_dst = dst
+        self.out_tensor = np.array([e[2] for e in edges], dtype=np.int64).reshape(m)
+        self.out_ptr = np.searchsorted(src, np.arange(n + 1)).astype(np.int64)
+        by_dst = np.argsort(dst, kind="stable").astype(np.int64)
+        self.in_edge = by_dst
+        self.in_ptr = np.searchsorted(dst[by_dst], np.arange(n + 1)).astype(np.int64)
+        self.in_degree = np.diff(self.in_ptr).astype(np.int64)
+        self.tensor_bytes = np.array(tensor_bytes, dtype=np.float64).reshape(len(tensor_bytes))
+
+        self.slots = np.array([config.gpu_slots if d.kind == "GPU" else config.cpu_slots for d in devices], dtype=np.int64)
+        d = len(devices)
+        self.link_bandwidth = np.zeros((d, d))
+        self.link_latency = np.zeros((d, d))
+        if config.default_link is not None:
+            self.link_bandwidth[:] = config.default_link.bandwidth
+            self.link_latency[:] = config.default_link.latency
+        for link in devices.links:
+            a, b = devices.index(link.source), devices.index(link.target)
+            self.link_bandwidth[a, b] = link.bandwidth
+            self.link_latency[a, b] = link.latency
+        # Variables stay resident on their group's device all step; parameters count optimizer slots too.
+        self._variable_groups = np.array([op.group for op in graph.ops if op.parameters], dtype=np.int64)
+        self._variable_bytes = np.array(
+            [op.parameters * config.bytes_per_parameter for op in graph.ops if op.parameters], dtype=np.float64
+        )
+        self.capacity = np.array([d.memory_bytes or np.inf for d in devices], dtype=np.float64)
+
+    def _table_for(self, device, costs) -> CostTable:
+        if isinstance(costs, CostTable):
+            table = costs
+        else:
+            table = next((costs[key] for key in (device.model, device.kind) if key and key in costs), None)
+            if table is None:
+                raise ProfileError(
+                    f"no cost table for {device.short_name} (model {device.model!r}, kind {device.kind!r}); "
+                    f"tables given: {', '.join(costs) or 'none'}"
+                )
+        table.check_graph(self.graph)
+        return table
+
+    # -- simulation --------------------------------------------------------------------------------
+
+    def simulate(self, placement: Placement | Sequence[int], *, timeline: bool = False) -> SimResult:
+        """Simulate one training step. `placement` is a Placement or one device index per colocation group."""
+        group_devices = self._group_devices(placement)
+        op_device = group_devices[self._op_group]
+        persistent = np.bincount(group_devices[self._variable_groups], weights=self._variable_bytes,
+                                 minlength=len(self.devices)).astype(np.float64)
+        (step_time, start, end, busy, peak, link_bytes, arrival, transfer_start, finished,
+         missing_link) = simulate_step(
+            op_device, self.op_cost, self.op_alloc, self.out_ptr, self.out_dst, self.out_tensor, self.in_ptr,
+            self.in_edge, self.edge_src, self.tensor_bytes, self.in_degree, self.slots, self.link_bandwidth,
+            self.link_latency, persistent,
+        )
+        if missing_link >= 0:
+            a, b = divmod(int(missing_link), len(self.devices))
+            raise DeviceSpecError(
+                f"the placement sends tensors from {self.devices[a].short_name} to {self.devices[b].short_name}, "
+                "but the device set has no link between them: add one, or set SimulatorConfig.default_link"
+            )
+        if finished != len(self._names):
+            raise PlacementError(f"simulation stalled after {finished} of {len(self._names)} ops: the graph has a cycle")
+        names = self.devices.names
+        result_ops: tuple = ()
+        transfers: tuple = ()
+        if timeline:
+            result_ops = tuple(SimulatedOp(self._names[i], names[op_device[i]], float(start[i]), float(end[i]))
+                               for i in range(len(self._names)))
+            sent = np.argwhere(arrival >= 0)
+            producer = {}
+            for e in range(len(self.edge_src)):
+                producer.setdefault(int(self.out_tensor[e]), int(self.edge_src[e]))
+            transfers = tuple(
+                SimulatedTransfer(self._tensor_names[t], names[op_device[producer[t]]], names[d],
+                                  float(transfer_start[t, d]), float(arrival[t, d]), int(self.tensor_bytes[t]))
+                for t, d in sent
+            )
+        peak_memory = {name: int(p) for name, p in zip(names, peak)}
+        return SimResult(
+            step_time=float(step_time) + self.config.step_overhead,
+            device_busy={name: float(b) for name, b in zip(names, busy)},
+            peak_memory=peak_memory,
+            link_bytes={(names[a], names[b]): int(link_bytes[a, b]) for a, b in np.argwhere(link_bytes > 0)},
+            out_of_memory=tuple(name for name, p, c in zip(names, peak, self.capacity) if p > c),
+            ops=result_ops,
+            transfers=transfers,
+        )
+
+    def _group_devices(self, placement) -> np.ndarray:
+        if isinstance(placement, Placement):
+            if placement.graph_fingerprint != self.graph.fingerprint:
+                raise PlacementError(f"the placement was made for another graph, not {self.graph.name!r}")
+            if tuple(placement.devices) != self.devices.names:
+                raise PlacementError("the placement was made for other devices than the simulator's")
+            assignment = placement.group_devices
+        else:
+            assignment = placement
+        group_devices = np.asarray(assignment, dtype=np.int64)
+        if group_devices.shape != (len(self.graph.groups),):
+            raise PlacementError(f"give one device index per colocation group ({len(self.graph.groups)}), got shape {group_devices.shape}")
+        if group_devices.min() < 0 or group_devices.max() >= len(self.devices):
+            raise PlacementError(f"device indices must be in 0..{len(self.devices) - 1}")
+        return group_devices

@@ -1,0 +1,150 @@
+"""The simulator on hand-built graphs whose step time, traffic and memory can be worked out by hand."""
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from placer.devices import machine_from_dict
+from placer.errors import DeviceSpecError, ProfileError
+from placer.graph import graph_from_function
+from placer.placement import Placement
+from placer.profile import CostTable
+from placer.simulate import Simulator, SimulatorConfig
+
+MS = 1e-3
+ELEMENTS = 250_000  # 1 MB of float32 per tensor
+
+
+def two_devices(bandwidth="1e9", latency=0.0, memory="1GiB"):
+    return machine_from_dict({
+        "devices": [{"name": "CPU:0", "memory": memory}, {"name": "CPU:1", "memory": memory}],
+        "links": [{"source": "CPU:0", "target": "CPU:1", "bandwidth": bandwidth, "latency": latency},
+                  {"source": "CPU:1", "target": "CPU:0", "bandwidth": bandwidth, "latency": latency}],
+    })
+
+
+def costs(graph, milliseconds=None):
+    return CostTable(graph.fingerprint, "CPU", {name: ms * MS for name, ms in (milliseconds or {}).items()}, "hand-made")
+
+
+TOWER_COSTS = {"a/source": 1, "a/square": 2, "b/source": 1, "b/square": 2, "join": 3, "total": 4}
+
+
+def place(graph, devices, **device_of_prefix):
+    """Ops whose name starts with a given prefix go to that device; everything else to device 0."""
+    op_devices = {}
+    for op in graph.ops:
+        index = next((d for prefix, d in device_of_prefix.items() if op.name.startswith(prefix)), 0)
+        op_devices[op.name] = devices[index].name
+    return Placement.from_op_devices(graph, devices, op_devices)
+
+
+@pytest.fixture(scope="module")
+def towers():
+    """Two towers a and b (source -> square) joined by a sum: a graph with no variables. Only the named
+    ops get costs; the random generators feeding the sources cost nothing."""
+    def build():
+        heads = []
+        for tower in ("a", "b"):
+            with tf.name_scope(tower):
+                x = tf.sqrt(tf.random.uniform([ELEMENTS], seed=1), name="source")
+                heads.append(tf.square(x, name="square"))
+        joined = tf.add(heads[0], heads[1], name="join")
+        return tf.group(tf.reduce_sum(joined, name="total"), name="train_op")
+
+    return graph_from_function(build, name="towers")
+
+
+def test_a_chain_on_one_device_takes_the_sum_of_its_op_times(towers):
+    devices = two_devices()
+    table = costs(towers, TOWER_COSTS)
+    result = Simulator(towers, devices, table).simulate(Placement.single_device(towers, devices))
+    assert result.step_time == pytest.approx(13 * MS)
+    assert result.device_busy[devices[0].name] == pytest.approx(13 * MS)
+    assert result.link_bytes == {}
+
+
+def test_towers_on_two_devices_overlap_and_pay_one_transfer(towers):
+    devices = two_devices(bandwidth="1e9", latency=0.5e-3)
+    table = costs(towers, TOWER_COSTS)
+    result = Simulator(towers, devices, table).simulate(place(towers, devices, **{"b/": 1}))
+    # b's square is sent to CPU:0: 0.5 ms latency + 1 MB at 1 GB/s = 1.5 ms, after b finishes at 3 ms.
+    assert result.step_time == pytest.approx((3 + 1.5 + 3 + 4) * MS)
+    assert result.link_bytes == {(devices[1].name, devices[0].name): ELEMENTS * 4}
+
+
+def test_transfers_on_a_shared_link_go_one_after_the_other(towers):
+    devices = two_devices(bandwidth="1e9", latency=0.0)
+    table = costs(towers, TOWER_COSTS)
+    # Both towers on CPU:1, the join on CPU:0: two 1 MB tensors share the CPU:1 -> CPU:0 link.
+    simulator = Simulator(towers, devices, table, SimulatorConfig(cpu_slots=2))
+    result = simulator.simulate(place(towers, devices, **{"a/": 1, "b/": 1}), timeline=True)
+    assert result.step_time == pytest.approx((3 + 1 + 1 + 3 + 4) * MS)
+    sends = sorted((t.start, t.end) for t in result.transfers)
+    assert sends == [pytest.approx((3 * MS, 4 * MS)), pytest.approx((4 * MS, 5 * MS))]
+
+
+def test_a_device_runs_as_many_ops_at_once_as_it_has_slots(towers):
+    devices = two_devices()
+    table = costs(towers, TOWER_COSTS)
+    placement = Placement.single_device(towers, devices)
+    serial = Simulator(towers, devices, table, SimulatorConfig(cpu_slots=1)).simulate(placement)
+    parallel = Simulator(towers, devices, table, SimulatorConfig(cpu_slots=2)).simulate(placement)
+    assert serial.step_time == pytest.approx(13 * MS)
+    assert parallel.step_time == pytest.approx(10 * MS)
+
+
+def test_peak_memory_counts_live_tensors_and_a_too_small_device_is_out_of_memory():
+    def build():
+        w = tf.compat.v1.get_variable("w", [ELEMENTS], initializer=tf.compat.v1.zeros_initializer(), use_resource=True)
+        loss = tf.reduce_sum(tf.square(w, name="square"), name="loss")
+        return tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train_op"), loss
+
+    graph = graph_from_function(build, name="one-variable")
+    table = costs(graph, {"square": 1, "loss": 1})
+    roomy = two_devices(memory="1GiB")
+    result = Simulator(graph, roomy, table).simulate(Placement.single_device(graph, roomy))
+    # The 1 MB variable, its 1 MB square and the 1 MB gradients that are alive alongside it.
+    peak = result.peak_memory[roomy[0].name]
+    assert 2 * ELEMENTS * 4 <= peak <= 5 * ELEMENTS * 4
+    assert result.ok
+
+    cramped = two_devices(memory="1.5MB")
+    result = Simulator(graph, cramped, costs(graph, {"square": 1, "loss": 1})).simulate(Placement.single_device(graph, cramped))
+    assert not result.ok and result.out_of_memory == (cramped[0].name,)
+    assert "OUT OF MEMORY" in result.describe()
+
+
+def test_same_inputs_give_the_same_result(two_tower):
+    devices = two_devices(latency=1e-5)
+    rng = np.random.default_rng(0)
+    table = CostTable(two_tower.fingerprint, "CPU", {op.name: float(rng.random()) * MS for op in two_tower.step_ops}, "random")
+    simulator = Simulator(two_tower, devices, table, SimulatorConfig(cpu_slots=2))
+    assignments = rng.integers(0, 2, size=(5, len(two_tower.groups)))
+    first = [simulator.simulate(a) for a in assignments]
+    again = [Simulator(two_tower, devices, table, SimulatorConfig(cpu_slots=2)).simulate(a) for a in assignments]
+    assert first == again
+    assert len({r.step_time for r in first}) > 1
+
+
+def test_timeline_exports_as_a_chrome_trace(towers, tmp_path):
+    devices = two_devices()
+    table = costs(towers, TOWER_COSTS)
+    result = Simulator(towers, devices, table).simulate(place(towers, devices, **{"b/": 1}), timeline=True)
+    trace = json.loads(result.save_chrome_trace(tmp_path / "trace.json").read_text())
+    names = {event["name"] for event in trace["traceEvents"] if event["ph"] == "X"}
+    assert {"a/square", "b/square", "join", "recv b/square:0"} <= names
+
+
+def test_a_cost_table_of_another_graph_is_refused(towers, two_tower):
+    with pytest.raises(ProfileError, match="profile this graph"):
+        Simulator(towers, two_devices(), costs(two_tower))
+
+
+def test_a_transfer_without_a_link_is_an_error_naming_the_devices(towers):
+    devices = machine_from_dict({"devices": [{"name": "CPU:0"}, {"name": "CPU:1"}]})
+    simulator = Simulator(towers, devices, costs(towers, {"join": 1}))
+    with pytest.raises(DeviceSpecError, match="no link between them"):
+        simulator.simulate(place(towers, devices, **{"b/": 1}))

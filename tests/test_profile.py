@@ -1,0 +1,54 @@
+"""Cost tables: profiled from traced steps, estimated by roofline for hardware this machine lacks."""
+
+import pytest
+
+from placer.errors import DeviceSpecError, ProfileError
+from placer.hardware import GPUS, LINKS, modeled_machine
+from placer.measure import Measurer
+from placer.profile import FREE_OP_TYPES, load_cost_table, profile_costs, roofline_costs
+
+
+def test_profiled_costs_cover_the_step_and_round_trip_through_a_file(mlp, two_tower, tmp_path):
+    with Measurer("inprocess:1") as measurer:
+        table = profile_costs(mlp, measurer, steps=3)
+    assert table.source == "profiled" and table.device_kind == "CPU"
+    matmuls = [op.name for op in mlp.step_ops if op.type == "MatMul"]
+    # A MatMul grappler fused with its BiasAdd has its time under the fused node's name.
+    assert sum(table.seconds(name) for name in matmuls) + table.metadata["unattributed_seconds"] > 0
+    assert 0 < table.total_seconds < 3 * table.metadata["step_time_median"]
+    assert table.metadata["ops_traced"] > len(mlp.step_ops) // 2
+
+    path = table.save(tmp_path / "mlp.costs.json")
+    assert load_cost_table(path, mlp) == table
+    with pytest.raises(ProfileError, match="profile this graph"):
+        load_cost_table(path, two_tower)
+
+
+def test_a_file_that_is_not_a_cost_table_is_refused(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text('{"format": "something else"}')
+    with pytest.raises(ProfileError, match="not a placer cost table"):
+        load_cost_table(path)
+
+
+def test_roofline_cost_is_the_slower_of_compute_and_memory_plus_launch(mlp):
+    v100 = GPUS["V100"]
+    table = roofline_costs(mlp, v100)
+    matmul = max((op for op in mlp.step_ops if op.type == "MatMul"), key=lambda op: op.flops)
+    inputs = sum(sum(mlp.op(src).output_bytes) for src in matmul.producers)
+    expected = max(matmul.flops / (v100.peak_flops * v100.efficiency),
+                   (sum(matmul.output_bytes) + inputs) / (v100.memory_bandwidth * v100.efficiency)) + v100.launch_overhead
+    assert table.seconds(matmul.name) == pytest.approx(expected)
+    assert all(table.seconds(op.name) == 0 for op in mlp.step_ops if op.type in FREE_OP_TYPES)
+    assert roofline_costs(mlp, GPUS["K80"]).total_seconds > roofline_costs(mlp, GPUS["H100"]).total_seconds
+
+
+def test_modeled_machine_joins_every_pair_of_devices():
+    machine = modeled_machine(gpus=4, gpu="A100", link="nvlink3")
+    assert [d.kind for d in machine] == ["CPU", "GPU", "GPU", "GPU", "GPU"]
+    assert machine[1].model == "A100" and machine[1].memory_bytes == GPUS["A100"].memory_bytes
+    assert len(machine.links) == 5 * 4
+    gpu_link = next(link for link in machine.links if "GPU:0" in link.source and "GPU:1" in link.target)
+    assert gpu_link.bandwidth == LINKS["nvlink3"].bandwidth
+    with pytest.raises(DeviceSpecError, match="unknown device model"):
+        modeled_machine(gpus=2, gpu="TPU")
