@@ -82,9 +82,19 @@ def load_cost_table(path: str | Path, graph: OpGraph | None = None) -> CostTable
     return table
 
 
-def profile_costs(graph: OpGraph, measurer, *, device: str | int = 0, steps: int = 5, label: str | None = None) -> CostTable:
+def profile_costs(
+    graph: OpGraph, measurer, *, device: str | int = 0, steps: int = 5, cores: int = 1, step_overhead: float = 0.0,
+    label: str | None = None,
+) -> CostTable:
     """Profile every op of `graph` with the whole graph on one device of `measurer`.
 
+    `cores`: how many cores that device computes on; ops that overlapped in time share them, and each
+    is charged its share (see `placer.measure.runner.op_times_from_traces`).
+
+    Traced op spans leave out the executor's own work between ops (scheduling, allocation), which on a
+    graph of thousands of small ops is a large part of the step. What the untraced step time has beyond
+    `step_overhead` (the fixed cost of a step, see `placer.calibrate`) and the ops' compute is spread
+    evenly over the ops that ran, as `dispatch_seconds` per op.
     The median over `steps` traced steps is kept per op. Ops grappler fused into another node cost 0 and
     the fused node carries their time; time of nodes grappler created (with names the graph lacks) is
     reported in the table's metadata as `unattributed_seconds`.
@@ -93,17 +103,22 @@ def profile_costs(graph: OpGraph, measurer, *, device: str | int = 0, steps: int
 
     devices = measurer.devices
     placement = Placement.single_device(graph, devices, device)
-    result = measurer.measure(graph, placement, replace(measurer.config, profile_steps=steps))
+    result = measurer.measure(graph, placement, replace(measurer.config, profile_steps=steps, profile_cores=cores))
     if not result.ok:
         raise ProfileError(f"profiling {graph.name!r} failed: {result.describe()}")
     step_names = {op.name for op in graph.step_ops}
     op_seconds = {name: t.seconds for name, t in result.op_times.items() if name in step_names}
     unattributed = sum(t.seconds for name, t in result.op_times.items() if name not in step_names and name not in graph)
+    ran = len(result.op_times)
+    compute = sum(t.seconds for t in result.op_times.values())
+    dispatch = max(result.median - step_overhead - compute * (1 if cores == 1 else 1 / cores), 0.0) / max(ran, 1)
+    op_seconds = {name: seconds + dispatch for name, seconds in op_seconds.items()}
     target_device = devices[placement.group_devices[0]]
     return CostTable(
         graph.fingerprint, label or target_device.kind, op_seconds, "profiled",
-        {"graph": graph.name, "device": target_device.name, "steps": steps, "step_time_median": result.median,
-         "unattributed_seconds": unattributed, "ops_traced": len(op_seconds), "step_ops": len(step_names)},
+        {"graph": graph.name, "device": target_device.name, "steps": steps, "cores": cores, "step_time_median": result.median,
+         "unattributed_seconds": unattributed, "ops_traced": len(op_seconds), "step_ops": len(step_names),
+         "dispatch_seconds": dispatch},
     )
 
 

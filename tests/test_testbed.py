@@ -147,3 +147,25 @@ def test_cluster_up_runs_a_command_against_the_testbed_by_its_cluster_spec():
     assert run.returncode == 0, run.stderr[-2000:]
     report = json.loads(run.stdout)
     assert report["target"] == "grpc://localhost:2222" and report["result"]["ok"]
+
+
+def test_calibrated_simulator_predicts_the_two_tower_speed_up_measured_on_the_testbed(testbed):
+    from placer.calibrate import calibrate
+    from placer.profile import profile_costs
+    from placer.simulate import Simulator, SimulatorConfig
+
+    calibration = calibrate(testbed, sizes=(1_000, 1_000_000), counts=(1, 16))
+    assert calibration.latency >= 0 and 1e7 < calibration.bandwidth < 1e12 and calibration.step_overhead > 0
+
+    graph = build_model("two-tower", "small")
+    devices, config = calibration.apply(testbed.devices, SimulatorConfig(cpu_slots=1))
+    simulator = Simulator(graph, devices, profile_costs(graph, testbed, steps=3), config)
+    single = Placement.single_device(graph, testbed.devices)
+    split = Placement.from_groups(
+        graph, testbed.devices, {g.name: testbed.devices[1 if tower_of(g.ops[0]) == "tower_b" else 0].name for g in graph.groups}
+    )
+    predicted = {name: simulator.simulate(p).step_time for name, p in (("single", single), ("split", split))}
+    measured = {name: testbed.measure(graph, p).median for name, p in (("single", single), ("split", split))}
+    assert predicted["single"] / predicted["split"] >= 1.4, predicted
+    for name in predicted:
+        assert abs(predicted[name] - measured[name]) / measured[name] < 0.35, (predicted, measured)

@@ -37,6 +37,9 @@ class MeasureConfig:
     profile_steps: int = 0
     """Extra traced steps, after the timed ones, whose per-op compute times go into `Measurement.op_times`
     (tracing slows steps down, so they are never among the timed samples)."""
+    profile_cores: int = 1
+    """Cores each device computes on, to split the time of ops that ran at once (1 for a testbed worker
+    pinned to one core)."""
 
     answer_timeout: float | None = None
     """The caller's backstop, in seconds: past it the worker is killed and restarted even if TensorFlow's own
@@ -127,7 +130,7 @@ def run_placed_step(
             metadata = config_pb2.RunMetadata()
             session.run(train_op, options=traced_options, run_metadata=metadata)
             traces.append(metadata)
-        op_times = op_times_from_traces(traces)
+        op_times = op_times_from_traces(traces, config.profile_cores)
     except tf.errors.ResourceExhaustedError as error:
         return _failed("oom", f"out of memory: {_first_line(error)}", overhead, target)
     except tf.errors.DeadlineExceededError:
@@ -150,12 +153,14 @@ def run_placed_step(
     )
 
 
-def op_times_from_traces(traces: list[config_pb2.RunMetadata]) -> dict[str, OpTime]:
+def op_times_from_traces(traces: list[config_pb2.RunMetadata], cores: int = 1) -> dict[str, OpTime]:
     """Median compute time of every traced op over several traced steps.
 
-    Per node, step stats give the op's start and end; on a CPU that span is the op's compute. On a GPU
-    the kernel times are on the ".../stream:N" entries, and the host entry of the same node only covers
-    the launch, so stream times win when a node has them.
+    Per node, step stats give the op's start and end. On a CPU device with `cores` cores, ops that ran
+    at the same time shared them: while k ops run, each advances at min(1, cores / k), so an op's
+    compute time is its span weighted that way (the raw span of two ops time-sliced on one core would
+    count that core twice). On a GPU the kernel times are on the ".../stream:N" entries, and the host
+    entry of the same node only covers the launch, so stream times win when a node has them.
     """
     seconds: dict[str, list[float]] = {}
     ran: dict[str, tuple[str, str]] = {}
@@ -165,19 +170,59 @@ def op_times_from_traces(traces: list[config_pb2.RunMetadata]) -> dict[str, OpTi
         for device_stats in metadata.step_stats.dev_stats:
             if "/memcpy" in device_stats.device or "/stream:all" in device_stats.device:
                 continue  # copies are link costs; stream:all repeats the per-stream entries
-            into = kernels if "/stream:" in device_stats.device else host
+            on_stream = "/stream:" in device_stats.device
             device = canonical_device(device_stats.device)
+            spans = []
             for node in device_stats.node_stats:
                 name = node.node_name.split(":")[0]
                 if not name or name in ("SOURCE", "_SOURCE"):
                     continue
                 label = node.timeline_label.split(" = ", 1)
                 ran.setdefault(name, (device, label[1].split("(", 1)[0] if len(label) == 2 else ""))
-                duration = max(node.op_end_rel_micros - node.op_start_rel_micros, 0) * 1e-6
-                into[name] = into.get(name, 0.0) + duration
+                begin = node.all_start_micros + node.op_start_rel_micros
+                spans.append((name, begin, max(begin, node.all_start_micros + node.op_end_rel_micros)))
+            into = kernels if on_stream else host
+            shared = _span_seconds(spans) if on_stream else _shared_seconds(spans, cores)
+            for name, value in shared.items():
+                into[name] = into.get(name, 0.0) + value
         for name in host.keys() | kernels.keys():
             seconds.setdefault(name, []).append(kernels.get(name, host.get(name, 0.0)))
     return {name: OpTime(ran[name][0], statistics.median(values), ran[name][1]) for name, values in seconds.items()}
+
+
+def _span_seconds(spans) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for name, begin, end in spans:
+        totals[name] = totals.get(name, 0.0) + (end - begin) * 1e-6
+    return totals
+
+
+def _shared_seconds(spans, cores: int) -> dict[str, float]:
+    """Processor-sharing time of each span: a sweep over start and end points of all spans."""
+    points = sorted({t for _, begin, end in spans for t in (begin, end)})
+    if not points:
+        return {}
+    starts: dict[float, list[int]] = {}
+    ends: dict[float, list[int]] = {}
+    for i, (_, begin, end) in enumerate(spans):
+        starts.setdefault(begin, []).append(i)
+        ends.setdefault(end, []).append(i)
+    share = [0.0] * len(spans)
+    active: set[int] = set()
+    for left, right in zip(points, points[1:] + [points[-1]]):
+        for i in ends.get(left, ()):
+            active.discard(i)
+        for i in starts.get(left, ()):
+            if spans[i][2] > spans[i][1]:
+                active.add(i)
+        if active and right > left:
+            rate = min(1.0, cores / len(active))
+            for i in active:
+                share[i] += (right - left) * rate
+    totals: dict[str, float] = {}
+    for (name, _, _), value in zip(spans, share):
+        totals[name] = totals.get(name, 0.0) + value * 1e-6
+    return totals
 
 
 def compare_placement(

@@ -11,8 +11,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-EVENT_OP_DONE = 0
+# Events are keyed id * 4 + kind, so that simultaneous events are handled in a fixed order.
+EVENT_OP_DONE = 0  # a real op, or a receive (id n + tensor * d + device), finished
 EVENT_ARRIVAL = 1  # one consumer edge's input is available on the consumer's device
+EVENT_RECEIVED = 2  # a transfer reached its device; its receive now waits for a compute slot
 
 
 @njit(cache=True)
@@ -73,6 +75,7 @@ def simulate_step(
     link_bandwidth,  # [d, d] bytes per second (0: no link)
     link_latency,   # [d, d] seconds
     persistent,     # [d] bytes resident all step (variables)
+    transfer_cpu,   # seconds of the receiving device's compute slot each transfer takes (0: none)
 ):
     n = op_device.shape[0]
     m = out_dst.shape[0]
@@ -93,6 +96,10 @@ def simulate_step(
     uses = np.zeros(n, dtype=np.int64)  # outstanding readers of each op's outputs on its own device
     recv_uses = np.zeros((t_count, d), dtype=np.int64)  # outstanding readers of a received tensor
     missing_link = -1
+    first_edge = np.full(t_count, -1, dtype=np.int64)
+    for e in range(m):
+        if first_edge[out_tensor[e]] < 0:
+            first_edge[out_tensor[e]] = e
 
     # Readers that keep memory alive: same-device consumers and each distinct transfer.
     for i in range(n):
@@ -106,11 +113,11 @@ def simulate_step(
                     uses[i] += 1
                 recv_uses[tensor, op_device[j]] += 1
 
-    ready_time = np.empty((d, n))
-    ready_key = np.empty((d, n), dtype=np.int64)
+    ready_time = np.empty((d, n + t_count))
+    ready_key = np.empty((d, n + t_count), dtype=np.int64)
     ready_size = np.zeros(d, dtype=np.int64)
-    event_time = np.empty(n + m + 1)
-    event_key = np.empty(n + m + 1, dtype=np.int64)
+    event_time = np.empty(n + 3 * m + 1)
+    event_key = np.empty(n + 3 * m + 1, dtype=np.int64)
     events = 0
 
     for i in range(n):
@@ -126,19 +133,36 @@ def simulate_step(
             while free_slots[dev] > 0 and ready_size[dev] > 0:
                 ready_at, i, ready_size[dev] = _pop(ready_time[dev], ready_key[dev], ready_size[dev])
                 free_slots[dev] -= 1
+                if i >= n:  # a receive
+                    busy[dev] += transfer_cpu
+                    events = _push(event_time, event_key, events, now + transfer_cpu, i * 4 + EVENT_OP_DONE)
+                    continue
                 start[i] = now
                 cost = op_cost[i, dev]
                 busy[dev] += cost
                 live[dev] += op_alloc[i]
                 if live[dev] > peak[dev]:
                     peak[dev] = live[dev]
-                events = _push(event_time, event_key, events, now + cost, i * 2 + EVENT_OP_DONE)
+                events = _push(event_time, event_key, events, now + cost, i * 4 + EVENT_OP_DONE)
         if events == 0:
             break
         now, key, events = _pop(event_time, event_key, events)
-        kind = key & 1
-        if kind == EVENT_OP_DONE:
-            i = key >> 1
+        kind = key & 3
+        if kind == EVENT_RECEIVED:
+            i = key >> 2
+            target = (i - n) % d
+            ready_size[target] = _push(ready_time[target], ready_key[target], ready_size[target], now, i)
+        elif kind == EVENT_OP_DONE and (key >> 2) >= n:
+            i = key >> 2
+            tensor = (i - n) // d
+            target = (i - n) % d
+            free_slots[target] += 1
+            src = edge_src[first_edge[tensor]]
+            for e in range(out_ptr[src], out_ptr[src + 1]):
+                if out_tensor[e] == tensor and op_device[out_dst[e]] == target:
+                    events = _push(event_time, event_key, events, now, e * 4 + EVENT_ARRIVAL)
+        elif kind == EVENT_OP_DONE:
+            i = key >> 2
             dev = op_device[i]
             end[i] = now
             finished += 1
@@ -162,10 +186,11 @@ def simulate_step(
                 j = out_dst[e]
                 target = op_device[j]
                 if target == dev:
-                    events = _push(event_time, event_key, events, now, e * 2 + EVENT_ARRIVAL)
+                    events = _push(event_time, event_key, events, now, e * 4 + EVENT_ARRIVAL)
                     continue
                 tensor = out_tensor[e]
-                if arrival[tensor, target] < 0.0:
+                first = arrival[tensor, target] < 0.0
+                if first:
                     bandwidth = link_bandwidth[dev, target]
                     if bandwidth <= 0.0:
                         missing_link = dev * d + target
@@ -176,9 +201,14 @@ def simulate_step(
                     link_bytes[dev, target] += tensor_bytes[tensor]
                     arrival[tensor, target] = done
                     xfer_start[tensor, target] = begin
-                events = _push(event_time, event_key, events, arrival[tensor, target], e * 2 + EVENT_ARRIVAL)
+                if transfer_cpu > 0.0:
+                    if first:
+                        receive = n + tensor * d + target
+                        events = _push(event_time, event_key, events, arrival[tensor, target], receive * 4 + EVENT_RECEIVED)
+                else:
+                    events = _push(event_time, event_key, events, arrival[tensor, target], e * 4 + EVENT_ARRIVAL)
         else:
-            e = key >> 1
+            e = key >> 2
             j = out_dst[e]
             target = op_device[j]
             src = edge_src[e]

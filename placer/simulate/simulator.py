@@ -32,6 +32,11 @@ class SimulatorConfig:
     """Ops a GPU runs at once: TensorFlow uses one compute stream."""
     step_overhead: float = 0.0
     """Fixed seconds added to every step (session.run and RPC round trips), from calibration."""
+    spanning_overhead: float = 0.0
+    """Fixed seconds added per device beyond the first that a step runs ops on (one more worker)."""
+    transfer_cpu: float = 0.0
+    """Seconds of the receiving device's compute slot each incoming transfer takes: on a worker pinned to
+    one core, deserializing a gRPC message competes with the ops (from calibration; ~0 on GPUs)."""
     default_link: Link | None = None
     """Link for device pairs the device set has none for; without it such a transfer is an error."""
     bytes_per_parameter: int = 4
@@ -134,7 +139,7 @@ class Simulator:
          missing_link) = simulate_step(
             op_device, self.op_cost, self.op_alloc, self.out_ptr, self.out_dst, self.out_tensor, self.in_ptr,
             self.in_edge, self.edge_src, self.tensor_bytes, self.in_degree, self.slots, self.link_bandwidth,
-            self.link_latency, persistent,
+            self.link_latency, persistent, float(self.config.transfer_cpu),
         )
         if missing_link >= 0:
             a, b = divmod(int(missing_link), len(self.devices))
@@ -161,7 +166,8 @@ class Simulator:
             )
         peak_memory = {name: int(p) for name, p in zip(names, peak)}
         return SimResult(
-            step_time=float(step_time) + self.config.step_overhead,
+            step_time=float(step_time) + self.config.step_overhead
+            + self.config.spanning_overhead * max(len(np.unique(op_device)) - 1, 0),
             device_busy={name: float(b) for name, b in zip(names, busy)},
             peak_memory=peak_memory,
             link_bytes={(names[a], names[b]): int(link_bytes[a, b]) for a, b in np.argwhere(link_bytes > 0)},

@@ -75,6 +75,16 @@ def test_towers_on_two_devices_overlap_and_pay_one_transfer(towers):
     assert result.link_bytes == {(devices[1].name, devices[0].name): ELEMENTS * 4}
 
 
+def test_receiving_a_transfer_can_take_the_receiving_device_s_compute_slot(towers):
+    devices = two_devices(bandwidth="1e9", latency=0.5e-3)
+    table = costs(towers, TOWER_COSTS)
+    simulator = Simulator(towers, devices, table, SimulatorConfig(transfer_cpu=1e-3))
+    result = simulator.simulate(place(towers, devices, **{"b/": 1}))
+    # As before, but the arrival at 4.5 ms is received on CPU:0 for 1 ms before the join can start.
+    assert result.step_time == pytest.approx((3 + 1.5 + 1 + 3 + 4) * MS)
+    assert result.device_busy[devices[0].name] == pytest.approx((3 + 1 + 3 + 4) * MS)
+
+
 def test_transfers_on_a_shared_link_go_one_after_the_other(towers):
     devices = two_devices(bandwidth="1e9", latency=0.0)
     table = costs(towers, TOWER_COSTS)

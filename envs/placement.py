@@ -1,0 +1,141 @@
+"""`PlacementEnv`: one episode places every unit (colocation group) of a graph at once and is timed.
+
+As in the hierarchical planner, an episode is one step: the action gives a device per unit, the reward
+comes from the step time (measured or simulated), and the episode ends. A failed placement (out of
+memory, invalid, timeout) is charged `failing_step_time` and ends the episode normally.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from envs.observation import graph_observation, observation_shape, observation_space
+from envs.problem import load_graph, make_backend
+from envs.reward import RewardConfig, reward
+
+
+class PlacementProblemEnv(gym.Env):
+    """What the one-shot and the sequential environments share: graph, backend, observation, reward."""
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
+
+    def __init__(
+        self,
+        model: Any = "nmt-2",
+        size: str = "tiny",
+        backend: str = "simulated",
+        devices: Any = None,
+        costs: Any = "roofline",
+        reward: str = "neg_sqrt",
+        failing_step_time: float = 100.0,
+        reference: str = "single-device",
+        max_ops: int | None = None,
+        max_units: int | None = None,
+        max_edges: int | None = None,
+        measure_config: Any = None,
+        simulator_config: Any = None,
+        render_mode: str | None = None,
+    ):
+        """model: a built-in model name (`placer models`) or an OpGraph. backend: "simulated" or
+        "measured". devices: for "simulated", a modeled machine ("modeled:2xV100", a machine file or a
+        DeviceSet; default 2 V100s); for "measured", a target ("local:2", "inprocess:2", a cluster spec;
+        default the local testbed). costs: "roofline" or cost tables (simulated only). reference: the
+        placement the "improvement" reward compares with ("single-device" or "expert")."""
+        self.graph = load_graph(model, size)
+        self.model_name = model if isinstance(model, str) else self.graph.name
+        self.backend = make_backend(self.graph, backend, devices, costs, measure_config=measure_config,
+                                    simulator_config=simulator_config)
+        self.devices = self.backend.devices
+        self.reward_config = RewardConfig(reward, failing_step_time)
+        self.render_mode = render_mode
+        self.num_units = len(self.graph.groups)
+        self._shape = observation_shape(self.graph, self.devices, max_ops=max_ops, max_units=max_units, max_edges=max_edges)
+        self._graph_space = observation_space(self._shape)
+        self._graph_obs = graph_observation(self.graph, self.devices, self._shape, self.backend.op_cost)
+        self._reference_name = reference
+        self._reference_time: float | None = None
+        self._last: dict[str, Any] | None = None
+
+    # -- shared pieces -----------------------------------------------------------------------------
+
+    def reference_assignment(self) -> np.ndarray:
+        from placer.models import MODELS, reference_placements
+        from placer.models.expert import single_device_placement
+
+        if self._reference_name == "expert" and self.model_name in MODELS:
+            placement = reference_placements(self.model_name, self.graph, self.devices)["expert"]
+        elif self._reference_name in ("single-device", "expert"):
+            placement = single_device_placement(self.graph, self.devices)
+        else:
+            raise ValueError(f"unknown reference placement {self._reference_name!r}: 'single-device' or 'expert'")
+        return np.asarray(placement.group_devices, dtype=np.int64)
+
+    @property
+    def reference_step_time(self) -> float:
+        if self._reference_time is None:
+            self._reference_time = self.backend.evaluate(self.reference_assignment()).step_time
+        return self._reference_time
+
+    def _reward(self, step_time: float) -> float:
+        reference = self.reference_step_time if self.reward_config.kind == "improvement" else None
+        return reward(step_time, self.reward_config, reference)
+
+    def _evaluate(self, assignment: np.ndarray) -> tuple[float, dict[str, Any]]:
+        evaluation = self.backend.evaluate([int(a) for a in assignment])
+        info = {
+            "step_time": evaluation.step_time,
+            "ok": evaluation.ok,
+            "failure": evaluation.failure,
+            "failure_message": evaluation.message,
+            "peak_memory": dict(evaluation.peak_memory),
+            "moved_ops": evaluation.moved_ops,
+            "tensorflow_moved_ops": evaluation.moved_ops > 0,
+            "stats": dict(evaluation.stats),
+            "backend": self.backend.name,
+        }
+        self._last = {"assignment": np.array(assignment), **info}
+        return self._reward(evaluation.step_time), info
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        if self._last is None:
+            return "no placement yet\n"
+        assignment = self._last["assignment"]
+        lines = [f"{self.graph.name} on {len(self.devices)} devices ({self.backend.name}): step time "
+                 f"{self._last['step_time'] * 1e3:.3f} ms" + ("" if self._last["ok"] else f" FAILED ({self._last['failure']})")]
+        for index, device in enumerate(self.devices):
+            units = np.flatnonzero(assignment == index)
+            ops = sum(len(self.graph.groups[u].ops) for u in units)
+            names = ", ".join(self.graph.groups[u].name for u in units[:3]) + (", ..." if len(units) > 3 else "")
+            lines.append(f"  {device.short_name:>16}: {len(units):5d} units {ops:6d} ops  {names}")
+        return "\n".join(lines) + "\n"
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+class PlacementEnv(PlacementProblemEnv):
+    """One-shot placement: action = a device per unit; one step per episode."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.observation_space = self._graph_space
+        self.action_space = spaces.MultiDiscrete([len(self.devices)] * self.num_units)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.action_space.seed(int(self.np_random.integers(2**31)))
+        return self._observation(), {"backend": self.backend.name, "units": self.num_units}
+
+    def step(self, action):
+        assignment = np.asarray(action, dtype=np.int64).reshape(self.num_units)
+        reward_value, info = self._evaluate(assignment)
+        return self._observation(), reward_value, True, False, info
+
+    def _observation(self) -> dict[str, np.ndarray]:
+        return {key: value.copy() for key, value in self._graph_obs.items()}
