@@ -1,0 +1,175 @@
+"""One training loop for every agent: propose, evaluate, learn, checkpoint, keep the best placement.
+
+`train(agent, env, run_dir)` can be killed at any moment and called again with the same `run_dir`: it
+resumes from the last completed update (agent weights, optimizer, baseline, random generators, best
+placement so far) and loses at most the update in flight. The best placement is written to
+`run_dir/best_placement.json` whenever it improves.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    updates: int | None = 100
+    """Stop after this many updates (None: only the time budget stops training)."""
+    time_budget: float | None = None
+    """Stop after this many seconds of training (counted across resumptions)."""
+    samples_per_update: int = 4
+    """Placements proposed and evaluated per update (a vector environment evaluates them at once)."""
+    progress: bool = True
+    """Show a progress bar with the current and best step time."""
+
+
+@dataclass
+class TrainingState:
+    updates: int = 0
+    samples: int = 0
+    elapsed: float = 0.0
+    best_reward: float = -math.inf
+    best_step_time: float = math.inf
+    best_assignment: list[int] | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    agent_state: dict[str, Any] = field(default_factory=dict)
+    checkpoint: str | None = None
+
+
+def train(agent, env, run_dir: str | Path, config: TrainingConfig | None = None,
+          on_update: Callable[[int, Mapping[str, Any]], None] | None = None) -> TrainingState:
+    """Train `agent` on `env` (a placement environment, or a vector of them) and return the final state."""
+    import tensorflow as tf
+
+    config = config or TrainingConfig()
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint = tf.train.Checkpoint(**agent.checkpoint_objects())
+    manager = tf.train.CheckpointManager(checkpoint, run_dir / "checkpoints", max_to_keep=2)
+    state = _load_state(run_dir)
+    if state.checkpoint:
+        checkpoint.restore(state.checkpoint).expect_partial()
+    if state.agent_state:
+        agent.load_numpy_state(state.agent_state)
+
+    base = _unwrap(env)
+    progress = _progress_bar(config, state)
+    started = time.monotonic() - state.elapsed
+    try:
+        while not _done(config, state, time.monotonic() - started):
+            assignments = agent.propose(config.samples_per_update)
+            rewards, infos = _evaluate(env, assignments)
+            metrics = dict(agent.learn(assignments, rewards))
+            state.updates += 1
+            state.samples += len(assignments)
+            step_times = [info["step_time"] for info in infos]
+            best = int(np.argmax(rewards))
+            improved = rewards[best] > state.best_reward
+            if improved:
+                state.best_reward, state.best_step_time = float(rewards[best]), float(step_times[best])
+                state.best_assignment = [int(a) for a in assignments[best]]
+            finite = [t for t in step_times if math.isfinite(t)]
+            metrics.update(
+                reward_mean=float(np.mean(rewards)), reward_best=state.best_reward,
+                step_time_sampled=float(np.median(finite)) if finite else math.inf,
+                step_time_best=state.best_step_time,
+                failure_rate=sum(not info["ok"] for info in infos) / len(infos),
+                samples=state.samples, wall_time=time.monotonic() - started,
+            )
+            state.history.append({"update": state.updates, **metrics})
+            state.elapsed = time.monotonic() - started
+            state.agent_state = dict(agent.numpy_state())
+            state.checkpoint = manager.save(checkpoint_number=state.updates) if agent.checkpoint_objects() else None
+            if improved:
+                _save_best(base, agent, state, run_dir)
+            _save_state(run_dir, state)  # last: a kill before this resumes from the previous update
+            if on_update is not None:
+                on_update(state.updates, metrics)
+            if progress is not None:
+                progress.update(1)
+                progress.set_postfix(step_ms=f"{metrics['step_time_sampled'] * 1e3:.2f}",
+                                     best_ms=f"{state.best_step_time * 1e3:.2f}")
+    finally:
+        if progress is not None:
+            progress.close()
+    return state
+
+
+def _evaluate(env, assignments):
+    import gymnasium as gym
+
+    if isinstance(env, gym.vector.VectorEnv):
+        if env.num_envs != len(assignments):
+            raise ValueError(f"the vector environment has {env.num_envs} sub-environments but "
+                             f"{len(assignments)} placements are proposed per update")
+        env.reset()
+        _, rewards, _, _, infos = env.step(np.stack(assignments))
+        return [float(r) for r in rewards], [{key: infos[key][i] for key in ("step_time", "ok")} for i in range(len(assignments))]
+    rewards, infos = [], []
+    for assignment in assignments:
+        env.reset()
+        _, reward, _, _, info = env.step(assignment)
+        rewards.append(float(reward))
+        infos.append(info)
+    return rewards, infos
+
+
+def _unwrap(env):
+    import gymnasium as gym
+
+    if isinstance(env, gym.vector.VectorEnv):
+        return None
+    return env.unwrapped
+
+
+def _save_best(env, agent, state: TrainingState, run_dir: Path) -> None:
+    record = {"method": agent.name, "update": state.updates, "samples": state.samples,
+              "step_time": state.best_step_time, "reward": state.best_reward}
+    if env is None:  # a vector environment: the graph lives in the workers
+        _atomic_write(run_dir / "best_assignment.json", json.dumps({**record, "assignment": state.best_assignment}))
+        return
+    from placer.placement import Placement
+
+    placement = Placement.from_assignment(env.graph, env.devices, state.best_assignment, {**record, "backend": env.backend.name})
+    tmp = run_dir / "best_placement.json.tmp"
+    placement.save(tmp, env.graph)
+    os.replace(tmp, run_dir / "best_placement.json")
+
+
+def _done(config: TrainingConfig, state: TrainingState, elapsed: float) -> bool:
+    if config.updates is not None and state.updates >= config.updates:
+        return True
+    return config.time_budget is not None and elapsed >= config.time_budget
+
+
+def _progress_bar(config: TrainingConfig, state: TrainingState):
+    if not config.progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=config.updates, initial=state.updates, unit="update", dynamic_ncols=True)
+
+
+def _load_state(run_dir: Path) -> TrainingState:
+    path = run_dir / "trainer_state.json"
+    if not path.exists():
+        return TrainingState()
+    return TrainingState(**json.loads(path.read_text()))
+
+
+def _save_state(run_dir: Path, state: TrainingState) -> None:
+    _atomic_write(run_dir / "trainer_state.json", json.dumps(asdict(state), default=float))
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

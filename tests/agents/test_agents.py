@@ -1,0 +1,139 @@
+"""Agents: the hierarchical planner's policy and training, the search baselines, checkpoint and resume."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from agents.reinforce import HierarchicalConfig, HierarchicalPlanner
+from agents.search import CrossEntropyMethod, RandomSearch
+from agents.training import TrainingConfig, train
+from envs.placement import PlacementEnv
+from placer.placement import load_placement
+
+SMALL = HierarchicalConfig(num_groups=4, hidden_size=32, grouping_hidden_size=16, learning_rate=0.05, seed=3)
+
+
+@pytest.fixture(scope="module")
+def env():
+    environment = PlacementEnv(model="two-tower", size="tiny")
+    environment.reset(seed=0)
+    return environment
+
+
+def device_mask(env):
+    return env._graph_obs["device_mask"]
+
+
+def test_proposals_give_every_unit_a_device_through_its_group(env):
+    planner = HierarchicalPlanner(env.graph, device_mask(env), SMALL)
+    assignments = planner.propose(3)
+    assert len(assignments) == 3
+    for assignment, sample in zip(assignments, planner._pending):
+        assert assignment.shape == (env.num_units,) and sample.groups.shape == (env.num_units,)
+        assert sample.group_devices.shape == (4,) and set(np.unique(assignment)) <= set(range(len(env.devices)))
+        assert np.array_equal(assignment, sample.group_devices[sample.groups])
+
+
+def test_log_probabilities_match_how_often_placements_are_sampled(env):
+    config = HierarchicalConfig(num_groups=2, hidden_size=16, grouping_hidden_size=8, logits_noise_std=0.0, seed=1)
+    planner = HierarchicalPlanner(env.graph, device_mask(env), config)
+    policy = planner.policy
+    groups = tf.constant(planner._sample().groups, tf.int32)
+    noise = tf.zeros([2, len(env.devices)])
+    one = tf.constant(1.0)
+    # The grouper's log-probability is the sum of each unit's log-softmax entry.
+    logits = policy.grouper_logits().numpy()
+    log_softmax = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    expected = log_softmax[np.arange(len(logits)), groups.numpy()].sum()
+    grouper_lp, _, _ = policy.log_prob(groups, tf.constant([0, 0]), noise, one)
+    assert float(grouper_lp) == pytest.approx(expected, rel=1e-4)
+    # The placer's probabilities over all device sequences sum to 1 and match sampling frequencies.
+    sequences = list(itertools.product(range(len(env.devices)), repeat=2))
+    probabilities = {s: float(np.exp(policy.log_prob(groups, tf.constant(s), noise, one)[1])) for s in sequences}
+    assert sum(probabilities.values()) == pytest.approx(1.0, abs=1e-4)
+    draws = 600
+    counts = {s: 0 for s in sequences}
+    for i in range(draws):
+        seeds = tf.constant([[i, 1]] * 3, tf.int32) + tf.constant([[0, 0], [0, 7], [0, 13]])
+        _, devices = policy.sample(seeds, noise, one)
+        counts[tuple(int(d) for d in devices.numpy())] += 1
+    for s in sequences:
+        assert abs(counts[s] / draws - probabilities[s]) < 0.06, (s, counts[s] / draws, probabilities[s])
+
+
+def test_gradients_reach_both_grouper_and_placer(env):
+    planner = HierarchicalPlanner(env.graph, device_mask(env), SMALL)
+    sample = planner._sample()
+    with tf.GradientTape() as tape:
+        grouper_lp, placer_lp, _ = planner.policy.log_prob(
+            tf.constant(sample.groups, tf.int32), tf.constant(sample.group_devices, tf.int32),
+            tf.constant(sample.noise, tf.float32), tf.constant(1.0))
+        total = grouper_lp + placer_lp
+    variables = planner.policy.trainable_variables
+    norms = {v.name: float(tf.norm(g)) for v, g in zip(variables, tape.gradient(total, variables)) if g is not None}
+    assert any(name.startswith("grouper/") and n > 0 for name, n in norms.items())
+    assert any(name.startswith("placer/decoder") and n > 0 for name, n in norms.items())
+    assert any(name.startswith("placer/encoder") and n > 0 for name, n in norms.items())
+
+
+def test_same_seed_same_proposals_and_updates(env):
+    runs = []
+    for _ in range(2):
+        planner = HierarchicalPlanner(env.graph, device_mask(env), SMALL)
+        proposals = planner.propose(2)
+        metrics = planner.learn(proposals, [-1.0, -2.0])
+        runs.append((proposals, metrics, planner.propose(2)))
+    for a, b in zip(runs[0][0] + runs[0][2], runs[1][0] + runs[1][2]):
+        assert np.array_equal(a, b)
+    assert runs[0][1] == runs[1][1]
+
+
+def test_training_improves_on_the_first_samples_and_writes_the_best_placement(env, tmp_path):
+    planner = HierarchicalPlanner(env.graph, device_mask(env), SMALL)
+    state = train(planner, env, tmp_path, TrainingConfig(updates=6, progress=False))
+    assert state.updates == 6 and state.samples == 24
+    first = state.history[0]["step_time_best"]
+    assert state.best_step_time <= first
+    saved = load_placement(tmp_path / "best_placement.json", env.graph, env.devices)
+    assert saved.metadata["step_time"] == pytest.approx(state.best_step_time)
+    assert env.backend.evaluate(saved.group_devices).step_time == pytest.approx(state.best_step_time)
+
+
+@pytest.mark.parametrize("make_agent", [
+    lambda env: HierarchicalPlanner(env.graph, device_mask(env), SMALL),
+    lambda env: CrossEntropyMethod(device_mask(env), seed=5),
+])
+def test_killed_training_resumes_where_it_stopped(env, tmp_path, make_agent):
+    straight = train(make_agent(env), env, tmp_path / "straight", TrainingConfig(updates=5, progress=False))
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_three(update, metrics):
+        if update == 3:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train(make_agent(env), env, tmp_path / "resumed", TrainingConfig(updates=5, progress=False), on_update=kill_after_three)
+    assert json.loads((tmp_path / "resumed" / "trainer_state.json").read_text())["updates"] == 3
+    resumed = train(make_agent(env), env, tmp_path / "resumed", TrainingConfig(updates=5, progress=False))
+    assert resumed.updates == 5
+    assert [h["reward_mean"] for h in resumed.history] == [h["reward_mean"] for h in straight.history]
+    assert resumed.best_assignment == straight.best_assignment
+
+
+def test_cross_entropy_method_concentrates_and_random_search_keeps_its_best(env):
+    cem = CrossEntropyMethod(device_mask(env), seed=0)
+    entropies = []
+    for _ in range(5):
+        proposals = cem.propose(8)
+        rewards = [env.backend.evaluate(p).step_time * -1 for p in proposals]
+        entropies.append(cem.learn(proposals, rewards)["entropy"])
+    assert entropies[-1] < entropies[0]
+    search = RandomSearch(device_mask(env), seed=0)
+    proposals = search.propose(4)
+    search.learn(proposals, [-3.0, -1.0, -2.0, -4.0])
+    assert np.array_equal(search.best_guess(), proposals[1])
