@@ -19,7 +19,8 @@ class UnitFeatures:
     op_types: np.ndarray
     """[U, T] int: how many ops of each type (of the T types present in the graph) each unit has."""
     sizes: np.ndarray
-    """[U, 4] float32: log1p of output bytes, of FLOPs, of op count; relative topological position."""
+    """[U, 6] float32: log1p of output bytes, of FLOPs, of op count; relative topological position;
+    log1p of the unit's incoming and outgoing edges to other units (its adjacency)."""
     edges: np.ndarray
     """[E, 2] int: (producer unit, consumer unit) for every data or control edge between two units."""
     type_names: tuple[str, ...]
@@ -29,7 +30,8 @@ class UnitFeatures:
         return self.op_types.shape[0]
 
     def dense(self) -> np.ndarray:
-        """[U, T + 4] float32: normalized type histogram and sizes, the grouper's input."""
+        """[U, T + 6] float32: normalized type histogram and sizes, the grouper's input. A linear layer over
+        the histogram is a learned op-type embedding averaged over the unit's ops."""
         counts = self.op_types.astype(np.float32)
         histogram = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1.0)
         return np.concatenate([histogram, self.sizes], axis=1).astype(np.float32)
@@ -48,8 +50,6 @@ def unit_features(graph: OpGraph) -> UnitFeatures:
         output_bytes[op.group] += sum(op.output_bytes)
         flops[op.group] += op.flops
         count[op.group] += 1
-    position = np.arange(units) / max(units - 1, 1)
-    sizes = np.stack([np.log1p(output_bytes) / 20, np.log1p(flops) / 25, np.log1p(count) / 5, position], axis=1)
     edge_set = set()
     for op in graph.ops:
         for source in (*op.producers, *op.control_inputs):
@@ -57,4 +57,9 @@ def unit_features(graph: OpGraph) -> UnitFeatures:
             if a != b:
                 edge_set.add((a, b))
     edges = np.array(sorted(edge_set), np.int64).reshape(-1, 2)
+    fan_in = np.bincount(edges[:, 1], minlength=units)
+    fan_out = np.bincount(edges[:, 0], minlength=units)
+    position = np.arange(units) / max(units - 1, 1)
+    sizes = np.stack([np.log1p(output_bytes) / 20, np.log1p(flops) / 25, np.log1p(count) / 5, position,
+                      np.log1p(fan_in) / 5, np.log1p(fan_out) / 5], axis=1)
     return UnitFeatures(op_types, sizes.astype(np.float32), edges, type_names)

@@ -1,0 +1,157 @@
+"""Policy-gradient training shared by the learned placers: REINFORCE (or PPO) with a moving-average baseline.
+
+Defaults follow TensorFlow's grappler `hierarchical_controller.py` (see ../shared/FINDINGS.md): logit
+noise 0.5 for the first 750 updates, Adam at 0.1 decayed 0.95 every 50 updates after update 400,
+gradient-norm bound 1, baseline decay 0.9, no entropy term. The REINFORCE loss is
+-(reward - baseline) * log p(placement), averaged over the placements of one update; with
+`algorithm="ppo"`, each update takes `ppo_epochs` clipped-ratio steps on the same samples instead.
+A policy supplies `_sample(greedy)` (an object with `.assignment`) and `_log_prob(sample)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+
+@dataclass(frozen=True)
+class PolicyGradientConfig:
+    tanh_constant: float = 1.0
+    """Placer logits are bounded to C * tanh(logits)."""
+    temperature: float = 1.0
+    """Placer logits are divided by it before sampling."""
+    logits_noise_std: float = 0.5
+    """Gaussian noise added to placer logits while exploring early on."""
+    noise_updates: int = 750
+    """Updates during which logit noise is added."""
+    learning_rate: float = 0.1
+    """Adam's initial learning rate."""
+    lr_decay_rate: float = 0.95
+    """Factor applied to the learning rate every `lr_decay_updates` updates..."""
+    lr_decay_updates: int = 50
+    lr_decay_start: int = 400
+    """...starting after this many updates."""
+    grad_bound: float = 1.0
+    """Gradients are clipped to this global norm."""
+    baseline_decay: float = 0.9
+    """Decay of the exponential moving-average reward baseline."""
+    entropy_weight: float = 0.0
+    """Weight of an entropy bonus in the loss (0: none, as the reference)."""
+    samples_per_update: int = 4
+    """Placements sampled and evaluated per update."""
+    algorithm: str = "reinforce"
+    """"reinforce" (the papers') or "ppo" (clipped probability ratio, several epochs per batch)."""
+    ppo_clip: float = 0.2
+    """PPO: the probability ratio is clipped to [1 - clip, 1 + clip]."""
+    ppo_epochs: int = 4
+    """PPO: gradient steps per batch of samples."""
+    seed: int = 0
+    """Seeds weights, sampling and noise."""
+
+    def __post_init__(self):
+        if self.algorithm not in ("reinforce", "ppo"):
+            raise ValueError(f"unknown algorithm {self.algorithm!r}: 'reinforce' or 'ppo'")
+
+
+class PolicyGradientAgent:
+    name = "policy-gradient"
+
+    def __init__(self, config: PolicyGradientConfig, policy: tf.Module, num_devices: int):
+        self.config = config
+        self.policy = policy
+        self.num_devices = num_devices
+        self.optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
+        self.baseline = tf.Variable(0.0, trainable=False, name="baseline")
+        self.baseline_ready = tf.Variable(False, trainable=False, name="baseline_ready")
+        self.updates = tf.Variable(0, trainable=False, dtype=tf.int64, name="updates")
+        self.rng = tf.random.Generator.from_seed(config.seed)
+        self._pending: list = []
+
+    def _sample(self, greedy: bool = False):
+        raise NotImplementedError
+
+    def _log_prob(self, sample) -> tuple[tf.Tensor, tf.Tensor]:
+        raise NotImplementedError
+
+    def _noise(self, shape, greedy: bool) -> tf.Tensor:
+        noisy = (not greedy and int(self.updates.numpy()) < self.config.noise_updates and self.config.logits_noise_std > 0)
+        return self.rng.normal(shape, stddev=self.config.logits_noise_std) if noisy else tf.zeros(shape)
+
+    def _seeds(self, count: int) -> tf.Tensor:
+        # Stateless seeds drawn from a checkpointed generator: resuming replays the same draws.
+        return tf.cast(tf.transpose(self.rng.make_seeds(count)) % (2**31 - 1), tf.int32)
+
+    # -- the agent interface -----------------------------------------------------------------------
+
+    def propose(self, count: int) -> list[np.ndarray]:
+        self._pending = [self._sample() for _ in range(count)]
+        return [s.assignment for s in self._pending]
+
+    def best_guess(self) -> np.ndarray:
+        return self._sample(greedy=True).assignment
+
+    def learn(self, assignments: Sequence[np.ndarray], rewards: Sequence[float]) -> Mapping[str, float]:
+        samples = self._pending
+        if len(samples) != len(rewards):
+            raise ValueError("learn() takes the rewards of the placements of the last propose()")
+        rewards_t = tf.constant(np.asarray(rewards, np.float32))
+        mean_reward = tf.reduce_mean(rewards_t)
+        if not bool(self.baseline_ready.numpy()):  # start the baseline at the first rewards, not at 0
+            self.baseline.assign(mean_reward)
+            self.baseline_ready.assign(True)
+        advantages = rewards_t - self.baseline
+        if self.config.algorithm == "ppo":
+            old = [tf.stop_gradient(self._log_prob(sample)[0]) for sample in samples]
+            for _ in range(self.config.ppo_epochs):
+                loss, entropy_total, norm = self._step(samples, advantages, old)
+        else:
+            loss, entropy_total, norm = self._step(samples, advantages)
+        self.baseline.assign(self.config.baseline_decay * self.baseline + (1 - self.config.baseline_decay) * mean_reward)
+        self.updates.assign_add(1)
+        self._decay_learning_rate()
+        self._pending = []
+        return {"loss": float(loss), "baseline": float(self.baseline), "grad_norm": float(norm),
+                "entropy": float(entropy_total) / len(samples), "learning_rate": float(self.optimizer.learning_rate)}
+
+    def _step(self, samples, advantages, old_log_probs=None):
+        """One gradient step: REINFORCE, or PPO's clipped surrogate when old log-probs are given."""
+        with tf.GradientTape() as tape:
+            loss = 0.0
+            entropy_total = 0.0
+            for i, (sample, advantage) in enumerate(zip(samples, tf.unstack(advantages))):
+                log_prob, entropy = self._log_prob(sample)
+                if old_log_probs is None:
+                    objective = advantage * log_prob
+                else:
+                    ratio = tf.exp(tf.minimum(log_prob - old_log_probs[i], 20.0))
+                    clipped = tf.clip_by_value(ratio, 1 - self.config.ppo_clip, 1 + self.config.ppo_clip)
+                    objective = tf.minimum(ratio * advantage, clipped * advantage)
+                loss += -objective - self.config.entropy_weight * entropy
+                entropy_total += entropy
+            loss /= len(samples)
+        variables = self.policy.trainable_variables
+        gradients = tape.gradient(loss, variables)
+        clipped_gradients, norm = tf.clip_by_global_norm(gradients, self.config.grad_bound)
+        self.optimizer.apply_gradients(zip(clipped_gradients, variables))
+        return loss, entropy_total, norm
+
+    def _decay_learning_rate(self) -> None:
+        c, step = self.config, int(self.updates.numpy())
+        if step > c.lr_decay_start:
+            decays = (step - c.lr_decay_start) // c.lr_decay_updates
+            self.optimizer.learning_rate.assign(c.learning_rate * c.lr_decay_rate ** decays)
+
+    # -- state -------------------------------------------------------------------------------------
+
+    def checkpoint_objects(self) -> Mapping[str, Any]:
+        return {"policy": self.policy, "optimizer": self.optimizer, "baseline": self.baseline,
+                "baseline_ready": self.baseline_ready, "updates": self.updates, "rng": self.rng}
+
+    def numpy_state(self) -> Mapping[str, Any]:
+        return {"config": asdict(self.config)}
+
+    def load_numpy_state(self, state: Mapping[str, Any]) -> None:
+        pass
