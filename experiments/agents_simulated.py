@@ -35,6 +35,7 @@ def main() -> None:
     parser.add_argument("--size", default="paper")
     parser.add_argument("--updates", type=int, default=200, help="updates of 4 samples each, for every agent")
     parser.add_argument("--learning-rate", type=float, default=HierarchicalConfig.learning_rate)
+    parser.add_argument("--tanh-constant", type=float, default=HierarchicalConfig.tanh_constant)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runs", default="runs/agents_simulated")
     parser.add_argument("--out")
@@ -53,8 +54,8 @@ def main() -> None:
         print(f"{setup}: {len(env.graph.step_ops)} step ops, {env.num_units} units; single-GPU "
               f"{baselines['single-device'] * 1e3:.1f} ms, expert {baselines['expert'] * 1e3:.1f} ms", flush=True)
         agents = {
-            "hierarchical": lambda: HierarchicalPlanner(env.graph, mask, replace(HierarchicalConfig(), seed=args.seed,
-                                                                                 learning_rate=args.learning_rate)),
+            "hierarchical": lambda: HierarchicalPlanner(env.graph, mask, replace(
+                HierarchicalConfig(), seed=args.seed, learning_rate=args.learning_rate, tanh_constant=args.tanh_constant)),
             "random": lambda: RandomSearch(mask, seed=args.seed),
             "cem": lambda: CrossEntropyMethod(mask, seed=args.seed),
         }
@@ -73,7 +74,8 @@ def main() -> None:
         env.close()
     write_report("agents_simulated", ["setup", "units", "single_gpu_ms", "expert_ms", "agent", "best_ms",
                                       "reduction_vs_best_baseline_pct", "samples", "wall_s"], rows, args.out,
-                 size=args.size, updates=args.updates, samples_per_update=4, machine="host CPU + N x V100 (modeled)")
+                 size=args.size, updates=args.updates, samples_per_update=4, machine="host CPU + N x V100 (modeled)",
+                 learning_rate=args.learning_rate, tanh_constant=args.tanh_constant)
 
 
 if __name__ == "__main__":
