@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from agents.baselines import m_etf, m_topo, unit_problem
 from placer.devices import machine_from_dict
-from placer.errors import PlacementError
+from placer.errors import PlacementError, PlacerError
 from placer.graph import graph_from_function
 from placer.profile import CostTable
 from placer.simulate import Simulator
@@ -100,3 +100,35 @@ def test_m_topo_splits_compute_evenly_in_topological_order():
     assert first != second  # the share of each device is half the chain
     ops = [graph.op(f"t0/op{i}").group for i in range(6)]
     assert sorted(placement.group_devices[g] for g in ops) == [placement.group_devices[g] for g in ops]
+
+
+@pytest.mark.parametrize("partitioner", ["metis_placement", "scotch_placement"])
+def test_partitioners_cut_two_towers_between_them(partitioner):
+    import agents.partitioners as partitioners
+
+    graph = towers_graph(towers=2, depth=3)
+    machine = devices()
+    costs = {f"t{t}/op{i}": 10 for t in range(2) for i in range(3)}
+    placement = getattr(partitioners, partitioner)(graph, machine, simulator(graph, machine, costs))
+    towers = [device_of(graph, placement, f"t{t}/op") for t in range(2)]
+    assert all(len(t) == 1 for t in towers) and towers[0] != towers[1]
+    assert placement.metadata["method"] in ("metis", "scotch")
+
+
+def test_a_missing_partitioner_library_is_named(monkeypatch):
+    import builtins
+
+    import agents.partitioners as partitioners
+
+    real_import = builtins.__import__
+
+    def no_pymetis(name, *args, **kwargs):
+        if name == "pymetis":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pymetis)
+    graph = towers_graph(towers=2, depth=1)
+    machine = devices()
+    with pytest.raises(PlacerError, match="needs the pymetis library"):
+        partitioners.metis_placement(graph, machine, simulator(graph, machine, {}))

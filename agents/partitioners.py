@@ -1,0 +1,88 @@
+"""Graph-partitioning baselines: METIS (pymetis) and Scotch (pyscotch) k-way partitions of the unit graph.
+
+Units (colocation groups) are vertices weighted by compute time (their cheapest device's, in
+microseconds); unit pairs are edges weighted by the kilobytes they exchange. The graph is cut into one
+part per compute device (the GPUs when there are any) under the partitioner's balance constraint, so
+parts get similar compute and few bytes cross them. Partitioners ignore memory: simulate the result to
+see whether it fits. Both libraries are optional (`pip install placer[baselines]`); without one, its
+baseline raises an error that names it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agents.baselines import unit_problem
+from placer.devices import DeviceSet
+from placer.errors import PlacerError
+from placer.graph.opgraph import OpGraph
+from placer.models.expert import compute_devices
+from placer.placement import Placement
+
+
+def _csr(simulator) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Symmetric CSR adjacency of the unit graph with integer vertex and edge weights."""
+    problem = unit_problem(simulator)
+    units = problem.compute.shape[0]
+    finite = np.where(np.isfinite(problem.compute), problem.compute, np.nan)
+    vertex = np.maximum(np.rint(np.nan_to_num(np.nanmin(finite, axis=1), nan=0.0) * 1e6), 1).astype(np.int64)
+    weights: dict[tuple[int, int], float] = {}
+    for a, b, size in problem.edges:
+        key = (min(int(a), int(b)), max(int(a), int(b)))
+        weights[key] = weights.get(key, 0.0) + size
+    neighbours: list[list[tuple[int, int]]] = [[] for _ in range(units)]
+    for (a, b), size in weights.items():
+        w = max(int(round(size / 1024)), 1)
+        neighbours[a].append((b, w))
+        neighbours[b].append((a, w))
+    xadj = np.zeros(units + 1, np.int64)
+    xadj[1:] = np.cumsum([len(n) for n in neighbours])
+    adjncy = np.array([b for n in neighbours for b, _ in n], np.int64)
+    eweights = np.array([w for n in neighbours for _, w in n], np.int64)
+    return xadj, adjncy, vertex, eweights
+
+
+def _placement(graph: OpGraph, devices: DeviceSet, parts: np.ndarray, method: str) -> Placement:
+    targets = compute_devices(devices)
+    assignment = []
+    for group, part in zip(graph.groups, parts):
+        device = targets[int(part) % len(targets)]
+        if devices[device].kind not in group.kernel_devices:  # as soft placement would: to a device with a kernel
+            device = next(i for i, d in enumerate(devices) if d.kind in group.kernel_devices)
+        assignment.append(device)
+    return Placement.from_assignment(graph, devices, assignment, {"method": method})
+
+
+def metis_placement(graph: OpGraph, devices: DeviceSet, simulator, *, seed: int = 0) -> Placement:
+    try:
+        import pymetis
+    except ImportError:
+        raise PlacerError("the METIS baseline needs the pymetis library: pip install pymetis (or placer[baselines])") from None
+    parts = len(compute_devices(devices))
+    if parts == 1:
+        return _placement(graph, devices, np.zeros(len(graph.groups), np.int64), "metis")
+    xadj, adjncy, vertex, eweights = _csr(simulator)
+    options = pymetis.Options(seed=seed)
+    adjacency = pymetis.CSRAdjacency(xadj, adjncy)
+    _, membership = pymetis.part_graph(parts, adjacency, vweights=vertex, eweights=eweights, options=options)
+    return _placement(graph, devices, np.asarray(membership), "metis")
+
+
+def scotch_placement(graph: OpGraph, devices: DeviceSet, simulator, *, seed: int = 0) -> Placement:
+    try:
+        import contextlib
+        import io
+
+        with contextlib.redirect_stdout(io.StringIO()):  # pyscotch announces its library on import
+            import pyscotch
+    except ImportError:
+        raise PlacerError("the Scotch baseline needs the pyscotch library: pip install pyscotch (or placer[baselines])") from None
+    parts = len(compute_devices(devices))
+    if parts == 1:
+        return _placement(graph, devices, np.zeros(len(graph.groups), np.int64), "scotch")
+    xadj, adjncy, vertex, eweights = _csr(simulator)
+    pyscotch.random_seed(seed)
+    pyscotch.random_reset()
+    scotch_graph = pyscotch.Graph()
+    scotch_graph.build(xadj, adjncy, velotab=vertex, edlotab=eweights)
+    return _placement(graph, devices, np.asarray(scotch_graph.partition(parts)), "scotch")
