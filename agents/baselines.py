@@ -9,7 +9,9 @@ is conservative (outputs are not all alive at once). Each returns an ordinary `P
   share (1/k) of the total compute or its memory is full.
 - m-ETF: list scheduling. Among ready units, place the (unit, device) pair that can start earliest,
   counting transfer time for inputs on other devices (latency + bytes / bandwidth) and skipping devices
-  whose memory the unit would overflow.
+  whose memory the unit would overflow. A unit holds ops from different points of the step (a variable
+  with its reads and its update), so the unit graph can have cycles: only edges to later units (in the
+  topological order of their first ops) order the schedule.
 """
 
 from __future__ import annotations
@@ -105,8 +107,11 @@ def m_etf(graph: OpGraph, devices: DeviceSet, simulator) -> Placement:
     parents: list[list[tuple[int, float]]] = [[] for _ in range(units)]
     children: list[list[int]] = [[] for _ in range(units)]
     for a, b, size in problem.edges:
-        parents[int(b)].append((int(a), size))
-        children[int(a)].append(int(b))
+        # Units are in topological order of their first op; an edge back to an earlier unit (e.g. a
+        # variable's unit, which also holds its update) would make a cycle, so only forward edges order.
+        if a < b:
+            parents[int(b)].append((int(a), size))
+            children[int(a)].append(int(b))
     waiting = np.array([len(p) for p in parents])
     finish = np.zeros(units)
     assignment = np.full(units, -1, np.int64)

@@ -132,3 +132,13 @@ def test_a_missing_partitioner_library_is_named(monkeypatch):
     machine = devices()
     with pytest.raises(PlacerError, match="needs the pymetis library"):
         partitioners.metis_placement(graph, machine, simulator(graph, machine, {}))
+
+
+@pytest.mark.parametrize("heuristic", [m_topo, m_etf])
+def test_heuristics_place_a_training_step_whose_unit_graph_has_cycles(two_tower, heuristic):
+    # A variable's unit holds its reads and its update, so gradients flow back into it: a cycle of units.
+    machine = devices()
+    table = CostTable(two_tower.fingerprint, "CPU", {op.name: 1e-4 for op in two_tower.step_ops}, "flat")
+    sim = Simulator(two_tower, machine, table)
+    placement = heuristic(two_tower, machine, sim)
+    assert len(placement.group_devices) == len(two_tower.groups) and sim.simulate(placement).ok

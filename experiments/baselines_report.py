@@ -1,0 +1,80 @@
+"""Every baseline on every benchmark model: simulated on modeled 2- and 4-GPU machines.
+
+    python experiments/baselines_report.py [--models ...] [--size paper] [--gpus 2 4] [--out FILE]
+
+Per model and machine (host CPU + N x V100, NVLink, roofline costs): the simulated step time of each
+baseline, whether it fits in memory, and how long computing the placement took. Baselines: single GPU,
+CPU only, round-robin, random, expert, METIS, Scotch, m-TOPO, m-ETF.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+from agents.baselines import m_etf, m_topo  # noqa: E402
+from agents.partitioners import metis_placement, scotch_placement  # noqa: E402
+from envs.problem import modeled_devices, roofline_tables  # noqa: E402
+from experiments._report import write_report  # noqa: E402
+from placer.errors import PlacerError  # noqa: E402
+from placer.models import build_model, model_names, reference_placements  # noqa: E402
+from placer.placement import Placement  # noqa: E402
+from placer.simulate import Simulator  # noqa: E402
+
+
+def baselines(name, graph, devices, simulator, rng):
+    references = reference_placements(name, graph, devices)
+    return {
+        "single GPU": lambda: references["single-device"],
+        "CPU only": lambda: references["cpu-only"],
+        "round-robin": lambda: Placement.round_robin(graph, devices),
+        "random": lambda: Placement.from_assignment(graph, devices, rng.integers(0, len(devices), len(graph.groups))),
+        "expert": lambda: references["expert"],
+        "METIS": lambda: metis_placement(graph, devices, simulator),
+        "Scotch": lambda: scotch_placement(graph, devices, simulator),
+        "m-TOPO": lambda: m_topo(graph, devices, simulator),
+        "m-ETF": lambda: m_etf(graph, devices, simulator),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=model_names(benchmarks_only=True))
+    parser.add_argument("--size", default="paper")
+    parser.add_argument("--gpus", nargs="+", type=int, default=[2, 4])
+    parser.add_argument("--out")
+    args = parser.parse_args()
+
+    rows = []
+    rng = np.random.default_rng(0)
+    for name in args.models:
+        graph = build_model(name, args.size)
+        for gpus in args.gpus:
+            devices = modeled_devices(f"modeled:{gpus}xV100")
+            simulator = Simulator(graph, devices, roofline_tables(graph, devices))
+            for baseline, make in baselines(name, graph, devices, simulator, rng).items():
+                started = time.perf_counter()
+                try:
+                    placement = make()
+                except PlacerError as error:
+                    rows.append({"model": name, "gpus": gpus, "baseline": baseline, "error": str(error)[:80]})
+                    continue
+                took = time.perf_counter() - started
+                result = simulator.simulate(placement)
+                rows.append({"model": name, "gpus": gpus, "baseline": baseline, "step_ms": result.step_time * 1e3,
+                             "fits": result.ok, "placement_s": took,
+                             "max_peak_gib": max(result.peak_memory.values()) / 2**30})
+                print(rows[-1], flush=True)
+    write_report("baselines_report", ["model", "gpus", "baseline", "step_ms", "fits", "max_peak_gib", "placement_s", "error"],
+                 rows, args.out, size=args.size, machine="host CPU + N x V100 (modeled), roofline costs")
+
+
+if __name__ == "__main__":
+    main()
