@@ -1,4 +1,4 @@
-"""Baechi's memory-aware placement heuristics (Jeon et al., SoCC 2020): m-TOPO and m-ETF.
+"""Baechi's memory-aware placement heuristics (Jeon et al., SoCC 2020): m-TOPO, m-ETF and m-SCT.
 
 Both work on units (colocation groups) with costs from the simulator's compiled arrays: a unit's compute
 time on each device is the sum of its ops'; an edge between units carries the bytes of the distinct
@@ -12,6 +12,8 @@ is conservative (outputs are not all alive at once). Each returns an ordinary `P
   whose memory the unit would overflow. A unit holds ops from different points of the step (a variable
   with its reads and its update), so the unit graph can have cycles: only edges to later units (in the
   topological order of their first ops) order the schedule.
+- m-SCT: m-ETF where each unit's favorite child, chosen by an LP relaxation (solved with HiGHS through
+  `highspy`), is kept on its parent's device when it fits, saving that transfer.
 """
 
 from __future__ import annotations
@@ -103,15 +105,109 @@ def _fits_anywhere(problem: UnitProblem, used: np.ndarray, unit: int, start: int
 
 def m_etf(graph: OpGraph, devices: DeviceSet, simulator) -> Placement:
     problem = unit_problem(simulator)
+    return Placement.from_assignment(graph, devices, _list_schedule(graph, problem), {"method": "m-etf"})
+
+
+def m_sct(graph: OpGraph, devices: DeviceSet, simulator) -> Placement:
+    """m-ETF, except that each unit's favorite child (from the LP relaxation of Hanen and Munier's
+    small-communication-time schedule) goes on its parent's device whenever that device has room."""
+    problem = unit_problem(simulator)
+    favorite_parent = _favorite_parents(problem)
+    assignment = _list_schedule(graph, problem, favorite_parent)
+    return Placement.from_assignment(graph, devices, assignment, {"method": "m-sct"})
+
+
+def _forward_edges(problem: UnitProblem) -> np.ndarray:
+    """Edges to later units only: a unit holds ops from different points of the step (a variable with its
+    reads and its update), so the unit graph can have cycles; units are in topological order of their
+    first ops, and the forward edges order the schedule."""
+    return problem.edges[problem.edges[:, 0] < problem.edges[:, 1]] if len(problem.edges) else problem.edges
+
+
+def _transfer_seconds(problem: UnitProblem, size: float) -> float:
+    """Mean cost of sending `size` bytes between two different linked devices."""
+    linked = problem.bandwidth > 0
+    if not linked.any():
+        return 0.0
+    return float(np.mean(problem.latency[linked] + size / problem.bandwidth[linked]))
+
+
+def _favorite_parents(problem: UnitProblem) -> np.ndarray:
+    """[U] the parent whose favorite child each unit is (-1: none), from the LP relaxation.
+
+    Variables: a start time per unit, x per edge (1: the edge pays its transfer), and the makespan w.
+    Minimize w subject to s_b >= s_a + p_a + c_ab x_ab per edge, w >= s_u + p_u per unit, and for a unit
+    with k > 1 children (parents) the x of its outgoing (incoming) edges summing to at least k - 1: at
+    most one child (parent) shares its device. Edges with x < 1/2 are favorite edges.
+    """
+    import highspy
+
+    units = problem.compute.shape[0]
+    edges = _forward_edges(problem)
+    finite = np.where(np.isfinite(problem.compute), problem.compute, np.nan)
+    duration = np.nan_to_num(np.nanmin(finite, axis=1), nan=0.0)
+    e_count = len(edges)
+    w = units + e_count  # column of the makespan
+    rows_start, rows_index, rows_value, lower = [0], [], [], []
+
+    def row(index, value, low):
+        rows_index.extend(index)
+        rows_value.extend(value)
+        rows_start.append(len(rows_index))
+        lower.append(low)
+
+    for e, (a, b, size) in enumerate(edges):
+        row([int(b), int(a), units + e], [1.0, -1.0, -_transfer_seconds(problem, size)], duration[int(a)])
+    for u in range(units):
+        row([w, u], [1.0, -1.0], duration[u])
+    for column in (0, 1):  # children of a unit, then parents of a unit
+        groups: dict[int, list[int]] = {}
+        for e, edge in enumerate(edges):
+            groups.setdefault(int(edge[column]), []).append(e)
+        for members in groups.values():
+            if len(members) > 1:
+                row([units + e for e in members], [1.0] * len(members), len(members) - 1.0)
+    lp = highspy.HighsLp()
+    lp.num_col_ = w + 1
+    lp.num_row_ = len(lower)
+    cost = np.zeros(w + 1)
+    cost[w] = 1.0
+    lp.col_cost_ = cost
+    lp.col_lower_ = np.zeros(w + 1)
+    upper = np.full(w + 1, highspy.kHighsInf)
+    upper[units:w] = 1.0
+    lp.col_upper_ = upper
+    lp.row_lower_ = np.array(lower)
+    lp.row_upper_ = np.full(len(lower), highspy.kHighsInf)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = np.array(rows_start)
+    lp.a_matrix_.index_ = np.array(rows_index)
+    lp.a_matrix_.value_ = np.array(rows_value)
+    solver = highspy.Highs()
+    solver.setOptionValue("output_flag", False)
+    solver.passModel(lp)
+    solver.run()
+    if solver.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        raise PlacementError(f"m-SCT: the LP relaxation was not solved ({solver.getModelStatus()})")
+    x = np.array(solver.getSolution().col_value)[units:w]
+    favorite = np.full(units, -1, np.int64)
+    chosen_x = np.full(units, np.inf)
+    for e, (a, b, _) in enumerate(edges):
+        if x[e] < 0.5 and x[e] < chosen_x[int(b)]:
+            favorite[int(b)], chosen_x[int(b)] = int(a), x[e]
+    return favorite
+
+
+def _list_schedule(graph: OpGraph, problem: UnitProblem, favorite_parent: np.ndarray | None = None) -> np.ndarray:
+    """Earliest-task-first list scheduling under memory limits. A unit with a favorite parent goes on
+    that parent's device when the device is free the moment the parent ends and has room; otherwise
+    it is scheduled like any other unit."""
     units, k = problem.compute.shape
     parents: list[list[tuple[int, float]]] = [[] for _ in range(units)]
     children: list[list[int]] = [[] for _ in range(units)]
-    for a, b, size in problem.edges:
-        # Units are in topological order of their first op; an edge back to an earlier unit (e.g. a
-        # variable's unit, which also holds its update) would make a cycle, so only forward edges order.
-        if a < b:
-            parents[int(b)].append((int(a), size))
-            children[int(a)].append(int(b))
+    for a, b, size in _forward_edges(problem):
+        parents[int(b)].append((int(a), size))
+        children[int(a)].append(int(b))
     waiting = np.array([len(p) for p in parents])
     finish = np.zeros(units)
     assignment = np.full(units, -1, np.int64)
@@ -121,7 +217,16 @@ def m_etf(graph: OpGraph, devices: DeviceSet, simulator) -> Placement:
     while ready:
         best = None
         for u in ready:
-            for d in range(k):
+            candidates = range(k)
+            if favorite_parent is not None and favorite_parent[u] >= 0:
+                parent = favorite_parent[u]
+                home = assignment[parent]
+                # As in Hanen and Munier's SCT: the favorite child follows its parent immediately on the
+                # parent's device when that device is free then (and, here, has room for it).
+                if (device_free[home] <= finish[parent] and np.isfinite(problem.compute[u, home])
+                        and used_memory[home] + problem.memory[u] <= problem.capacity[home]):
+                    candidates = (home,)
+            for d in candidates:
                 if not np.isfinite(problem.compute[u, d]) or used_memory[d] + problem.memory[u] > problem.capacity[d]:
                     continue
                 start = device_free[d]
@@ -139,7 +244,7 @@ def m_etf(graph: OpGraph, devices: DeviceSet, simulator) -> Placement:
                     best = key
         if best is None or not np.isfinite(best[0]):
             stuck = graph.groups[ready[0]].name
-            raise PlacementError(f"m-ETF: unit {stuck!r} fits on no device (memory, kernels or links)")
+            raise PlacementError(f"list scheduling: unit {stuck!r} fits on no device (memory, kernels or links)")
         start, end, u, d = best
         assignment[u], finish[u] = d, end
         device_free[d] = end
@@ -149,4 +254,4 @@ def m_etf(graph: OpGraph, devices: DeviceSet, simulator) -> Placement:
             waiting[child] -= 1
             if waiting[child] == 0:
                 ready.append(child)
-    return Placement.from_assignment(graph, devices, assignment, {"method": "m-etf"})
+    return assignment

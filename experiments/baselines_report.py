@@ -4,7 +4,7 @@
 
 Per model and machine (host CPU + N x V100, NVLink, roofline costs): the simulated step time of each
 baseline, whether it fits in memory, and how long computing the placement took. Baselines: single GPU,
-CPU only, round-robin, random, expert, METIS, Scotch, m-TOPO, m-ETF.
+CPU only, round-robin, random, expert, METIS, Scotch, m-TOPO, m-ETF, m-SCT.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from agents.baselines import m_etf, m_topo  # noqa: E402
+from agents.baselines import m_etf, m_sct, m_topo  # noqa: E402
 from agents.partitioners import metis_placement, scotch_placement  # noqa: E402
 from envs.problem import modeled_devices, roofline_tables  # noqa: E402
 from experiments._report import write_report  # noqa: E402
@@ -41,6 +41,7 @@ def baselines(name, graph, devices, simulator, rng):
         "Scotch": lambda: scotch_placement(graph, devices, simulator),
         "m-TOPO": lambda: m_topo(graph, devices, simulator),
         "m-ETF": lambda: m_etf(graph, devices, simulator),
+        "m-SCT": lambda: m_sct(graph, devices, simulator),
     }
 
 

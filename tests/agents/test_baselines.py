@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from agents.baselines import m_etf, m_topo, unit_problem
+from agents.baselines import m_etf, m_sct, m_topo, unit_problem
 from placer.devices import machine_from_dict
 from placer.errors import PlacementError, PlacerError
 from placer.graph import graph_from_function
@@ -48,28 +48,30 @@ def device_of(graph, placement, prefix):
             for op in graph.ops if op.name.startswith(prefix)}
 
 
-def test_m_etf_keeps_a_chain_on_one_device():
+@pytest.mark.parametrize("heuristic", [m_etf, m_sct])
+def test_list_schedulers_keep_a_chain_on_one_device(heuristic):
     graph = towers_graph(towers=1, depth=6)
     machine = devices()
     sim = simulator(graph, machine, {f"t0/op{i}": 5 for i in range(6)})
-    placement = m_etf(graph, machine, sim)
+    placement = heuristic(graph, machine, sim)
     assert len(set(placement.group_devices)) == 1
     assert sim.simulate(placement).step_time == pytest.approx(30 * MS)
 
 
-def test_m_etf_puts_two_independent_towers_on_two_devices():
+@pytest.mark.parametrize("heuristic", [m_etf, m_sct])
+def test_list_schedulers_put_two_independent_towers_on_two_devices(heuristic):
     graph = towers_graph(towers=2, depth=3)
     machine = devices()
     costs = {f"t{t}/op{i}": 10 for t in range(2) for i in range(3)}
     sim = simulator(graph, machine, costs)
-    placement = m_etf(graph, machine, sim)
+    placement = heuristic(graph, machine, sim)
     assert device_of(graph, placement, "t0/op") != device_of(graph, placement, "t1/op")
     single = sim.simulate(np.zeros(len(graph.groups), np.int64)).step_time
     # Not the ideal 30 ms: m-ETF plans its own start times, the executor runs ready ops in its own order.
     assert sim.simulate(placement).step_time < single
 
 
-@pytest.mark.parametrize("heuristic", [m_topo, m_etf])
+@pytest.mark.parametrize("heuristic", [m_topo, m_etf, m_sct])
 def test_a_graph_too_big_for_one_device_is_spread_within_memory(heuristic):
     graph = towers_graph(towers=2, depth=3)
     costs = {f"t{t}/op{i}": 10 for t in range(2) for i in range(3)}
@@ -83,7 +85,7 @@ def test_a_graph_too_big_for_one_device_is_spread_within_memory(heuristic):
     assert sim.simulate(placement).ok
 
 
-@pytest.mark.parametrize("heuristic", [m_topo, m_etf])
+@pytest.mark.parametrize("heuristic", [m_topo, m_etf, m_sct])
 def test_a_graph_that_fits_nowhere_is_a_clear_error(heuristic):
     graph = towers_graph(towers=2, depth=3)
     tiny = devices(memory="1000")
@@ -134,7 +136,7 @@ def test_a_missing_partitioner_library_is_named(monkeypatch):
         partitioners.metis_placement(graph, machine, simulator(graph, machine, {}))
 
 
-@pytest.mark.parametrize("heuristic", [m_topo, m_etf])
+@pytest.mark.parametrize("heuristic", [m_topo, m_etf, m_sct])
 def test_heuristics_place_a_training_step_whose_unit_graph_has_cycles(two_tower, heuristic):
     # A variable's unit holds its reads and its update, so gradients flow back into it: a cycle of units.
     machine = devices()
@@ -142,3 +144,18 @@ def test_heuristics_place_a_training_step_whose_unit_graph_has_cycles(two_tower,
     sim = Simulator(two_tower, machine, table)
     placement = heuristic(two_tower, machine, sim)
     assert len(placement.group_devices) == len(two_tower.groups) and sim.simulate(placement).ok
+
+
+def test_m_sct_lp_makes_each_chain_link_a_favorite_and_gives_a_parent_at_most_one_favorite_child():
+    from agents.baselines import _favorite_parents
+
+    graph = towers_graph(towers=2, depth=3)
+    machine = devices()
+    sim = simulator(graph, machine, {f"t{t}/op{i}": 10 for t in range(2) for i in range(3)})
+    favorite = _favorite_parents(unit_problem(sim))
+    for t in range(2):  # in a chain with no alternative, every link is worth keeping local
+        for i in range(1, 3):
+            add = graph.op(f"t{t}/op{i}").producers[0]  # op_i = sqrt(op_{i-1} + 1)
+            assert favorite[graph.op(add).group] == graph.op(f"t{t}/op{i - 1}").group
+    parents = favorite[favorite >= 0]
+    assert len(parents) == len(set(parents.tolist()))
