@@ -58,14 +58,13 @@ def metis_placement(graph: OpGraph, devices: DeviceSet, simulator, *, seed: int 
         import pymetis
     except ImportError:
         raise PlacerError("the METIS baseline needs the pymetis library: pip install pymetis (or placer[baselines])") from None
-    parts = len(compute_devices(devices))
-    if parts == 1:
-        return _placement(graph, devices, np.zeros(len(graph.groups), np.int64), "metis")
-    xadj, adjncy, vertex, eweights = _csr(simulator)
-    options = pymetis.Options(seed=seed)
-    adjacency = pymetis.CSRAdjacency(xadj, adjncy)
-    _, membership = pymetis.part_graph(parts, adjacency, vweights=vertex, eweights=eweights, options=options)
-    return _placement(graph, devices, np.asarray(membership), "metis")
+
+    def cut(parts, xadj, adjncy, vertex, eweights):
+        adjacency = pymetis.CSRAdjacency(xadj, adjncy)
+        return pymetis.part_graph(parts, adjacency, vweights=vertex, eweights=eweights,
+                                  options=pymetis.Options(seed=seed))[1]
+
+    return _partition(graph, devices, simulator, cut, "metis")
 
 
 def scotch_placement(graph: OpGraph, devices: DeviceSet, simulator, *, seed: int = 0) -> Placement:
@@ -77,12 +76,20 @@ def scotch_placement(graph: OpGraph, devices: DeviceSet, simulator, *, seed: int
             import pyscotch
     except ImportError:
         raise PlacerError("the Scotch baseline needs the pyscotch library: pip install pyscotch (or placer[baselines])") from None
+
+    def cut(parts, xadj, adjncy, vertex, eweights):
+        pyscotch.random_seed(seed)
+        pyscotch.random_reset()
+        scotch_graph = pyscotch.Graph()
+        scotch_graph.build(xadj, adjncy, velotab=vertex, edlotab=eweights)
+        return scotch_graph.partition(parts)
+
+    return _partition(graph, devices, simulator, cut, "scotch")
+
+
+def _partition(graph: OpGraph, devices: DeviceSet, simulator, cut, method: str) -> Placement:
+    """One part per compute device; `cut(parts, xadj, adjncy, vertex_weights, edge_weights)` -> part per unit."""
     parts = len(compute_devices(devices))
     if parts == 1:
-        return _placement(graph, devices, np.zeros(len(graph.groups), np.int64), "scotch")
-    xadj, adjncy, vertex, eweights = _csr(simulator)
-    pyscotch.random_seed(seed)
-    pyscotch.random_reset()
-    scotch_graph = pyscotch.Graph()
-    scotch_graph.build(xadj, adjncy, velotab=vertex, edlotab=eweights)
-    return _placement(graph, devices, np.asarray(scotch_graph.partition(parts)), "scotch")
+        return _placement(graph, devices, np.zeros(len(graph.groups), np.int64), method)
+    return _placement(graph, devices, np.asarray(cut(parts, *_csr(simulator))), method)
