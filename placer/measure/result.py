@@ -60,6 +60,9 @@ class Measurement:
     op_times: Mapping[str, OpTime] = field(default_factory=dict)
     """Per-op compute times from traced steps, by the name TensorFlow ran the op under (only when
     `MeasureConfig.profile_steps` > 0). A fused op's time is under the name of the node that ran it."""
+    chrome_trace: str = ""
+    """The last profiled step as a Chrome trace (JSON for chrome://tracing or Perfetto); empty unless
+    `MeasureConfig.profile_steps` > 0."""
 
     @property
     def ok(self) -> bool:
@@ -84,6 +87,7 @@ class Measurement:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data.pop("chrome_trace")  # megabytes of JSON; save it with its own file instead
         data.update(ok=self.ok, median=None if not self.ok else self.median, spread=self.spread)
         return data
 

@@ -131,6 +131,7 @@ def run_placed_step(
             session.run(train_op, options=traced_options, run_metadata=metadata)
             traces.append(metadata)
         op_times = op_times_from_traces(traces, config.profile_cores)
+        chrome_trace = _chrome_trace(traces[-1]) if traces else ""
     except tf.errors.ResourceExhaustedError as error:
         return _failed("oom", f"out of memory: {_first_line(error)}", overhead, target)
     except tf.errors.DeadlineExceededError:
@@ -150,7 +151,14 @@ def run_placed_step(
         overhead=overhead,
         target=target,
         op_times=op_times,
+        chrome_trace=chrome_trace,
     )
+
+
+def _chrome_trace(metadata: config_pb2.RunMetadata) -> str:
+    from tensorflow.python.client import timeline
+
+    return timeline.Timeline(metadata.step_stats).generate_chrome_trace_format(show_memory=False)
 
 
 def op_times_from_traces(traces: list[config_pb2.RunMetadata], cores: int = 1) -> dict[str, OpTime]:

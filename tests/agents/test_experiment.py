@@ -1,0 +1,191 @@
+"""Experiments as a researcher runs them: settings, the run directory, resuming, curves and export."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from agents.experiment import ExperimentConfig, ExperimentError, export_run, run_experiment
+from agents.launch import add_arguments, config_from_args
+from agents.tracking import Trackers, placement_matrix, wandb_mode
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+# -- settings -------------------------------------------------------------------------------------
+
+
+def test_settings_layer_defaults_then_file_then_flags(tmp_path):
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text("size: small\nupdates: 7\nagent_options:\n  learning_rate: 0.05\n  num_groups: 8\n")
+    defaults = {"model": "nmt-2", "size": "paper", "cluster": "modeled:4xV100"}
+    config, run_dir = config_from_args(_args("--config", str(config_file), "--updates", "9",
+                                             "--set", "learning_rate=0.01"), defaults)
+    assert (config.model, config.size, config.cluster, config.updates) == ("nmt-2", "small", "modeled:4xV100", 9)
+    assert config.agent_options == {"learning_rate": 0.01, "num_groups": 8}
+    assert run_dir is None
+
+
+def test_time_budget_alone_trains_until_it_runs_out():
+    config, _ = config_from_args(_args("two-tower", "--time-budget", "2"))
+    assert config.updates is None and config.time_budget == 2
+
+
+def test_bad_settings_are_refused_with_the_reason(tmp_path):
+    with pytest.raises(ExperimentError, match="unknown setting.*learnin_rate"):
+        config_from_args(_args("two-tower", "--config", str(_write(tmp_path / "c.yaml", "learnin_rate: 1"))))
+    with pytest.raises(ExperimentError, match="KEY=VALUE"):
+        config_from_args(_args("two-tower", "--set", "learning_rate"))
+    with pytest.raises(ExperimentError, match="unknown backend"):
+        ExperimentConfig(backend="gpu")
+    with pytest.raises(ExperimentError, match="which model"):
+        config_from_args(_args())
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
+
+
+# -- a run ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def random_run(tmp_path_factory):
+    runs = tmp_path_factory.mktemp("runs")
+    config = ExperimentConfig(model="two-tower", agent="random", updates=3, samples_per_update=3, runs=str(runs),
+                              baselines=["single-device", "round-robin", "expert", "metis"], progress=False)
+    return run_experiment(config)
+
+
+def test_a_run_leaves_everything_a_researcher_looks_for(random_run):
+    run_dir, summary = random_run.run_dir, random_run.summary
+    assert run_dir.parent.name == "two-tower"
+    for name in ("config.json", "log.txt", "baselines.json", "trainer_state.json", "best_placement.json",
+                 "timeline.json", "summary.json"):
+        assert (run_dir / name).is_file(), name
+    assert summary["samples"] == 9 and summary["updates"] == 3
+    state = json.loads((run_dir / "trainer_state.json").read_text())
+    assert summary["best_step_time"] == min(min(h["step_time_best"] for h in state["history"]), math.inf)
+    baselines = json.loads((run_dir / "baselines.json").read_text())
+    assert set(baselines) == {"single-device", "round-robin", "expert", "metis"}
+    beaten = {name for name, r in baselines.items() if r["step_time"] > summary["best_step_time"]}
+    assert set(summary["beaten_baselines"]) == beaten
+    assert summary["best_baseline_step_time"] == min(r["step_time"] for r in baselines.values())
+    trace = json.loads((run_dir / "timeline.json").read_text())
+    assert trace["traceEvents"], "the best placement's timeline is empty"
+    assert "new best" in (run_dir / "log.txt").read_text()
+
+
+def test_tensorboard_gets_grouped_curves_hparams_and_the_placement(random_run):
+    import tensorflow as tf
+
+    tags, plugins = set(), set()
+    for path in (random_run.run_dir / "tensorboard").glob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                tags.add(value.tag)
+                plugins.add(value.metadata.plugin_data.plugin_name)
+    assert {"step_time/best", "step_time/sampled", "step_time/best_baseline", "reward/mean",
+            "failures/rate"} <= tags
+    assert {"placement/best", "placement/best_table"} <= tags
+    assert {"scalars", "images", "text", "hparams"} <= plugins
+
+
+def test_a_run_resumes_and_extends_its_budget(random_run, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(random_run.run_dir, copy)
+    config, run_dir = config_from_args(_args("--resume", str(copy), "--updates", "5", "--no-progress"))
+    assert run_dir == copy and config.updates == 5 and config.model == "two-tower"
+    result = run_experiment(config, run_dir)
+    state = json.loads((copy / "trainer_state.json").read_text())
+    assert [h["update"] for h in state["history"]] == [1, 2, 3, 4, 5]
+    assert result.summary["samples"] == 15
+    with pytest.raises(ExperimentError, match="only --updates and --time-budget"):
+        config_from_args(_args("--resume", str(copy), "--size", "small"))
+
+
+def test_export_carries_what_the_placement_is_worth(random_run, tmp_path):
+    from placer.models import build_model
+    from placer.placement import load_placement
+    from envs.problem import modeled_devices
+
+    out = tmp_path / "placement.json"
+    metadata = export_run(random_run.run_dir, out)
+    assert metadata["step_time"] == random_run.summary["best_step_time"]
+    assert metadata["beaten_baselines"] == random_run.summary["beaten_baselines"]
+    assert metadata["model"] == "two-tower" and metadata["backend"] == "simulated"
+    graph = build_model("two-tower", "tiny")
+    placement = load_placement(out, graph, modeled_devices("modeled:2xV100"))
+    best = json.loads((random_run.run_dir / "trainer_state.json").read_text())["best_assignment"]
+    assert list(placement.group_devices) == best
+
+
+def test_export_of_a_run_without_an_update_says_so(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"experiment": ExperimentConfig().to_dict()}))
+    with pytest.raises(ExperimentError, match="no best placement yet"):
+        export_run(tmp_path, tmp_path / "out.json")
+    with pytest.raises(ExperimentError, match="not a run directory"):
+        export_run(tmp_path / "nowhere", tmp_path / "out.json")
+
+
+# -- dashboards -----------------------------------------------------------------------------------
+
+
+def test_placement_image_matrix_shows_which_slice_runs_where():
+    # 4 groups of 1, 1, 2, 4 ops over 2 devices, 2 columns: groups 0-1 in column 0, groups 2-3 in column 1
+    matrix = placement_matrix(np.array([0, 1, 1, 1]), np.array([1, 1, 2, 4]), num_devices=2, columns=2)
+    np.testing.assert_allclose(matrix, [[0.5, 0.0], [0.5, 1.0]])
+
+
+def test_wandb_is_offline_without_an_account(monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert wandb_mode("auto") == "offline"
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    assert wandb_mode("auto") == "online"
+    assert wandb_mode("offline") == "offline"
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert wandb_mode("online") == "disabled"
+
+
+def test_a_failing_tracker_is_dropped_not_fatal():
+    class Broken:
+        def log_update(self, update, metrics):
+            raise OSError("disk full")
+
+    class Recording:
+        def __init__(self):
+            self.updates = []
+
+        def log_update(self, update, metrics):
+            self.updates.append(update)
+
+    recording = Recording()
+    trackers = Trackers([Broken(), recording])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trackers.log_update(1, {})
+        trackers.log_update(2, {})
+    assert recording.updates == [1, 2]
+    assert len(caught) == 1 and "disk full" in str(caught[0].message)
+
+
+def test_wandb_run_through_an_experiment_stays_off_the_network(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    config = ExperimentConfig(model="two-tower", agent="random", updates=1, samples_per_update=2, runs=str(tmp_path),
+                              baselines=["single-device"], wandb="auto", progress=False)
+    result = run_experiment(config)
+    assert result.summary["updates"] == 1
