@@ -37,7 +37,10 @@ from placer.errors import PlacerError
 AGENTS = ("hierarchical", "colocation", "random", "cem")
 
 # The papers' setting per benchmark model: paper-size graph and GPU count of the hierarchical planner's
-# experiments, on the project's reference modeled machine (V100s over NVLink, see placer.hardware).
+# experiments, on the project's reference modeled machine (V100s over NVLink, see placer.hardware), and
+# 1,000 updates of 4 samples (the reference planner trains for thousands of samples). The agent's own
+# hyper-parameters default to the reference planner's (agents/policy_gradient.py).
+PAPER_UPDATES = 1000
 PAPER_SETTINGS: dict[str, dict[str, Any]] = {
     "inception-v3": {"size": "paper", "backend": "simulated", "cluster": "modeled:2xV100"},
     "resnet-50": {"size": "paper", "backend": "simulated", "cluster": "modeled:2xV100"},
@@ -47,6 +50,13 @@ PAPER_SETTINGS: dict[str, dict[str, Any]] = {
     "nmt-8": {"size": "paper", "backend": "simulated", "cluster": "modeled:8xV100"},
     "transformer": {"size": "paper", "backend": "simulated", "cluster": "modeled:2xV100"},
 }
+
+
+def paper_setting(model: str) -> dict[str, Any]:
+    """The defaults of a benchmark model's launch script."""
+    if model not in PAPER_SETTINGS:
+        raise ExperimentError(f"no paper setting for {model!r}; benchmark models: {', '.join(PAPER_SETTINGS)}")
+    return {"model": model, "updates": PAPER_UPDATES, **PAPER_SETTINGS[model]}
 
 
 class ExperimentError(PlacerError):

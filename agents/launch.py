@@ -72,6 +72,8 @@ def config_from_args(args: argparse.Namespace, defaults: Mapping[str, Any] | Non
     settings: dict[str, Any] = dict(defaults or {})
     if args.config:
         settings.update(load_config_file(args.config))
+    if args.backend is not None and args.cluster is None and settings.get("backend", "simulated") != args.backend:
+        settings.pop("cluster", None)  # a modeled machine means nothing to real execution, and vice versa
     if getattr(args, "model", None):
         settings["model"] = args.model
     for flag, name in _FLAGS.items():

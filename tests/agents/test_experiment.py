@@ -189,3 +189,20 @@ def test_wandb_run_through_an_experiment_stays_off_the_network(tmp_path, monkeyp
                               baselines=["single-device"], wandb="auto", progress=False)
     result = run_experiment(config)
     assert result.summary["updates"] == 1
+
+
+@pytest.mark.parametrize("model", ["inception-v3", "resnet-50", "rnnlm", "nmt-2", "nmt-4", "nmt-8", "transformer"])
+def test_each_benchmark_has_a_launch_script_with_the_paper_setting(model):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "experiments" / f"train_{model.replace('-', '_')}.py"
+    printed = subprocess.run([sys.executable, str(script), "--print-config", "--updates", "3"],
+                             capture_output=True, text=True, check=True).stdout
+    config = json.loads(printed)
+    assert (config["model"], config["size"], config["backend"], config["updates"]) == (model, "paper", "simulated", 3)
+    assert config["cluster"].startswith("modeled:")
+    measured = subprocess.run([sys.executable, str(script), "--print-config", "--backend", "measured", "--size", "tiny"],
+                              capture_output=True, text=True, check=True).stdout
+    assert json.loads(measured)["cluster"] is None  # the modeled machine is dropped: measured means the testbed

@@ -1,0 +1,24 @@
+"""Learn a placement for ResNet-50 (tf-keras reference).
+
+Defaults are the paper's setting (agents/experiment.py PAPER_SETTINGS: paper-size graph, the
+hierarchical planner with the reference hyper-parameters, simulated on the modeled GPU machine of the
+papers' experiments); every setting can be overridden here or from a config file:
+
+    python experiments/train_resnet_50.py                                  # the paper's setting
+    python experiments/train_resnet_50.py --updates 200 --set learning_rate=0.01
+    python experiments/train_resnet_50.py --size tiny --backend measured --cluster local:2 --time-budget 10
+    python experiments/train_resnet_50.py --config my_run.yaml --print-config
+
+The run goes to runs/resnet-50/<timestamp>/; watch it with `placer dashboard runs/resnet-50`.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from agents.experiment import paper_setting  # noqa: E402
+from agents.launch import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main(defaults=paper_setting("resnet-50"), prog="train_resnet_50.py", description=__doc__))
