@@ -40,14 +40,53 @@ def main(argv: list[str] | None = None) -> int:
 
     sub.add_parser("models", help="list the built-in models")
 
+    train = sub.add_parser("train", help="learn a placement for MODEL: a run in runs/<model>/<timestamp>/ with curves, "
+                                         "checkpoints and the best placement")
+    from agents.launch import add_arguments as add_train_arguments
+
+    add_train_arguments(train)
+
+    export = sub.add_parser("export", help="write a run's best placement, with its step time and the baselines it beat")
+    export.add_argument("run_dir", metavar="RUN_DIR")
+    export.add_argument("--out", required=True, metavar="FILE", help="where to write the placement file")
+
+    dashboard = sub.add_parser("dashboard", help="serve TensorBoard on localhost for a run (or a folder of runs)")
+    dashboard.add_argument("run_dir", metavar="RUN_DIR", help="a run directory, or runs/ to compare runs")
+    dashboard.add_argument("--port", type=int, default=6006, help="port on 127.0.0.1 (default 6006; 0: any free port)")
+
+    apply = sub.add_parser("apply", help="run real training steps of MODEL with an exported placement and compare its step time")
+    apply.add_argument("placement", help="a placement file (placer.placement JSON), made for MODEL at --size")
+    apply.add_argument("model", nargs="?", help="a built-in model, or module:function / file.py:function returning an OpGraph "
+                                                "(default: the model `placer export` recorded in the file)")
+    apply.add_argument("--size", help="size of a built-in model (default: the size the file records, else tiny)")
+    apply.add_argument("--cluster", help="inprocess:N, local:N (testbed), env, or a cluster spec with the placement's devices "
+                                          "(default: the inprocess:N or local:N the file records, else inprocess:1)")
+    apply.add_argument("--steps", type=int, default=10, help="timed training steps (default 10)")
+    apply.add_argument("--warmup", type=int, default=2, help="untimed training steps first (default 2)")
+    apply.add_argument("--step-timeout", type=float, default=60.0, help="seconds before a step counts as hung (default 60)")
+    apply.add_argument("--json", action="store_true", help="print the run as JSON")
+    apply.add_argument("--allow-exposed-ports", action="store_true", help="run the local testbed without a private network namespace (unsafe)")
+
     args = parser.parse_args(argv)
     try:
         if args.command == "measure":
             return _measure(args)
         if args.command == "cluster":
             return _cluster_up(args)
+        if args.command == "train":
+            from agents.launch import run as run_training
+
+            return run_training(args)
+        if args.command == "export":
+            return _export(args)
+        if args.command == "dashboard":
+            return _dashboard(args)
         if args.command == "models":
             return _list_models()
+        if args.command == "apply":
+            from placer.apply import apply_command
+
+            return apply_command(args)
     except PlacerError as error:
         print(f"placer: error: {error}", file=sys.stderr)
         return 2
@@ -134,6 +173,23 @@ def _reference_placement(name: str, model: str, graph, devices):
             raise PlacerError(f"--placement expert needs a built-in model; {model!r} is not one (see `placer models`)")
         return reference_placements(model, graph, devices)["expert"]
     return single_device_placement(graph, devices) if name == "single-device" else cpu_only_placement(graph, devices)
+
+
+def _export(args) -> int:
+    from agents.experiment import export_run
+
+    metadata = export_run(args.run_dir, args.out)
+    beaten = ", ".join(metadata["beaten_baselines"]) or "none"
+    print(f"wrote {args.out}: {metadata['model']} ({metadata['size']}) on {metadata['cluster']}, "
+          f"{metadata['step_time'] * 1e3:.3f} ms per step ({metadata['step_time_kind']}); beat: {beaten}")
+    return 0
+
+
+def _dashboard(args) -> int:
+    from placer.dashboard import serve
+
+    serve(args.run_dir, port=args.port)
+    return 0
 
 
 def _list_models() -> int:

@@ -189,7 +189,9 @@ class Placement:
         return {
             "format": FILE_FORMAT,
             "format_version": FILE_FORMAT_VERSION,
-            "graph": {"name": graph.name, "fingerprint": graph.fingerprint, "ops": len(graph.ops), "groups": len(graph.groups)},
+            "graph": {"name": graph.name, "fingerprint": graph.fingerprint, "ops": len(graph.ops), "groups": len(graph.groups),
+                      # what one step runs and what initializes it: `placer.apply` rebuilds the graph from these
+                      "train_op": graph.train_op, "init_op": graph.init_op, "loss": graph.loss},
             "devices": list(self.devices),
             "groups": {g.name: self.device_of_group(g.index) for g in graph.groups},
             "ops": self.op_devices(graph),
