@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from placer.errors import PlacementError, PlacementFileError, PlacerError
 from placer.graph.opgraph import OpGraph
-from placer.placement import FILE_FORMAT, FILE_FORMAT_VERSION, Placement, placement_from_json_dict
+from placer.placement import FILE_FORMAT, FILE_FORMAT_VERSION, Placement, placement_from_json_dict, read_placement_json
 
 if TYPE_CHECKING:  # TensorFlow and the measurement service load only when a graph is placed or run
     import tensorflow as tf
@@ -77,14 +77,7 @@ class ExportedPlacement:
 
 def load_exported_placement(path: str | Path) -> ExportedPlacement:
     """Read and check a placement file's shape; raise PlacementFileError naming what is wrong."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except OSError as error:
-        raise PlacementFileError(f"cannot read placement file {path}: {error.strerror}") from None
-    except json.JSONDecodeError as error:
-        raise PlacementFileError(f"placement file {path} is not valid JSON ({error.msg} at line {error.lineno})") from None
-    return exported_placement_from_json_dict(data, source=str(path))
+    return exported_placement_from_json_dict(read_placement_json(path), source=str(path))
 
 
 def exported_placement_from_json_dict(data: Any, *, source: str = "placement") -> ExportedPlacement:

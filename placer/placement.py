@@ -209,14 +209,18 @@ class Placement:
 
 def load_placement(path: str | Path, graph: OpGraph, devices: DeviceSet) -> Placement:
     """Read a placement file made for `graph`; refuse, with the reason, one made for anything else."""
+    return placement_from_json_dict(read_placement_json(path), graph, devices, source=str(path))
+
+
+def read_placement_json(path: str | Path) -> Any:
+    """A placement file's parsed JSON; PlacementFileError if it cannot be read or parsed."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except OSError as error:
         raise PlacementFileError(f"cannot read placement file {path}: {error.strerror}") from None
     except json.JSONDecodeError as error:
         raise PlacementFileError(f"placement file {path} is not valid JSON ({error.msg} at line {error.lineno})") from None
-    return placement_from_json_dict(data, graph, devices, source=str(path))
 
 
 def placement_from_json_dict(data: Any, graph: OpGraph, devices: DeviceSet, *, source: str = "placement") -> Placement:
