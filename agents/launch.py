@@ -111,7 +111,10 @@ def describe(summary: Mapping[str, Any], run_dir: Path) -> str:
     lines = [f"{summary['model']} ({summary['size']}), {summary['backend']} on {summary['cluster']}: "
              f"{summary['agent']} ran {summary['updates']} updates, {summary['samples']} placements in "
              f"{summary['wall_time']:.0f} s",
-             f"  {'learned (' + summary['agent'] + ')':<24} {_ms(summary['best_step_time'])}"]
+             f"  {'learned (' + summary['agent'] + ')':<24} {_ms(summary['step_time'])}"]
+    if summary.get("final_comparison"):
+        lines[0] += (f"; best sample {_ms(summary['best_step_time']).strip()}, then measured again next to the "
+                     "baselines (medians below)")
     for name, step_time in sorted(summary["baselines"].items(), key=lambda item: _sort_key(item[1])):
         mark = "  beaten" if name in summary["beaten_baselines"] else ""
         lines.append(f"  {name:<24} {_ms(step_time)}{mark}")
