@@ -146,5 +146,8 @@ class ColocationPlacer(PolicyGradientAgent):
         return UnitSample(devices.numpy().astype(np.int64), noise.numpy())
 
     def _log_prob(self, sample: UnitSample):
-        return self.policy.log_prob(tf.constant(sample.devices, tf.int32), tf.constant(sample.noise, tf.float32),
-                                    tf.constant(self.config.temperature))
+        log_prob, entropy = self.policy.log_prob(tf.constant(sample.devices, tf.int32),
+                                                 tf.constant(sample.noise, tf.float32), tf.constant(self.config.temperature))
+        if self.config.entropy_normalization == "per-decision":
+            entropy = entropy / self.policy.num_units
+        return log_prob, entropy

@@ -179,11 +179,12 @@ class HierarchicalPolicy(tf.Module):
 
     @tf.function
     def log_prob(self, groups: tf.Tensor, devices: tf.Tensor, noise: tf.Tensor, temperature: float = 1.0):
-        """Log-probabilities of a sampled placement under the current policy: grouper, placer, and the
-        placer's entropy (summed over units and groups)."""
+        """Log-probabilities of a sampled placement under the current policy and entropies of its
+        decisions: grouper log-prob, placer log-prob, grouper entropy (summed over units), placer entropy
+        (summed over groups)."""
         grouper = tfp.distributions.Categorical(logits=self.grouper_logits())
         grouper_log_prob = tf.reduce_sum(grouper.log_prob(groups))
         memory = self._encode(self.group_embeddings(groups))
         _, placer_log_prob, entropy = self._decode(memory, self.group_device_mask(groups), noise, temperature,
                                                    chosen=devices)
-        return grouper_log_prob, placer_log_prob, entropy + tf.reduce_sum(grouper.entropy())
+        return grouper_log_prob, placer_log_prob, tf.reduce_sum(grouper.entropy()), entropy

@@ -5,7 +5,10 @@ noise 0.5 for the first 750 updates, Adam at 0.1 decayed 0.95 every 50 updates a
 gradient-norm bound 1, baseline decay 0.9, no entropy term. The REINFORCE loss is
 -(reward - baseline) * log p(placement), averaged over the placements of one update; with
 `algorithm="ppo"`, each update takes `ppo_epochs` clipped-ratio steps on the same samples instead.
-A policy supplies `_sample(greedy)` (an object with `.assignment`) and `_log_prob(sample)`.
+Off by default, beyond the reference: an entropy bonus (summed, or averaged per decision) and
+advantages standardized within each update's samples.
+A policy supplies `_sample(greedy)` (an object with `.assignment`) and `_log_prob(sample)` (the
+log-probability and the entropy to reward, normalized as `entropy_normalization` asks).
 """
 
 from __future__ import annotations
@@ -40,6 +43,14 @@ class PolicyGradientConfig:
     """Decay of the exponential moving-average reward baseline."""
     entropy_weight: float = 0.0
     """Weight of an entropy bonus in the loss (0: none, as the reference)."""
+    entropy_normalization: str = "sum"
+    """What the entropy bonus (and the logged entropy) is: "sum" over every decision of a placement (the
+    grouper's ~10k per-unit choices then outweigh the placer's ~100), or "per-decision": each part's
+    entropy averaged over its decisions (grouper per unit, placer per group), then summed."""
+    normalize_advantages: bool = False
+    """Standardize the advantages of one update's samples (zero mean, unit std) before the loss, so the
+    entropy weight means the same whatever the reward scale; centering on the batch mean replaces the
+    moving-average baseline (False: raw reward - baseline, as the reference)."""
     samples_per_update: int = 4
     """Placements sampled and evaluated per update."""
     algorithm: str = "reinforce"
@@ -54,6 +65,15 @@ class PolicyGradientConfig:
     def __post_init__(self):
         if self.algorithm not in ("reinforce", "ppo"):
             raise ValueError(f"unknown algorithm {self.algorithm!r}: 'reinforce' or 'ppo'")
+        if self.entropy_normalization not in ("sum", "per-decision"):
+            raise ValueError(f"unknown entropy_normalization {self.entropy_normalization!r}: 'sum' or 'per-decision'")
+
+
+def standardized(advantages: tf.Tensor) -> tf.Tensor:
+    """Advantages shifted to zero mean and scaled to unit std; all zeros when they are all equal."""
+    centered = advantages - tf.reduce_mean(advantages)
+    std = tf.math.reduce_std(advantages)
+    return tf.where(std > 1e-8, centered / tf.maximum(std, 1e-8), tf.zeros_like(centered))
 
 
 class PolicyGradientAgent:
@@ -103,6 +123,8 @@ class PolicyGradientAgent:
             self.baseline.assign(mean_reward)
             self.baseline_ready.assign(True)
         advantages = rewards_t - self.baseline
+        if self.config.normalize_advantages:
+            advantages = standardized(advantages)
         if self.config.algorithm == "ppo":
             old = [tf.stop_gradient(self._log_prob(sample)[0]) for sample in samples]
             for _ in range(self.config.ppo_epochs):

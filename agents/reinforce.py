@@ -54,7 +54,10 @@ class HierarchicalPlanner(PolicyGradientAgent):
         return Sample(groups.numpy().astype(np.int64), devices.numpy().astype(np.int64), noise.numpy())
 
     def _log_prob(self, sample: Sample):
-        grouper_lp, placer_lp, entropy = self.policy.log_prob(
+        grouper_lp, placer_lp, grouper_entropy, placer_entropy = self.policy.log_prob(
             tf.constant(sample.groups, tf.int32), tf.constant(sample.group_devices, tf.int32),
             tf.constant(sample.noise, tf.float32), tf.constant(self.config.temperature))
-        return grouper_lp + placer_lp, entropy
+        if self.config.entropy_normalization == "per-decision":
+            grouper_entropy /= self.policy.num_units
+            placer_entropy /= self.policy.num_groups
+        return grouper_lp + placer_lp, grouper_entropy + placer_entropy

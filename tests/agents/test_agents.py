@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from agents.colocation import ColocationConfig, ColocationPlacer
+from agents.policy_gradient import standardized
 from agents.reinforce import HierarchicalConfig, HierarchicalPlanner
 from agents.search import CrossEntropyMethod, RandomSearch
 from agents.training import TrainingConfig, train
@@ -50,7 +51,7 @@ def test_log_probabilities_match_how_often_placements_are_sampled(env):
     logits = policy.grouper_logits().numpy()
     log_softmax = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
     expected = log_softmax[np.arange(len(logits)), groups.numpy()].sum()
-    grouper_lp, _, _ = policy.log_prob(groups, tf.constant([0, 0]), noise, one)
+    grouper_lp, _, _, _ = policy.log_prob(groups, tf.constant([0, 0]), noise, one)
     assert float(grouper_lp) == pytest.approx(expected, rel=1e-4)
     # The placer's probabilities over all device sequences sum to 1 and match sampling frequencies.
     sequences = list(itertools.product(range(len(env.devices)), repeat=2))
@@ -70,7 +71,7 @@ def test_gradients_reach_both_grouper_and_placer(env):
     planner = HierarchicalPlanner(env.graph, device_mask(env), SMALL)
     sample = planner._sample()
     with tf.GradientTape() as tape:
-        grouper_lp, placer_lp, _ = planner.policy.log_prob(
+        grouper_lp, placer_lp, _, _ = planner.policy.log_prob(
             tf.constant(sample.groups, tf.int32), tf.constant(sample.group_devices, tf.int32),
             tf.constant(sample.noise, tf.float32), tf.constant(1.0))
         total = grouper_lp + placer_lp
@@ -190,3 +191,55 @@ def test_training_through_a_vector_environment(tmp_path):
         vector.close()
     assert state.samples == 8 and len(state.best_assignment) == single.num_units
     assert json.loads((tmp_path / "best_assignment.json").read_text())["step_time"] == pytest.approx(state.best_step_time)
+
+
+def test_per_decision_entropy_averages_the_grouper_over_units_and_the_placer_over_groups(env):
+    summed = HierarchicalPlanner(env.graph, device_mask(env), SMALL)
+    averaged = HierarchicalPlanner(env.graph, device_mask(env), HierarchicalConfig(
+        **{**SMALL.__dict__, "entropy_normalization": "per-decision"}))
+    sample = summed._sample()
+    logits = summed.policy.grouper_logits().numpy()
+    probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probabilities /= probabilities.sum(axis=1, keepdims=True)
+    grouper_entropy = -(probabilities * np.log(probabilities)).sum()
+    _, _, _, placer_entropy = summed.policy.log_prob(
+        tf.constant(sample.groups, tf.int32), tf.constant(sample.group_devices, tf.int32),
+        tf.constant(sample.noise, tf.float32), tf.constant(1.0))
+    units, groups = env.num_units, SMALL.num_groups
+    assert float(summed._log_prob(sample)[1]) == pytest.approx(grouper_entropy + float(placer_entropy), rel=1e-4)
+    assert float(averaged._log_prob(sample)[1]) == pytest.approx(
+        grouper_entropy / units + float(placer_entropy) / groups, rel=1e-4)
+    with pytest.raises(ValueError, match="entropy_normalization"):
+        HierarchicalConfig(entropy_normalization="mean")
+
+
+def test_entropy_bonus_spreads_the_policy_when_rewards_carry_no_signal(env):
+    config = HierarchicalConfig(**{**SMALL.__dict__, "entropy_weight": 1.0, "entropy_normalization": "per-decision",
+                                   "logits_noise_std": 0.0, "learning_rate": 0.01})
+    planner = HierarchicalPlanner(env.graph, device_mask(env), config)
+    entropies = []
+    for _ in range(5):
+        proposals = planner.propose(2)
+        entropies.append(planner.learn(proposals, [-1.0, -1.0])["entropy"])
+    assert entropies[-1] > entropies[0]
+
+
+def test_standardized_advantages_have_zero_mean_and_unit_std_and_vanish_when_equal():
+    advantages = standardized(tf.constant([1.0, 2.0, 3.0, 10.0])).numpy()
+    assert advantages.mean() == pytest.approx(0.0, abs=1e-6) and advantages.std() == pytest.approx(1.0, rel=1e-5)
+    assert np.array_equal(standardized(tf.constant([-2.0, -2.0])).numpy(), [0.0, 0.0])
+
+
+def test_normalized_advantages_make_the_update_independent_of_the_reward_scale(env):
+    def weights_after(rewards, normalize):
+        config = HierarchicalConfig(**{**SMALL.__dict__, "entropy_weight": 0.5, "normalize_advantages": normalize,
+                                       "logits_noise_std": 0.0})
+        planner = HierarchicalPlanner(env.graph, device_mask(env), config)
+        for batch in rewards:
+            planner.learn(planner.propose(3), batch)
+        return np.concatenate([v.numpy().ravel() for v in planner.policy.trainable_variables])
+
+    small = [[-1.0, -2.0, -3.0], [-2.0, -1.0, -1.5]]
+    large = [[1000 * r + 5 for r in batch] for batch in small]
+    np.testing.assert_allclose(weights_after(small, True), weights_after(large, True), atol=1e-5)
+    assert not np.allclose(weights_after(small, False), weights_after(large, False), atol=1e-5)
