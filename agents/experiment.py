@@ -394,7 +394,7 @@ def _final_comparison(config: ExperimentConfig, env, assignment, baselines, log)
     contenders = {"learned": list(assignment)}
     contenders.update({name: r["assignment"] for name, r in baselines.items() if r["ok"]})
     samples: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in _progress(range(config.final_rounds), config.progress, "final comparison"):
+    for _ in _progress(range(config.final_rounds), config.progress, "final comparison", "round"):
         for name, placement in contenders.items():
             samples[name].append(env.backend.evaluate(placement).step_time)
     final = {name: float(np.median(values)) for name, values in samples.items()}
@@ -495,12 +495,12 @@ def _make_trackers(config: ExperimentConfig, run_dir: Path, agent):
     return Trackers(trackers)
 
 
-def _progress(items, enabled: bool, description: str):
+def _progress(items, enabled: bool, description: str, unit: str = "placement"):
     if not enabled:
         return items
     from tqdm.auto import tqdm
 
-    return tqdm(items, desc=description, unit="placement", leave=False, dynamic_ncols=True)
+    return tqdm(items, desc=description, unit=unit, leave=False, dynamic_ncols=True)
 
 
 def _run_logger(run_dir: Path) -> logging.Logger:
