@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from placer.errors import PlacerError
 
@@ -144,6 +145,36 @@ def _replace(config: ExperimentConfig, budget: Mapping[str, Any], no_progress: b
     if no_progress:
         changes["progress"] = False
     return dataclasses.replace(config, **changes)
+
+
+def export(args: argparse.Namespace) -> int:
+    from agents.experiment import export_run
+
+    metadata = export_run(args.run_dir, args.out)
+    beaten = ", ".join(metadata["beaten_baselines"]) or "none"
+    print(f"wrote {args.out}: {metadata['model']} ({metadata['size']}) on {metadata['cluster']}, "
+          f"{metadata['step_time'] * 1e3:.3f} ms per step ({metadata['step_time_kind']}); beat: {beaten}")
+    return 0
+
+
+def _add_export_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN_DIR")
+    parser.add_argument("--out", required=True, metavar="FILE", help="where to write the placement file")
+
+
+@dataclass(frozen=True)
+class Command:
+    """A `placer` subcommand contributed by this layer (see setup.cfg's `placer.commands` entry points)."""
+
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+train_command = Command("learn a placement for MODEL: a run in runs/<model>/<timestamp>/ with curves, checkpoints "
+                        "and the best placement", add_arguments, run)
+export_command = Command("write a run's best placement, with its step time and the baselines it beat",
+                         _add_export_arguments, export)
 
 
 def main(argv: list[str] | None = None, *, defaults: Mapping[str, Any] | None = None, prog: str | None = None,

@@ -40,15 +40,9 @@ def main(argv: list[str] | None = None) -> int:
 
     sub.add_parser("models", help="list the built-in models")
 
-    train = sub.add_parser("train", help="learn a placement for MODEL: a run in runs/<model>/<timestamp>/ with curves, "
-                                         "checkpoints and the best placement")
-    from agents.launch import add_arguments as add_train_arguments
-
-    add_train_arguments(train)
-
-    export = sub.add_parser("export", help="write a run's best placement, with its step time and the baselines it beat")
-    export.add_argument("run_dir", metavar="RUN_DIR")
-    export.add_argument("--out", required=True, metavar="FILE", help="where to write the placement file")
+    plugins = _plugin_commands()
+    for name, command in plugins.items():
+        command.add_arguments(sub.add_parser(name, help=command.help))
 
     dashboard = sub.add_parser("dashboard", help="serve TensorBoard on localhost for a run (or a folder of runs)")
     dashboard.add_argument("run_dir", metavar="RUN_DIR", help="a run directory, or runs/ to compare runs")
@@ -73,12 +67,8 @@ def main(argv: list[str] | None = None) -> int:
             return _measure(args)
         if args.command == "cluster":
             return _cluster_up(args)
-        if args.command == "train":
-            from agents.launch import run as run_training
-
-            return run_training(args)
-        if args.command == "export":
-            return _export(args)
+        if args.command in plugins:
+            return plugins[args.command].run(args)
         if args.command == "dashboard":
             return _dashboard(args)
         if args.command == "models":
@@ -175,14 +165,13 @@ def _reference_placement(name: str, model: str, graph, devices):
     return single_device_placement(graph, devices) if name == "single-device" else cpu_only_placement(graph, devices)
 
 
-def _export(args) -> int:
-    from agents.experiment import export_run
+def _plugin_commands() -> dict:
+    """Commands of the layers above the core (`placer train`, `placer export` from agents/), registered as
+    `placer.commands` entry points so that this core package never imports them. Each entry point is an
+    object with `help`, `add_arguments(parser)` and `run(args) -> exit status`."""
+    from importlib.metadata import entry_points
 
-    metadata = export_run(args.run_dir, args.out)
-    beaten = ", ".join(metadata["beaten_baselines"]) or "none"
-    print(f"wrote {args.out}: {metadata['model']} ({metadata['size']}) on {metadata['cluster']}, "
-          f"{metadata['step_time'] * 1e3:.3f} ms per step ({metadata['step_time_kind']}); beat: {beaten}")
-    return 0
+    return {entry.name: entry.load() for entry in sorted(entry_points(group="placer.commands"), key=lambda e: e.name)}
 
 
 def _dashboard(args) -> int:
