@@ -307,16 +307,15 @@ def place_tf_function(
 
 @dataclass(frozen=True)
 class TrainingRun:
-    """Real training steps of a placed graph on a target: the measurement of the timed ones, and the check."""
+    """Real training steps of a placed graph on a target: the measurement of the timed ones, and the check.
+
+    Step times only: the measurement worker does not fetch losses. To read them, run the graph placed by
+    `place_graph` in your own session."""
 
     measurement: Measurement
     """Per-step times of the timed steps, moved ops, or the failure (see `placer.measure.Measurement`)."""
     warmup_steps: int
     """Untimed steps run first (the first one traced to check where TensorFlow ran each op)."""
-    losses: tuple[float, ...] | None = None
-    """Always None: the measurement worker returns times, not fetched values (see `note`)."""
-    note: str = ("losses are not reported: the measurement worker returns step times only; run the placed graph "
-                 "in your own session (place_graph) to read them")
 
     @property
     def ok(self) -> bool:

@@ -185,7 +185,7 @@ def test_tf_function_step_trains_with_its_placement_through_the_graph_route(tmp_
 
     run = run_training(report.graph, path, "inprocess:2", steps=2, warmup_steps=1)
     assert run.ok, run.measurement.failure
-    assert len(run.step_times) == 2 and run.steps_run == 3 and run.losses is None and "losses" in run.note
+    assert len(run.step_times) == 2 and run.steps_run == 3
     assert run.measurement.ops_checked > 0
 
 
