@@ -62,8 +62,10 @@ class _LSTM(tf.Module):
 
 class HierarchicalPolicy(tf.Module):
     def __init__(self, features: UnitFeatures, device_mask: np.ndarray, *, num_groups: int, grouping_hidden_size: int = 64,
-                 hidden_size: int = 512, tanh_constant: float = 1.0, seed: int = 0):
-        """device_mask: [U, D] 1 where a unit can run on a device."""
+                 hidden_size: int = 512, tanh_constant: float = 1.0, seed: int = 0,
+                 prior_groups: np.ndarray | None = None, prior_weight: float = 0.0):
+        """device_mask: [U, D] 1 where a unit can run on a device. prior_groups: [U] a starting group per
+        unit; the grouper's logits get `prior_weight` added for it (a fixed bias the network learns on top of)."""
         super().__init__(name="hierarchical_policy")
         self.num_units = features.num_units
         self.num_groups = num_groups
@@ -75,6 +77,9 @@ class HierarchicalPolicy(tf.Module):
         self.edge_source = tf.constant(features.edges[:, 0] if len(features.edges) else np.zeros(0, np.int64))
         self.edge_target = tf.constant(features.edges[:, 1] if len(features.edges) else np.zeros(0, np.int64))
         self.unit_device_mask = tf.constant(device_mask.astype(np.float32))
+        self.grouper_prior = tf.constant(
+            np.zeros((self.num_units, num_groups), np.float32) if prior_groups is None
+            else prior_weight * np.eye(num_groups, dtype=np.float32)[np.asarray(prior_groups) % num_groups])
 
         g, d, hidden = num_groups, self.num_devices, hidden_size
         embedding_size = features.op_types.shape[1] + 3 + 2 * g
@@ -97,7 +102,7 @@ class HierarchicalPolicy(tf.Module):
         kernel, bias = self.grouper_hidden
         hidden = tf.nn.relu(tf.matmul(self.unit_inputs, kernel) + bias)
         kernel, bias = self.grouper_out
-        return tf.matmul(hidden, kernel) + bias  # [U, G]
+        return tf.matmul(hidden, kernel) + bias + self.grouper_prior  # [U, G]
 
     def group_embeddings(self, groups: tf.Tensor) -> tf.Tensor:
         """[G, T + 3 + 2G]: op-type shares, summed sizes and in/out edge counts of each group, normalized."""

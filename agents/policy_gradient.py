@@ -154,17 +154,28 @@ class PolicyGradientAgent:
                 loss += -objective - self.config.entropy_weight * entropy
                 entropy_total += entropy
             loss /= len(samples)
-        variables = self.policy.trainable_variables
+        groups = self._parameter_groups()
+        variables = [v for group_variables, _, _ in groups for v in group_variables]
         gradients = tape.gradient(loss, variables)
         clipped_gradients, norm = tf.clip_by_global_norm(gradients, self.config.grad_bound)
-        self.optimizer.apply_gradients(zip(clipped_gradients, variables))
+        start = 0
+        for group_variables, optimizer, _ in groups:
+            end = start + len(group_variables)
+            optimizer.apply_gradients(zip(clipped_gradients[start:end], group_variables))
+            start = end
         return loss, entropy_total, norm
+
+    def _parameter_groups(self) -> list[tuple[list[tf.Variable], tf.keras.optimizers.Optimizer, float]]:
+        """(variables, optimizer, initial learning rate) for each set of variables a gradient step updates
+        (the decay schedule scales each initial rate); one Adam over the whole policy by default."""
+        return [(list(self.policy.trainable_variables), self.optimizer, self.config.learning_rate)]
 
     def _decay_learning_rate(self) -> None:
         c, step = self.config, int(self.updates.numpy())
         if step > c.lr_decay_start:
             decays = (step - c.lr_decay_start) // c.lr_decay_updates
-            self.optimizer.learning_rate.assign(c.learning_rate * c.lr_decay_rate ** decays)
+            for _, optimizer, initial in self._parameter_groups():
+                optimizer.learning_rate.assign(initial * c.lr_decay_rate ** decays)
 
     # -- state -------------------------------------------------------------------------------------
 

@@ -96,7 +96,9 @@ def planner_config(args: argparse.Namespace) -> HierarchicalConfig:
                    entropy_normalization=args.entropy_normalization, normalize_advantages=args.normalize_advantages,
                    algorithm=args.algorithm, ppo_epochs=args.ppo_epochs, logits_noise_std=args.logits_noise_std,
                    noise_updates=args.noise_updates, lr_decay_start=args.lr_decay_start,
-                   samples_per_update=args.samples_per_update, num_groups=args.num_groups)
+                   samples_per_update=args.samples_per_update, num_groups=args.num_groups,
+                   grouping_prior=args.grouping_prior, grouping_prior_weight=args.grouping_prior_weight,
+                   grouper_learning_rate=args.grouper_learning_rate)
 
 
 def main() -> None:
@@ -124,6 +126,10 @@ def main() -> None:
     planner.add_argument("--algorithm", default=defaults.algorithm, choices=["reinforce", "ppo"])
     planner.add_argument("--ppo-epochs", type=int, default=defaults.ppo_epochs)
     planner.add_argument("--num-groups", type=int, default=defaults.num_groups, help="default: min(256, 20 x devices)")
+    planner.add_argument("--grouping-prior", default=defaults.grouping_prior, choices=["none", "partition"])
+    planner.add_argument("--grouping-prior-weight", type=float, default=defaults.grouping_prior_weight)
+    planner.add_argument("--grouper-learning-rate", type=float, default=defaults.grouper_learning_rate,
+                         help="default: the placer's (one optimizer); 0 freezes the grouper")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runs", default="runs/agents_simulated")
     parser.add_argument("--out")

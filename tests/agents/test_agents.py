@@ -2,6 +2,7 @@
 
 import itertools
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -243,3 +244,57 @@ def test_normalized_advantages_make_the_update_independent_of_the_reward_scale(e
     large = [[1000 * r + 5 for r in batch] for batch in small]
     np.testing.assert_allclose(weights_after(small, True), weights_after(large, True), atol=1e-5)
     assert not np.allclose(weights_after(small, False), weights_after(large, False), atol=1e-5)
+
+
+def _tower(unit_name: str) -> str | None:
+    for tower in ("tower_a/", "tower_b/"):
+        if unit_name.startswith(tower) or unit_name.startswith("gradients/" + tower):
+            return tower
+    return None
+
+
+def test_partition_prior_starts_each_group_inside_one_tower_with_the_towers_in_two_halves():
+    env = PlacementEnv(model="two-tower", size="small")
+    env.reset(seed=0)
+    config = HierarchicalConfig(num_groups=8, hidden_size=16, grouping_hidden_size=8, grouping_prior="partition", seed=0)
+    planner = HierarchicalPlanner(env.graph, device_mask(env), config)
+    towers = [_tower(group.name) for group in env.graph.groups]
+    greedy = planner._sample(greedy=True).groups
+    halves = {tower: {int(g) < 4 for g, t in zip(greedy, towers) if t == tower} for tower in ("tower_a/", "tower_b/")}
+    # Recursive bisection: the first cut separates the towers, so each half of the groups holds one tower.
+    assert len(halves["tower_a/"]) == 1 and len(halves["tower_b/"]) == 1 and halves["tower_a/"] != halves["tower_b/"]
+    # Sampled groupings follow the prior for almost every unit (weight 8 over 8 groups: ~99.8%).
+    sampled = np.concatenate([planner._sample().groups for _ in range(5)])
+    assert np.mean(sampled == np.tile(greedy, 5)) > 0.97
+    # Without the prior, groups start scattered: some group mixes both towers.
+    scattered = HierarchicalPlanner(env.graph, device_mask(env), replace(config, grouping_prior="none"))
+    groups = scattered._sample().groups
+    assert any(len({t for g, t in zip(groups, towers) if g == group and t}) == 2 for group in range(8))
+
+
+def test_unknown_grouping_prior_is_refused():
+    with pytest.raises(ValueError, match="grouping_prior"):
+        HierarchicalConfig(grouping_prior="spectral")
+
+
+def _weights(variables):
+    return [v.numpy().copy() for v in variables]
+
+
+@pytest.mark.parametrize("grouper_learning_rate", [0.0, 0.001])
+def test_the_grouper_learns_at_its_own_rate_or_not_at_all(env, grouper_learning_rate):
+    planner = HierarchicalPlanner(env.graph, device_mask(env),
+                                  replace(SMALL, learning_rate=0.1, grouper_learning_rate=grouper_learning_rate))
+    grouper = [*planner.policy.grouper_hidden, *planner.policy.grouper_out]
+    placer = [planner.policy.decoder_lstm.kernel, *planner.policy.output]
+    before_grouper, before_placer = _weights(grouper), _weights(placer)
+    planner.learn(planner.propose(2), [-1.0, -2.0])
+    planner.learn(planner.propose(2), [-2.0, -1.0])
+    grouper_step = max(np.abs(a - b).max() for a, b in zip(_weights(grouper), before_grouper))
+    placer_step = max(np.abs(a - b).max() for a, b in zip(_weights(placer), before_placer))
+    # Adam moves each weight by about its learning rate per step, whatever the gradient's scale.
+    assert placer_step > 0.05
+    if grouper_learning_rate == 0:
+        assert grouper_step == 0.0 and "grouper_optimizer" not in planner.checkpoint_objects()
+    else:
+        assert 0 < grouper_step < 0.003 and "grouper_optimizer" in planner.checkpoint_objects()

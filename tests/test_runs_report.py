@@ -1,0 +1,34 @@
+"""experiments/runs_report.py: one row per run, comparing what the run compared."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_run(root: Path, model: str, stamp: str, summary: dict, config: dict) -> None:
+    run_dir = root / model / stamp
+    run_dir.mkdir(parents=True)
+    (run_dir / "summary.json").write_text(json.dumps({"model": model, **summary}))
+    (run_dir / "config.json").write_text(json.dumps({"experiment": {"model": model, **config}}))
+
+
+def test_measured_rows_show_the_re_measured_learned_time_next_to_the_best_sample_and_the_newest_run(tmp_path):
+    measured = {"size": "tiny", "backend": "measured", "cluster": "local:2", "samples": 40, "wall_time": 360.0,
+                "best_step_time": 0.0290, "step_time": 0.0320, "baselines": {"single-device": 0.0316, "expert": 0.0362},
+                "best_baseline": "single-device", "improvement_over_best_baseline": (0.0316 - 0.0320) / 0.0316}
+    config = {"size": "tiny", "backend": "measured", "cluster": "local:2", "time_budget": 6.0, "agent": "hierarchical",
+              "agent_options": {"tanh_constant": 2.5}}
+    write_run(tmp_path, "rnnlm", "20260101-000000", {**measured, "step_time": 0.5}, config)  # older: ignored
+    write_run(tmp_path, "rnnlm", "20260102-000000", measured, config)
+    out = tmp_path / "report.json"
+    printed = subprocess.run([sys.executable, "experiments/runs_report.py", str(tmp_path), "--out", str(out)], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout
+    [row] = json.loads(out.read_text())["rows"]
+    assert row["learned_ms"] == 32.0 and row["best_sampled_ms"] == 29.0
+    assert row["single-device_ms"] == 31.6 and round(row["vs_best_pct"], 2) == -1.27
+    assert row["command"] == ("python experiments/train_rnnlm.py --size tiny --backend measured --cluster local:2 "
+                              "--time-budget 6.0 --set tanh_constant=2.5")
+    assert row["command"] in printed
