@@ -5,7 +5,8 @@ microseconds); unit pairs are edges weighted by the kilobytes they exchange. The
 part per compute device (the GPUs when there are any) under the partitioner's balance constraint, so
 parts get similar compute and few bytes cross them. Partitioners ignore memory: simulate the result to
 see whether it fits. Both libraries are optional (`pip install placer[baselines]`); without one, its
-baseline raises an error that names it.
+baseline raises an error that names it. `unit_partition` cuts the graph into many small parts for the
+hierarchical planner's starting grouping (`HierarchicalConfig.grouping_prior="partition"`).
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ def unit_partition(graph: OpGraph, parts: int, *, seed: int = 0) -> np.ndarray:
     units = len(graph.groups)
     if parts <= 1 or units <= 1:
         return np.zeros(units, np.int64)
+    if parts >= units:  # a part per unit (METIS refuses to cut a graph into more parts than vertices)
+        return np.arange(units, dtype=np.int64)
     # Units count alike: weighted by FLOPs, a few large matmuls outweigh thousands of small ops, recursive
     # bisection cannot balance them, and parts come out empty (20 of 60 on NMT-2). Balancing compute is the
     # placer's job, when it chooses a device per part.
