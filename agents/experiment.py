@@ -84,6 +84,9 @@ class ExperimentConfig:
     """Minutes of training (counted across resumptions); with `updates`, whichever comes first."""
     samples_per_update: int = 4
     """Placements sampled and evaluated per update."""
+    greedy_every: int = 10
+    """Every this many updates, the agent's current best guess (the policy's greedy decoding, the
+    cross-entropy method's mode) is evaluated too, counted as a sample, and kept if it is the best. 0: never."""
     seed: int = 0
     reward: str = "neg_sqrt"
     """neg_sqrt (the papers': -sqrt(step time)), neg_time or improvement."""
@@ -119,6 +122,8 @@ class ExperimentConfig:
             raise ExperimentError("give a number of updates or a time budget (or both), else training never stops")
         if self.samples_per_update < 1:
             raise ExperimentError(f"samples_per_update must be at least 1, got {self.samples_per_update}")
+        if self.greedy_every < 0:
+            raise ExperimentError(f"greedy_every must be 0 (never) or a number of updates, got {self.greedy_every}")
 
     @property
     def target(self) -> str:
@@ -228,6 +233,7 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
                 log.info("update %d: new best %.3f ms", update, metrics["step_time_best"] * 1e3)
 
         training = TrainingConfig(updates=config.updates, samples_per_update=config.samples_per_update,
+                                  greedy_every=config.greedy_every,
                                   time_budget=None if config.time_budget is None else 60.0 * config.time_budget,
                                   progress=config.progress)
         log.info("training %s: %s updates of %d samples, time budget %s", agent.name, config.updates,

@@ -22,7 +22,8 @@ from agents.experiment import AGENTS, ExperimentConfig, ExperimentError, load_co
 # flag -> ExperimentConfig field, for the flags that set a field directly
 _FLAGS = {
     "size": "size", "backend": "backend", "cluster": "cluster", "agent": "agent", "updates": "updates",
-    "time_budget": "time_budget", "samples_per_update": "samples_per_update", "seed": "seed", "reward": "reward",
+    "time_budget": "time_budget", "samples_per_update": "samples_per_update",
+    "greedy_every": "greedy_every", "seed": "seed", "reward": "reward",
     "wandb": "wandb", "wandb_project": "wandb_project", "runs": "runs", "warmup": "warmup_steps",
     "repeats": "timed_steps", "step_timeout": "step_timeout",
 }
@@ -41,6 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, model_positional: bool = T
     budget.add_argument("--updates", "--steps", dest="updates", type=int, metavar="N", help="policy updates to run")
     budget.add_argument("--time-budget", type=float, metavar="MIN", help="minutes of training")
     parser.add_argument("--samples-per-update", type=int, metavar="K", help="placements evaluated per update")
+    parser.add_argument("--greedy-every", type=int, metavar="N",
+                        help="also evaluate the policy's greedy placement every N updates (default 10; 0: never)")
     parser.add_argument("--seed", type=int)
     parser.add_argument("--reward", choices=["neg_sqrt", "neg_time", "improvement"])
     parser.add_argument("--set", dest="agent_options", action="append", default=[], metavar="KEY=VALUE",
@@ -64,7 +67,7 @@ def config_from_args(args: argparse.Namespace, defaults: Mapping[str, Any] | Non
     if args.resume:
         config = load_run_config(args.resume)
         budget = {key: getattr(args, key) for key in ("updates", "time_budget") if getattr(args, key) is not None}
-        others = [flag for flag in ("config", "size", "backend", "cluster", "agent", "samples_per_update", "seed")
+        others = [flag for flag in ("config", "size", "backend", "cluster", "agent", "samples_per_update", "greedy_every", "seed")
                   if getattr(args, flag, None) is not None] + (["set"] if args.agent_options else [])
         if others:
             raise ExperimentError(f"--resume continues a run with its own settings; only --updates and --time-budget "

@@ -130,6 +130,8 @@ def main() -> None:
     planner.add_argument("--grouping-prior-weight", type=float, default=defaults.grouping_prior_weight)
     planner.add_argument("--grouper-learning-rate", type=float, default=defaults.grouper_learning_rate,
                          help="default: the placer's (one optimizer); 0 freezes the grouper")
+    parser.add_argument("--greedy-every", type=int, default=10,
+                        help="the planner's greedy placement is also evaluated every N updates, as a sample (0: never)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runs", default="runs/agents_simulated")
     parser.add_argument("--out")
@@ -137,6 +139,8 @@ def main() -> None:
 
     config = planner_config(args)
     training = TrainingConfig(updates=args.updates, samples_per_update=args.samples_per_update)
+    # Random search's best guess is a placement it has already evaluated; the planner's greedy decoding is new.
+    planner_training = replace(training, greedy_every=args.greedy_every)
     rows = []
     for setup in args.setups:
         model, gpus = setup.split(":")
@@ -158,7 +162,7 @@ def main() -> None:
             run_dir = os.path.join(args.runs, setup.replace(":", "x"), name)
             agent = TimedAgent(agents[name]())
             started = time.perf_counter()
-            state = train(agent, env, run_dir, training)
+            state = train(agent, env, run_dir, planner_training if name == "hierarchical" else training)
             wall = time.perf_counter() - started
             rows.append({
                 "setup": setup, "units": env.num_units, "agent": name, "best_ms": state.best_step_time * 1e3,
@@ -172,7 +176,7 @@ def main() -> None:
             print({key: value for key, value in rows[-1].items() if key != "baseline_placement_s"}, flush=True)
         env.close()
     write_report("agents_simulated", COLUMNS, rows, args.out, size=args.size, updates=args.updates,
-                 samples_per_update=args.samples_per_update, agents=args.agents, baselines=list(BASELINES),
+                 samples_per_update=args.samples_per_update, greedy_every=args.greedy_every, agents=args.agents, baselines=list(BASELINES),
                  machine="host CPU + N x V100 (modeled), roofline costs", hierarchical_config=asdict(config),
                  command=" ".join(["python", *sys.argv]))
 

@@ -130,6 +130,57 @@ def test_killed_training_resumes_where_it_stopped(env, tmp_path, make_agent):
     assert resumed.best_assignment == straight.best_assignment
 
 
+class _GuessingAgent:
+    """Proposes the given placements in turn and believes in another one: the policy whose samples stay
+    a few groups off the placement it has learned."""
+
+    name = "guessing"
+
+    def __init__(self, proposals, guess):
+        self.proposals, self.guess, self.turn = proposals, guess, 0
+
+    def propose(self, count):
+        picked = [self.proposals[(self.turn + i) % len(self.proposals)] for i in range(count)]
+        self.turn += count
+        return picked
+
+    def learn(self, assignments, rewards):
+        return {}
+
+    def best_guess(self):
+        return self.guess
+
+    def checkpoint_objects(self):
+        return {}
+
+    def numpy_state(self):
+        return {}
+
+    def load_numpy_state(self, state):
+        pass
+
+
+@pytest.mark.parametrize("greedy_every", [0, 2])
+def test_the_greedy_placement_is_evaluated_as_a_sample_and_kept_when_best(env, tmp_path, greedy_every):
+    rng = np.random.default_rng(0)
+    candidates = [rng.integers(0, 2, env.num_units) for _ in range(6)] + [np.zeros(env.num_units, int)]
+    ranked = sorted(candidates, key=lambda c: env.backend.evaluate(c).step_time)
+    guess, others = ranked[0], ranked[1:]
+    agent = _GuessingAgent(others, guess)
+    state = train(agent, env, tmp_path, TrainingConfig(updates=4, samples_per_update=2, greedy_every=greedy_every,
+                                                       progress=False))
+    greedy_updates = [h["update"] for h in state.history if "step_time_greedy" in h]
+    if greedy_every:
+        assert state.samples == 4 * 2 + 2 and greedy_updates == [2, 4]
+        assert state.best_assignment == [int(a) for a in guess]
+        assert state.best_step_time == pytest.approx(env.backend.evaluate(guess).step_time)
+        saved = load_placement(tmp_path / "best_placement.json", env.graph, env.devices)
+        assert saved.metadata["step_time"] == pytest.approx(state.best_step_time)
+    else:
+        assert state.samples == 8 and greedy_updates == []
+        assert state.best_assignment != [int(a) for a in guess]
+
+
 def test_cross_entropy_method_concentrates_and_random_search_keeps_its_best(env):
     cem = CrossEntropyMethod(device_mask(env), seed=0)
     entropies = []
@@ -187,10 +238,13 @@ def test_training_through_a_vector_environment(tmp_path):
         single = vector.envs[0].unwrapped
         single.reset(seed=0)
         planner = HierarchicalPlanner(single.graph, single._graph_obs["device_mask"], SMALL)
-        state = train(planner, vector, tmp_path, TrainingConfig(updates=2, samples_per_update=4, progress=False))
+        state = train(planner, vector, tmp_path, TrainingConfig(updates=2, samples_per_update=4, greedy_every=2,
+                                                                progress=False))
     finally:
         vector.close()
-    assert state.samples == 8 and len(state.best_assignment) == single.num_units
+    # The greedy placement goes to every sub-environment at once (4 more samples), the median is kept.
+    assert state.samples == 8 + 4 and len(state.best_assignment) == single.num_units
+    assert np.isfinite(state.history[-1]["step_time_greedy"])
     assert json.loads((tmp_path / "best_assignment.json").read_text())["step_time"] == pytest.approx(state.best_step_time)
 
 

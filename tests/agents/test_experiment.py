@@ -49,6 +49,9 @@ def test_bad_settings_are_refused_with_the_reason(tmp_path):
         ExperimentConfig(backend="gpu")
     with pytest.raises(ExperimentError, match="which model"):
         config_from_args(_args())
+    with pytest.raises(ExperimentError, match="greedy_every must be 0"):
+        config_from_args(_args("two-tower", "--greedy-every", "-1"))
+    assert config_from_args(_args("two-tower", "--greedy-every", "5"))[0].greedy_every == 5
 
 
 def _write(path, text):
