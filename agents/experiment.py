@@ -238,9 +238,11 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
                                   progress=config.progress)
         log.info("training %s: %s updates of %d samples, time budget %s", agent.name, config.updates,
                  config.samples_per_update, f"{config.time_budget} min" if config.time_budget else "none")
+        start = _start_placement(agent, env, run_dir, log)
         state = train(agent, env, run_dir, training, on_update=on_update)
-        final = _final_comparison(config, env, state.best_assignment, baselines, log)
+        final = _final_comparison(config, env, state.best_assignment, baselines, log, start)
         summary = _summarize(config, run_dir, state, baselines, best_baseline, agent.name, final)
+        summary["start_step_time"] = None if start is None else (final or {}).get("start", start["step_time"])
         summary["timeline"] = _save_timeline(env, run_dir, state.best_assignment, log)
         _write_json(run_dir / "summary.json", summary)
         best_file = run_dir / "best_placement.json"
@@ -276,7 +278,12 @@ def make_agent(config: ExperimentConfig, env):
     if unknown:
         raise ExperimentError(f"agent {config.agent} has no option(s) {', '.join(unknown)}; "
                               f"its options: {', '.join(sorted(known))}")
-    agent_config = AgentConfig(**{"seed": config.seed, "samples_per_update": config.samples_per_update, **options})
+    try:
+        agent_config = AgentConfig(**{"seed": config.seed, "samples_per_update": config.samples_per_update, **options})
+    except ValueError as error:
+        raise ExperimentError(f"agent {config.agent}: {error}") from None
+    if config.agent == "hierarchical":
+        return Agent(env.graph, mask, agent_config, devices=env.devices)
     return Agent(env.graph, mask, agent_config)
 
 
@@ -393,11 +400,32 @@ def export_run(run_dir: str | Path, out: str | Path) -> dict[str, Any]:
 # -- outputs --------------------------------------------------------------------------------------
 
 
-def _final_comparison(config: ExperimentConfig, env, assignment, baselines, log) -> dict[str, float] | None:
-    """Median step time of the learned placement and every baseline, measured again side by side."""
+def _start_placement(agent, env, run_dir: Path, log) -> dict[str, Any] | None:
+    """A learned policy's greedy placement before its first update, and its step time: what training started
+    from (with a partition prior, a heuristic's placement), so that what learning added can be told apart.
+    Kept in start_placement.json, so that a resumed run compares against the same start."""
+    path = run_dir / "start_placement.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    if not hasattr(agent, "policy") or (run_dir / "trainer_state.json").exists():
+        return None  # search agents have no policy to start from; an older run never recorded its start
+    assignment = [int(a) for a in agent.best_guess()]
+    result = env.backend.evaluate(assignment)
+    start = {"assignment": assignment, "step_time": result.step_time if result.ok else None}
+    _write_json(path, start)
+    log.info("start (the untrained policy's greedy placement): %s",
+             f"{result.step_time * 1e3:.3f} ms" if result.ok else f"failed ({result.failure}: {result.message})")
+    return start
+
+
+def _final_comparison(config: ExperimentConfig, env, assignment, baselines, log,
+                      start: Mapping[str, Any] | None = None) -> dict[str, float] | None:
+    """Median step time of the learned placement, the start and every baseline, measured again side by side."""
     if config.backend != "measured" or config.final_rounds < 1 or assignment is None:
         return None
     contenders = {"learned": list(assignment)}
+    if start is not None and start["step_time"] is not None:
+        contenders["start"] = start["assignment"]
     contenders.update({name: r["assignment"] for name, r in baselines.items() if r["ok"]})
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in _progress(range(config.final_rounds), config.progress, "final comparison", "round"):

@@ -63,9 +63,12 @@ class _LSTM(tf.Module):
 class HierarchicalPolicy(tf.Module):
     def __init__(self, features: UnitFeatures, device_mask: np.ndarray, *, num_groups: int, grouping_hidden_size: int = 64,
                  hidden_size: int = 512, tanh_constant: float = 1.0, seed: int = 0,
-                 prior_groups: np.ndarray | None = None, prior_weight: float = 0.0):
+                 prior_groups: np.ndarray | None = None, prior_weight: float = 0.0,
+                 prior_devices: np.ndarray | None = None, placement_prior_weight: float = 0.0):
         """device_mask: [U, D] 1 where a unit can run on a device. prior_groups: [U] a starting group per
-        unit; the grouper's logits get `prior_weight` added for it (a fixed bias the network learns on top of)."""
+        unit; the grouper's logits get `prior_weight` added for it (a fixed bias the network learns on top of).
+        prior_devices: [G] a starting device per group; the placer's bounded logits get
+        `placement_prior_weight` added for it (below 2 x tanh_constant, the learned logits can overrule it)."""
         super().__init__(name="hierarchical_policy")
         self.num_units = features.num_units
         self.num_groups = num_groups
@@ -80,6 +83,10 @@ class HierarchicalPolicy(tf.Module):
         self.grouper_prior = tf.constant(
             np.zeros((self.num_units, num_groups), np.float32) if prior_groups is None
             else prior_weight * np.eye(num_groups, dtype=np.float32)[np.asarray(prior_groups) % num_groups])
+
+        self.placer_prior = tf.constant(
+            np.zeros((num_groups, self.num_devices), np.float32) if prior_devices is None
+            else placement_prior_weight * np.eye(self.num_devices, dtype=np.float32)[np.asarray(prior_devices)])
 
         g, d, hidden = num_groups, self.num_devices, hidden_size
         embedding_size = features.op_types.shape[1] + 3 + 2 * g
@@ -152,7 +159,7 @@ class HierarchicalPolicy(tf.Module):
             context = tf.reduce_sum(tf.nn.softmax(scores)[:, None] * memory, 0, keepdims=True)
             kernel, bias = self.output
             logits = self.tanh_constant * tf.tanh(tf.matmul(tf.concat([out, context], 1), kernel) + bias)[0]
-            logits = (logits + noise[t]) / temperature
+            logits = (logits + self.placer_prior[t] + noise[t]) / temperature
             logits = tf.where(mask[t] > 0, logits, -1e9)
             distribution = tfp.distributions.Categorical(logits=logits)
             if chosen is not None:

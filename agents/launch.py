@@ -116,6 +116,8 @@ def describe(summary: Mapping[str, Any], run_dir: Path) -> str:
              f"{summary['agent']} ran {summary['updates']} updates, {summary['samples']} placements in "
              f"{summary['wall_time']:.0f} s",
              f"  {'learned (' + summary['agent'] + ')':<24} {_ms(summary['step_time'])}"]
+    if "start_step_time" in summary and summary.get("start_step_time") is not None:
+        lines.append(f"  {'start (before training)':<24} {_ms(summary['start_step_time'])}")
     if summary.get("final_comparison"):
         lines[0] += (f"; best sample {_ms(summary['best_step_time']).strip()}, then measured again next to the "
                      "baselines (medians below)")

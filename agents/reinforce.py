@@ -14,7 +14,9 @@ import tensorflow as tf
 from agents.features import unit_features
 from agents.hierarchical import HierarchicalPolicy, Sample
 from agents.policy_gradient import PolicyGradientAgent, PolicyGradientConfig
+from placer.devices import DeviceSet
 from placer.graph.opgraph import OpGraph
+from placer.models.expert import compute_devices, spread
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,12 @@ class HierarchicalConfig(PolicyGradientConfig):
     grouping_prior_weight: float = 8.0
     """With grouping_prior="partition": the logit bias towards each unit's part (8: ~99% of units start in
     their part with 40 groups)."""
+    placement_prior_weight: float = 0.0
+    """With grouping_prior="partition" and a weight above 0, the placer starts from the partition too: its
+    bounded logits get this bias towards spreading the groups over the compute devices (the GPUs when there
+    are any) in contiguous blocks, groups [0, G/K) on the first, so its greedy placement starts as the
+    partition's K-way cut. Below 2 x tanh_constant the learned logits can overrule the bias. 0: no bias
+    (the placer starts from its random weights)."""
     grouper_learning_rate: float | None = None
     """Adam's initial learning rate for the grouper, with its own optimizer (decayed on the same schedule);
     None: the grouper and placer share one Adam at `learning_rate` (the reference). 0 freezes the grouper:
@@ -44,6 +52,9 @@ class HierarchicalConfig(PolicyGradientConfig):
         super().__post_init__()
         if self.grouping_prior not in ("none", "partition"):
             raise ValueError(f"unknown grouping_prior {self.grouping_prior!r}: 'none' or 'partition'")
+        if self.placement_prior_weight and self.grouping_prior == "none":
+            raise ValueError("placement_prior_weight spreads the partition's groups over the devices: "
+                             "it needs grouping_prior='partition'")
         if self.grouper_learning_rate is not None and self.grouper_learning_rate < 0:
             raise ValueError(f"grouper_learning_rate must be >= 0 (0 freezes the grouper), got {self.grouper_learning_rate}")
 
@@ -56,8 +67,10 @@ class HierarchicalPlanner(PolicyGradientAgent):
 
     name = "hierarchical"
 
-    def __init__(self, graph: OpGraph, device_mask: np.ndarray, config: HierarchicalConfig | None = None):
-        """device_mask: [U, D] 1 where a unit may run on a device (the environment's `device_mask`)."""
+    def __init__(self, graph: OpGraph, device_mask: np.ndarray, config: HierarchicalConfig | None = None,
+                 devices: DeviceSet | None = None):
+        """device_mask: [U, D] 1 where a unit may run on a device (the environment's `device_mask`).
+        devices: the environment's devices, needed by `placement_prior_weight` to find the compute devices."""
         c = config or HierarchicalConfig()
         num_devices = device_mask.shape[1]
         num_groups = c.groups_for(num_devices)
@@ -66,10 +79,17 @@ class HierarchicalPlanner(PolicyGradientAgent):
             from agents.partitioners import unit_partition
 
             prior_groups = unit_partition(graph, num_groups, seed=c.seed)
+        prior_devices = None
+        if c.placement_prior_weight:
+            if devices is None:
+                raise ValueError("placement_prior_weight needs the devices: HierarchicalPlanner(graph, mask, config, "
+                                 "devices=env.devices)")
+            prior_devices = np.asarray(spread(num_groups, compute_devices(devices)), np.int64)
         policy = HierarchicalPolicy(
             unit_features(graph), device_mask[: len(graph.groups)], num_groups=num_groups,
             grouping_hidden_size=c.grouping_hidden_size, hidden_size=c.hidden_size, tanh_constant=c.tanh_constant,
             seed=c.seed, prior_groups=prior_groups, prior_weight=c.grouping_prior_weight,
+            prior_devices=prior_devices, placement_prior_weight=c.placement_prior_weight,
         )
         super().__init__(c, policy, num_devices)
         self.grouper_optimizer = (tf.keras.optimizers.Adam(learning_rate=c.grouper_learning_rate)

@@ -10,8 +10,9 @@ Each setup is MODEL:GPUS on a modeled machine (host CPU + GPUS x V100, NVLink be
 costs). Per setup: the step time of every baseline of experiments/baselines_report.py that a learned
 placement should beat (single GPU, expert, METIS, Scotch, m-TOPO, m-ETF, m-SCT; out-of-memory counts as
 infinite), which one is best, then per agent the best placement it found, its reduction against that
-best baseline, the samples it used, its wall time, and (for the planner) the median wall time of one
-policy update, propose + learn, without the simulator. The planner's hyper-parameters default to
+best baseline, the samples it used, its wall time, and for the planner where it started (its greedy
+placement before any update) and the median wall time of one policy update, propose + learn, without the
+simulator. Every --greedy-every updates the planner's greedy placement is evaluated too, as a sample. The planner's hyper-parameters default to
 `HierarchicalConfig`'s (the reference planner's) and are all recorded in the JSON.
 Runs go to runs/agents_simulated/<setup>/<agent>/ (checkpoints and best placements); training resumes
 from an existing run directory, so give each configuration its own --runs.
@@ -43,7 +44,7 @@ from placer.errors import PlacerError  # noqa: E402
 BASELINES = ("single GPU", "expert", "METIS", "Scotch", "m-TOPO", "m-ETF", "m-SCT")
 """The baselines a learned placement is compared with (the trivial and random ones never win)."""
 
-COLUMNS = ["setup", "units", "agent", "best_ms", "best_baseline", "best_baseline_ms", "reduction_vs_best_baseline_pct",
+COLUMNS = ["setup", "units", "agent", "start_ms", "best_ms", "best_baseline", "best_baseline_ms", "reduction_vs_best_baseline_pct",
            "samples", "wall_s", "update_s_median", *[f"{name}_ms" for name in BASELINES]]
 
 
@@ -98,7 +99,8 @@ def planner_config(args: argparse.Namespace) -> HierarchicalConfig:
                    noise_updates=args.noise_updates, lr_decay_start=args.lr_decay_start,
                    samples_per_update=args.samples_per_update, num_groups=args.num_groups,
                    grouping_prior=args.grouping_prior, grouping_prior_weight=args.grouping_prior_weight,
-                   grouper_learning_rate=args.grouper_learning_rate)
+                   grouper_learning_rate=args.grouper_learning_rate,
+                   placement_prior_weight=args.placement_prior_weight)
 
 
 def main() -> None:
@@ -128,6 +130,8 @@ def main() -> None:
     planner.add_argument("--num-groups", type=int, default=defaults.num_groups, help="default: min(256, 20 x devices)")
     planner.add_argument("--grouping-prior", default=defaults.grouping_prior, choices=["none", "partition"])
     planner.add_argument("--grouping-prior-weight", type=float, default=defaults.grouping_prior_weight)
+    planner.add_argument("--placement-prior-weight", type=float, default=defaults.placement_prior_weight,
+                         help="with --grouping-prior partition: bias the placer towards the partition's K-way cut")
     planner.add_argument("--grouper-learning-rate", type=float, default=defaults.grouper_learning_rate,
                          help="default: the placer's (one optimizer); 0 freezes the grouper")
     parser.add_argument("--greedy-every", type=int, default=10,
@@ -154,13 +158,15 @@ def main() -> None:
         print(f"{setup}: {len(env.graph.step_ops)} step ops, {env.num_units} units; {listed}; "
               f"best baseline: {best_name} ({best_baseline * 1e3:.1f} ms)", flush=True)
         agents = {
-            "hierarchical": lambda: HierarchicalPlanner(env.graph, mask, config),
+            "hierarchical": lambda: HierarchicalPlanner(env.graph, mask, config, devices=env.devices),
             "random": lambda: RandomSearch(mask, seed=args.seed),
             "cem": lambda: CrossEntropyMethod(mask, seed=args.seed),
         }
         for name in args.agents:
             run_dir = os.path.join(args.runs, setup.replace(":", "x"), name)
             agent = TimedAgent(agents[name]())
+            # Where the planner starts: its greedy placement before any update (the partition's cut with the priors).
+            start = env.backend.evaluate(agent.best_guess()).step_time if name == "hierarchical" else math.nan
             started = time.perf_counter()
             state = train(agent, env, run_dir, planner_training if name == "hierarchical" else training)
             wall = time.perf_counter() - started
@@ -168,7 +174,7 @@ def main() -> None:
                 "setup": setup, "units": env.num_units, "agent": name, "best_ms": state.best_step_time * 1e3,
                 "best_baseline": best_name, "best_baseline_ms": best_baseline * 1e3,
                 "reduction_vs_best_baseline_pct": 100 * (best_baseline - state.best_step_time) / best_baseline,
-                "samples": state.samples, "wall_s": wall,
+                "start_ms": start * 1e3, "samples": state.samples, "wall_s": wall,
                 "update_s_median": float(np.median(agent.update_seconds)) if agent.update_seconds else None,
                 **{f"{baseline}_ms": reference[baseline]["step_time"] * 1e3 for baseline in BASELINES},
                 "baseline_placement_s": {baseline: reference[baseline]["placement_s"] for baseline in BASELINES},
@@ -176,7 +182,8 @@ def main() -> None:
             print({key: value for key, value in rows[-1].items() if key != "baseline_placement_s"}, flush=True)
         env.close()
     write_report("agents_simulated", COLUMNS, rows, args.out, size=args.size, updates=args.updates,
-                 samples_per_update=args.samples_per_update, greedy_every=args.greedy_every, agents=args.agents, baselines=list(BASELINES),
+                 samples_per_update=args.samples_per_update, greedy_every=args.greedy_every, agents=args.agents,
+                 baselines=list(BASELINES),
                  machine="host CPU + N x V100 (modeled), roofline costs", hierarchical_config=asdict(config),
                  command=" ".join(["python", *sys.argv]))
 

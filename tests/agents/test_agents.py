@@ -326,6 +326,29 @@ def test_partition_prior_starts_each_group_inside_one_tower_with_the_towers_in_t
     assert any(len({t for g, t in zip(groups, towers) if g == group and t}) == 2 for group in range(8))
 
 
+def test_placement_prior_starts_the_placer_on_the_partitions_cut_one_tower_per_gpu():
+    env = PlacementEnv(model="two-tower", size="small")
+    env.reset(seed=0)
+    config = HierarchicalConfig(num_groups=8, hidden_size=16, grouping_hidden_size=8, grouping_prior="partition",
+                                placement_prior_weight=1.0, seed=0)
+    planner = HierarchicalPlanner(env.graph, device_mask(env), config, devices=env.devices)
+    gpus = [i for i, d in enumerate(env.devices) if d.kind == "GPU"]
+    assignment = planner.best_guess()
+    towers = [_tower(group.name) for group in env.graph.groups]
+    per_tower = {tower: {int(a) for a, t in zip(assignment, towers) if t == tower} for tower in ("tower_a/", "tower_b/")}
+    assert sorted(per_tower["tower_a/"] | per_tower["tower_b/"]) == gpus
+    assert len(per_tower["tower_a/"]) == 1 and per_tower["tower_a/"] != per_tower["tower_b/"]
+    single = env.backend.evaluate(np.full(env.num_units, gpus[0])).step_time
+    assert env.backend.evaluate(assignment).step_time < 0.8 * single
+    # The bias (1) is below the learned logits' range (2 x tanh 1): samples still try other devices.
+    sampled = np.stack([planner._sample().group_devices for _ in range(10)])
+    assert 0.5 < np.mean(sampled == planner._sample(greedy=True).group_devices) < 0.95
+    with pytest.raises(ValueError, match="needs the devices"):
+        HierarchicalPlanner(env.graph, device_mask(env), config)
+    with pytest.raises(ValueError, match="needs grouping_prior='partition'"):
+        replace(config, grouping_prior="none")
+
+
 def test_unknown_grouping_prior_is_refused():
     with pytest.raises(ValueError, match="grouping_prior"):
         HierarchicalConfig(grouping_prior="spectral")

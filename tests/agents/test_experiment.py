@@ -89,6 +89,26 @@ def test_a_run_leaves_everything_a_researcher_looks_for(random_run):
     assert "new best" in (run_dir / "log.txt").read_text()
 
 
+def test_a_partition_started_planner_reports_where_it_started(tmp_path):
+    from agents.launch import describe
+
+    options = {"num_groups": 8, "hidden_size": 16, "grouping_hidden_size": 8, "grouping_prior": "partition",
+               "placement_prior_weight": 2.5, "tanh_constant": 2.5, "temperature": 0.5}
+    config = ExperimentConfig(model="two-tower", size="small", updates=2, samples_per_update=2, greedy_every=1,
+                              runs=str(tmp_path), baselines=["single-device", "expert"], agent_options=options,
+                              progress=False)
+    result = run_experiment(config)
+    summary = result.summary
+    start = json.loads((result.run_dir / "start_placement.json").read_text())
+    # The untrained policy's greedy placement is the partition's cut, one tower per GPU: as fast as the
+    # expert's, much faster than one GPU. It is reported apart from what training found.
+    assert summary["start_step_time"] == start["step_time"]
+    assert start["step_time"] < 0.8 * summary["baselines"]["single-device"]
+    assert start["step_time"] == pytest.approx(summary["baselines"]["expert"], rel=0.05)
+    assert summary["samples"] == 2 * 2 + 2  # the greedy placement after each update counts as a sample
+    assert "start (before training)" in describe(summary, result.run_dir)
+
+
 def test_tensorboard_gets_grouped_curves_hparams_and_the_placement(random_run):
     import tensorflow as tf
 
