@@ -12,8 +12,9 @@ placement should beat (single GPU, expert, METIS, Scotch, m-TOPO, m-ETF, m-SCT; 
 infinite), which one is best, then per agent the best placement it found, its reduction against that
 best baseline, the samples it used, its wall time, and for the planner where it started (its greedy
 placement before any update) and the median wall time of one policy update, propose + learn, without the
-simulator. Every --greedy-every updates the planner's greedy placement is evaluated too, as a sample. The planner's hyper-parameters default to
-`HierarchicalConfig`'s (the reference planner's) and are all recorded in the JSON.
+simulator. Every --greedy-every updates the planner's greedy placement is evaluated too, as a sample.
+The planner's hyper-parameters default to `HierarchicalConfig`'s (the reference planner's) and are all
+recorded in the JSON.
 Runs go to runs/agents_simulated/<setup>/<agent>/ (checkpoints and best placements); training resumes
 from an existing run directory, so give each configuration its own --runs.
 """
