@@ -98,8 +98,9 @@ def test_users_own_initializer_and_saver_do_not_break_the_check_and_are_reported
 
     with tf.compat.v1.Session(graph=user, config=tf.compat.v1.ConfigProto(device_count={"CPU": 2})) as session:
         session.run(init)
-        losses = [session.run([train_op, loss])[1] for _ in range(3)]
-        assert all(math.isfinite(value) for value in losses) and losses[-1] < losses[0]
+        losses = [session.run([train_op, loss])[1] for _ in range(30)]
+        # each step draws a new batch, so compare averages: three single steps once went up (0.166 -> 0.181)
+        assert all(math.isfinite(value) for value in losses) and sum(losses[-5:]) < sum(losses[:5])
         assert saver.save(session, str(path.parent / "ckpt" / "model"))
 
 
