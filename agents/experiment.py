@@ -87,6 +87,11 @@ class ExperimentConfig:
     greedy_every: int = 10
     """Every this many updates, the agent's current best guess (the policy's greedy decoding, the
     cross-entropy method's mode) is evaluated too, counted as a sample, and kept if it is the best. 0: never."""
+    confirm_repeats: int | None = None
+    """A placement that would become the best is evaluated this many more times, and becomes the best only
+    if the median of its step times still beats the best's (the fastest of many noisy single timings is
+    mostly luck). Each repeat counts as a sample. None: 2 on the measured backend, 0 on the simulator,
+    whose step times do not vary."""
     seed: int = 0
     reward: str = "neg_sqrt"
     """neg_sqrt (the papers': -sqrt(step time)), neg_time or improvement."""
@@ -124,12 +129,20 @@ class ExperimentConfig:
             raise ExperimentError(f"samples_per_update must be at least 1, got {self.samples_per_update}")
         if self.greedy_every < 0:
             raise ExperimentError(f"greedy_every must be 0 (never) or a number of updates, got {self.greedy_every}")
+        if self.confirm_repeats is not None and self.confirm_repeats < 0:
+            raise ExperimentError(f"confirm_repeats must be 0 (trust one evaluation) or more, got {self.confirm_repeats}")
 
     @property
     def target(self) -> str:
         if self.cluster:
             return self.cluster
         return "modeled:2xV100" if self.backend == "simulated" else "local:2"
+
+    @property
+    def repeats_to_confirm(self) -> int:
+        if self.confirm_repeats is not None:
+            return self.confirm_repeats
+        return 2 if self.backend == "measured" else 0
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -233,7 +246,7 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
                 log.info("update %d: new best %.3f ms", update, metrics["step_time_best"] * 1e3)
 
         training = TrainingConfig(updates=config.updates, samples_per_update=config.samples_per_update,
-                                  greedy_every=config.greedy_every,
+                                  greedy_every=config.greedy_every, confirm_repeats=config.repeats_to_confirm,
                                   time_budget=None if config.time_budget is None else 60.0 * config.time_budget,
                                   progress=config.progress)
         log.info("training %s: %s updates of %d samples, time budget %s", agent.name, config.updates,

@@ -23,7 +23,7 @@ from agents.experiment import AGENTS, ExperimentConfig, ExperimentError, load_co
 _FLAGS = {
     "size": "size", "backend": "backend", "cluster": "cluster", "agent": "agent", "updates": "updates",
     "time_budget": "time_budget", "samples_per_update": "samples_per_update",
-    "greedy_every": "greedy_every", "seed": "seed", "reward": "reward",
+    "greedy_every": "greedy_every", "confirm_repeats": "confirm_repeats", "seed": "seed", "reward": "reward",
     "wandb": "wandb", "wandb_project": "wandb_project", "runs": "runs", "warmup": "warmup_steps",
     "repeats": "timed_steps", "step_timeout": "step_timeout",
 }
@@ -44,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, model_positional: bool = T
     parser.add_argument("--samples-per-update", type=int, metavar="K", help="placements evaluated per update")
     parser.add_argument("--greedy-every", type=int, metavar="N",
                         help="also evaluate the policy's greedy placement every N updates (default 10; 0: never)")
+    parser.add_argument("--confirm-repeats", type=int, metavar="N",
+                        help="evaluate a would-be best placement N more times and keep it only if the median still "
+                             "wins (default 2 measured, 0 simulated)")
     parser.add_argument("--seed", type=int)
     parser.add_argument("--reward", choices=["neg_sqrt", "neg_time", "improvement"])
     parser.add_argument("--set", dest="agent_options", action="append", default=[], metavar="KEY=VALUE",
@@ -67,7 +70,8 @@ def config_from_args(args: argparse.Namespace, defaults: Mapping[str, Any] | Non
     if args.resume:
         config = load_run_config(args.resume)
         budget = {key: getattr(args, key) for key in ("updates", "time_budget") if getattr(args, key) is not None}
-        others = [flag for flag in ("config", "size", "backend", "cluster", "agent", "samples_per_update", "greedy_every", "seed")
+        others = [flag for flag in ("config", "size", "backend", "cluster", "agent", "samples_per_update", "greedy_every",
+                                    "confirm_repeats", "seed")
                   if getattr(args, flag, None) is not None] + (["set"] if args.agent_options else [])
         if others:
             raise ExperimentError(f"--resume continues a run with its own settings; only --updates and --time-budget "

@@ -33,6 +33,12 @@ class TrainingConfig:
     """Every this many updates, also evaluate the agent's `best_guess()` (a policy's greedy decoding: the
     placement it has learned, without the sampling noise that keeps its samples a few groups off it) and
     keep it as the best placement when it is; it counts as a sample. 0: never."""
+    confirm_repeats: int = 0
+    """When a placement would become the best, evaluate it this many more times and keep the median of
+    all its step times: it becomes the best only if that median still beats the best's. Measured step
+    times are noisy, and the fastest of a thousand single timings is mostly a lucky one (on the testbed a
+    placement timed 52.4 ms once and 55.7 ms side by side), which then blocks real improvements for the
+    rest of the run. Each repeat counts as a sample. 0: trust one evaluation (a deterministic simulator)."""
 
 
 @dataclass
@@ -76,13 +82,13 @@ def train(agent, env, run_dir: str | Path, config: TrainingConfig | None = None,
             state.samples += len(assignments)
             step_times = [info["step_time"] for info in infos]
             best = int(np.argmax(rewards))
-            improved = _keep_if_best(state, assignments[best], rewards[best], step_times[best])
+            improved = _keep_if_best(env, config, state, assignments[best], rewards[best], step_times[best])
             if config.greedy_every and state.updates % config.greedy_every == 0:
                 greedy = agent.best_guess()
                 reward, info, evaluated = _evaluate_one(env, greedy)
                 state.samples += evaluated
-                improved = _keep_if_best(state, greedy, reward, info["step_time"]) or improved
                 metrics["step_time_greedy"] = float(info["step_time"])
+                improved = _keep_if_best(env, config, state, greedy, reward, info["step_time"]) or improved
             finite = [t for t in step_times if math.isfinite(t)]
             metrics.update(
                 reward_mean=float(np.mean(rewards)), reward_best=state.best_reward,
@@ -129,9 +135,19 @@ def _evaluate(env, assignments):
     return rewards, infos
 
 
-def _keep_if_best(state: TrainingState, assignment, reward: float, step_time: float) -> bool:
+def _keep_if_best(env, config: TrainingConfig, state: TrainingState, assignment, reward: float, step_time: float) -> bool:
     if reward <= state.best_reward:
         return False
+    if config.confirm_repeats > 0:
+        evaluations = [(reward, step_time)]
+        while len(evaluations) < 1 + config.confirm_repeats:
+            rewards, infos = _evaluate(env, [assignment] * _width(env))
+            state.samples += len(rewards)
+            evaluations += [(r, info["step_time"]) for r, info in zip(rewards, infos)]
+        # the median by step time (the faster middle one of an even count): a failed repeat sorts last
+        reward, step_time = sorted(evaluations, key=lambda e: e[1])[(len(evaluations) - 1) // 2]
+        if reward <= state.best_reward:
+            return False
     state.best_reward, state.best_step_time = float(reward), float(step_time)
     state.best_assignment = [int(a) for a in assignment]
     return True
@@ -140,12 +156,17 @@ def _keep_if_best(state: TrainingState, assignment, reward: float, step_time: fl
 def _evaluate_one(env, assignment):
     """(reward, info, placements evaluated) of one placement. A vector environment steps all its
     sub-environments at once, so it gets the placement in each and the median step time is kept."""
-    import gymnasium as gym
-
-    count = env.num_envs if isinstance(env, gym.vector.VectorEnv) else 1
+    count = _width(env)
     rewards, infos = _evaluate(env, [assignment] * count)
     middle = sorted(range(count), key=lambda i: infos[i]["step_time"])[(count - 1) // 2]
     return rewards[middle], infos[middle], count
+
+
+def _width(env) -> int:
+    """Placements one evaluation call takes: a vector environment steps all its sub-environments."""
+    import gymnasium as gym
+
+    return env.num_envs if isinstance(env, gym.vector.VectorEnv) else 1
 
 
 def _unwrap(env):

@@ -2,8 +2,10 @@
 
 import itertools
 import json
+import math
 from dataclasses import replace
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -179,6 +181,32 @@ def test_the_greedy_placement_is_evaluated_as_a_sample_and_kept_when_best(env, t
     else:
         assert state.samples == 8 and greedy_updates == []
         assert state.best_assignment != [int(a) for a in guess]
+
+
+class _ScriptedTimes(gym.Wrapper):
+    """Step times from a script per placement, like a measured backend whose first timing can be lucky."""
+
+    def __init__(self, env, script):
+        super().__init__(env)
+        self.script = {key: list(times) for key, times in script.items()}
+
+    def step(self, action):
+        step_time = self.script[tuple(int(a) for a in action)].pop(0)
+        return None, -math.sqrt(step_time), True, False, {"step_time": step_time, "ok": True}
+
+
+@pytest.mark.parametrize("confirm_repeats", [0, 2])
+def test_a_lucky_timing_does_not_become_the_best_when_improvements_are_confirmed(env, tmp_path, confirm_repeats):
+    lucky, steady = np.zeros(env.num_units, int), np.arange(env.num_units) % 2
+    noisy = _ScriptedTimes(env, {tuple(lucky): [1.0, 3.0, 3.0], tuple(steady): [2.0, 2.0, 2.0]})
+    state = train(_GuessingAgent([lucky, steady], lucky), noisy, tmp_path,
+                  TrainingConfig(updates=2, samples_per_update=1, confirm_repeats=confirm_repeats, progress=False))
+    if confirm_repeats:
+        # lucky's median (1, 3, 3) is 3 s, so steady's 2 s wins; each repeat is counted as a sample
+        assert state.best_assignment == steady.tolist() and state.best_step_time == 2.0 and state.samples == 2 + 2 * 2
+        assert load_placement(tmp_path / "best_placement.json", env.graph, env.devices).metadata["step_time"] == 2.0
+    else:
+        assert state.best_assignment == lucky.tolist() and state.best_step_time == 1.0 and state.samples == 2
 
 
 def test_cross_entropy_method_concentrates_and_random_search_keeps_its_best(env):

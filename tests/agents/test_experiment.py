@@ -52,6 +52,12 @@ def test_bad_settings_are_refused_with_the_reason(tmp_path):
     with pytest.raises(ExperimentError, match="greedy_every must be 0"):
         config_from_args(_args("two-tower", "--greedy-every", "-1"))
     assert config_from_args(_args("two-tower", "--greedy-every", "5"))[0].greedy_every == 5
+    with pytest.raises(ExperimentError, match="confirm_repeats must be 0"):
+        config_from_args(_args("two-tower", "--confirm-repeats", "-1"))
+    # measured timings are noisy, so a would-be best is re-timed by default; simulated ones are not
+    assert config_from_args(_args("two-tower", "--backend", "measured"))[0].repeats_to_confirm == 2
+    assert config_from_args(_args("two-tower"))[0].repeats_to_confirm == 0
+    assert config_from_args(_args("two-tower", "--backend", "measured", "--confirm-repeats", "0"))[0].repeats_to_confirm == 0
 
 
 def _write(path, text):
