@@ -131,6 +131,7 @@ class ColocationPlacer(PolicyGradientAgent):
     """Seq-to-seq placer over every colocation group, trained by policy gradient (ICML 2017's agent)."""
 
     name = "colocation"
+    sample_type = UnitSample
 
     def __init__(self, graph: OpGraph, device_mask: np.ndarray, config: ColocationConfig | None = None):
         c = config or ColocationConfig()

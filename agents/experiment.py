@@ -88,10 +88,10 @@ class ExperimentConfig:
     """Every this many updates, the agent's current best guess (the policy's greedy decoding, the
     cross-entropy method's mode) is evaluated too, counted as a sample, and kept if it is the best. 0: never."""
     confirm_repeats: int | None = None
-    """A placement that would become the best is evaluated this many more times, and becomes the best only
-    if the median of its step times still beats the best's (the fastest of many noisy single timings is
-    mostly luck). Each repeat counts as a sample. None: 2 on the measured backend, 0 on the simulator,
-    whose step times do not vary."""
+    """A placement that would become the best is timed this many more times, side by side with the best,
+    and becomes the best only if its median wins (the fastest of many noisy single timings is mostly
+    luck). Each timing counts as a sample. None: 2 on the measured backend, 0 on the simulator, whose step
+    times do not vary."""
     seed: int = 0
     reward: str = "neg_sqrt"
     """neg_sqrt (the papers': -sqrt(step time)), neg_time or improvement."""

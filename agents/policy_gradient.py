@@ -5,15 +5,15 @@ noise 0.5 for the first 750 updates, Adam at 0.1 decayed 0.95 every 50 updates a
 gradient-norm bound 1, baseline decay 0.9, no entropy term. The REINFORCE loss is
 -(reward - baseline) * log p(placement), averaged over the placements of one update; with
 `algorithm="ppo"`, each update takes `ppo_epochs` clipped-ratio steps on the same samples instead.
-Off by default, beyond the reference: an entropy bonus (summed, or averaged per decision) and
-advantages standardized within each update's samples.
+Off by default, beyond the reference: an entropy bonus (summed, or averaged per decision), advantages
+standardized within each update's samples, and self-imitation of the best placement sampled so far.
 A policy supplies `_sample(greedy)` (an object with `.assignment`) and `_log_prob(sample)` (the
 log-probability and the entropy to reward, normalized as `entropy_normalization` asks).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -51,6 +51,13 @@ class PolicyGradientConfig:
     """Standardize the advantages of one update's samples (zero mean, unit std) before the loss, so the
     entropy weight means the same whatever the reward scale; centering on the batch mean replaces the
     moving-average baseline (False: raw reward - baseline, as the reference)."""
+    imitation_weight: float = 0.0
+    """Self-imitation (Oh et al., 2018): every update also maximizes this weight times the log-probability
+    (without logit noise) of the best placement sampled so far. REINFORCE alone moves the policy by the
+    average of a few samples, and its greedy placement can stay far from the best one it has found (on
+    NMT-4 with 4 GPUs, 417 ms against the best sample's 347); imitation pulls the policy to its best, so
+    later samples search around it. The best is the highest single reward: on a noisy backend that may be a
+    lucky timing. 0: off (the reference)."""
     samples_per_update: int = 4
     """Placements sampled and evaluated per update."""
     algorithm: str = "reinforce"
@@ -65,6 +72,8 @@ class PolicyGradientConfig:
     def __post_init__(self):
         if self.algorithm not in ("reinforce", "ppo"):
             raise ValueError(f"unknown algorithm {self.algorithm!r}: 'reinforce' or 'ppo'")
+        if self.imitation_weight < 0:
+            raise ValueError(f"imitation_weight must be >= 0, got {self.imitation_weight}")
         if self.entropy_normalization not in ("sum", "per-decision"):
             raise ValueError(f"unknown entropy_normalization {self.entropy_normalization!r}: 'sum' or 'per-decision'")
 
@@ -78,6 +87,9 @@ def standardized(advantages: tf.Tensor) -> tf.Tensor:
 
 class PolicyGradientAgent:
     name = "policy-gradient"
+    sample_type: type = object
+    """The dataclass `_sample` returns (of numpy arrays, with a `noise` field): the best sample is saved as
+    plain data and rebuilt from it on resume."""
 
     def __init__(self, config: PolicyGradientConfig, policy: tf.Module, num_devices: int):
         self.config = config
@@ -89,6 +101,8 @@ class PolicyGradientAgent:
         self.updates = tf.Variable(0, trainable=False, dtype=tf.int64, name="updates")
         self.rng = tf.random.Generator.from_seed(config.seed)
         self._pending: list = []
+        self._best_sample = None  # the best sample so far, with its noise zeroed, for self-imitation
+        self._best_sample_reward = -np.inf
 
     def _sample(self, greedy: bool = False):
         raise NotImplementedError
@@ -122,6 +136,10 @@ class PolicyGradientAgent:
         if not bool(self.baseline_ready.numpy()):  # start the baseline at the first rewards, not at 0
             self.baseline.assign(mean_reward)
             self.baseline_ready.assign(True)
+        best = int(np.argmax(rewards))
+        if rewards[best] > self._best_sample_reward:
+            self._best_sample = replace(samples[best], noise=np.zeros_like(samples[best].noise))
+            self._best_sample_reward = float(rewards[best])
         advantages = rewards_t - self.baseline
         if self.config.normalize_advantages:
             advantages = standardized(advantages)
@@ -131,12 +149,16 @@ class PolicyGradientAgent:
                 loss, entropy_total, norm = self._step(samples, advantages, old)
         else:
             loss, entropy_total, norm = self._step(samples, advantages)
+        metrics = {}
+        if self.config.imitation_weight > 0:
+            metrics["best_sample_log_prob"] = float(self._log_prob(self._best_sample)[0])
         self.baseline.assign(self.config.baseline_decay * self.baseline + (1 - self.config.baseline_decay) * mean_reward)
         self.updates.assign_add(1)
         self._decay_learning_rate()
         self._pending = []
         return {"loss": float(loss), "baseline": float(self.baseline), "grad_norm": float(norm),
-                "entropy": float(entropy_total) / len(samples), "learning_rate": float(self.optimizer.learning_rate)}
+                "entropy": float(entropy_total) / len(samples), "learning_rate": float(self.optimizer.learning_rate),
+                **metrics}
 
     def _step(self, samples, advantages, old_log_probs=None):
         """One gradient step: REINFORCE, or PPO's clipped surrogate when old log-probs are given."""
@@ -154,6 +176,8 @@ class PolicyGradientAgent:
                 loss += -objective - self.config.entropy_weight * entropy
                 entropy_total += entropy
             loss /= len(samples)
+            if self.config.imitation_weight > 0:
+                loss -= self.config.imitation_weight * self._log_prob(self._best_sample)[0]
         groups = self._parameter_groups()
         variables = [v for group_variables, _, _ in groups for v in group_variables]
         gradients = tape.gradient(loss, variables)
@@ -184,7 +208,14 @@ class PolicyGradientAgent:
                 "baseline_ready": self.baseline_ready, "updates": self.updates, "rng": self.rng}
 
     def numpy_state(self) -> Mapping[str, Any]:
-        return {"config": asdict(self.config)}
+        best = None
+        if self._best_sample is not None:
+            best = {"reward": self._best_sample_reward,
+                    "sample": {key: value.tolist() for key, value in asdict(self._best_sample).items()}}
+        return {"config": asdict(self.config), "best_sample": best}
 
     def load_numpy_state(self, state: Mapping[str, Any]) -> None:
-        pass
+        best = state.get("best_sample")
+        if best is not None:
+            self._best_sample = self.sample_type(**{key: np.asarray(value) for key, value in best["sample"].items()})
+            self._best_sample_reward = float(best["reward"])

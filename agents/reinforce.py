@@ -66,6 +66,7 @@ class HierarchicalPlanner(PolicyGradientAgent):
     """Grouper + placer trained jointly by REINFORCE (the agent of the seed paper)."""
 
     name = "hierarchical"
+    sample_type = Sample
 
     def __init__(self, graph: OpGraph, device_mask: np.ndarray, config: HierarchicalConfig | None = None,
                  devices: DeviceSet | None = None):

@@ -34,11 +34,13 @@ class TrainingConfig:
     placement it has learned, without the sampling noise that keeps its samples a few groups off it) and
     keep it as the best placement when it is; it counts as a sample. 0: never."""
     confirm_repeats: int = 0
-    """When a placement would become the best, evaluate it this many more times and keep the median of
-    all its step times: it becomes the best only if that median still beats the best's. Measured step
-    times are noisy, and the fastest of a thousand single timings is mostly a lucky one (on the testbed a
-    placement timed 52.4 ms once and 55.7 ms side by side), which then blocks real improvements for the
-    rest of the run. Each repeat counts as a sample. 0: trust one evaluation (a deterministic simulator)."""
+    """When a placement would become the best, time it this many more times, and the best as many times,
+    in alternation: it becomes the best only if its median beats the best's, and the best's time is the
+    fresh median either way (the first best: the median of all its timings). Measured step times are noisy
+    and drift with the machine over minutes, so the fastest of a thousand single timings is mostly a lucky
+    one (on the testbed a placement timed 52.4 ms once and 55.7 ms side by side), and it would block real
+    improvements for the rest of the run. Each timing counts as a sample. 0: trust one evaluation (a
+    deterministic simulator)."""
 
 
 @dataclass
@@ -136,21 +138,42 @@ def _evaluate(env, assignments):
 
 
 def _keep_if_best(env, config: TrainingConfig, state: TrainingState, assignment, reward: float, step_time: float) -> bool:
+    """Make `assignment` the best placement if it beats the best; True if the best (or its time) changed."""
     if reward <= state.best_reward:
         return False
     if config.confirm_repeats > 0:
-        evaluations = [(reward, step_time)]
-        while len(evaluations) < 1 + config.confirm_repeats:
-            rewards, infos = _evaluate(env, [assignment] * _width(env))
-            state.samples += len(rewards)
-            evaluations += [(r, info["step_time"]) for r, info in zip(rewards, infos)]
-        # the median by step time (the faster middle one of an even count): a failed repeat sorts last
-        reward, step_time = sorted(evaluations, key=lambda e: e[1])[(len(evaluations) - 1) // 2]
-        if reward <= state.best_reward:
-            return False
+        if state.best_assignment is None:
+            repeats = _timings(env, state, [assignment], config.confirm_repeats)[0]
+            reward, step_time = _median([(reward, step_time)] + repeats)
+        else:
+            # Side by side: the machine's speed drifts over minutes, so the best's old timings are no bar.
+            # Both are timed again in alternation, and the candidate must win those.
+            candidate, incumbent = _timings(env, state, [assignment, state.best_assignment], config.confirm_repeats)
+            (reward, step_time), (best_reward, best_step_time) = _median(candidate), _median(incumbent)
+            if reward <= best_reward:
+                state.best_reward, state.best_step_time = float(best_reward), float(best_step_time)
+                return True
     state.best_reward, state.best_step_time = float(reward), float(step_time)
     state.best_assignment = [int(a) for a in assignment]
     return True
+
+
+def _timings(env, state: TrainingState, assignments: list, count: int) -> list[list[tuple[float, float]]]:
+    """At least `count` (reward, step time) evaluations of each placement, timed in alternating rounds and
+    counted as samples."""
+    timings: list[list[tuple[float, float]]] = [[] for _ in assignments]
+    while len(timings[0]) < count:
+        for assignment, evaluations in zip(assignments, timings):
+            rewards, infos = _evaluate(env, [assignment] * _width(env))
+            state.samples += len(rewards)
+            evaluations += [(r, info["step_time"]) for r, info in zip(rewards, infos)]
+    return timings
+
+
+def _median(timings: list[tuple[float, float]]) -> tuple[float, float]:
+    """The (reward, step time) of the median step time (the faster middle one of an even count); a failed
+    evaluation sorts last."""
+    return sorted(timings, key=lambda t: t[1])[(len(timings) - 1) // 2]
 
 
 def _evaluate_one(env, assignment):

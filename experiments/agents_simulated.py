@@ -101,7 +101,7 @@ def planner_config(args: argparse.Namespace) -> HierarchicalConfig:
                    samples_per_update=args.samples_per_update, num_groups=args.num_groups,
                    grouping_prior=args.grouping_prior, grouping_prior_weight=args.grouping_prior_weight,
                    grouper_learning_rate=args.grouper_learning_rate,
-                   placement_prior_weight=args.placement_prior_weight)
+                   placement_prior_weight=args.placement_prior_weight, imitation_weight=args.imitation_weight)
 
 
 def main() -> None:
@@ -135,6 +135,8 @@ def main() -> None:
                          help="with --grouping-prior partition: bias the placer towards the partition's K-way cut")
     planner.add_argument("--grouper-learning-rate", type=float, default=defaults.grouper_learning_rate,
                          help="default: the placer's (one optimizer); 0 freezes the grouper")
+    planner.add_argument("--imitation-weight", type=float, default=defaults.imitation_weight,
+                         help="self-imitation: also raise the log-probability of the best sample so far (0: off)")
     parser.add_argument("--greedy-every", type=int, default=10,
                         help="the planner's greedy placement is also evaluated every N updates, as a sample (0: never)")
     parser.add_argument("--seed", type=int, default=0)

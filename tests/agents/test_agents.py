@@ -112,7 +112,10 @@ def test_training_improves_on_the_first_samples_and_writes_the_best_placement(en
     lambda env: HierarchicalPlanner(env.graph, device_mask(env), SMALL),
     lambda env: ColocationPlacer(env.graph, device_mask(env), SMALL_COLOCATION),
     lambda env: CrossEntropyMethod(device_mask(env), seed=5),
-], ids=["hierarchical", "colocation", "cem"])
+    # self-imitation keeps the best sample in the agent: a resumed run must imitate the same one
+    lambda env: HierarchicalPlanner(env.graph, device_mask(env), replace(SMALL, imitation_weight=0.5)),
+    lambda env: ColocationPlacer(env.graph, device_mask(env), replace(SMALL_COLOCATION, imitation_weight=0.5)),
+], ids=["hierarchical", "colocation", "cem", "hierarchical-imitation", "colocation-imitation"])
 def test_killed_training_resumes_where_it_stopped(env, tmp_path, make_agent):
     straight = train(make_agent(env), env, tmp_path / "straight", TrainingConfig(updates=5, progress=False))
 
@@ -198,15 +201,19 @@ class _ScriptedTimes(gym.Wrapper):
 @pytest.mark.parametrize("confirm_repeats", [0, 2])
 def test_a_lucky_timing_does_not_become_the_best_when_improvements_are_confirmed(env, tmp_path, confirm_repeats):
     lucky, steady = np.zeros(env.num_units, int), np.arange(env.num_units) % 2
-    noisy = _ScriptedTimes(env, {tuple(lucky): [1.0, 3.0, 3.0], tuple(steady): [2.0, 2.0, 2.0]})
-    state = train(_GuessingAgent([lucky, steady], lucky), noisy, tmp_path,
-                  TrainingConfig(updates=2, samples_per_update=1, confirm_repeats=confirm_repeats, progress=False))
+    fluke = 1 - steady
+    noisy = _ScriptedTimes(env, {tuple(lucky): [1.0, 3.0, 3.0, 3.0, 3.0], tuple(steady): [2.0, 2.0, 2.0, 2.5, 2.5],
+                                 tuple(fluke): [1.5, 4.0, 4.0]})
+    state = train(_GuessingAgent([lucky, steady, fluke], lucky), noisy, tmp_path,
+                  TrainingConfig(updates=3, samples_per_update=1, confirm_repeats=confirm_repeats, progress=False))
     if confirm_repeats:
-        # lucky's median (1, 3, 3) is 3 s, so steady's 2 s wins; each repeat is counted as a sample
-        assert state.best_assignment == steady.tolist() and state.best_step_time == 2.0 and state.samples == 2 + 2 * 2
-        assert load_placement(tmp_path / "best_placement.json", env.graph, env.devices).metadata["step_time"] == 2.0
+        # lucky's median (1, 3, 3) is 3 s; steady beats its next two timings side by side; fluke loses to
+        # steady side by side, and steady keeps its fresh time. Each timing is counted as a sample.
+        assert state.best_assignment == steady.tolist() and state.best_step_time == 2.5
+        assert state.samples == 3 + 2 + 2 * 2 + 2 * 2
+        assert load_placement(tmp_path / "best_placement.json", env.graph, env.devices).metadata["step_time"] == 2.5
     else:
-        assert state.best_assignment == lucky.tolist() and state.best_step_time == 1.0 and state.samples == 2
+        assert state.best_assignment == lucky.tolist() and state.best_step_time == 1.0 and state.samples == 3
 
 
 def test_cross_entropy_method_concentrates_and_random_search_keeps_its_best(env):
@@ -305,6 +312,29 @@ def test_entropy_bonus_spreads_the_policy_when_rewards_carry_no_signal(env):
         proposals = planner.propose(2)
         entropies.append(planner.learn(proposals, [-1.0, -1.0])["entropy"])
     assert entropies[-1] > entropies[0]
+
+
+def _best_sample_log_probs(env, imitation_weight):
+    """Log-probability of the best of a first batch, after that update and after 5 more whose rewards are
+    all equal (standardized advantages are then 0, so REINFORCE adds nothing but Adam's momentum)."""
+    config = replace(SMALL, imitation_weight=imitation_weight, normalize_advantages=True, logits_noise_std=0.0,
+                     learning_rate=0.01)
+    planner = HierarchicalPlanner(env.graph, device_mask(env), config)
+    proposals = planner.propose(4)
+    best = planner._pending[2]
+    planner.learn(proposals, [-3.0, -3.0, -1.0, -3.0])
+    before = float(planner._log_prob(best)[0])
+    for _ in range(5):
+        metrics = planner.learn(planner.propose(4), [-2.0] * 4)
+    after = float(planner._log_prob(best)[0])
+    return before, after, metrics
+
+
+def test_self_imitation_raises_the_probability_of_the_best_sample_so_far(env):
+    before, after, metrics = _best_sample_log_probs(env, 0.5)
+    plain_before, plain_after, plain_metrics = _best_sample_log_probs(env, 0.0)
+    assert after - before > (plain_after - plain_before) + 1.0
+    assert metrics["best_sample_log_prob"] == pytest.approx(after, abs=1e-3) and "best_sample_log_prob" not in plain_metrics
 
 
 def test_standardized_advantages_have_zero_mean_and_unit_std_and_vanish_when_equal():
