@@ -7,6 +7,7 @@ import importlib
 import importlib.util
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -21,7 +22,10 @@ def main(argv: list[str] | None = None) -> int:
     measure = sub.add_parser("measure", help="measure the step time of a placed training graph")
     measure.add_argument("model", help="a built-in model (see `placer models`), or module:function / file.py:function returning an OpGraph")
     measure.add_argument("--size", default="tiny", help="size of a built-in model: tiny, small or paper (default tiny)")
-    measure.add_argument("--placement", default="single", help="a placement file, or one of: " + ", ".join(_NAMED_PLACEMENTS))
+    measure.add_argument("--placement", action="append", help="a placement file, or one of: " + ", ".join(_NAMED_PLACEMENTS)
+                         + " (default single); give it several times to compare placements side by side")
+    measure.add_argument("--rounds", type=int, default=1, help="with several placements: interleaved rounds, each timing "
+                         "every placement once; each one's step time is the median over rounds (default 1)")
     measure.add_argument("--cluster", default="inprocess:1", help="inprocess:N, local:N (testbed), env, or a cluster spec (JSON or file)")
     measure.add_argument("--warmup", type=int, default=2, help="warm-up steps discarded (default 2)")
     measure.add_argument("--repeats", type=int, default=5, help="timed steps (default 5)")
@@ -117,32 +121,84 @@ def load_graph(spec: str, size: str = "tiny"):
 
 
 def _measure(args) -> int:
-    from placer.measure import Measurer, MeasureConfig, named_placement, parse_target
-    from placer.placement import load_placement
+    from placer.measure import Measurer, MeasureConfig, parse_target
 
+    names = args.placement or ["single"]
+    if len(names) > 1:
+        if args.save_placement:
+            raise PlacerError("--save-placement writes one placement: give a single --placement")
+        return _compare(args, names)
+    if args.rounds != 1:
+        raise PlacerError("--rounds interleaves several placements: give --placement more than once")
     graph = load_graph(args.model, args.size)
     config = MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats, step_timeout=args.step_timeout)
     target = parse_target(args.cluster, allow_exposed_ports=args.allow_exposed_ports)
     with Measurer(target, config) as measurer:
         devices = measurer.devices
-        if args.placement in ("single", "round-robin"):
-            placement = named_placement(args.placement, graph, devices)
-        elif args.placement in _NAMED_PLACEMENTS:
-            placement = _reference_placement(args.placement, args.model, graph, devices)
-        else:
-            placement = load_placement(args.placement, graph, devices)
+        placement = _placement_named(names[0], args.model, graph, devices)
         result = measurer.measure(graph, placement)
     if args.save_placement:
         placement.with_metadata(measured=result.to_dict(), target=str(target)).save(args.save_placement, graph)
     if args.json:
         print(json.dumps({"graph": graph.name, "fingerprint": graph.fingerprint, "target": str(target),
-                          "placement": args.placement, "result": result.to_dict()}, indent=1))
+                          "placement": names[0], "result": result.to_dict()}, indent=1))
     else:
         print(graph.summary())
-        print(f"target {target}, placement {args.placement}")
+        print(f"target {target}, placement {names[0]}")
         print(placement.summary(graph, devices))
         print(result.describe())
     return 0 if result.ok else 1
+
+
+def _compare(args, names: list[str]) -> int:
+    """Several placements timed side by side in interleaved rounds: the machine's speed drifts over
+    minutes, so only timings taken together compare."""
+    from placer.measure import Measurer, MeasureConfig, parse_target
+
+    if args.rounds < 1:
+        raise PlacerError(f"--rounds must be at least 1, got {args.rounds}")
+    graph = load_graph(args.model, args.size)
+    config = MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats, step_timeout=args.step_timeout)
+    target = parse_target(args.cluster, allow_exposed_ports=args.allow_exposed_ports)
+    with Measurer(target, config) as measurer:
+        placements = [_placement_named(name, args.model, graph, measurer.devices) for name in names]
+        results: list[list] = [[] for _ in names]
+        for _ in range(args.rounds):
+            for placement, rounds in zip(placements, results):
+                rounds.append(measurer.measure(graph, placement))
+    rows = []
+    for name, rounds in zip(names, results):
+        failed = next((r for r in rounds if not r.ok), None)
+        rows.append({"placement": name, "ok": failed is None,
+                     "median": None if failed else statistics.median(r.median for r in rounds),
+                     "rounds": [r.median if r.ok else None for r in rounds],
+                     "failure": None if failed is None else failed.describe()})
+    if args.json:
+        print(json.dumps({"graph": graph.name, "fingerprint": graph.fingerprint, "target": str(target),
+                          "rounds": args.rounds, "placements": rows}, indent=1))
+    else:
+        print(graph.summary())
+        print(f"target {target}, {args.rounds} interleaved round(s) of {args.repeats} timed steps each")
+        first = rows[0]["median"]
+        for row in rows:
+            if not row["ok"]:
+                print(f"  {row['placement']}: failed: {row['failure']}")
+                continue
+            ratio = f"  {row['median'] / first:.3f}x the first" if first else ""
+            rounds = ", ".join(f"{t * 1e3:.2f}" for t in row["rounds"])
+            print(f"  {row['placement']}: median {row['median'] * 1e3:.2f} ms{ratio}  (rounds: {rounds})")
+    return 0 if all(row["ok"] for row in rows) else 1
+
+
+def _placement_named(name: str, model: str, graph, devices):
+    from placer.measure import named_placement
+    from placer.placement import load_placement
+
+    if name in ("single", "round-robin"):
+        return named_placement(name, graph, devices)
+    if name in _NAMED_PLACEMENTS:
+        return _reference_placement(name, model, graph, devices)
+    return load_placement(name, graph, devices)
 
 
 _NAMED_PLACEMENTS = {

@@ -24,6 +24,21 @@ def test_measure_prints_step_time_statistics_as_json(tmp_path):
     assert "step time median" in again.stdout
 
 
+def test_several_placements_are_timed_side_by_side_in_interleaved_rounds():
+    run = _placer("measure", "mlp", "--placement", "round-robin", "--placement", "single", "--cluster", "inprocess:2",
+                  "--repeats", "2", "--rounds", "3", "--json")
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(run.stdout)
+    assert report["rounds"] == 3 and [row["placement"] for row in report["placements"]] == ["round-robin", "single"]
+    for row in report["placements"]:
+        assert row["ok"] and len(row["rounds"]) == 3 and row["median"] == sorted(row["rounds"])[1]
+
+    saving = _placer("measure", "mlp", "--placement", "single", "--placement", "single", "--save-placement", "x.json")
+    assert saving.returncode == 2 and "single --placement" in saving.stderr
+    one = _placer("measure", "mlp", "--rounds", "3")
+    assert one.returncode == 2 and "more than once" in one.stderr
+
+
 def test_placement_file_for_another_model_is_a_one_paragraph_error(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "placer.placement", "format_version": 1, "graph": {"fingerprint": "abc"}, "devices": [], "ops": {}}')
