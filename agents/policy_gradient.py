@@ -53,7 +53,8 @@ class PolicyGradientConfig:
     moving-average baseline (False: raw reward - baseline, as the reference)."""
     imitation_weight: float = 0.0
     """Self-imitation (Oh et al., 2018): every update also maximizes this weight times the log-probability
-    (without logit noise) of the best placement sampled so far. REINFORCE alone moves the policy by the
+    (without logit noise) of the best placement sampled so far (the hierarchical planner: of its placer's
+    devices for the best sample's groups). REINFORCE alone moves the policy by the
     average of a few samples, and its greedy placement can stay far from the best one it has found (on
     NMT-4 with 4 GPUs, 417 ms against the best sample's 347); imitation pulls the policy to its best, so
     later samples search around it. The best is the highest single reward: on a noisy backend that may be a
@@ -110,6 +111,10 @@ class PolicyGradientAgent:
     def _log_prob(self, sample) -> tuple[tf.Tensor, tf.Tensor]:
         raise NotImplementedError
 
+    def _imitation_log_prob(self, sample) -> tf.Tensor:
+        """What self-imitation maximizes: the sample's log-probability, by default."""
+        return self._log_prob(sample)[0]
+
     def _noise(self, shape, greedy: bool) -> tf.Tensor:
         noisy = (not greedy and int(self.updates.numpy()) < self.config.noise_updates and self.config.logits_noise_std > 0)
         return self.rng.normal(shape, stddev=self.config.logits_noise_std) if noisy else tf.zeros(shape)
@@ -151,7 +156,7 @@ class PolicyGradientAgent:
             loss, entropy_total, norm = self._step(samples, advantages)
         metrics = {}
         if self.config.imitation_weight > 0:
-            metrics["best_sample_log_prob"] = float(self._log_prob(self._best_sample)[0])
+            metrics["best_sample_log_prob"] = float(self._imitation_log_prob(self._best_sample))
         self.baseline.assign(self.config.baseline_decay * self.baseline + (1 - self.config.baseline_decay) * mean_reward)
         self.updates.assign_add(1)
         self._decay_learning_rate()
@@ -177,7 +182,7 @@ class PolicyGradientAgent:
                 entropy_total += entropy
             loss /= len(samples)
             if self.config.imitation_weight > 0:
-                loss -= self.config.imitation_weight * self._log_prob(self._best_sample)[0]
+                loss -= self.config.imitation_weight * self._imitation_log_prob(self._best_sample)
         groups = self._parameter_groups()
         variables = [v for group_variables, _, _ in groups for v in group_variables]
         gradients = tape.gradient(loss, variables)
