@@ -45,8 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, model_positional: bool = T
     parser.add_argument("--greedy-every", type=int, metavar="N",
                         help="also evaluate the policy's greedy placement every N updates (default 10; 0: never)")
     parser.add_argument("--confirm-repeats", type=int, metavar="N",
-                        help="evaluate a would-be best placement N more times and keep it only if the median still "
-                             "wins (default 2 measured, 0 simulated)")
+                        help="time a would-be best placement N more times, alternating with the best so far, and keep "
+                             "it only if its median wins (default 2 measured, 0 simulated)")
     parser.add_argument("--seed", type=int)
     parser.add_argument("--reward", choices=["neg_sqrt", "neg_time", "improvement"])
     parser.add_argument("--set", dest="agent_options", action="append", default=[], metavar="KEY=VALUE",

@@ -54,11 +54,11 @@ class PolicyGradientConfig:
     imitation_weight: float = 0.0
     """Self-imitation (Oh et al., 2018): every update also maximizes this weight times the log-probability
     (without logit noise) of the best placement sampled so far (the hierarchical planner: of its placer's
-    devices for the best sample's groups). REINFORCE alone moves the policy by the
-    average of a few samples, and its greedy placement can stay far from the best one it has found (on
-    NMT-4 with 4 GPUs, 417 ms against the best sample's 347); imitation pulls the policy to its best, so
-    later samples search around it. The best is the highest single reward: on a noisy backend that may be a
-    lucky timing. 0: off (the reference)."""
+    devices for the best sample's groups). REINFORCE alone moves the policy by the average of a few
+    samples, and its greedy placement can stay far from the best one it has found (on NMT-4 with 4 GPUs,
+    417 ms against the best sample's 347); imitation pulls the policy to its best, so later samples search
+    around it (there: 314 ms, the greedy placement 348). The best is the highest single reward: on a noisy
+    backend that may be a lucky timing. 0: off (the reference)."""
     samples_per_update: int = 4
     """Placements sampled and evaluated per update."""
     algorithm: str = "reinforce"
