@@ -165,7 +165,8 @@ def _compare(args, names: list[str]) -> int:
         results: list[list] = [[] for _ in names]
         for _ in range(args.rounds):
             for placement, rounds in zip(placements, results):
-                rounds.append(measurer.measure(graph, placement))
+                if all(r.ok for r in rounds):  # a failed placement (OOM, timeout) is not retried every round
+                    rounds.append(measurer.measure(graph, placement))
     rows = []
     for name, rounds in zip(names, results):
         failed = next((r for r in rounds if not r.ok), None)

@@ -33,6 +33,13 @@ def test_several_placements_are_timed_side_by_side_in_interleaved_rounds():
     for row in report["placements"]:
         assert row["ok"] and len(row["rounds"]) == 3 and row["median"] == sorted(row["rounds"])[1]
 
+    # a placement that fails (here every step times out) is reported with its reason, not retried every round
+    failing = _placer("measure", "mlp", "--placement", "single", "--placement", "round-robin", "--cluster", "inprocess:2",
+                      "--repeats", "2", "--rounds", "3", "--step-timeout", "0.001", "--json")
+    assert failing.returncode == 1, failing.stderr[-2000:]
+    for row in json.loads(failing.stdout)["placements"]:
+        assert not row["ok"] and row["median"] is None and row["rounds"] == [None] and "timeout" in row["failure"]
+
     saving = _placer("measure", "mlp", "--placement", "single", "--placement", "single", "--save-placement", "x.json")
     assert saving.returncode == 2 and "single --placement" in saving.stderr
     one = _placer("measure", "mlp", "--rounds", "3")
