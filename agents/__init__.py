@@ -1,1 +1,3 @@
-"""Placement agents: grouper-placer, baselines (coming: see the issues)."""
+"""Placement agents behind one small interface (`propose`, `learn`, `best_guess`): the hierarchical
+grouper-placer, the colocation placer, random search and the cross-entropy method, the Baechi and
+partitioner heuristics, the training loop, and the experiment runner with its command line."""

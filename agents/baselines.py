@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from placer.baselines import Baseline
 from placer.devices import DeviceSet
 from placer.errors import PlacementError
 from placer.graph.opgraph import OpGraph
@@ -255,3 +256,13 @@ def _list_schedule(graph: OpGraph, problem: UnitProblem, favorite_parent: np.nda
             if waiting[child] == 0:
                 ready.append(child)
     return assignment
+
+
+# Registered as `placer.baselines` entry points (setup.cfg), so `placer measure --placement m-etf` and every
+# experiment find them under these names.
+M_TOPO = Baseline("m-topo", "Baechi's memory-constrained topological placement (simulator op costs)",
+                  lambda inputs: m_topo(inputs.graph, inputs.devices, inputs.simulator), needs_simulator=True)
+M_ETF = Baseline("m-etf", "Baechi's memory-constrained earliest-task-first placement (simulator op costs)",
+                 lambda inputs: m_etf(inputs.graph, inputs.devices, inputs.simulator), needs_simulator=True)
+M_SCT = Baseline("m-sct", "Baechi's small-communication-time placement, an LP relaxation (simulator op costs)",
+                 lambda inputs: m_sct(inputs.graph, inputs.devices, inputs.simulator), needs_simulator=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from agents.baselines import unit_problem
+from placer.baselines import Baseline
 from placer.devices import DeviceSet
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
@@ -135,3 +136,12 @@ def _partition(graph: OpGraph, devices: DeviceSet, simulator, cut, method: str) 
     if parts == 1:
         return _placement(graph, devices, np.zeros(len(graph.groups), np.int64), method)
     return _placement(graph, devices, np.asarray(cut(parts, *_csr(simulator))), method)
+
+
+# Registered as `placer.baselines` entry points (setup.cfg).
+METIS = Baseline("metis", "METIS k-way partition of the unit graph, balanced by op cost (pymetis)",
+                 lambda inputs: metis_placement(inputs.graph, inputs.devices, inputs.simulator, seed=inputs.seed),
+                 needs_simulator=True)
+SCOTCH = Baseline("scotch", "Scotch k-way partition of the unit graph, balanced by op cost (pyscotch)",
+                  lambda inputs: scotch_placement(inputs.graph, inputs.devices, inputs.simulator, seed=inputs.seed),
+                  needs_simulator=True)

@@ -59,8 +59,6 @@ class PolicyGradientConfig:
     417 ms against the best sample's 347); imitation pulls the policy to its best, so later samples search
     around it (there: 314 ms, the greedy placement 348). The best is the highest single reward: on a noisy
     backend that may be a lucky timing. 0: off (the reference)."""
-    samples_per_update: int = 4
-    """Placements sampled and evaluated per update."""
     algorithm: str = "reinforce"
     """"reinforce" (the papers') or "ppo" (clipped probability ratio, several epochs per batch)."""
     ppo_clip: float = 0.2

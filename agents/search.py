@@ -5,9 +5,30 @@ Both keep their whole state in numpy (including the random generator's), so a ch
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class RandomSearchConfig:
+    seed: int = 0
+    """Seeds the random generator."""
+
+
+@dataclass(frozen=True)
+class CrossEntropyConfig(RandomSearchConfig):
+    elite_fraction: float = 0.25
+    """Share of each update's placements the distribution is refitted to."""
+    smoothing: float = 0.7
+    """Weight of the old distribution when mixing it with the refitted one."""
+
+    def __post_init__(self):
+        if not 0 < self.elite_fraction <= 1:
+            raise ValueError(f"elite_fraction must be in (0, 1], got {self.elite_fraction}")
+        if not 0 <= self.smoothing < 1:
+            raise ValueError(f"smoothing must be in [0, 1), got {self.smoothing}")
 
 
 def _allowed(device_mask: np.ndarray) -> np.ndarray:
@@ -22,9 +43,10 @@ class RandomSearch:
 
     name = "random"
 
-    def __init__(self, device_mask: np.ndarray, seed: int = 0):
+    def __init__(self, device_mask: np.ndarray, seed: int = 0, *, config: RandomSearchConfig | None = None):
+        self.config = config or RandomSearchConfig(seed)
         self.mask = _allowed(device_mask)
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(self.config.seed)
         self.best: np.ndarray | None = None
         self.best_reward = -np.inf
 
@@ -64,10 +86,11 @@ class CrossEntropyMethod(RandomSearch):
 
     name = "cem"
 
-    def __init__(self, device_mask: np.ndarray, seed: int = 0, elite_fraction: float = 0.25, smoothing: float = 0.7):
-        super().__init__(device_mask, seed)
-        self.elite_fraction = elite_fraction
-        self.smoothing = smoothing
+    def __init__(self, device_mask: np.ndarray, seed: int = 0, *, config: CrossEntropyConfig | None = None):
+        config = config or CrossEntropyConfig(seed)
+        super().__init__(device_mask, config=config)
+        self.elite_fraction = config.elite_fraction
+        self.smoothing = config.smoothing
         self.probabilities = self.mask / self.mask.sum(axis=1, keepdims=True)
 
     def propose(self, count: int) -> list[np.ndarray]:

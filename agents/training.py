@@ -12,11 +12,13 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
+
+from agents.base import PlacementAgent
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ class TrainingState:
     checkpoint: str | None = None
 
 
-def train(agent, env, run_dir: str | Path, config: TrainingConfig | None = None,
+def train(agent: PlacementAgent, env, run_dir: str | Path, config: TrainingConfig | None = None,
           on_update: Callable[[int, Mapping[str, Any]], None] | None = None) -> TrainingState:
     """Train `agent` on `env` (a placement environment, or a vector of them) and return the final state."""
     import tensorflow as tf
@@ -143,13 +145,17 @@ def _keep_if_best(env, config: TrainingConfig, state: TrainingState, assignment,
         return False
     if config.confirm_repeats > 0:
         if state.best_assignment is None:
+            first = _Timing(step_time, math.isfinite(step_time), reward)
             repeats = _timings(env, state, [assignment], config.confirm_repeats)[0]
-            reward, step_time = _median([(reward, step_time)] + repeats)
+            median = replace(repeats, timings=(first, *repeats.timings)).median_timing
+            reward, step_time = median.reward, median.seconds
         else:
             # Side by side: the machine's speed drifts over minutes, so the best's old timings are no bar.
             # Both are timed again in alternation, and the candidate must win those.
-            candidate, incumbent = _timings(env, state, [assignment, state.best_assignment], config.confirm_repeats)
-            (reward, step_time), (best_reward, best_step_time) = _median(candidate), _median(incumbent)
+            candidate, incumbent = (c.median_timing for c in
+                                    _timings(env, state, [assignment, state.best_assignment], config.confirm_repeats))
+            reward, step_time, best_reward, best_step_time = (candidate.reward, candidate.seconds, incumbent.reward,
+                                                              incumbent.seconds)
             if reward <= best_reward:
                 state.best_reward, state.best_step_time = float(best_reward), float(best_step_time)
                 return True
@@ -158,31 +164,42 @@ def _keep_if_best(env, config: TrainingConfig, state: TrainingState, assignment,
     return True
 
 
-def _timings(env, state: TrainingState, assignments: list, count: int) -> list[list[tuple[float, float]]]:
-    """At least `count` (reward, step time) evaluations of each placement, timed in alternating rounds and
-    counted as samples."""
-    timings: list[list[tuple[float, float]]] = [[] for _ in assignments]
-    while len(timings[0]) < count:
-        for assignment, evaluations in zip(assignments, timings):
-            rewards, infos = _evaluate(env, [assignment] * _width(env))
-            state.samples += len(rewards)
-            evaluations += [(r, info["step_time"]) for r, info in zip(rewards, infos)]
-    return timings
+@dataclass(frozen=True)
+class _Timing:
+    """One evaluation during a confirmation: what `placer.cost.compare` ranks, and the reward it earned."""
+
+    seconds: float
+    ok: bool
+    reward: float
+    info: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
-def _median(timings: list[tuple[float, float]]) -> tuple[float, float]:
-    """The (reward, step time) of the median step time (the faster middle one of an even count); a failed
-    evaluation sorts last."""
-    return sorted(timings, key=lambda t: t[1])[(len(timings) - 1) // 2]
+def _timings(env, state: TrainingState, assignments: list, count: int) -> list:
+    """At least `count` evaluations of each placement (`placer.cost.Compared` of `_Timing`s), timed side by
+    side in interleaved rounds and counted as samples."""
+    from placer.cost import compare
+
+    width = _width(env)
+
+    def evaluate(assignment) -> list[_Timing]:
+        rewards, infos = _evaluate(env, [assignment] * width)
+        state.samples += len(rewards)
+        return [_Timing(info["step_time"], bool(info["ok"]), reward) for reward, info in zip(rewards, infos)]
+
+    compared = compare(evaluate, dict(enumerate(assignments)), rounds=-(-count // width))
+    return [compared[index] for index in range(len(assignments))]
 
 
 def _evaluate_one(env, assignment):
     """(reward, info, placements evaluated) of one placement. A vector environment steps all its
     sub-environments at once, so it gets the placement in each and the median step time is kept."""
+    from placer.cost import Compared
+
     count = _width(env)
     rewards, infos = _evaluate(env, [assignment] * count)
-    middle = sorted(range(count), key=lambda i: infos[i]["step_time"])[(count - 1) // 2]
-    return rewards[middle], infos[middle], count
+    timings = tuple(_Timing(info["step_time"], bool(info["ok"]), reward, info) for reward, info in zip(rewards, infos))
+    median = Compared("greedy", timings).median_timing
+    return median.reward, median.info, count
 
 
 def _width(env) -> int:
@@ -208,7 +225,7 @@ def _save_best(env, agent, state: TrainingState, run_dir: Path) -> None:
         return
     from placer.placement import Placement
 
-    placement = Placement.from_assignment(env.graph, env.devices, state.best_assignment, {**record, "backend": env.backend.name})
+    placement = Placement.from_assignment(env.graph, env.devices, state.best_assignment, {**record, "backend": env.backend})
     tmp = run_dir / "best_placement.json.tmp"
     placement.save(tmp, env.graph)
     os.replace(tmp, run_dir / "best_placement.json")

@@ -14,7 +14,6 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.observation import graph_observation, observation_shape, observation_space
-from envs.problem import load_graph, make_backend
 from envs.reward import RewardConfig, reward
 
 
@@ -40,27 +39,42 @@ class PlacementProblemEnv(gym.Env):
         simulator_config: Any = None,
         render_mode: str | None = None,
     ):
-        """model: a built-in model name (`placer models`) or an OpGraph. backend: "simulated" or
-        "measured". devices: for "simulated", a modeled machine ("modeled:2xV100", a machine file or a
-        DeviceSet; default 2 V100s); for "measured", a target ("local:2", "inprocess:2", a cluster spec;
-        default the local testbed). costs: "roofline" or cost tables (simulated only). reference: the
-        placement the "improvement" reward compares with ("single-device" or "expert")."""
-        self.graph = load_graph(model, size)
+        """model: a built-in model name (`placer models`), module:function or file.py:function returning an
+        OpGraph, or an OpGraph. backend: "simulated" or "measured". devices: the target (see
+        `placer.cost.open_target`): for "simulated", a modeled machine ("modeled:2xV100", a machine file or
+        a DeviceSet; default 2 V100s); for "measured", "local:2" (default), "inprocess:2" or a cluster spec.
+        costs: "roofline" or cost tables (simulated only). reference: the placement the "improvement"
+        reward compares with ("single-device" or "expert")."""
+        from placer.cost import open_target
+        from placer.models import load_model
+
+        self.graph = load_model(model, size)
         self.model_name = model if isinstance(model, str) else self.graph.name
-        self.backend = make_backend(self.graph, backend, devices, costs, measure_config=measure_config,
-                                    simulator_config=simulator_config)
-        self.devices = self.backend.devices
+        self.target = open_target(self.graph, devices, backend=backend, costs=costs, measure_config=measure_config,
+                                  simulator_config=simulator_config)
+        """Where placements are costed (`placer.cost.CostTarget`): evaluate, trace, and the simulator if any."""
+        self.devices = self.target.devices
         self.reward_config = RewardConfig(reward, failing_step_time)
         self.render_mode = render_mode
         self.num_units = len(self.graph.groups)
         self._shape = observation_shape(self.graph, self.devices, max_ops=max_ops, max_units=max_units, max_edges=max_edges)
         self._graph_space = observation_space(self._shape)
-        self._graph_obs = graph_observation(self.graph, self.devices, self._shape, self.backend.op_cost)
+        self._graph_obs = graph_observation(self.graph, self.devices, self._shape, self.target.op_cost)
         self._reference_name = reference
         self._reference_time: float | None = None
         self._last: dict[str, Any] | None = None
 
     # -- shared pieces -----------------------------------------------------------------------------
+
+    @property
+    def backend(self) -> str:
+        """"simulated" or "measured"."""
+        return self.target.backend
+
+    @property
+    def device_mask(self) -> np.ndarray:
+        """[units, devices] int8: 1 where a unit (colocation group) has kernels for the device's type."""
+        return self._graph_obs["device_mask"][: self.num_units].copy()
 
     def reference_assignment(self) -> np.ndarray:
         from placer.models import MODELS, reference_placements
@@ -77,7 +91,7 @@ class PlacementProblemEnv(gym.Env):
     @property
     def reference_step_time(self) -> float:
         if self._reference_time is None:
-            self._reference_time = self.backend.evaluate(self.reference_assignment()).step_time
+            self._reference_time = self.target.evaluate(self.reference_assignment()).seconds
         return self._reference_time
 
     def _reward(self, step_time: float) -> float:
@@ -85,20 +99,20 @@ class PlacementProblemEnv(gym.Env):
         return reward(step_time, self.reward_config, reference)
 
     def _evaluate(self, assignment: np.ndarray) -> tuple[float, dict[str, Any]]:
-        evaluation = self.backend.evaluate([int(a) for a in assignment])
+        result = self.target.evaluate(assignment)
         info = {
-            "step_time": evaluation.step_time,
-            "ok": evaluation.ok,
-            "failure": evaluation.failure,
-            "failure_message": evaluation.message,
-            "peak_memory": dict(evaluation.peak_memory),
-            "moved_ops": evaluation.moved_ops,
-            "tensorflow_moved_ops": evaluation.moved_ops > 0,
-            "stats": dict(evaluation.stats),
-            "backend": self.backend.name,
+            "step_time": result.seconds,
+            "ok": result.ok,
+            "failure": result.failure,
+            "failure_message": result.message,
+            "peak_memory": dict(result.peak_memory),
+            "moved_ops": len(result.moved_ops),
+            "tensorflow_moved_ops": bool(result.moved_ops),
+            "samples": list(result.samples),
+            "backend": result.backend,
         }
         self._last = {"assignment": np.array(assignment), **info}
-        return self._reward(evaluation.step_time), info
+        return self._reward(result.seconds), info
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":
@@ -106,7 +120,7 @@ class PlacementProblemEnv(gym.Env):
         if self._last is None:
             return "no placement yet\n"
         assignment = self._last["assignment"]
-        lines = [f"{self.graph.name} on {len(self.devices)} devices ({self.backend.name}): step time "
+        lines = [f"{self.graph.name} on {len(self.devices)} devices ({self.backend}): step time "
                  f"{self._last['step_time'] * 1e3:.3f} ms" + ("" if self._last["ok"] else f" FAILED ({self._last['failure']})")]
         for index, device in enumerate(self.devices):
             units = np.flatnonzero(assignment == index)
@@ -116,7 +130,7 @@ class PlacementProblemEnv(gym.Env):
         return "\n".join(lines) + "\n"
 
     def close(self) -> None:
-        self.backend.close()
+        self.target.close()
 
 
 class PlacementEnv(PlacementProblemEnv):
@@ -130,7 +144,7 @@ class PlacementEnv(PlacementProblemEnv):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         self.action_space.seed(int(self.np_random.integers(2**31)))
-        return self._observation(), {"backend": self.backend.name, "units": self.num_units}
+        return self._observation(), {"backend": self.backend, "units": self.num_units}
 
     def step(self, action):
         assignment = np.asarray(action, dtype=np.int64).reshape(self.num_units)

@@ -38,7 +38,7 @@ class SequentialPlacementEnv(PlacementProblemEnv):
         self._placed[:] = -1
         self._cursor = 0
         self._previous_reward = self._reward(self.reference_step_time) if self.shaping else 0.0
-        return self._observation(), {"backend": self.backend.name, "units": self.num_units,
+        return self._observation(), {"backend": self.backend, "units": self.num_units,
                                      "action_mask": self._graph_obs["device_mask"][0].copy()}
 
     def step(self, action):
@@ -53,7 +53,7 @@ class SequentialPlacementEnv(PlacementProblemEnv):
             reward_value = current - self._previous_reward if self.shaping else current
             self._previous_reward = current
         else:
-            reward_value, info = 0.0, {"backend": self.backend.name}
+            reward_value, info = 0.0, {"backend": self.backend}
         if not done:
             info["action_mask"] = self._graph_obs["device_mask"][self._cursor].copy()
         return self._observation(), float(reward_value), done, False, info

@@ -6,7 +6,8 @@ the local testbed.
 
 Simulated, per model and machine (host CPU + N x V100, NVLink, roofline costs): the simulated step time
 of each baseline, whether it fits in memory, and how long computing the placement took. Baselines:
-single GPU, CPU only, round-robin, random, expert, METIS, Scotch, m-TOPO, m-ETF, m-SCT.
+every one in `placer.baselines` (single-device, round-robin, expert, cpu-only, random, metis, scotch,
+m-topo, m-etf, m-sct).
 
 Measured (`--measured`), on `local:2` (two gRPC workers pinned to one core each): the links and
 overheads are calibrated and each model's op costs profiled on the testbed, the heuristics place from
@@ -24,32 +25,12 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-
-from agents.baselines import m_etf, m_sct, m_topo  # noqa: E402
-from agents.partitioners import metis_placement, scotch_placement  # noqa: E402
-from envs.problem import modeled_devices, roofline_tables  # noqa: E402
 from experiments._report import write_report  # noqa: E402
+from placer.baselines import baselines, make_baseline  # noqa: E402
+from placer.cost import open_target  # noqa: E402
 from placer.errors import PlacerError  # noqa: E402
-from placer.models import build_model, model_names, reference_placements  # noqa: E402
-from placer.placement import Placement  # noqa: E402
+from placer.models import build_model, model_names  # noqa: E402
 from placer.simulate import Simulator  # noqa: E402
-
-
-def baselines(name, graph, devices, simulator, rng):
-    references = reference_placements(name, graph, devices)
-    return {
-        "single GPU": lambda: references["single-device"],
-        "CPU only": lambda: references["cpu-only"],
-        "round-robin": lambda: Placement.round_robin(graph, devices),
-        "random": lambda: Placement.from_assignment(graph, devices, rng.integers(0, len(devices), len(graph.groups))),
-        "expert": lambda: references["expert"],
-        "METIS": lambda: metis_placement(graph, devices, simulator),
-        "Scotch": lambda: scotch_placement(graph, devices, simulator),
-        "m-TOPO": lambda: m_topo(graph, devices, simulator),
-        "m-ETF": lambda: m_etf(graph, devices, simulator),
-        "m-SCT": lambda: m_sct(graph, devices, simulator),
-    }
 
 
 def measured_report(args) -> list[dict]:
@@ -60,7 +41,6 @@ def measured_report(args) -> list[dict]:
     from placer.simulate import SimulatorConfig
 
     rows = []
-    rng = np.random.default_rng(0)
     config = MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats)
     with Measurer(LocalTestbed(workers=2), config) as measurer:
         calibration = calibrate(measurer)
@@ -69,13 +49,12 @@ def measured_report(args) -> list[dict]:
             graph = build_model(name, args.size)
             costs = profile_costs(graph, measurer, steps=args.profile_steps, step_overhead=calibration.step_overhead)
             simulator = Simulator(graph, devices, costs, sim_config)
-            makers = baselines(name, graph, measurer.devices, simulator, rng)
-            makers.pop("CPU only")  # every testbed device is a CPU: it is "single device" here
-            makers["single device"] = makers.pop("single GPU")
-            for baseline, make in makers.items():
+            for baseline in baselines():
+                if baseline == "cpu-only":
+                    continue  # every testbed device is a CPU: it is single-device here
                 started = time.perf_counter()
                 try:
-                    placement = make()
+                    placement = make_baseline(baseline, graph, measurer.devices, model=name, simulator=simulator)
                 except PlacerError as error:
                     rows.append({"model": name, "baseline": baseline, "error": str(error)[:80]})
                     continue
@@ -114,24 +93,24 @@ def main() -> None:
         return
 
     rows = []
-    rng = np.random.default_rng(0)
     for name in args.models:
         graph = build_model(name, args.size)
         for gpus in args.gpus:
-            devices = modeled_devices(f"modeled:{gpus}xV100")
-            simulator = Simulator(graph, devices, roofline_tables(graph, devices))
-            for baseline, make in baselines(name, graph, devices, simulator, rng).items():
+            target = open_target(graph, f"modeled:{gpus}xV100")
+            for baseline in baselines():
                 started = time.perf_counter()
                 try:
-                    placement = make()
+                    placement = make_baseline(baseline, graph, target.devices, model=name, simulator=target.simulator)
                 except PlacerError as error:
                     rows.append({"model": name, "gpus": gpus, "baseline": baseline, "error": str(error)[:80]})
                     continue
                 took = time.perf_counter() - started
-                result = simulator.simulate(placement)
-                rows.append({"model": name, "gpus": gpus, "baseline": baseline, "step_ms": result.step_time * 1e3,
+                result = target.evaluate(placement)
+                rows.append({"model": name, "gpus": gpus, "baseline": baseline,
+                             "step_ms": result.samples[0] * 1e3 if result.samples else None,
                              "fits": result.ok, "placement_s": took,
-                             "max_peak_gib": max(result.peak_memory.values()) / 2**30})
+                             "max_peak_gib": max(result.peak_memory.values()) / 2**30 if result.peak_memory else None,
+                             "error": result.message[:80] if not result.ok else None})
                 print(rows[-1], flush=True)
     write_report("baselines_report", ["model", "gpus", "baseline", "step_ms", "fits", "max_peak_gib", "placement_s", "error"],
                  rows, args.out, size=args.size, machine="host CPU + N x V100 (modeled), roofline costs")

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from experiments._report import write_report  # noqa: E402
-from placer.measure import LocalTestbed, MeasureConfig, Measurer  # noqa: E402
+from placer.cost import compare, open_target  # noqa: E402
+from placer.measure import MeasureConfig  # noqa: E402
 from placer.models import build_model  # noqa: E402
 from placer.models.two_tower import tower_of  # noqa: E402
 from placer.placement import Placement  # noqa: E402
@@ -33,28 +33,24 @@ def main() -> None:
 
     graph = build_model("two-tower", args.size)
     print(graph.summary())
-    with Measurer(LocalTestbed(workers=2), MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats)) as measurer:
-        devices = measurer.devices
+    config = MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats)
+    with open_target(graph, "local:2", measure_config=config) as target:
+        devices = target.devices
         placements = {
             "one worker": Placement.single_device(graph, devices),
             "tower per worker": Placement.from_groups(
                 graph, devices, {g.name: devices[1 if tower_of(g.ops[0]) == "tower_b" else 0].name for g in graph.groups}
             ),
         }
-        medians: dict[str, list[float]] = {name: [] for name in placements}
-        moved: dict[str, int] = {}
-        for _ in range(args.rounds):
-            for name, placement in placements.items():
-                result = measurer.measure(graph, placement)
-                if not result.ok:
-                    raise SystemExit(f"{name}: {result.describe()}")
-                medians[name].append(result.median)
-                moved[name] = len(result.moved_ops)
-    base = statistics.median(medians["one worker"])
+        compared = compare(target.evaluate, placements, args.rounds)
+    for name, result in compared.items():
+        if not result.ok:
+            raise SystemExit(f"{name}: {result.failure.describe()}")
+    base = compared["one worker"].median
     rows = [
-        {"placement": name, "median_ms": statistics.median(times) * 1e3, "rounds_ms": [round(t * 1e3, 2) for t in times],
-         "speedup": base / statistics.median(times), "moved_ops": moved[name]}
-        for name, times in medians.items()
+        {"placement": name, "median_ms": result.median * 1e3, "rounds_ms": [round(t * 1e3, 2) for t in result.rounds],
+         "speedup": base / result.median, "moved_ops": max(len(t.moved_ops) for t in result.timings)}
+        for name, result in compared.items()
     ]
     write_report("two_tower_testbed", ["placement", "median_ms", "speedup", "moved_ops", "rounds_ms"], rows, args.out,
                  graph=graph.name, ops=len(graph.ops), target="local:2", warmup=args.warmup, repeats=args.repeats)

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -19,18 +16,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="placer", description="Learn where the ops of a TensorFlow training graph should run.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    measure = sub.add_parser("measure", help="measure the step time of a placed training graph")
+    measure = sub.add_parser("measure", help="the step time of a placed training graph: measured for real, or "
+                                             "simulated on a modeled machine (--cluster modeled:2xV100)")
     measure.add_argument("model", help="a built-in model (see `placer models`), or module:function / file.py:function returning an OpGraph")
     measure.add_argument("--size", default="tiny", help="size of a built-in model: tiny, small or paper (default tiny)")
-    measure.add_argument("--placement", action="append", help="a placement file, or one of: " + ", ".join(_NAMED_PLACEMENTS)
-                         + " (default single); give it several times to compare placements side by side")
+    measure.add_argument("--placement", action="append", help="a placement file, or a baseline: single-device (the "
+                         "default), round-robin, expert, cpu-only, random, and on a simulated target metis, scotch, "
+                         "m-topo, m-etf, m-sct; give it several times to compare placements side by side")
     measure.add_argument("--rounds", type=int, default=1, help="with several placements: interleaved rounds, each timing "
                          "every placement once; each one's step time is the median over rounds (default 1)")
-    measure.add_argument("--cluster", default="inprocess:1", help="inprocess:N, local:N (testbed), env, or a cluster spec (JSON or file)")
+    measure.add_argument("--cluster", default="inprocess:1", help="measured: inprocess:N, local:N (testbed), env, or a "
+                         "cluster spec (JSON or file); simulated: modeled:2xV100, modeled:4xA100-nvlink3 or a machine "
+                         "file (default inprocess:1)")
     measure.add_argument("--warmup", type=int, default=2, help="warm-up steps discarded (default 2)")
     measure.add_argument("--repeats", type=int, default=5, help="timed steps (default 5)")
     measure.add_argument("--step-timeout", type=float, default=60.0, help="seconds before a step counts as hung (default 60)")
     measure.add_argument("--save-placement", metavar="FILE", help="write the measured placement, with its step time, to FILE")
+    measure.add_argument("--timeline", metavar="FILE", help="write one step of the placement as a Chrome trace to FILE "
+                         "(simulated, or a traced real step)")
     measure.add_argument("--json", action="store_true", help="print the result as JSON")
     measure.add_argument("--allow-exposed-ports", action="store_true", help="run the local testbed without a private network namespace (unsafe)")
 
@@ -87,99 +90,71 @@ def main(argv: list[str] | None = None) -> int:
     return 1
 
 
-def load_graph(spec: str, size: str = "tiny"):
-    """A built-in model name, `package.module:function`, or `path/to/file.py:function` returning an OpGraph."""
-    from placer.errors import GraphBuildError
-    from placer.models import MODELS, build_model
-
-    if spec in MODELS:
-        return build_model(spec, size)
-    module_name, _, function_name = spec.rpartition(":")
-    if not module_name:
-        raise GraphBuildError(f"{spec!r} is neither a built-in model ({', '.join(sorted(MODELS))}) nor module:function")
-    if module_name.endswith(".py"):
-        path = Path(module_name)
-        if not path.is_file():
-            raise GraphBuildError(f"no such file: {path}")
-        loader_spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(loader_spec)
-        loader_spec.loader.exec_module(module)
-    else:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as error:
-            raise GraphBuildError(f"cannot import {module_name!r}: {error}") from None
-    builder = getattr(module, function_name, None)
-    if not callable(builder):
-        raise GraphBuildError(f"{module_name!r} has no function {function_name!r}")
-    graph = builder()
-    from placer.graph.opgraph import OpGraph
-
-    if not isinstance(graph, OpGraph):
-        raise GraphBuildError(f"{spec} returned {type(graph).__name__}, not an OpGraph (build it with placer.graph builders)")
-    return graph
-
-
 def _measure(args) -> int:
-    from placer.measure import Measurer, MeasureConfig, parse_target
+    """One placement costed on the target (measured, or simulated on a modeled machine), or several compared."""
+    from placer.cost import open_target, parse_target_spec
+    from placer.models import load_model
 
-    names = args.placement or ["single"]
-    if len(names) > 1:
-        if args.save_placement:
-            raise PlacerError("--save-placement writes one placement: give a single --placement")
-        return _compare(args, names)
-    if args.rounds != 1:
+    names = args.placement or ["single-device"]
+    if len(names) > 1 and args.save_placement:
+        raise PlacerError("--save-placement writes one placement: give a single --placement")
+    if len(names) > 1 and args.timeline:
+        raise PlacerError("--timeline traces one placement: give a single --placement")
+    if len(names) == 1 and args.rounds != 1:
         raise PlacerError("--rounds interleaves several placements: give --placement more than once")
-    graph = load_graph(args.model, args.size)
-    config = MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats, step_timeout=args.step_timeout)
-    target = parse_target(args.cluster, allow_exposed_ports=args.allow_exposed_ports)
-    with Measurer(target, config) as measurer:
-        devices = measurer.devices
-        placement = _placement_named(names[0], args.model, graph, devices)
-        result = measurer.measure(graph, placement)
+    if args.rounds < 1:
+        raise PlacerError(f"--rounds must be at least 1, got {args.rounds}")
+    spec = parse_target_spec(args.cluster, allow_exposed_ports=args.allow_exposed_ports)  # refuse a bad target early
+    for name in names:
+        _check_placement_name(name, args.model, spec.backend)
+    graph = load_model(args.model, args.size)
+    with open_target(graph, spec, measure_config=_measure_config(args)) as target:
+        placements = [_placement_named(name, args.model, graph, target) for name in names]
+        if len(names) > 1:
+            return _compare(args, names, placements, graph, target)
+        placement = placements[0]
+        result = target.evaluate(placement)
+        if args.timeline and result.ok:
+            Path(args.timeline).write_text(target.trace(placement))
     if args.save_placement:
-        placement.with_metadata(measured=result.to_dict(), target=str(target)).save(args.save_placement, graph)
+        placement.with_metadata(step_time=result.seconds if result.ok else None, step_time_kind=result.backend,
+                                target=str(spec), measured=result.to_dict()).save(args.save_placement, graph)
     if args.json:
-        print(json.dumps({"graph": graph.name, "fingerprint": graph.fingerprint, "target": str(target),
-                          "placement": names[0], "result": result.to_dict()}, indent=1))
+        print(json.dumps({"graph": graph.name, "fingerprint": graph.fingerprint, "target": str(spec),
+                          "backend": result.backend, "placement": names[0], "result": result.to_dict()}, indent=1))
     else:
         print(graph.summary())
-        print(f"target {target}, placement {names[0]}")
-        print(placement.summary(graph, devices))
+        print(f"target {spec} ({result.backend}), placement {names[0]}")
+        print(placement.summary(graph, target.devices))
         print(result.describe())
+        if args.timeline and result.ok:
+            print(f"timeline of one step: {args.timeline} (open it in https://ui.perfetto.dev or chrome://tracing)")
     return 0 if result.ok else 1
 
 
-def _compare(args, names: list[str]) -> int:
-    """Several placements timed side by side in interleaved rounds: the machine's speed drifts over
-    minutes, so only timings taken together compare."""
-    from placer.measure import Measurer, MeasureConfig, parse_target
+def _measure_config(args):
+    from placer.measure import MeasureConfig
 
-    if args.rounds < 1:
-        raise PlacerError(f"--rounds must be at least 1, got {args.rounds}")
-    graph = load_graph(args.model, args.size)
-    config = MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats, step_timeout=args.step_timeout)
-    target = parse_target(args.cluster, allow_exposed_ports=args.allow_exposed_ports)
-    with Measurer(target, config) as measurer:
-        placements = [_placement_named(name, args.model, graph, measurer.devices) for name in names]
-        results: list[list] = [[] for _ in names]
-        for _ in range(args.rounds):
-            for placement, rounds in zip(placements, results):
-                if all(r.ok for r in rounds):  # a failed placement (OOM, timeout) is not retried every round
-                    rounds.append(measurer.measure(graph, placement))
+    return MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats, step_timeout=args.step_timeout)
+
+
+def _compare(args, names: list[str], placements: list, graph, target) -> int:
+    """Several placements timed side by side in interleaved rounds (`placer.cost.compare`)."""
+    from placer.cost import compare
+
+    compared = compare(target.evaluate, dict(zip(names, placements)), args.rounds)
     rows = []
-    for name, rounds in zip(names, results):
-        failed = next((r for r in rounds if not r.ok), None)
-        rows.append({"placement": name, "ok": failed is None,
-                     "median": None if failed else statistics.median(r.median for r in rounds),
-                     "rounds": [r.median if r.ok else None for r in rounds],
-                     "failure": None if failed is None else failed.describe()})
+    for name in names:
+        result = compared[name]
+        rows.append({"placement": name, "ok": result.ok, "median": result.median if result.ok else None,
+                     "rounds": result.rounds, "failure": None if result.ok else result.failure.describe()})
     if args.json:
-        print(json.dumps({"graph": graph.name, "fingerprint": graph.fingerprint, "target": str(target),
-                          "rounds": args.rounds, "placements": rows}, indent=1))
+        print(json.dumps({"graph": graph.name, "fingerprint": graph.fingerprint, "target": str(target.spec),
+                          "backend": target.backend, "rounds": args.rounds, "placements": rows}, indent=1))
     else:
         print(graph.summary())
-        print(f"target {target}, {args.rounds} interleaved round(s) of {args.repeats} timed steps each")
+        print(f"target {target.spec} ({target.backend}), {args.rounds} interleaved round(s)"
+              + (f" of {args.repeats} timed steps each" if target.backend == "measured" else ""))
         first = rows[0]["median"]
         for row in rows:
             if not row["ok"]:
@@ -191,35 +166,27 @@ def _compare(args, names: list[str]) -> int:
     return 0 if all(row["ok"] for row in rows) else 1
 
 
-def _placement_named(name: str, model: str, graph, devices):
-    from placer.measure import named_placement
+def _check_placement_name(name: str, model: str, backend: str) -> None:
+    """Refuse a baseline that cannot be made here before building the graph or starting a worker."""
+    from placer.baselines import ALIASES, baselines, check_baseline
+    from placer.models import is_builtin_model
+
+    if name in baselines() or name in ALIASES:
+        check_baseline(name, builtin_model=is_builtin_model(model), simulator=backend == "simulated")
+    elif not Path(name).exists():
+        raise PlacerError(f"--placement {name!r} is neither a placement file nor a baseline "
+                          f"({', '.join(baselines())})")
+
+
+def _placement_named(name: str, model: str, graph, target):
+    from placer.baselines import ALIASES, baselines, make_baseline
+    from placer.models import is_builtin_model
     from placer.placement import load_placement
 
-    if name in ("single", "round-robin"):
-        return named_placement(name, graph, devices)
-    if name in _NAMED_PLACEMENTS:
-        return _reference_placement(name, model, graph, devices)
-    return load_placement(name, graph, devices)
-
-
-_NAMED_PLACEMENTS = {
-    "single": "every op on device 0",
-    "round-robin": "colocation groups dealt over the devices in topological order",
-    "expert": "the papers' human-expert placement (built-in models only)",
-    "single-device": "every op on the first GPU, else the first device",
-    "cpu-only": "every op on the first CPU",
-}
-
-
-def _reference_placement(name: str, model: str, graph, devices):
-    from placer.models import MODELS, reference_placements
-    from placer.models.expert import cpu_only_placement, single_device_placement
-
-    if name == "expert":
-        if model not in MODELS:
-            raise PlacerError(f"--placement expert needs a built-in model; {model!r} is not one (see `placer models`)")
-        return reference_placements(model, graph, devices)["expert"]
-    return single_device_placement(graph, devices) if name == "single-device" else cpu_only_placement(graph, devices)
+    if name in baselines() or name in ALIASES:
+        return make_baseline(name, graph, target.devices, model=model if is_builtin_model(model) else None,
+                             simulator=target.simulator)
+    return load_placement(name, graph, target.devices)
 
 
 def _plugin_commands() -> dict:

@@ -4,11 +4,11 @@
 """
 
 from placer.measure.result import Failure, Measurement, MovedOp, OpTime
-from placer.measure.runner import MeasureConfig
-from placer.measure.service import Measurer, measure_step_time, named_placement
+from placer.measure.config import MeasureConfig
+from placer.measure.service import Measurer, measure_step_time
 from placer.measure.targets import InProcess, LocalTestbed, RemoteCluster, parse_target
 
 __all__ = [
     "Failure", "InProcess", "LocalTestbed", "MeasureConfig", "Measurement", "Measurer", "MovedOp", "OpTime",
-    "RemoteCluster", "measure_step_time", "named_placement", "parse_target",
+    "RemoteCluster", "measure_step_time", "parse_target",
 ]

@@ -22,7 +22,7 @@ from placer.errors import PlacementError, TestbedError
 from placer.graph.opgraph import OpGraph
 from placer.measure import channel
 from placer.measure.result import Failure, Measurement
-from placer.measure.runner import MeasureConfig
+from placer.measure.config import MeasureConfig
 from placer.measure.targets import LocalTestbed, Target, parse_target
 from placer.placement import Placement
 from placer.testbed import isolated_command
@@ -198,20 +198,15 @@ class Measurer:
 
 
 def measure_step_time(
-    graph: OpGraph, placement: Placement | str = "single", target: Target | str = "inprocess:1",
+    graph: OpGraph, placement: Placement | str = "single-device", target: Target | str = "inprocess:1",
     config: MeasureConfig | None = None,
 ) -> Measurement:
-    """One-off convenience: start a worker for `target`, measure, stop it. placement may be 'single' or
-    'round-robin'. For many placements keep a `Measurer` open instead (it reuses the worker and graph)."""
+    """One-off convenience: start a worker for `target`, measure, stop it. placement may name a baseline
+    (`placer.baselines`: single-device, round-robin, ...). For many placements keep a `Measurer` open
+    instead (it reuses the worker and graph)."""
     with Measurer(target, config) as measurer:
         if isinstance(placement, str):
-            placement = named_placement(placement, graph, measurer.devices)
+            from placer.baselines import make_baseline
+
+            placement = make_baseline(placement, graph, measurer.devices)
         return measurer.measure(graph, placement)
-
-
-def named_placement(name: str, graph: OpGraph, devices: DeviceSet) -> Placement:
-    if name == "single":
-        return Placement.single_device(graph, devices)
-    if name in ("round-robin", "round_robin"):
-        return Placement.round_robin(graph, devices)
-    raise PlacementError(f"unknown placement {name!r}: use 'single', 'round-robin' or a placement file")

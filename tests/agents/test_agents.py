@@ -30,7 +30,7 @@ def env():
 
 
 def device_mask(env):
-    return env._graph_obs["device_mask"]
+    return env.device_mask
 
 
 def test_proposals_give_every_unit_a_device_through_its_group(env):
@@ -105,7 +105,7 @@ def test_training_improves_on_the_first_samples_and_writes_the_best_placement(en
     assert state.best_step_time <= first
     saved = load_placement(tmp_path / "best_placement.json", env.graph, env.devices)
     assert saved.metadata["step_time"] == pytest.approx(state.best_step_time)
-    assert env.backend.evaluate(saved.group_devices).step_time == pytest.approx(state.best_step_time)
+    assert env.target.evaluate(saved.group_devices).seconds == pytest.approx(state.best_step_time)
 
 
 @pytest.mark.parametrize("make_agent", [
@@ -169,7 +169,7 @@ class _GuessingAgent:
 def test_the_greedy_placement_is_evaluated_as_a_sample_and_kept_when_best(env, tmp_path, greedy_every):
     rng = np.random.default_rng(0)
     candidates = [rng.integers(0, 2, env.num_units) for _ in range(6)] + [np.zeros(env.num_units, int)]
-    ranked = sorted(candidates, key=lambda c: env.backend.evaluate(c).step_time)
+    ranked = sorted(candidates, key=lambda c: env.target.evaluate(c).seconds)
     guess, others = ranked[0], ranked[1:]
     agent = _GuessingAgent(others, guess)
     state = train(agent, env, tmp_path, TrainingConfig(updates=4, samples_per_update=2, greedy_every=greedy_every,
@@ -178,7 +178,7 @@ def test_the_greedy_placement_is_evaluated_as_a_sample_and_kept_when_best(env, t
     if greedy_every:
         assert state.samples == 4 * 2 + 2 and greedy_updates == [2, 4]
         assert state.best_assignment == [int(a) for a in guess]
-        assert state.best_step_time == pytest.approx(env.backend.evaluate(guess).step_time)
+        assert state.best_step_time == pytest.approx(env.target.evaluate(guess).seconds)
         saved = load_placement(tmp_path / "best_placement.json", env.graph, env.devices)
         assert saved.metadata["step_time"] == pytest.approx(state.best_step_time)
     else:
@@ -221,7 +221,7 @@ def test_cross_entropy_method_concentrates_and_random_search_keeps_its_best(env)
     entropies = []
     for _ in range(5):
         proposals = cem.propose(8)
-        rewards = [env.backend.evaluate(p).step_time * -1 for p in proposals]
+        rewards = [env.target.evaluate(p).seconds * -1 for p in proposals]
         entropies.append(cem.learn(proposals, rewards)["entropy"])
     assert entropies[-1] < entropies[0]
     search = RandomSearch(device_mask(env), seed=0)
@@ -272,7 +272,7 @@ def test_training_through_a_vector_environment(tmp_path):
     try:
         single = vector.envs[0].unwrapped
         single.reset(seed=0)
-        planner = HierarchicalPlanner(single.graph, single._graph_obs["device_mask"], SMALL)
+        planner = HierarchicalPlanner(single.graph, single.device_mask, SMALL)
         state = train(planner, vector, tmp_path, TrainingConfig(updates=2, samples_per_update=4, greedy_every=2,
                                                                 progress=False))
     finally:
@@ -396,8 +396,8 @@ def test_placement_prior_starts_the_placer_on_the_partitions_cut_one_tower_per_g
     per_tower = {tower: {int(a) for a, t in zip(assignment, towers) if t == tower} for tower in ("tower_a/", "tower_b/")}
     assert sorted(per_tower["tower_a/"] | per_tower["tower_b/"]) == gpus
     assert len(per_tower["tower_a/"]) == 1 and per_tower["tower_a/"] != per_tower["tower_b/"]
-    single = env.backend.evaluate(np.full(env.num_units, gpus[0])).step_time
-    assert env.backend.evaluate(assignment).step_time < 0.8 * single
+    single = env.target.evaluate(np.full(env.num_units, gpus[0])).seconds
+    assert env.target.evaluate(assignment).seconds < 0.8 * single
     # The bias (1) is below the learned logits' range (2 x tanh 1): samples still try other devices.
     sampled = np.stack([planner._sample().group_devices for _ in range(10)])
     assert 0.5 < np.mean(sampled == planner._sample(greedy=True).group_devices) < 0.95

@@ -49,10 +49,10 @@ def test_bad_settings_are_refused_with_the_reason(tmp_path):
         ExperimentConfig(backend="gpu")
     with pytest.raises(ExperimentError, match="which model"):
         config_from_args(_args())
-    with pytest.raises(ExperimentError, match="greedy_every must be 0"):
+    with pytest.raises(ExperimentError, match="greedy_every must be a whole number of at least 0"):
         config_from_args(_args("two-tower", "--greedy-every", "-1"))
     assert config_from_args(_args("two-tower", "--greedy-every", "5"))[0].greedy_every == 5
-    with pytest.raises(ExperimentError, match="confirm_repeats must be 0"):
+    with pytest.raises(ExperimentError, match="confirm_repeats must be a whole number of at least 0"):
         config_from_args(_args("two-tower", "--confirm-repeats", "-1"))
     # measured timings are noisy, so a would-be best is re-timed by default; simulated ones are not
     assert config_from_args(_args("two-tower", "--backend", "measured"))[0].repeats_to_confirm == 2
@@ -96,7 +96,7 @@ def test_a_run_leaves_everything_a_researcher_looks_for(random_run):
 
 
 def test_a_partition_started_planner_reports_where_it_started(tmp_path):
-    from agents.launch import describe
+    from agents.experiment import describe
 
     options = {"num_groups": 8, "hidden_size": 16, "grouping_hidden_size": 8, "grouping_prior": "partition",
                "placement_prior_weight": 2.5, "tanh_constant": 2.5, "temperature": 0.5}
@@ -148,7 +148,7 @@ def test_a_run_resumes_and_extends_its_budget(random_run, tmp_path):
 def test_export_carries_what_the_placement_is_worth(random_run, tmp_path):
     from placer.models import build_model
     from placer.placement import load_placement
-    from envs.problem import modeled_devices
+    from placer.cost import parse_target_spec
 
     out = tmp_path / "placement.json"
     metadata = export_run(random_run.run_dir, out)
@@ -156,7 +156,7 @@ def test_export_carries_what_the_placement_is_worth(random_run, tmp_path):
     assert metadata["beaten_baselines"] == random_run.summary["beaten_baselines"]
     assert metadata["model"] == "two-tower" and metadata["backend"] == "simulated"
     graph = build_model("two-tower", "tiny")
-    placement = load_placement(out, graph, modeled_devices("modeled:2xV100"))
+    placement = load_placement(out, graph, parse_target_spec("modeled:2xV100").devices)
     best = json.loads((random_run.run_dir / "trainer_state.json").read_text())["best_assignment"]
     assert list(placement.group_devices) == best
 

@@ -150,6 +150,6 @@ def test_measured_environment_steps_on_the_local_testbed():
         units = environment.unwrapped.num_units
         _, value, terminated, _, info = environment.step(np.zeros(units, np.int64))
         assert terminated and info["ok"] and info["backend"] == "measured"
-        assert value == pytest.approx(-math.sqrt(info["step_time"])) and len(info["stats"]["samples"]) > 0
+        assert value == pytest.approx(-math.sqrt(info["step_time"])) and len(info["samples"]) > 0
     finally:
         environment.close()

@@ -1,0 +1,204 @@
+"""An experiment's settings (`ExperimentConfig`), every one checked when the config is made, before any work.
+
+The command line (`agents/launch.py`) derives its flags from these fields; a config file holds the same
+fields; `PAPER_SETTINGS` are the launch scripts' defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from agents.factory import AGENTS, AgentOptionError, check_agent_options
+from agents.flags import setting
+from placer.errors import PlacerError
+
+# The papers' setting per benchmark model: paper-size graph and GPU count of the hierarchical planner's
+# experiments, on the project's reference modeled machine (V100s over NVLink, see placer.hardware), and
+# 1,000 updates of 4 samples (the reference planner trains for thousands of samples). The agent's own
+# hyper-parameters default to the reference planner's (agents/policy_gradient.py).
+PAPER_UPDATES = 1000
+PAPER_SETTINGS: dict[str, dict[str, Any]] = {
+    "inception-v3": {"size": "paper", "backend": "simulated", "cluster": "modeled:2xV100"},
+    "resnet-50": {"size": "paper", "backend": "simulated", "cluster": "modeled:2xV100"},
+    "rnnlm": {"size": "paper", "backend": "simulated", "cluster": "modeled:2xV100"},
+    "nmt-2": {"size": "paper", "backend": "simulated", "cluster": "modeled:2xV100"},
+    "nmt-4": {"size": "paper", "backend": "simulated", "cluster": "modeled:4xV100"},
+    "nmt-8": {"size": "paper", "backend": "simulated", "cluster": "modeled:8xV100"},
+    "transformer": {"size": "paper", "backend": "simulated", "cluster": "modeled:2xV100"},
+}
+
+
+class ExperimentError(PlacerError):
+    """A run directory or configuration that cannot be used (the message says what to change)."""
+
+
+def paper_setting(model: str) -> dict[str, Any]:
+    """The defaults of a benchmark model's launch script."""
+    if model not in PAPER_SETTINGS:
+        raise ExperimentError(f"no paper setting for {model!r}; benchmark models: {', '.join(PAPER_SETTINGS)}")
+    return {"model": model, "updates": PAPER_UPDATES, **PAPER_SETTINGS[model]}
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+    model: str = setting("two-tower", cli=False)
+    """A built-in model (`placer models`) or module:function / file.py:function returning an OpGraph."""
+    size: str = setting("tiny", choices=("tiny", "small", "paper"))
+    """tiny, small or paper (built-in models; passed to a user's function that takes `size`)."""
+    backend: str = setting("simulated", choices=("simulated", "measured"))
+    """"simulated" (the simulator on a modeled machine) or "measured" (real execution)."""
+    cluster: str | None = setting(None, metavar="TARGET")
+    """Simulated: a modeled machine (modeled:2xV100, modeled:4xA100-nvlink3, a machine file); measured: a
+    target (local:2, inprocess:2, a cluster spec). None: modeled:2xV100, or the local 2-worker testbed."""
+    agent: str = setting("hierarchical", choices=AGENTS)
+    """hierarchical (grouper + placer), colocation (placer over colocation groups), random or cem."""
+    agent_options: Mapping[str, Any] = setting(default_factory=dict, cli=False)
+    """Fields of the agent's config dataclass (e.g. learning_rate, num_groups, hidden_size); --set KEY=VALUE."""
+    updates: int | None = setting(100, flags=("--steps",), metavar="N")
+    """Policy updates to run (None: only the time budget stops training)."""
+    time_budget: float | None = setting(None, metavar="MIN")
+    """Minutes of training (counted across resumptions); with `updates`, whichever comes first."""
+    samples_per_update: int = setting(4, metavar="K")
+    """Placements sampled and evaluated per update."""
+    greedy_every: int = setting(10, metavar="N")
+    """Every this many updates, the agent's current best guess (the policy's greedy decoding, the
+    cross-entropy method's mode) is evaluated too, counted as a sample, and kept if it is the best. 0: never."""
+    confirm_repeats: int | None = setting(None, metavar="N")
+    """A placement that would become the best is timed this many more times, side by side with the best,
+    and becomes the best only if its median wins (the fastest of many noisy single timings is mostly
+    luck). Each timing counts as a sample. None: 2 on the measured backend, 0 on the simulator, whose step
+    times do not vary."""
+    seed: int = setting(0)
+    """Seeds the agent and the random baseline."""
+    reward: str = setting("neg_sqrt", choices=("neg_sqrt", "neg_time", "improvement"))
+    """neg_sqrt (the papers': -sqrt(step time)), neg_time or improvement."""
+    failing_step_time: float = setting(100.0, metavar="SECONDS")
+    """Seconds charged to a placement that fails (OOM, no kernel, timeout)."""
+    warmup_steps: int = setting(2, flags=("--warmup",))
+    """Measured backend: steps discarded before timing each placement."""
+    timed_steps: int = setting(5, flags=("--repeats",))
+    """Measured backend: steps timed per placement (the median is the step time)."""
+    step_timeout: float = setting(60.0, metavar="SECONDS")
+    """Measured backend: seconds before a step counts as hung."""
+    final_rounds: int = setting(3, metavar="N")
+    """Measured backend: at the end, the best placement and every baseline are measured again, interleaved,
+    this many rounds, and the medians decide what was beaten (the best of many noisy samples is
+    optimistic, and a baseline timed once at the start may have met a busy machine). 0: skip."""
+    baselines: Sequence[str] | None = setting(None, metavar="A,B,...")
+    """Baselines timed on the same backend (comma-separated); None: single-device, round-robin and expert,
+    plus METIS, Scotch, m-TOPO, m-ETF and m-SCT on the simulator (where their libraries are installed)."""
+    wandb: str = setting("off", choices=("off", "auto", "offline", "online", "disabled"))
+    """Also log to Weights & Biases: auto (online with an account, else offline), offline, online; off."""
+    wandb_project: str = setting("placer")
+    """The W&B project runs are logged to."""
+    runs: str = setting("runs", metavar="DIR")
+    """Runs go to RUNS/<model>/<timestamp>/."""
+    progress: bool = setting(True, cli=False)
+    """Show a progress bar with the current and best step time."""
+
+    def __post_init__(self):
+        self._check_numbers()
+        from placer.cost import parse_target_spec
+        from placer.models import check_model_spec
+
+        try:
+            parse_target_spec(self.cluster, self.backend)
+            check_model_spec(self.model)
+        except PlacerError as error:
+            raise ExperimentError(str(error)) from None
+        try:
+            check_agent_options(self.agent, self.agent_options, seed=self.seed)
+        except AgentOptionError as error:
+            raise ExperimentError(f"{error} (set agent options with --set KEY=VALUE)") from None
+        if self.baselines is not None:
+            object.__setattr__(self, "baselines", tuple(self._checked_baselines()))
+
+    def _check_numbers(self) -> None:
+        if self.backend not in ("simulated", "measured"):
+            raise ExperimentError(f"unknown backend {self.backend!r}: 'simulated' or 'measured'")
+        if self.agent not in AGENTS:
+            raise ExperimentError(f"unknown agent {self.agent!r}: one of {', '.join(AGENTS)}")
+        if self.updates is None and self.time_budget is None:
+            raise ExperimentError("give a number of updates or a time budget (or both), else training never stops")
+        at_least = [("updates", self.updates, 1), ("samples_per_update", self.samples_per_update, 1),
+                    ("greedy_every", self.greedy_every, 0), ("confirm_repeats", self.confirm_repeats, 0),
+                    ("warmup_steps", self.warmup_steps, 0), ("timed_steps", self.timed_steps, 1),
+                    ("final_rounds", self.final_rounds, 0)]
+        for name, value, low in at_least:
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
+                meaning = {"greedy_every": " (0: never)", "confirm_repeats": " (0: trust one evaluation)",
+                           "final_rounds": " (0: skip)"}.get(name, "")
+                raise ExperimentError(f"{name} must be a whole number of at least {low}{meaning}, got {value!r}")
+        for name, value in (("time_budget", self.time_budget), ("step_timeout", self.step_timeout),
+                            ("failing_step_time", self.failing_step_time)):
+            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):
+                raise ExperimentError(f"{name} must be a positive number, got {value!r}")
+
+    def _checked_baselines(self) -> list[str]:
+        from placer.baselines import check_baseline
+        from placer.models import is_builtin_model
+
+        if isinstance(self.baselines, str) or not all(isinstance(b, str) for b in self.baselines):
+            raise ExperimentError(f"baselines must be a list of names, got {self.baselines!r}")
+        try:
+            return [check_baseline(name, builtin_model=is_builtin_model(self.model),
+                                   simulator=self.backend == "simulated") for name in self.baselines]
+        except PlacerError as error:
+            raise ExperimentError(str(error)) from None
+
+    @property
+    def target(self) -> str:
+        from placer.cost import DEFAULT_TARGETS
+
+        return self.cluster or DEFAULT_TARGETS[self.backend]
+
+    @property
+    def repeats_to_confirm(self) -> int:
+        if self.confirm_repeats is not None:
+            return self.confirm_repeats
+        return 2 if self.backend == "measured" else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["agent_options"] = dict(self.agent_options)
+        data["baselines"] = list(self.baselines) if self.baselines is not None else None
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "configuration") -> ExperimentConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ExperimentError(f"{source}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**data)
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Settings from a YAML or JSON file (a mapping of ExperimentConfig fields)."""
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError) as error:
+        raise ExperimentError(f"cannot read config file {path}: {getattr(error, 'strerror', None) or error}") from None
+    except yaml.YAMLError as error:
+        raise ExperimentError(f"config file {path} is not valid YAML/JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise ExperimentError(f"config file {path} must hold a mapping of settings, not {type(data).__name__}")
+    return data
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """"key=value" with a YAML value ("learning_rate=0.01", "baselines=[expert, metis]")."""
+    import yaml
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ExperimentError(f"override {text!r} is not KEY=VALUE")
+    try:
+        return key.strip(), yaml.safe_load(value)
+    except yaml.YAMLError:
+        return key.strip(), value

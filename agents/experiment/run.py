@@ -1,0 +1,292 @@
+"""One experiment, end to end: place a model with an agent, time the baselines, train, compare side by side.
+
+`run_experiment(ExperimentConfig(...))` builds the environment (measured or simulated), times the
+baselines on the same target, trains the agent with `agents.training.train`, and leaves a run directory:
+
+    runs/<model>/<timestamp>/
+        config.json            the resolved configuration (re-run or resume from it)
+        log.txt                what happened, with times
+        baselines.json         step time of every baseline on this target
+        start_placement.json   the untrained policy's greedy placement and its step time
+        tensorboard/           curves, hyper-parameters, best placement image and table
+        wandb/                 the W&B run (offline unless an account is configured), when enabled
+        checkpoints/, trainer_state.json   resume state (`placer train --resume RUN_DIR`)
+        best_placement.json    the best placement so far, rewritten whenever it improves
+        timeline.json          Chrome trace of the best placement (simulated, or a traced real step)
+        summary.json           best step time, the baselines it beat, samples, wall time
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from agents.experiment.config import ExperimentConfig, ExperimentError
+from agents.experiment.results import summarize, write_json
+from placer.errors import PlacerError
+
+
+@dataclass
+class ExperimentResult:
+    run_dir: Path
+    summary: dict[str, Any]
+
+
+def new_run_dir(config: ExperimentConfig) -> Path:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    model = config.model.replace("/", "_").replace(":", "_")
+    run_dir = Path(config.runs) / model / stamp
+    suffix = 1
+    while run_dir.exists():
+        suffix += 1
+        run_dir = Path(config.runs) / model / f"{stamp}-{suffix}"
+    return run_dir
+
+
+def load_run_config(run_dir: str | Path) -> ExperimentConfig:
+    path = Path(run_dir) / "config.json"
+    if not path.exists():
+        raise ExperimentError(f"{run_dir} is not a run directory (no config.json)")
+    return ExperimentConfig.from_dict(json.loads(path.read_text())["experiment"], source=str(path))
+
+
+def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) -> ExperimentResult:
+    """Train `config.agent` on `config.model` and fill `run_dir` (default: a new RUNS/<model>/<timestamp>).
+
+    Called again with an existing run directory, it resumes where that run stopped."""
+    from agents.factory import make_agent
+    from agents.training import TrainingConfig, train
+
+    env = _make_env(config)  # builds the graph and opens the target: a model that fails leaves no run behind
+    try:
+        run_dir = Path(run_dir) if run_dir is not None else new_run_dir(config)
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        env.close()
+        raise ExperimentError(f"cannot make the run directory {run_dir}: {error.strerror}") from None
+    log = _run_logger(run_dir)
+    write_json(run_dir / "config.json", {"experiment": config.to_dict(), "placer": _versions()})
+    log.info("run directory %s", run_dir.resolve())
+    try:
+        graph, devices = env.graph, env.devices
+        log.info("%s (%s): %d ops in the step, %d colocation groups; %s on %s (%s)",
+                 graph.name, config.size, len(graph.step_ops), len(graph.groups), config.backend, config.target,
+                 ", ".join(d.short_name for d in devices))
+        baselines = _load_or_time_baselines(config, env, run_dir, log)
+        best_baseline = min(((r["step_time"], name) for name, r in baselines.items() if r["ok"]), default=(math.inf, None))
+        agent = make_agent(config.agent, graph, env.device_mask, devices, options=config.agent_options, seed=config.seed)
+        trackers = _make_trackers(config, run_dir, agent)
+        weights = np.array([len(g.ops) for g in graph.groups], dtype=np.float64)
+        logged = {"best": math.inf}
+
+        def on_update(update: int, metrics: Mapping[str, Any]) -> None:
+            metrics = {**metrics, "best_baseline_step_time": best_baseline[0]}
+            trackers.log_update(update, metrics)
+            if metrics["step_time_best"] < logged["best"]:
+                logged["best"] = metrics["step_time_best"]
+                _log_best_placement(trackers, update, run_dir, graph, devices, weights, metrics["step_time_best"])
+                log.info("update %d: new best %.3f ms", update, metrics["step_time_best"] * 1e3)
+
+        training = TrainingConfig(updates=config.updates, samples_per_update=config.samples_per_update,
+                                  greedy_every=config.greedy_every, confirm_repeats=config.repeats_to_confirm,
+                                  time_budget=None if config.time_budget is None else 60.0 * config.time_budget,
+                                  progress=config.progress)
+        log.info("training %s: %s updates of %d samples, time budget %s", agent.name, config.updates,
+                 config.samples_per_update, f"{config.time_budget} min" if config.time_budget else "none")
+        start = _start_placement(agent, env, run_dir, log)
+        state = train(agent, env, run_dir, training, on_update=on_update)
+        final = _final_comparison(config, env, state.best_assignment, baselines, log, start)
+        summary = summarize(config, run_dir, state, baselines, best_baseline, agent.name, final)
+        summary["start_step_time"] = None if start is None else (final or {}).get("start", start["step_time"])
+        summary["timeline"] = _save_timeline(env, run_dir, state.best_assignment, log)
+        write_json(run_dir / "summary.json", summary)
+        best_file = run_dir / "best_placement.json"
+        trackers.finish(summary, best_file if best_file.exists() else None,
+                        _best_table(state.best_assignment, graph, devices))
+        log.info("best step time %.3f ms after %d samples (%.0f s); best baseline %s %.3f ms; beat: %s",
+                 summary["best_step_time"] * 1e3, summary["samples"], summary["wall_time"], best_baseline[1],
+                 best_baseline[0] * 1e3, ", ".join(summary["beaten_baselines"]) or "none")
+        return ExperimentResult(run_dir, summary)
+    finally:
+        env.close()
+        _close_logger(log)
+
+
+def _make_env(config: ExperimentConfig):
+    from envs.placement import PlacementEnv
+    from placer.measure import MeasureConfig
+
+    measure_config = None
+    if config.backend == "measured":
+        measure_config = MeasureConfig(warmup_steps=config.warmup_steps, timed_steps=config.timed_steps,
+                                       step_timeout=config.step_timeout)
+    env = PlacementEnv(model=config.model, size=config.size, backend=config.backend, devices=config.target,
+                       reward=config.reward, failing_step_time=config.failing_step_time, measure_config=measure_config)
+    env.reset(seed=config.seed)
+    return env
+
+
+# -- baselines ------------------------------------------------------------------------------------
+
+
+def _load_or_time_baselines(config: ExperimentConfig, env, run_dir: Path, log) -> dict[str, dict[str, Any]]:
+    """Each baseline's placement and step time on the run's target, kept in baselines.json."""
+    from placer.baselines import BaselineError, applicable_baselines, make_baseline
+    from placer.models import is_builtin_model
+
+    path = run_dir / "baselines.json"
+    if path.exists():  # resuming: the baselines were timed when the run started
+        return json.loads(path.read_text())
+    simulator = env.target.simulator
+    model = config.model if is_builtin_model(config.model) else None
+    wanted = list(config.baselines) if config.baselines is not None else applicable_baselines(
+        builtin_model=model is not None, simulator=simulator is not None)
+    results = {}
+    for name in _progress(wanted, config.progress, "baselines"):
+        started = time.perf_counter()
+        try:
+            placement = make_baseline(name, env.graph, env.devices, model=model, simulator=simulator, seed=config.seed)
+        except BaselineError as error:
+            if config.baselines is not None:
+                raise ExperimentError(str(error)) from None
+            log.warning("baseline %s skipped: %s", name, error)  # e.g. a partitioner's library is not installed
+            continue
+        seconds = time.perf_counter() - started
+        result = env.target.evaluate(placement)
+        results[name] = {"step_time": result.seconds, "ok": result.ok, "failure": result.failure,
+                         "placement_seconds": seconds, "assignment": list(placement.group_devices)}
+        log.info("baseline %-13s %s (placement computed in %.2f s)", name,
+                 f"{result.seconds * 1e3:.3f} ms" if result.ok else f"FAILED ({result.failure})", seconds)
+    write_json(path, results)
+    return results
+
+
+def _start_placement(agent, env, run_dir: Path, log) -> dict[str, Any] | None:
+    """A learned policy's greedy placement before its first update, and its step time: what training started
+    from (with a partition prior, a heuristic's placement), so that what learning added can be told apart.
+    Kept in start_placement.json, so that a resumed run compares against the same start."""
+    path = run_dir / "start_placement.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    if not hasattr(agent, "policy") or (run_dir / "trainer_state.json").exists():
+        return None  # search agents have no policy to start from; an older run never recorded its start
+    assignment = [int(a) for a in agent.best_guess()]
+    result = env.target.evaluate(assignment)
+    start = {"assignment": assignment, "step_time": result.seconds if result.ok else None}
+    write_json(path, start)
+    log.info("start (the untrained policy's greedy placement): %s",
+             f"{result.seconds * 1e3:.3f} ms" if result.ok else f"failed ({result.failure}: {result.message})")
+    return start
+
+
+def _final_comparison(config: ExperimentConfig, env, assignment, baselines, log,
+                      start: Mapping[str, Any] | None = None) -> dict[str, float] | None:
+    """Median step time of the learned placement, the start and every baseline, measured again side by side."""
+    from placer.cost import compare
+
+    if config.backend != "measured" or config.final_rounds < 1 or assignment is None:
+        return None
+    contenders = {"learned": list(assignment)}
+    if start is not None and start["step_time"] is not None:
+        contenders["start"] = start["assignment"]
+    contenders.update({name: r["assignment"] for name, r in baselines.items() if r["ok"]})
+    progress = (lambda rounds: _progress(rounds, True, "final comparison", "round")) if config.progress else None
+    compared = compare(env.target.evaluate, contenders, config.final_rounds, progress=progress)
+    final = {name: c.median for name, c in compared.items()}
+    log.info("final comparison (%d interleaved rounds): %s", config.final_rounds,
+             ", ".join(f"{name} {seconds * 1e3:.3f} ms" for name, seconds in final.items()))
+    return final
+
+
+# -- outputs --------------------------------------------------------------------------------------
+
+
+def _log_best_placement(trackers, update, run_dir: Path, graph, devices, weights, step_time: float) -> None:
+    from agents.tracking import placement_markdown, placement_matrix, placement_table
+
+    state = json.loads((run_dir / "trainer_state.json").read_text())
+    assignment = np.asarray(state["best_assignment"])
+    matrix = placement_matrix(assignment, weights, len(devices))
+    rows = placement_table([d.short_name for d in devices], assignment, graph)
+    trackers.log_placement(update, matrix, placement_markdown(
+        f"Best placement at update {update}: {step_time * 1e3:.3f} ms per step", rows))
+
+
+def _best_table(assignment, graph, devices):
+    if assignment is None:
+        return None
+    from agents.tracking import placement_table
+
+    return placement_table([d.short_name for d in devices], np.asarray(assignment), graph)
+
+
+def _save_timeline(env, run_dir: Path, assignment, log) -> str | None:
+    """A Chrome trace of the best placement: simulated, or one traced real step."""
+    if assignment is None:
+        return None
+    try:
+        trace = env.target.trace(list(assignment))
+    except PlacerError as error:
+        log.warning("no timeline: %s", error)
+        return None
+    path = run_dir / "timeline.json"
+    path.write_text(trace)
+    return path.name
+
+
+def _make_trackers(config: ExperimentConfig, run_dir: Path, agent):
+    import dataclasses
+
+    from agents.tracking import TensorBoardTracker, Trackers, WandbTracker
+
+    hparams = {key: value for key, value in config.to_dict().items()
+               if key not in ("agent_options", "baselines", "runs", "progress", "wandb", "wandb_project")}
+    agent_config = getattr(agent, "config", None)
+    if dataclasses.is_dataclass(agent_config):
+        hparams.update({f"agent.{k}": v for k, v in dataclasses.asdict(agent_config).items()})
+    name = f"{config.model}-{run_dir.name}"
+    trackers = [TensorBoardTracker(run_dir, hparams, name)]
+    if config.wandb != "off":
+        trackers.append(WandbTracker(run_dir, {**config.to_dict(), **hparams}, name, config.wandb_project,
+                                     config.wandb))
+    return Trackers(trackers)
+
+
+def _progress(items, enabled: bool, description: str, unit: str = "placement"):
+    if not enabled:
+        return items
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc=description, unit=unit, leave=False, dynamic_ncols=True)
+
+
+def _run_logger(run_dir: Path) -> logging.Logger:
+    log = logging.getLogger(f"placer.run.{run_dir.resolve()}")
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    handler = logging.FileHandler(run_dir / "log.txt")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    return log
+
+
+def _close_logger(log: logging.Logger) -> None:
+    for handler in list(log.handlers):
+        handler.close()
+        log.removeHandler(handler)
+
+
+def _versions() -> dict[str, str]:
+    import tensorflow as tf
+
+    from placer import __version__
+
+    return {"placer": __version__, "tensorflow": tf.__version__}

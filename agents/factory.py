@@ -1,0 +1,73 @@
+"""The one agent factory: an agent by name, with its config dataclass's options checked before any work."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import numpy as np
+
+from placer.errors import PlacerError
+
+AGENTS = ("hierarchical", "colocation", "random", "cem")
+"""hierarchical (grouper + placer), colocation (placer over colocation groups), random search, cross-entropy method."""
+
+
+class AgentOptionError(PlacerError):
+    """An agent name or option that does not exist or has the wrong type."""
+
+
+def agent_config_class(agent: str) -> type:
+    """The dataclass holding `agent`'s hyper-parameters (the fields `--set KEY=VALUE` may name)."""
+    if agent == "hierarchical":
+        from agents.reinforce import HierarchicalConfig
+
+        return HierarchicalConfig
+    if agent == "colocation":
+        from agents.colocation import ColocationConfig
+
+        return ColocationConfig
+    if agent in ("random", "cem"):
+        from agents.search import CrossEntropyConfig, RandomSearchConfig
+
+        return RandomSearchConfig if agent == "random" else CrossEntropyConfig
+    raise AgentOptionError(f"unknown agent {agent!r}: one of {', '.join(AGENTS)}")
+
+
+def check_agent_options(agent: str, options: Mapping[str, Any], *, seed: int = 0) -> Any:
+    """`agent`'s config with `options` applied; AgentOptionError naming a bad option and the known ones."""
+    from agents.flags import check_value
+
+    cls = agent_config_class(agent)
+    known = {field.name for field in dataclasses.fields(cls)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise AgentOptionError(f"agent {agent} has no option(s) {', '.join(unknown)}; its options: "
+                               f"{', '.join(sorted(known - {'seed'}))}")
+    checked = {}
+    for name, value in options.items():
+        try:
+            checked[name] = check_value(cls, name, value)
+        except ValueError as error:
+            raise AgentOptionError(f"agent {agent}: {error}") from None
+    try:
+        return cls(**{"seed": seed, **checked})
+    except (TypeError, ValueError) as error:
+        raise AgentOptionError(f"agent {agent}: {error}") from None
+
+
+def make_agent(agent: str, graph, device_mask: np.ndarray, devices=None, *, options: Mapping[str, Any] | None = None,
+               seed: int = 0):
+    """Agent `agent` for `graph`: device_mask is [units, devices] (`PlacementEnv.device_mask`)."""
+    config = check_agent_options(agent, options or {}, seed=seed)
+    if agent == "hierarchical":
+        from agents.reinforce import HierarchicalPlanner
+
+        return HierarchicalPlanner(graph, device_mask, config, devices=devices)
+    if agent == "colocation":
+        from agents.colocation import ColocationPlacer
+
+        return ColocationPlacer(graph, device_mask, config)
+    from agents.search import CrossEntropyMethod, RandomSearch
+
+    return (RandomSearch if agent == "random" else CrossEntropyMethod)(device_mask, config=config)

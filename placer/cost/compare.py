@@ -1,0 +1,78 @@
+"""Placements timed side by side: interleaved rounds, each timing every placement once.
+
+The machine's speed drifts over minutes, so only timings taken together compare: a placement timed alone
+at the start of a run and another timed an hour later differ by the drift. Every caller that compares
+placements (`placer measure --rounds`, an experiment's final comparison, the training loop's confirmation
+of a would-be best, the benchmarks) goes through `compare`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Generic, Iterable, Mapping, Protocol, Sequence, TypeVar
+
+
+class Timed(Protocol):
+    """Anything with a step time and whether it ran: a `StepTime`, or a caller's record around one."""
+
+    seconds: float
+
+    @property
+    def ok(self) -> bool: ...
+
+
+T = TypeVar("T", bound=Timed)
+
+
+@dataclass(frozen=True)
+class Compared(Generic[T]):
+    """One placement's timings over the rounds of a comparison."""
+
+    name: str
+    timings: tuple[T, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(t.ok for t in self.timings) and bool(self.timings)
+
+    @property
+    def median_timing(self) -> T:
+        """The timing with the median step time (the faster middle one of an even count; failures sort last)."""
+        ranked = sorted(self.timings, key=lambda t: t.seconds if t.ok else math.inf)
+        return ranked[(len(ranked) - 1) // 2]
+
+    @property
+    def median(self) -> float:
+        """Median step time in seconds over the rounds; inf if any round failed."""
+        return self.median_timing.seconds if self.ok else math.inf
+
+    @property
+    def failure(self) -> T | None:
+        return next((t for t in self.timings if not t.ok), None)
+
+    @property
+    def rounds(self) -> list[float | None]:
+        return [t.seconds if t.ok else None for t in self.timings]
+
+
+def compare(evaluate: Callable[[object], T | Sequence[T]], placements: Mapping[str, object], rounds: int, *,
+            retry_failed: bool = False, progress: Callable[[Iterable[int]], Iterable[int]] | None = None,
+            ) -> dict[str, Compared[T]]:
+    """Time every placement once per round, in the same order each round, for `rounds` rounds.
+
+    evaluate: a `CostTarget.evaluate`, or any function returning one timing (or several, e.g. a vector
+    environment's sub-environments) of a placement. A placement that failed (OOM, timeout, crash) is not
+    timed again in later rounds unless `retry_failed`: a hang would cost its timeout every round.
+    progress: wraps the round iterator (e.g. a tqdm progress bar)."""
+    if rounds < 1:
+        raise ValueError(f"compare needs at least one round, got {rounds}")
+    timings: dict[str, list[T]] = {name: [] for name in placements}
+    round_numbers: Iterable[int] = range(rounds)
+    for _ in progress(round_numbers) if progress else round_numbers:
+        for name, placement in placements.items():
+            if not retry_failed and any(not t.ok for t in timings[name]):
+                continue
+            result = evaluate(placement)
+            timings[name].extend(result if isinstance(result, (list, tuple)) else [result])
+    return {name: Compared(name, tuple(values)) for name, values in timings.items()}

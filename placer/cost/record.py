@@ -1,0 +1,101 @@
+"""`StepTime`: what one placement costs on one target, the same record whether measured or simulated.
+
+It crosses every boundary above the cost layer (environments, training, experiments, the command line),
+so it is small, immutable and JSON-serializable.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from placer.measure.result import FAILURE_KINDS, MovedOp
+
+BACKENDS = ("measured", "simulated")
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds per training step of one placement on one target, or why it has none."""
+
+    seconds: float
+    """Median step time in seconds (measured), or the predicted one (simulated); inf when it failed."""
+    backend: str
+    """"measured" (real execution) or "simulated" (predicted by the simulator)."""
+    target: str = ""
+    """The target's spec, e.g. "local:2" or "modeled:2xV100"."""
+    failure: str | None = None
+    """One of `FAILURE_KINDS` ("oom", "invalid", "timeout", "crash", "runtime"); None when it ran."""
+    message: str = ""
+    """What failed, in one paragraph."""
+    samples: tuple[float, ...] = ()
+    """Measured: seconds of each timed step. Simulated: the one prediction."""
+    peak_memory: Mapping[str, int] = field(default_factory=dict)
+    """Bytes per device at the worst moment (simulated only: TensorFlow does not report it per step)."""
+    busy: Mapping[str, float] = field(default_factory=dict)
+    """Seconds each device computed (simulated only)."""
+    moved_ops: tuple[MovedOp, ...] = ()
+    """Ops TensorFlow ran elsewhere than placed (measured only): the requested and the real placement differ."""
+    ops_checked: int = 0
+    """Measured: placed ops found in the traced step and compared with the placement."""
+    ops_not_traced: int = 0
+    """Measured: placed ops absent from the traced step (folded or fused by grappler, or not run)."""
+    overhead: Mapping[str, float] = field(default_factory=dict)
+    """Measured: seconds spent around the timed steps (graph rewrite, session, init, first step)."""
+
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, not {self.backend!r}")
+        if self.failure is not None and self.failure not in FAILURE_KINDS:
+            raise ValueError(f"failure must be one of {FAILURE_KINDS}, not {self.failure!r}")
+
+    @classmethod
+    def failed(cls, kind: str, message: str, backend: str, target: str = "", **details: Any) -> StepTime:
+        return cls(math.inf, backend, target, kind, message, **details)
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range of the samples in seconds (0 for fewer than two)."""
+        if len(self.samples) < 2:
+            return 0.0
+        q1, _, q3 = statistics.quantiles(self.samples, n=4, method="inclusive")
+        return q3 - q1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seconds": self.seconds if self.ok else None, "ok": self.ok, "backend": self.backend,
+            "target": self.target, "failure": self.failure, "message": self.message,
+            "samples": list(self.samples), "spread": self.spread, "peak_memory": dict(self.peak_memory),
+            "busy": dict(self.busy), "ops_checked": self.ops_checked, "ops_not_traced": self.ops_not_traced, "overhead": dict(self.overhead),
+            "moved_ops": [{"op": m.op, "requested": m.requested, "actual": m.actual, "ran_as": m.ran_as}
+                          for m in self.moved_ops],
+        }
+
+    def describe(self) -> str:
+        """A few lines for a person: the step time and its spread, or the failure; moved ops; memory."""
+        if not self.ok:
+            return f"FAILED ({self.failure}): {self.message}"
+        if self.backend == "simulated":
+            lines = [f"simulated step time {self.seconds * 1e3:.2f} ms on {self.target}"]
+            for device, busy in self.busy.items():
+                memory = self.peak_memory.get(device, 0) / 2**20
+                lines.append(f"  {device}: busy {busy * 1e3:.2f} ms, peak memory {memory:.1f} MiB")
+            return "\n".join(lines)
+        text = (f"step time median {self.seconds * 1e3:.2f} ms, IQR {self.spread * 1e3:.2f} ms over "
+                f"{len(self.samples)} steps (min {min(self.samples) * 1e3:.2f}, max {max(self.samples) * 1e3:.2f})")
+        if self.moved_ops:
+            shown = "; ".join(
+                f"{m.op}: {m.requested} -> {m.actual}" + (f" (fused by grappler into {m.ran_as})" if m.ran_as else "")
+                for m in self.moved_ops[:5])
+            text += f"\nWARNING: TensorFlow moved {len(self.moved_ops)} ops: {shown}"
+        elif self.ops_checked:
+            text += f"\nplacement check: all {self.ops_checked} traced ops ran where placed"
+        if self.ops_not_traced:
+            text += f" ({self.ops_not_traced} placed ops were optimized away or not traced)"
+        return text

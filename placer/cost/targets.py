@@ -1,0 +1,170 @@
+"""The two kinds of target behind `open_target`: real execution (`MeasuredCost`) and the simulator
+(`SimulatedCost`). Both answer `evaluate(placement)` with a `StepTime` and never raise for a bad placement."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from placer.cost.record import StepTime
+from placer.cost.spec import TargetSpec
+from placer.devices import DeviceSet
+from placer.errors import DeviceSpecError, PlacementError, PlacerError
+from placer.graph.opgraph import OpGraph
+from placer.placement import Placement
+
+PlacementLike = Placement | Sequence[int] | np.ndarray
+"""A `Placement`, or one device index per colocation group (what agents emit)."""
+
+
+class CostTarget:
+    """What every target shares: the graph, the devices, placement validation, and closing."""
+
+    backend: str = ""
+    simulator = None
+    """The `placer.simulate.Simulator` behind a simulated target (heuristics such as METIS read its op
+    costs); None on real execution."""
+
+    def __init__(self, graph: OpGraph, spec: TargetSpec, devices: DeviceSet):
+        self.graph = graph
+        self.spec = spec
+        self.devices = devices
+
+    @property
+    def op_cost(self) -> np.ndarray | None:
+        """Predicted seconds of every step op on every device ([ops, devices]); None on real execution."""
+        return None
+
+    def placement(self, placement: PlacementLike) -> Placement:
+        """`placement` as a validated Placement on these devices; raises PlacementError."""
+        if isinstance(placement, Placement):
+            if placement.graph_fingerprint != self.graph.fingerprint:
+                raise PlacementError(f"the placement was made for graph fingerprint {placement.graph_fingerprint[:12]}, "
+                                     f"not for {self.graph.name!r} ({self.graph.fingerprint[:12]})")
+            if tuple(placement.devices) != self.devices.names:
+                return Placement.from_op_devices(self.graph, self.devices, placement.op_devices(self.graph),
+                                                 placement.metadata)
+            return placement
+        return Placement.from_assignment(self.graph, self.devices, [int(a) for a in placement])
+
+    def evaluate(self, placement: PlacementLike) -> StepTime:
+        """The step time of one placement; a placement that cannot run comes back as a failed StepTime."""
+        try:
+            checked = self.placement(placement)
+        except PlacementError as error:
+            return StepTime.failed("invalid", str(error), self.backend, str(self.spec))
+        return self._evaluate(checked)
+
+    def trace(self, placement: PlacementLike) -> str:
+        """One step of the placement as a Chrome trace (JSON for chrome://tracing or Perfetto)."""
+        raise NotImplementedError
+
+    def _evaluate(self, placement: Placement) -> StepTime:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.graph.name!r} on {self.spec}>"
+
+
+class SimulatedCost(CostTarget):
+    """Predicted step times from `placer.simulate.Simulator`, in milliseconds per placement."""
+
+    backend = "simulated"
+
+    def __init__(self, graph: OpGraph, spec: TargetSpec, costs: Any = "roofline", config=None):
+        from placer.simulate import Simulator
+
+        super().__init__(graph, spec, spec.devices)
+        tables = roofline_tables(graph, spec.devices) if isinstance(costs, str) and costs == "roofline" else costs
+        if not isinstance(tables, Mapping) and not hasattr(tables, "op_seconds"):
+            raise PlacerError("costs must be 'roofline', a CostTable, or a mapping of device model/kind to CostTable")
+        self.simulator = Simulator(graph, spec.devices, tables, config)
+
+    @property
+    def op_cost(self) -> np.ndarray:
+        return self.simulator.op_cost
+
+    def _evaluate(self, placement: Placement) -> StepTime:
+        result = self.simulator.simulate(placement.group_devices)
+        details = {"samples": (result.step_time,), "peak_memory": dict(result.peak_memory),
+                   "busy": dict(result.device_busy)}
+        if not result.ok:
+            return StepTime.failed("oom", f"out of memory on {', '.join(result.out_of_memory)}", self.backend,
+                                   str(self.spec), **details)
+        return StepTime(result.step_time, self.backend, str(self.spec), **details)
+
+    def trace(self, placement: PlacementLike) -> str:
+        result = self.simulator.simulate(self.placement(placement).group_devices, timeline=True)
+        return json.dumps(result.chrome_trace())
+
+
+class MeasuredCost(CostTarget):
+    """Real step times from `placer.measure.Measurer` (a worker process: crashes and hangs are failures)."""
+
+    backend = "measured"
+
+    def __init__(self, graph: OpGraph, spec: TargetSpec, config=None):
+        from placer.measure import Measurer
+
+        self.measurer = Measurer(spec.measured, config)
+        self.measurer.start()
+        super().__init__(graph, spec, self.measurer.devices)
+
+    def _evaluate(self, placement: Placement, config=None) -> StepTime:
+        try:
+            result = self.measurer.measure(self.graph, placement, config)
+        except PlacerError as error:
+            return StepTime.failed("runtime", str(error), self.backend, str(self.spec))
+        details = {"samples": tuple(result.samples), "moved_ops": tuple(result.moved_ops),
+                   "ops_checked": result.ops_checked, "ops_not_traced": result.ops_not_traced,
+                   "overhead": dict(result.overhead)}
+        if not result.ok:
+            return StepTime.failed(result.failure.kind, result.failure.message, self.backend, str(self.spec), **details)
+        return StepTime(result.median, self.backend, str(self.spec), **details)
+
+    def trace(self, placement: PlacementLike) -> str:
+        config = dataclasses.replace(self.measurer.config, timed_steps=1, profile_steps=1)
+        result = self.measurer.measure(self.graph, self.placement(placement), config)
+        if not result.ok:
+            raise PlacerError(f"tracing a step failed ({result.failure.kind}): {result.failure.message}")
+        if not result.chrome_trace:
+            raise PlacerError("TensorFlow returned an empty trace for the step")
+        return result.chrome_trace
+
+    def close(self) -> None:
+        self.measurer.close()
+
+
+def roofline_tables(graph: OpGraph, devices: DeviceSet) -> dict[str, Any]:
+    """A roofline cost table per kind of device in `devices`, from `placer.hardware` or the devices' own peaks."""
+    from placer.hardware import GPUS, HOST_CPU, DeviceModel
+    from placer.profile import roofline_costs
+
+    tables = {}
+    for device in devices:
+        key = device.model or device.kind
+        if key in tables:
+            continue
+        if device.model in GPUS or device.model == HOST_CPU.name:
+            model = GPUS.get(device.model, HOST_CPU)
+        elif device.peak_flops and device.memory_bandwidth:
+            model = DeviceModel(key, device.kind, device.memory_bytes or 0, device.peak_flops, device.memory_bandwidth,
+                                launch_overhead=5e-6)
+        else:
+            raise DeviceSpecError(
+                f"{device.short_name} has no known model and no peak_flops/memory_bandwidth: give the simulated "
+                "target cost tables (costs=...) or describe the device")
+        tables[key] = roofline_costs(graph, model)
+    return tables
