@@ -384,14 +384,14 @@ def _placement_on(placement, graph: OpGraph, measurer: Measurer) -> Placement:
 
 def apply_command(args) -> int:
     """`placer apply PLACEMENT.json MODEL`: check, run, and compare with the recorded step time."""
-    from placer.cli import load_graph
     from placer.measure import parse_target
+    from placer.models import load_model
 
     exported = load_exported_placement(args.placement)
     model = args.model or exported.metadata.get("model")
     if not model:
         raise PlacementError(f"{exported.source} does not record its model: name it (placer apply FILE MODEL)")
-    graph = load_graph(str(model), args.size or str(exported.metadata.get("size") or "tiny"))
+    graph = load_model(str(model), args.size or str(exported.metadata.get("size") or "tiny"))
     check_same_graph(exported, graph)
     recorded_target = str(exported.metadata.get("cluster") or exported.metadata.get("target") or "")
     default_target = recorded_target if recorded_target.startswith(("inprocess:", "local:")) else "inprocess:1"

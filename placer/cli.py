@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import os
 import statistics
@@ -87,41 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     return 1
 
 
-def load_graph(spec: str, size: str = "tiny"):
-    """A built-in model name, `package.module:function`, or `path/to/file.py:function` returning an OpGraph."""
-    from placer.errors import GraphBuildError
-    from placer.models import MODELS, build_model
-
-    if spec in MODELS:
-        return build_model(spec, size)
-    module_name, _, function_name = spec.rpartition(":")
-    if not module_name:
-        raise GraphBuildError(f"{spec!r} is neither a built-in model ({', '.join(sorted(MODELS))}) nor module:function")
-    if module_name.endswith(".py"):
-        path = Path(module_name)
-        if not path.is_file():
-            raise GraphBuildError(f"no such file: {path}")
-        loader_spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(loader_spec)
-        loader_spec.loader.exec_module(module)
-    else:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as error:
-            raise GraphBuildError(f"cannot import {module_name!r}: {error}") from None
-    builder = getattr(module, function_name, None)
-    if not callable(builder):
-        raise GraphBuildError(f"{module_name!r} has no function {function_name!r}")
-    graph = builder()
-    from placer.graph.opgraph import OpGraph
-
-    if not isinstance(graph, OpGraph):
-        raise GraphBuildError(f"{spec} returned {type(graph).__name__}, not an OpGraph (build it with placer.graph builders)")
-    return graph
-
-
 def _measure(args) -> int:
     from placer.measure import Measurer, MeasureConfig, parse_target
+    from placer.models import load_model
 
     names = args.placement or ["single"]
     if len(names) > 1:
@@ -130,7 +96,7 @@ def _measure(args) -> int:
         return _compare(args, names)
     if args.rounds != 1:
         raise PlacerError("--rounds interleaves several placements: give --placement more than once")
-    graph = load_graph(args.model, args.size)
+    graph = load_model(args.model, args.size)
     config = MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats, step_timeout=args.step_timeout)
     target = parse_target(args.cluster, allow_exposed_ports=args.allow_exposed_ports)
     with Measurer(target, config) as measurer:
@@ -154,10 +120,11 @@ def _compare(args, names: list[str]) -> int:
     """Several placements timed side by side in interleaved rounds: the machine's speed drifts over
     minutes, so only timings taken together compare."""
     from placer.measure import Measurer, MeasureConfig, parse_target
+    from placer.models import load_model
 
     if args.rounds < 1:
         raise PlacerError(f"--rounds must be at least 1, got {args.rounds}")
-    graph = load_graph(args.model, args.size)
+    graph = load_model(args.model, args.size)
     config = MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats, step_timeout=args.step_timeout)
     target = parse_target(args.cluster, allow_exposed_ports=args.allow_exposed_ports)
     with Measurer(target, config) as measurer:

@@ -82,3 +82,37 @@ def test_measure_the_expert_placement_of_a_benchmark_model(tmp_path):
 def test_expert_placement_of_a_user_model_is_refused_with_a_reason():
     run = _placer("measure", "placer.models.mlp:mlp_graph", "--placement", "expert")
     assert run.returncode == 2 and "needs a built-in model" in run.stderr and "Traceback" not in run.stderr
+
+
+USER_MODEL = '''
+import tensorflow as tf
+
+from placer.graph import graph_from_function
+
+
+def tiny_step(size):
+    def build():
+        x = tf.random.uniform({"tiny": (4, 8), "small": (16, 8)}[size], name="features")
+        w = tf.compat.v1.get_variable("w", (8, 2))
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w)), name="loss")
+        return tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train"), loss
+
+    return graph_from_function(build, name=f"user-step-{size}")
+
+
+def broken():
+    raise ValueError("no data here")
+'''
+
+
+def test_measure_a_model_function_from_a_python_file(tmp_path):
+    model = tmp_path / "user_model.py"
+    model.write_text(USER_MODEL)
+    run = _placer("measure", f"{model}:tiny_step", "--cluster", "inprocess:1", "--repeats", "2", "--json")
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(run.stdout)
+    assert report["graph"] == "user-step-tiny" and report["result"]["ok"] and len(report["result"]["samples"]) == 2
+
+    broken = _placer("measure", f"{model}:broken")
+    assert broken.returncode == 2 and "Traceback" not in broken.stderr
+    assert f"model function '{model}:broken' raised ValueError: no data here" in broken.stderr

@@ -4,6 +4,7 @@ The benchmark models of the device-placement literature (Inception-V3, ResNet-50
 and 8 layers, Transformer) come in three sizes: `tiny` (a training step in about a second on 2 CPU
 cores, for tests), `small`, and `paper` (the papers' hyper-parameters). Sizes change widths, batch and
 sequence lengths, never the kind of structure. Every model has an expert placement (`expert_placement`).
+`load_model(spec, size)` loads any model spec: a built-in name, `module:function` or `file.py:function`.
 """
 
 from __future__ import annotations
@@ -93,10 +94,15 @@ def model_spec(name: str) -> ModelSpec:
     return MODELS[name]
 
 
-def build_model(name: str, size: str = "tiny"):
-    spec = model_spec(name)
+def require_size(name: str, size: str) -> None:
+    """Raise GraphBuildError unless `size` is one of the built-in models' sizes."""
     if size not in SIZES:
         raise GraphBuildError(f"unknown size {size!r} for model {name!r}; sizes: {', '.join(SIZES)}")
+
+
+def build_model(name: str, size: str = "tiny"):
+    spec = model_spec(name)
+    require_size(name, size)
     return spec.build(size)
 
 
@@ -117,3 +123,7 @@ def reference_placements(name: str, graph, devices) -> dict:
     if any(device.kind == "CPU" for device in devices):
         placements["cpu-only"] = cpu_only_placement(graph, devices)
     return placements
+
+
+# After MODELS and build_model, which the loader reads.
+from placer.models.loader import check_model_spec, is_builtin_model, load_model  # noqa: E402

@@ -1,0 +1,227 @@
+"""Turn a model spec into the training step's `OpGraph`: a built-in model name, `package.module:function`,
+`path/to/file.py:function`, or an `OpGraph` already built. Every way this can fail is one GraphBuildError.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable
+
+from placer.errors import GraphBuildError, PlacerError
+from placer.models import MODELS, build_model, model_names, require_size
+
+if TYPE_CHECKING:  # building graphs needs TensorFlow; checking a spec must not
+    from placer.graph.opgraph import OpGraph
+
+SPEC_FORMS = "`package.module:function` or `path/to/file.py:function` (a function returning an OpGraph)"
+
+_FILE_MODULE_PREFIX = "placer_model_file_"
+
+
+def is_builtin_model(spec: Any) -> bool:
+    """True for the name of a built-in model (`placer models`), False for anything else."""
+    return isinstance(spec, str) and spec in MODELS
+
+
+def check_model_spec(spec: str | OpGraph, size: str | None = None) -> None:
+    """Refuse a spec that cannot name a model, without importing or building anything.
+
+    Checks what is cheap: a name that is no built-in model and no `module:function`, a model file that
+    does not exist, a `module:function` whose parts are not Python names, and (if given) a size that a
+    built-in model does not have. A spec that passes may still fail in `load_model` (the module does not
+    import, the function raises)."""
+    if not isinstance(spec, str):
+        _require_op_graph(spec)
+    elif is_builtin_model(spec):
+        if size is not None:
+            require_size(spec, size)
+    else:
+        _split(spec)
+
+
+def load_model(spec: str | OpGraph, size: str = "tiny") -> OpGraph:
+    """The training-step graph that `spec` names: a built-in model at `size`, or what a model function returns.
+
+    A model function is called with `size=size` if it has a parameter named `size`, else with no arguments.
+    An OpGraph is returned as it is. A model file is executed once per process, as a module of its own
+    (keyed by its resolved path, so two files with the same name do not clash)."""
+    from placer.graph.opgraph import OpGraph
+
+    if not isinstance(spec, str):
+        return _require_op_graph(spec)
+    if is_builtin_model(spec):
+        return build_model(spec, size)
+    where, function_name, path = _split(spec)
+    module = _module_from_file(path, spec) if path is not None else _import_module(where, spec)
+    builder = _function_of(module, where, function_name, spec)
+    graph = _call(builder, size, spec)
+    if not isinstance(graph, OpGraph):
+        raise GraphBuildError(
+            f"model function {spec!r} returned {_describe_value(graph)}, not an OpGraph. Make it return the training "
+            "step built with a placer.graph builder: graph_from_keras (a tf-keras model, loss and optimizer), "
+            "graph_from_function (a function adding the step to a tf.Graph) or graph_from_tf_function (a TF2 step)"
+        )
+    return graph
+
+
+def _require_op_graph(spec: Any) -> OpGraph:
+    from placer.graph.opgraph import OpGraph
+
+    if not isinstance(spec, OpGraph):
+        raise GraphBuildError(
+            f"a model is a built-in model's name, {SPEC_FORMS}, or an OpGraph; got {_describe_value(spec)}"
+        )
+    return spec
+
+
+# -- the spec --------------------------------------------------------------------------------------------
+
+
+def _split(spec: str) -> tuple[str, str, Path | None]:
+    """(module or file as written, function name, the file's path or None for a module); checks the form."""
+    where, colon, function_name = spec.rpartition(":")
+    if not colon or not where:
+        raise GraphBuildError(_unknown_name_message(spec))
+    if not function_name.isidentifier():
+        raise GraphBuildError(
+            f"{spec!r} names no function after the colon ({function_name!r} is not a Python name): give "
+            f"{SPEC_FORMS}"
+        )
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.exists():
+            raise GraphBuildError(
+                f"model file {where} does not exist (looked in {path.resolve().parent}): give the path of a .py "
+                "file, absolute or relative to the current directory, then :function"
+            )
+        if not path.is_file():
+            raise GraphBuildError(f"model file {where} is a directory, not a .py file: give the file's path, then :function")
+        return where, function_name, path
+    if "/" in where or "\\" in where:
+        raise GraphBuildError(
+            f"{where!r} in {spec!r} looks like a path but does not end in .py: give `path/to/file.py:function`, "
+            "or `package.module:function` for a module on the Python path"
+        )
+    if not all(part.isidentifier() for part in where.split(".")):
+        raise GraphBuildError(
+            f"{where!r} in {spec!r} is not a module name (dotted Python names, e.g. my_models.vision): give {SPEC_FORMS}"
+        )
+    return where, function_name, None
+
+
+def _unknown_name_message(spec: str) -> str:
+    close = difflib.get_close_matches(spec, list(MODELS), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return (f"{spec!r} is not a built-in model ({hint}the built-in models are {', '.join(model_names())} (see `placer "
+            f"models`). For your own model give {SPEC_FORMS}")
+
+
+# -- the module and its function -------------------------------------------------------------------------
+
+
+def _module_from_file(path: Path, spec: str) -> ModuleType:
+    resolved = path.resolve()
+    # keyed by the full path: two experiments' `model.py` must not share (or overwrite) one module
+    name = _FILE_MODULE_PREFIX + hashlib.sha1(str(resolved).encode()).hexdigest()[:12] + "_" + _python_name(path.stem)
+    if name in sys.modules:
+        return sys.modules[name]
+    loader_spec = importlib.util.spec_from_file_location(name, resolved)
+    if loader_spec is None or loader_spec.loader is None:
+        raise GraphBuildError(f"model file {path} cannot be loaded as a Python module: give a .py file, then :function")
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[name] = module  # before executing, as import does: dataclasses and pickling look the module up
+    try:
+        loader_spec.loader.exec_module(module)
+    except (Exception, SystemExit) as error:  # SystemExit: a script that parses its own arguments on import
+        sys.modules.pop(name, None)
+        raise GraphBuildError(
+            f"model file {path} failed while loading, before {spec.rpartition(':')[2]!r} was called: "
+            f"{_one_line(error)}. Fix the file (run `python {path}` to see the traceback)"
+        ) from error
+    return module
+
+
+def _import_module(module_name: str, spec: str) -> ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except (Exception, SystemExit) as error:
+        raise GraphBuildError(
+            f"cannot import module {module_name!r} for model {spec!r}: {_one_line(error)}. Check that it is on the "
+            "Python path (PYTHONPATH, or installed) and imports without errors"
+        ) from error
+
+
+def _function_of(module: ModuleType, where: str, function_name: str, spec: str) -> Callable[..., Any]:
+    builder = getattr(module, function_name, None)
+    if builder is None:
+        defined = sorted(name for name, value in vars(module).items()
+                         if inspect.isfunction(value) and value.__module__ == module.__name__ and not name.startswith("_"))
+        listing = f"it defines {', '.join(defined)}" if defined else "it defines no functions"
+        raise GraphBuildError(f"{where} has no function {function_name!r} ({listing}): give {where}:FUNCTION")
+    if not callable(builder):
+        raise GraphBuildError(
+            f"{function_name!r} in {where} is a {type(builder).__name__}, not a function: name a function that "
+            "returns the OpGraph"
+        )
+    return builder
+
+
+def _call(builder: Callable[..., Any], size: str, spec: str) -> Any:
+    try:
+        parameters = inspect.signature(builder).parameters
+    except (TypeError, ValueError):  # some callables (C functions) have no signature: call them plainly
+        parameters = {}
+    size_parameter = parameters.get("size")
+    required = [name for name, p in parameters.items() if name != "size" and p.default is p.empty
+                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if required:
+        raise GraphBuildError(
+            f"model function {spec!r} needs arguments ({', '.join(required)}): a model function takes none, or only "
+            "`size`. Wrap it in one that builds your model with fixed arguments"
+        )
+    try:
+        if size_parameter is None:
+            return builder()
+        if size_parameter.kind is size_parameter.POSITIONAL_ONLY:
+            return builder(size)
+        return builder(size=size)
+    except PlacerError as error:  # already says what was wrong (e.g. a placer.graph builder refused the step)
+        raise GraphBuildError(f"model function {spec!r} failed: {error}") from error
+    except Exception as error:
+        raise GraphBuildError(
+            f"model function {spec!r} raised {_one_line(error)}. Fix the function (call it directly to see the "
+            "traceback)"
+        ) from error
+
+
+# -- messages --------------------------------------------------------------------------------------------
+
+
+def _one_line(error: BaseException) -> str:
+    """The exception's type and its message's first line: TensorFlow's messages go on for pages."""
+    if isinstance(error, SyntaxError) and error.lineno is not None:  # its str() repeats the file's full path
+        where = f"{Path(error.filename).name}, " if error.filename else ""
+        return f"{type(error).__name__}: {error.msg} ({where}line {error.lineno})"
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    if len(text) > 300:
+        text = text[:300] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _describe_value(value: Any) -> str:
+    if value is None:
+        return "None"
+    text = repr(value)
+    return f"a {type(value).__name__} ({text[:80] + '...' if len(text) > 80 else text})"
+
+
+def _python_name(stem: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in stem)
