@@ -1,8 +1,12 @@
 """End to end through the console script, as a user runs it."""
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+import placer
 
 
 def _placer(*args, timeout=300):
@@ -116,3 +120,18 @@ def test_measure_a_model_function_from_a_python_file(tmp_path):
     broken = _placer("measure", f"{model}:broken")
     assert broken.returncode == 2 and "Traceback" not in broken.stderr
     assert f"model function '{model}:broken' raised ValueError: no data here" in broken.stderr
+
+
+def test_the_library_never_imports_the_command_line_or_the_layers_above():
+    root = Path(placer.__file__).parent
+    offenders = []
+    for path in root.rglob("*.py"):
+        if path.name == "cli.py" and path.parent == root:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [f"{node.module}.{alias.name}" for alias in node.names] if isinstance(node, ast.ImportFrom)
+                     else [])
+            offenders += [f"{path.relative_to(root)}: {name}" for name in names
+                          if name.startswith("placer.cli.") or name == "placer.cli" or name.split(".")[0] in ("envs", "agents")]
+    assert not offenders

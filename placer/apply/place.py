@@ -1,45 +1,22 @@
-"""Use an exported placement in your own training: check that it was made for your graph, put its devices on
-your graph's ops, and run real training steps of the placed graph (`placer apply`).
-
-The graph route is exact: a placement names a device per op of a TF1-style graph (a tf-keras model in graph
-mode, a graph-building function, or a TF2 step traced by `graph_from_tf_function`), and `place_graph` sets
-those devices on the same ops of the graph your code builds. TF2 eager code places per `tf.device` scope,
-not per op name, so for a `tf.function` step the placed graph runs through placer's session route
-(`place_tf_function` + `run_training`); `placement_mapping` gives the raw op -> device mapping.
+"""Put a placement's devices on the ops of your own graph (a tf.Graph, GraphDef, OpGraph or traced TF2 step),
+after checking that the placement was made for that graph; report every op the placement does not name.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from placer.errors import PlacementError, PlacementFileError, PlacerError
+from placer.errors import PlacementError, PlacementFileError
 from placer.graph.opgraph import OpGraph
-from placer.placement import (
-    Placement, PlacementFile, check_same_graph, placement_file_from_json_dict, placement_mapping, read_placement_file,
-)
+from placer.placement import Placement, PlacementFile, check_same_graph, read_placement_file
 
-if TYPE_CHECKING:  # TensorFlow and the measurement service load only when a graph is placed or run
+if TYPE_CHECKING:  # TensorFlow loads only when a graph is placed
     import tensorflow as tf
-
-    from placer.measure import Measurement, Measurer, MovedOp
-    from placer.measure.targets import Target
 
 UNCOVERED_POLICIES = ("colocate", "leave", "error")
 _PLACER_INIT = "placer_init"  # the initializer `op_graph_from_tf_graph` adds when a builder gives none
-
-
-# -- the file, without the graph: placer.placement reads it --------------------------------------------
-
-# The names this module's first version gave the placement file's record and reader (README, notebooks).
-ExportedPlacement = PlacementFile
-load_exported_placement = read_placement_file
-exported_placement_from_json_dict = placement_file_from_json_dict
-
-
-# -- graph mode: devices onto the user's graph ----------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -118,7 +95,7 @@ def place_graph(
     if uncovered not in UNCOVERED_POLICIES:
         raise PlacementError(f"uncovered={uncovered!r}: use one of {', '.join(UNCOVERED_POLICIES)}")
     if isinstance(graph, OpGraph):
-        exported = _exported_for(placement, graph)
+        exported = as_placement_file(placement, graph)
         check_same_graph(exported, graph)
         placed = tf.compat.v1.GraphDef.FromString(graph.graph_def)
         for node in placed.node:
@@ -195,126 +172,12 @@ def place_tf_function(
     return place_graph(graph, exported)
 
 
-# -- real training steps of the placed graph ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TrainingRun:
-    """Real training steps of a placed graph on a target: the measurement of the timed ones, and the check.
-
-    Step times only: the measurement worker does not fetch losses. To read them, run the graph placed by
-    `place_graph` in your own session."""
-
-    measurement: Measurement
-    """Per-step times of the timed steps, moved ops, or the failure (see `placer.measure.Measurement`)."""
-    warmup_steps: int
-    """Untimed steps run first (the first one traced to check where TensorFlow ran each op)."""
-
-    @property
-    def ok(self) -> bool:
-        return self.measurement.ok
-
-    @property
-    def step_times(self) -> tuple[float, ...]:
-        return self.measurement.samples
-
-    @property
-    def median(self) -> float:
-        """Median seconds per timed step; inf if the run failed."""
-        return self.measurement.median
-
-    @property
-    def moved_ops(self) -> tuple[MovedOp, ...]:
-        return self.measurement.moved_ops
-
-    @property
-    def steps_run(self) -> int:
-        return self.warmup_steps + len(self.step_times) if self.ok else 0
-
-
-def run_training(
-    graph: OpGraph,
-    placement: str | Path | PlacementFile | Placement,
-    target: str | Target | Measurer = "inprocess:1",
-    steps: int = 10,
-    *,
-    warmup_steps: int = 2,
-    step_timeout: float = 60.0,
-) -> TrainingRun:
-    """Run `warmup_steps` + `steps` real training steps of `graph` placed by `placement` on `target`.
-
-    Goes through `placer.measure.Measurer` (a worker process: a crash or hang comes back as `failure`), so
-    the timings are comparable with the step time recorded when the placement was measured. A Measurer
-    passed as target is used and left open.
-    """
-    from placer.measure import MeasureConfig, Measurer
-
-    if steps < 1 or warmup_steps < 1:
-        raise PlacerError(f"run at least one warm-up and one timed step (got warmup {warmup_steps}, steps {steps})")
-    config = MeasureConfig(warmup_steps=warmup_steps, timed_steps=steps, step_timeout=step_timeout)
-    owned = not isinstance(target, Measurer)
-    measurer = Measurer(target, config) if owned else target
-    try:
-        resolved = _placement_on(placement, graph, measurer)
-        result = measurer.measure(graph, resolved, config)
-    finally:
-        if owned:
-            measurer.close()
-    return TrainingRun(result, warmup_steps)
-
-
-def _placement_on(placement, graph: OpGraph, measurer: Measurer) -> Placement:
-    """The placement for `graph` over the measurer's devices; refuses another graph's before starting a worker."""
-    exported = _exported_for(placement, graph)
-    if isinstance(placement, Placement):
-        return placement
-    return exported.to_placement(graph, measurer.devices)
-
-
-# -- the command line -----------------------------------------------------------------------------------
-
-
-def apply_command(args) -> int:
-    """`placer apply PLACEMENT.json MODEL`: check, run, and compare with the recorded step time."""
-    from placer.measure import parse_target
-    from placer.models import load_model
-
-    exported = read_placement_file(args.placement)
-    model = args.model or exported.metadata.get("model")
-    if not model:
-        raise PlacementError(f"{exported.source} does not record its model: name it (placer apply FILE MODEL)")
-    graph = load_model(str(model), args.size or str(exported.metadata.get("size") or "tiny"))
-    check_same_graph(exported, graph)
-    recorded_target = str(exported.metadata.get("cluster") or exported.metadata.get("target") or "")
-    default_target = recorded_target if recorded_target.startswith(("inprocess:", "local:")) else "inprocess:1"
-    target = parse_target(args.cluster or default_target, allow_exposed_ports=args.allow_exposed_ports)
-    run = run_training(graph, exported, target, args.steps, warmup_steps=args.warmup, step_timeout=args.step_timeout)
-    recorded = exported.recorded_step_time
-    if args.json:
-        print(json.dumps({"graph": graph.name, "fingerprint": graph.fingerprint, "placement": str(args.placement),
-                          "target": str(target), "steps_run": run.steps_run, "recorded_step_time": recorded,
-                          "result": run.measurement.to_dict()}, indent=1))
-        return 0 if run.ok else 1
-    print(graph.summary())
-    method = exported.metadata.get("method")
-    print(f"placement {args.placement}" + (f" ({method})" if method else "") + f" on {target}: "
-          f"{run.steps_run} training steps ({run.warmup_steps} warm-up)")
-    print(run.measurement.describe())
-    if recorded is None:
-        print("the placement file records no step time to compare with")
-    elif run.ok:
-        kind = exported.metadata.get("step_time_kind")
-        where = exported.metadata.get("target") or exported.metadata.get("cluster")
-        print(f"recorded step time {recorded * 1e3:.2f} ms" + (f" ({kind})" if kind else "")
-              + (f" on {where}" if where else "") + f"; this run {run.median / recorded:.2f}x that")
-    return 0 if run.ok else 1
-
-
 # -- helpers --------------------------------------------------------------------------------------------
 
 
-def _exported_for(placement, graph: OpGraph) -> PlacementFile:
-    """An in-memory `Placement` as the file it would save to (checked against the graph it names)."""
+def as_placement_file(placement: str | Path | PlacementFile | Placement, graph: OpGraph) -> PlacementFile:
+    """A placement given as a file, a `PlacementFile` or a `Placement`, as the file; an in-memory `Placement`
+    is refused here if it was made for another graph (it names no ops without its own)."""
     if isinstance(placement, PlacementFile):
         return placement
     if isinstance(placement, (str, Path)):
