@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "models":
             return _list_models()
         if args.command == "apply":
-            from placer.apply import apply_command
+            from placer.commands.apply import apply_command
 
             return apply_command(args)
     except PlacerError as error:

@@ -1,12 +1,14 @@
 """Placements: which device each colocation group (and so each op) of an `OpGraph` runs on.
 
 A `Placement` is validated when it is made, applies to the graph's GraphDef, and round-trips through a
-versioned JSON file that names the graph fingerprint and the devices it was made for.
+versioned JSON file (`PlacementFile`: one reader, one writer) that names the graph and devices it was made for.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -185,78 +187,225 @@ class Placement:
 
     # -- files ----------------------------------------------------------------------------------------
 
+    def to_file(self, graph: OpGraph, source: str = "the placement") -> PlacementFile:
+        """This placement as the file it saves to: op -> device for every op of `graph`, and the graph's facts."""
+        return PlacementFile(
+            source=source, graph_name=graph.name, fingerprint=graph.fingerprint, devices=self.devices,
+            op_devices=self.op_devices(graph), groups={g.name: self.device_of_group(g.index) for g in graph.groups},
+            metadata=dict(self.metadata), train_op=graph.train_op, init_op=graph.init_op, loss=graph.loss,
+        )
+
     def to_json_dict(self, graph: OpGraph) -> dict[str, Any]:
+        return self.to_file(graph).to_json_dict()
+
+    def save(self, path: str | Path, graph: OpGraph) -> Path:
+        return self.to_file(graph).save(path)
+
+
+@dataclass(frozen=True)
+class PlacementFile:
+    """A placement file as written: op -> device, the devices, the graph it was made for, and its metadata.
+
+    Needs no `OpGraph` (and no TensorFlow), so TF2 code can read the mapping; `to_placement` checks it
+    against a graph and its devices before it becomes a `Placement`.
+    """
+
+    source: str
+    """Where it was read from (used in error messages)."""
+    graph_name: str
+    fingerprint: str
+    devices: tuple[str, ...]
+    op_devices: Mapping[str, str]
+    """Full device name of every op of the placement's graph."""
+    groups: Mapping[str, str]
+    """Device of every colocation group, by the group's anchor op (empty if the file has none)."""
+    metadata: Mapping[str, Any]
+    train_op: str | None = None
+    """The fetches the placement's graph was built with; None in files written before they were recorded."""
+    init_op: str | None = None
+    loss: str | None = None
+
+    def device_for(self, op_name: str) -> str | None:
+        """The device of an op of the placement's graph, or None if the placement does not name the op."""
+        return self.op_devices.get(op_name)
+
+    @property
+    def recorded_step_time(self) -> float | None:
+        """Step time in seconds recorded when the placement was made (`step_time`, or `measured.median`)."""
+        candidates = [self.metadata.get("step_time")]
+        measured = self.metadata.get("measured")
+        if isinstance(measured, Mapping):
+            candidates.append(measured.get("median"))
+        for value in candidates:
+            if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
+                return float(value)
+        return None
+
+    def to_placement(self, graph: OpGraph, devices: DeviceSet) -> Placement:
+        """The placement of `graph` over `devices`; PlacementFileError if the file was made for another graph,
+        names devices that `devices` lacks, or splits a colocation group."""
+        check_same_graph(self, graph)
+        missing = []
+        for name in self.devices:
+            try:
+                devices.resolve(name)
+            except DeviceSpecError:
+                missing.append(name)
+        if missing:
+            raise PlacementFileError(
+                f"{self.source} places ops on devices that {devices.name!r} does not have: {_few(missing)}; "
+                f"available: {', '.join(d.short_name for d in devices)}"
+            )
+        try:
+            return Placement.from_op_devices(graph, devices, self.op_devices, self.metadata)
+        except PlacementError as error:
+            raise PlacementFileError(f"{self.source}: {error}") from None
+
+    def with_metadata(self, **metadata: Any) -> PlacementFile:
+        """The same placement with `metadata` added to (and overriding) the file's."""
+        return dataclasses.replace(self, metadata={**self.metadata, **metadata})
+
+    def to_json_dict(self) -> dict[str, Any]:
         return {
             "format": FILE_FORMAT,
             "format_version": FILE_FORMAT_VERSION,
-            "graph": {"name": graph.name, "fingerprint": graph.fingerprint, "ops": len(graph.ops), "groups": len(graph.groups),
+            "graph": {"name": self.graph_name, "fingerprint": self.fingerprint, "ops": len(self.op_devices),
+                      "groups": len(self.groups),
                       # what one step runs and what initializes it: `placer.apply` rebuilds the graph from these
-                      "train_op": graph.train_op, "init_op": graph.init_op, "loss": graph.loss},
+                      "train_op": self.train_op, "init_op": self.init_op, "loss": self.loss},
             "devices": list(self.devices),
-            "groups": {g.name: self.device_of_group(g.index) for g in graph.groups},
-            "ops": self.op_devices(graph),
+            "groups": dict(self.groups),
+            "ops": dict(self.op_devices),
             "metadata": dict(self.metadata),
         }
 
-    def save(self, path: str | Path, graph: OpGraph) -> Path:
+    def save(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_json_dict(graph), indent=1, default=str))
+        tmp.write_text(json.dumps(self.to_json_dict(), indent=1, default=_json_value))
         tmp.replace(path)  # atomic: a reader never sees half a file
         return path
 
 
 def load_placement(path: str | Path, graph: OpGraph, devices: DeviceSet) -> Placement:
     """Read a placement file made for `graph`; refuse, with the reason, one made for anything else."""
-    return placement_from_json_dict(read_placement_json(path), graph, devices, source=str(path))
+    return read_placement_file(path).to_placement(graph, devices)
 
 
-def read_placement_json(path: str | Path) -> Any:
-    """A placement file's parsed JSON; PlacementFileError if it cannot be read or parsed."""
+def read_placement_file(path: str | Path) -> PlacementFile:
+    """Read and check a placement file's shape; raise PlacementFileError naming what is wrong."""
+    return placement_file_from_json_dict(_read_json(path), source=str(path))
+
+
+def placement_mapping(path: str | Path) -> dict[str, str]:
+    """op name -> full device name from a placement file (e.g. for `tf.device` scopes in TF2 code)."""
+    return dict(read_placement_file(path).op_devices)
+
+
+def placement_from_json_dict(data: Any, graph: OpGraph, devices: DeviceSet, *, source: str = "placement") -> Placement:
+    return placement_file_from_json_dict(data, source=source).to_placement(graph, devices)
+
+
+def placement_file_from_json_dict(data: Any, *, source: str = "placement") -> PlacementFile:
+    """The one check of a placement file's format: everything but the graph and devices it is used with."""
+    if not isinstance(data, dict) or data.get("format") != FILE_FORMAT:
+        raise PlacementFileError(f"{source} is not a placer placement file (no \"format\": \"{FILE_FORMAT}\")")
+    if data.get("format_version") != FILE_FORMAT_VERSION:
+        raise PlacementFileError(
+            f"{source} has format version {data.get('format_version')!r}; this placer reads version "
+            f"{FILE_FORMAT_VERSION}. Re-export it with a matching placer"
+        )
+    graph = data.get("graph")
+    if not isinstance(graph, dict) or not isinstance(graph.get("fingerprint"), str) or not graph["fingerprint"]:
+        raise PlacementFileError(f"{source} needs the graph it was made for under \"graph\", with its \"fingerprint\"")
+    # Empty "devices" or "ops" pass: the graph check then says which of the graph's ops the file lacks.
+    devices = data.get("devices")
+    if not isinstance(devices, list) or not all(isinstance(d, str) and d for d in devices):
+        raise PlacementFileError(f"{source} needs a list of device names under \"devices\"")
+    ops = data.get("ops")
+    if not isinstance(ops, dict):
+        raise PlacementFileError(f"{source} needs a mapping of op name -> device under \"ops\"")
+    groups = data.get("groups") or {}
+    metadata = data.get("metadata") or {}
+    for key, value in (("groups", groups), ("metadata", metadata)):
+        if not isinstance(value, dict):
+            raise PlacementFileError(f"{source} has a {type(value).__name__} under {key!r}; expected a mapping")
+    known = set(devices)
+    for what, mapping in (("op", ops), ("colocation group", groups)):
+        for name, device in mapping.items():
+            if device not in known:
+                raise PlacementFileError(
+                    f"{source} puts {what} {name!r} on {device!r}, which is not one of its devices ({', '.join(devices)})"
+                )
+    fetches = {key: graph.get(key) for key in ("train_op", "init_op", "loss")}
+    for key, value in fetches.items():
+        if value is not None and not isinstance(value, str):
+            raise PlacementFileError(f"{source} has a {type(value).__name__} as the graph's {key}; expected an op name")
+    return PlacementFile(
+        source=source, graph_name=str(graph.get("name", "")), fingerprint=graph["fingerprint"],
+        devices=tuple(devices), op_devices=dict(ops), groups=dict(groups), metadata=dict(metadata), **fetches,
+    )
+
+
+def check_same_graph(placement_file: PlacementFile, graph: OpGraph) -> None:
+    """Raise PlacementFileError, saying what differs, unless `placement_file` was made for `graph`."""
+    if graph.fingerprint == placement_file.fingerprint:
+        return
+    names = {op.name for op in graph.ops}
+    missing = sorted(set(placement_file.op_devices) - names)
+    extra = sorted(names - set(placement_file.op_devices))
+    if missing or extra:
+        differs = (f"{len(missing)} of its ops are not in your graph ({_few(missing)}) and " if missing else "") + (
+            f"{len(extra)} ops of your graph are not in it ({_few(extra)})" if extra else "the rest match by name"
+        )
+    else:
+        differs = "every op name matches, so op types, shapes, dtypes or edges differ"
+    raise PlacementFileError(
+        f"{placement_file.source} was made for graph {placement_file.graph_name!r} (fingerprint "
+        f"{placement_file.fingerprint[:12]}), not for your graph {graph.name!r} (fingerprint {graph.fingerprint[:12]}): "
+        f"{differs}. The model or its size, batch or optimizer changed: build the graph exactly as for the placement, "
+        "or make a new placement for this graph"
+    )
+
+
+_WHAT_A_PLACEMENT_FILE_IS = "a placement file is the JSON that `placer measure --save-placement` or `placer export` writes"
+
+
+def _read_json(path: str | Path) -> Any:
+    """A placement file's parsed JSON; PlacementFileError, never an OSError or UnicodeDecodeError, if it has none."""
     path = Path(path)
     try:
-        return json.loads(path.read_text())
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise PlacementFileError(f"there is no placement file {path} (no such file): {_WHAT_A_PLACEMENT_FILE_IS}") from None
+    except IsADirectoryError:
+        raise PlacementFileError(f"{path} is a directory, not a placement file: {_WHAT_A_PLACEMENT_FILE_IS}") from None
     except OSError as error:
         raise PlacementFileError(f"cannot read placement file {path}: {error.strerror}") from None
+    if not raw.strip():
+        raise PlacementFileError(
+            f"placement file {path} is empty: it may not have been written completely. Write it again "
+            f"({_WHAT_A_PLACEMENT_FILE_IS})"
+        )
+    try:
+        text = raw.decode("utf-8-sig")  # a byte-order mark from a Windows editor is still text
+    except UnicodeDecodeError as error:
+        raise PlacementFileError(
+            f"{path} is not a placement file: it holds binary data, not JSON text (byte 0x{raw[error.start]:02x} at "
+            f"offset {error.start} is not UTF-8). Check the path: {_WHAT_A_PLACEMENT_FILE_IS}"
+        ) from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as error:
         raise PlacementFileError(f"placement file {path} is not valid JSON ({error.msg} at line {error.lineno})") from None
 
 
-def placement_from_json_dict(data: Any, graph: OpGraph, devices: DeviceSet, *, source: str = "placement") -> Placement:
-    if not isinstance(data, dict) or data.get("format") != FILE_FORMAT:
-        raise PlacementFileError(f"{source} is not a placer placement file (no \"format\": \"{FILE_FORMAT}\")")
-    version = data.get("format_version")
-    if version != FILE_FORMAT_VERSION:
-        raise PlacementFileError(
-            f"{source} has format version {version!r}; this placer reads version {FILE_FORMAT_VERSION}. "
-            "Re-export it with a matching placer"
-        )
-    for key, kind in (("graph", dict), ("devices", list), ("ops", dict)):
-        if not isinstance(data.get(key), kind):
-            raise PlacementFileError(f"{source} needs a {kind.__name__} under {key!r}")
-    fingerprint = data["graph"].get("fingerprint")
-    if fingerprint != graph.fingerprint:
-        raise PlacementFileError(
-            f"{source} was made for graph {data['graph'].get('name')!r} (fingerprint {str(fingerprint)[:12]}), "
-            f"not for {graph.name!r} (fingerprint {graph.fingerprint[:12]}). The model or its size, batch or "
-            "optimizer differ: make a new placement for this graph"
-        )
-    missing = []
-    for name in data["devices"]:
-        try:
-            devices.resolve(str(name))
-        except DeviceSpecError:
-            missing.append(str(name))
-    if missing:
-        raise PlacementFileError(
-            f"{source} places ops on devices that {devices.name!r} does not have: {_few(missing)}; "
-            f"available: {', '.join(d.short_name for d in devices)}"
-        )
-    try:
-        return Placement.from_op_devices(graph, devices, data["ops"], data.get("metadata") or {})
-    except PlacementError as error:
-        raise PlacementFileError(f"{source}: {error}") from None
+def _json_value(value: Any) -> Any:
+    """Metadata values JSON has no type for: NumPy scalars as numbers, anything else as its text."""
+    if getattr(value, "shape", None) == () and hasattr(value, "item"):
+        return value.item()
+    return str(value)
 
 
 def _device_index(devices: DeviceSet, name: str | int, what: str) -> int:

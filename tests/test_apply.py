@@ -216,3 +216,12 @@ def test_cli_apply_refuses_a_placement_made_for_another_size_in_one_line(mlp_fil
     errors = [line for line in run.stderr.splitlines() if line.startswith("placer: error:")]
     assert len(errors) == 1 and "'mlp-tiny'" in errors[0] and "'mlp-small'" in errors[0]
     assert "Traceback" not in run.stderr
+
+
+def test_cli_apply_refuses_a_binary_file_in_one_line(tmp_path):
+    path = tmp_path / "weights.h5"
+    path.write_bytes(b"\x89HDF\r\n\x1a\n\x00\xff" + bytes(range(256)))
+    run = _placer("apply", str(path), "mlp")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    errors = [line for line in run.stderr.splitlines() if line.startswith("placer: error:")]
+    assert len(errors) == 1 and f"{path} is not a placement file: it holds binary data" in errors[0]

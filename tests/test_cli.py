@@ -1,8 +1,12 @@
 """End to end through the console script, as a user runs it."""
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+import placer
 
 
 def _placer(*args, timeout=300):
@@ -136,3 +140,18 @@ def test_measure_on_a_modeled_machine_answers_from_the_simulator_with_a_timeline
     assert compared.returncode == 0, compared.stderr[-2000:]
     rows = {row["placement"]: row for row in json.loads(compared.stdout)["placements"]}
     assert rows["metis"]["median"] < rows["single-device"]["median"]
+
+
+def test_the_library_never_imports_the_command_line_or_the_layers_above():
+    root = Path(placer.__file__).parent
+    offenders = []
+    for path in root.rglob("*.py"):
+        if path.name == "cli.py" and path.parent == root:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [f"{node.module}.{alias.name}" for alias in node.names] if isinstance(node, ast.ImportFrom)
+                     else [])
+            offenders += [f"{path.relative_to(root)}: {name}" for name in names
+                          if name.startswith("placer.cli.") or name == "placer.cli" or name.split(".")[0] in ("envs", "agents")]
+    assert not offenders

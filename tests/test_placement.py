@@ -5,7 +5,9 @@ import pytest
 from placer.devices import Device, DeviceSet
 from placer.errors import PlacementError, PlacementFileError
 from placer.models.two_tower import tower_of
-from placer.placement import Placement, load_placement
+from placer.placement import (
+    Placement, load_placement, placement_file_from_json_dict, placement_from_json_dict, read_placement_file,
+)
 
 
 def test_round_robin_uses_every_device_and_keeps_groups_whole(mlp, cpus2):
@@ -108,6 +110,58 @@ def test_placement_file_with_missing_ops_is_refused(two_tower, cpus2, tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(PlacementFileError, match="have no device in the placement"):
         load_placement(path, two_tower, cpus2)
+
+
+def test_binary_placement_file_is_refused_as_not_text(two_tower, cpus2, tmp_path):
+    path = tmp_path / "model.ckpt"
+    path.write_bytes(b"\x89HDF\r\n\x1a\n\x00\xff\xfe" + bytes(range(256)))
+    for read in (lambda: read_placement_file(path), lambda: load_placement(path, two_tower, cpus2)):
+        with pytest.raises(PlacementFileError, match=r"model\.ckpt is not a placement file: it holds binary data.*0x89"):
+            read()
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda path: path.write_text(""), "is empty"),
+    (lambda path: path.write_text(" \n"), "is empty"),
+    (lambda path: path.mkdir(), "is a directory, not a placement file"),
+    (lambda path: None, "there is no placement file"),
+])
+def test_empty_missing_or_directory_placement_file_is_a_placement_file_error(two_tower, cpus2, tmp_path, make, message):
+    path = tmp_path / "p.json"
+    make(path)
+    with pytest.raises(PlacementFileError, match=message):
+        read_placement_file(path)
+    with pytest.raises(PlacementFileError, match=message):
+        load_placement(path, two_tower, cpus2)
+
+
+def test_reading_the_file_and_making_the_placement_check_the_format_once(two_tower, cpus2):
+    data = Placement.single_device(two_tower, cpus2).to_json_dict(two_tower)
+    data["ops"][two_tower.ops[0].name] = "/device:GPU:3"
+    for read in (lambda: placement_from_json_dict(data, two_tower, cpus2, source="edited"),
+                 lambda: placement_file_from_json_dict(data, source="edited")):
+        with pytest.raises(PlacementFileError, match=f"edited puts op '{two_tower.ops[0].name}' on '/device:GPU:3'"):
+            read()
+
+
+def test_placement_file_is_read_without_the_graph_and_rewritten_with_more_metadata(two_tower, cpus2, tmp_path):
+    import numpy as np
+
+    placement = Placement.round_robin(two_tower, cpus2).with_metadata(step_time=0.5)
+    path = placement.save(tmp_path / "best.json", two_tower)
+    read = read_placement_file(path)
+    assert read == placement.to_file(two_tower, source=str(path))
+    assert read.fingerprint == two_tower.fingerprint and read.recorded_step_time == 0.5
+    assert read.op_devices == placement.op_devices(two_tower)
+
+    out = read.with_metadata(model="two-tower", step_time=np.float32(0.25), updates=np.int64(3)).save(tmp_path / "out" / "x.json")
+    assert not list(out.parent.glob("*.tmp"))
+    data = json.loads(out.read_text())
+    assert data["metadata"] == {"method": "round-robin", "step_time": 0.25, "model": "two-tower", "updates": 3}
+    assert {key: value for key, value in data.items() if key != "metadata"} == {
+        key: value for key, value in json.loads(path.read_text()).items() if key != "metadata"}
+    reloaded = load_placement(out, two_tower, cpus2)
+    assert reloaded == placement and reloaded.metadata["model"] == "two-tower"
 
 
 def test_summary_lists_ops_and_parameters_per_device(two_tower, cpus2):

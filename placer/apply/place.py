@@ -1,152 +1,22 @@
-"""Use an exported placement in your own training: check that it was made for your graph, put its devices on
-your graph's ops, and run real training steps of the placed graph (`placer apply`).
-
-The graph route is exact: a placement names a device per op of a TF1-style graph (a tf-keras model in graph
-mode, a graph-building function, or a TF2 step traced by `graph_from_tf_function`), and `place_graph` sets
-those devices on the same ops of the graph your code builds. TF2 eager code places per `tf.device` scope,
-not per op name, so for a `tf.function` step the placed graph runs through placer's session route
-(`place_tf_function` + `run_training`); `placement_mapping` gives the raw op -> device mapping.
+"""Put a placement's devices on the ops of your own graph (a tf.Graph, GraphDef, OpGraph or traced TF2 step),
+after checking that the placement was made for that graph; report every op the placement does not name.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from placer.errors import PlacementError, PlacementFileError, PlacerError
+from placer.errors import PlacementError, PlacementFileError
 from placer.graph.opgraph import OpGraph
-from placer.placement import FILE_FORMAT, FILE_FORMAT_VERSION, Placement, placement_from_json_dict, read_placement_json
+from placer.placement import Placement, PlacementFile, check_same_graph, read_placement_file
 
-if TYPE_CHECKING:  # TensorFlow and the measurement service load only when a graph is placed or run
+if TYPE_CHECKING:  # TensorFlow loads only when a graph is placed
     import tensorflow as tf
-
-    from placer.measure import Measurement, Measurer, MovedOp
-    from placer.measure.targets import Target
 
 UNCOVERED_POLICIES = ("colocate", "leave", "error")
 _PLACER_INIT = "placer_init"  # the initializer `op_graph_from_tf_graph` adds when a builder gives none
-
-
-# -- the file, without the graph ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ExportedPlacement:
-    """A placement file as written: op -> device, the devices, the graph it was made for, and its metadata.
-
-    Needs no `OpGraph` (and no TensorFlow), so TF2 code can read the mapping; `place_graph` and
-    `run_training` check it against a graph before using it.
-    """
-
-    source: str
-    """Where it was read from (used in error messages)."""
-    graph_name: str
-    fingerprint: str
-    devices: tuple[str, ...]
-    op_devices: Mapping[str, str]
-    """Full device name of every op of the placement's graph."""
-    groups: Mapping[str, str]
-    """Device of every colocation group, by the group's anchor op (empty if the file has none)."""
-    metadata: Mapping[str, Any]
-    train_op: str | None = None
-    """The fetches the placement's graph was built with; None in files written before they were recorded."""
-    init_op: str | None = None
-    loss: str | None = None
-    data: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    """The file's JSON, for `placement_from_json_dict`."""
-
-    def device_for(self, op_name: str) -> str | None:
-        """The device of an op of the placement's graph, or None if the placement does not name the op."""
-        return self.op_devices.get(op_name)
-
-    @property
-    def recorded_step_time(self) -> float | None:
-        """Step time in seconds recorded when the placement was made (`step_time`, or `measured.median`)."""
-        candidates = [self.metadata.get("step_time")]
-        measured = self.metadata.get("measured")
-        if isinstance(measured, Mapping):
-            candidates.append(measured.get("median"))
-        for value in candidates:
-            if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
-                return float(value)
-        return None
-
-
-def load_exported_placement(path: str | Path) -> ExportedPlacement:
-    """Read and check a placement file's shape; raise PlacementFileError naming what is wrong."""
-    return exported_placement_from_json_dict(read_placement_json(path), source=str(path))
-
-
-def exported_placement_from_json_dict(data: Any, *, source: str = "placement") -> ExportedPlacement:
-    if not isinstance(data, dict) or data.get("format") != FILE_FORMAT:
-        raise PlacementFileError(f"{source} is not a placer placement file (no \"format\": \"{FILE_FORMAT}\")")
-    if data.get("format_version") != FILE_FORMAT_VERSION:
-        raise PlacementFileError(
-            f"{source} has format version {data.get('format_version')!r}; this placer reads version "
-            f"{FILE_FORMAT_VERSION}. Re-export it with a matching placer"
-        )
-    graph = data.get("graph")
-    if not isinstance(graph, dict) or not isinstance(graph.get("fingerprint"), str) or not graph["fingerprint"]:
-        raise PlacementFileError(f"{source} needs the graph it was made for under \"graph\", with its \"fingerprint\"")
-    devices = data.get("devices")
-    if not isinstance(devices, list) or not devices or not all(isinstance(d, str) and d for d in devices):
-        raise PlacementFileError(f"{source} needs a non-empty list of device names under \"devices\"")
-    ops = data.get("ops")
-    if not isinstance(ops, dict) or not ops:
-        raise PlacementFileError(f"{source} needs a mapping of op name -> device under \"ops\"")
-    groups = data.get("groups") or {}
-    metadata = data.get("metadata") or {}
-    for key, value in (("groups", groups), ("metadata", metadata)):
-        if not isinstance(value, dict):
-            raise PlacementFileError(f"{source} has a {type(value).__name__} under {key!r}; expected a mapping")
-    known = set(devices)
-    for what, mapping in (("op", ops), ("colocation group", groups)):
-        for name, device in mapping.items():
-            if device not in known:
-                raise PlacementFileError(
-                    f"{source} puts {what} {name!r} on {device!r}, which is not one of its devices ({', '.join(devices)})"
-                )
-    fetches = {key: graph.get(key) for key in ("train_op", "init_op", "loss")}
-    for key, value in fetches.items():
-        if value is not None and not isinstance(value, str):
-            raise PlacementFileError(f"{source} has a {type(value).__name__} as the graph's {key}; expected an op name")
-    return ExportedPlacement(
-        source=source, graph_name=str(graph.get("name", "")), fingerprint=graph["fingerprint"],
-        devices=tuple(devices), op_devices=dict(ops), groups=dict(groups), metadata=dict(metadata),
-        data=data, **fetches,
-    )
-
-
-def placement_mapping(path: str | Path) -> dict[str, str]:
-    """op name -> full device name from a placement file (e.g. for `tf.device` scopes in TF2 code)."""
-    return dict(load_exported_placement(path).op_devices)
-
-
-def check_same_graph(exported: ExportedPlacement, graph: OpGraph) -> None:
-    """Raise PlacementFileError, saying what differs, unless `exported` was made for `graph`."""
-    if graph.fingerprint == exported.fingerprint:
-        return
-    names = {op.name for op in graph.ops}
-    missing = sorted(set(exported.op_devices) - names)
-    extra = sorted(names - set(exported.op_devices))
-    if missing or extra:
-        differs = (f"{len(missing)} of its ops are not in your graph ({_few(missing)}) and " if missing else "") + (
-            f"{len(extra)} ops of your graph are not in it ({_few(extra)})" if extra else "the rest match by name"
-        )
-    else:
-        differs = "every op name matches, so op types, shapes, dtypes or edges differ"
-    raise PlacementFileError(
-        f"{exported.source} was made for graph {exported.graph_name!r} (fingerprint {exported.fingerprint[:12]}), "
-        f"not for your graph {graph.name!r} (fingerprint {graph.fingerprint[:12]}): {differs}. The model or its "
-        "size, batch or optimizer changed: build the graph exactly as for the placement, or make a new placement "
-        "for this graph"
-    )
-
-
-# -- graph mode: devices onto the user's graph ----------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -196,7 +66,7 @@ class PlacementReport:
 
 def place_graph(
     graph: tf.Graph | tf.compat.v1.GraphDef | OpGraph,
-    placement: str | Path | ExportedPlacement | Placement,
+    placement: str | Path | PlacementFile | Placement,
     *,
     train_op: str | tf.Operation | None = None,
     init_op: str | tf.Operation | None = None,
@@ -209,7 +79,7 @@ def place_graph(
     graph: a `tf.Graph` your code built with the same code as the placement's graph (its ops get their
     devices in place; nothing is added to it); a `tf.compat.v1.GraphDef` (the placed copy is
     `report.graph_def`); or an `OpGraph`. A `Placement` object goes only with an OpGraph; otherwise pass
-    the file (or `load_exported_placement`'s result). train_op, init_op, loss: the step's fetches, by
+    the file (or `read_placement_file`'s result). train_op, init_op, loss: the step's fetches, by
     default those the file records. The check runs on a copy of the graph's ops that the placement names;
     placer's own initializer (`placer_init`) is rebuilt there when your graph does not have it, so your
     code may have made its own initializer, saver or summaries before or after this call.
@@ -225,7 +95,7 @@ def place_graph(
     if uncovered not in UNCOVERED_POLICIES:
         raise PlacementError(f"uncovered={uncovered!r}: use one of {', '.join(UNCOVERED_POLICIES)}")
     if isinstance(graph, OpGraph):
-        exported = _exported_for(placement, graph)
+        exported = as_placement_file(placement, graph)
         check_same_graph(exported, graph)
         placed = tf.compat.v1.GraphDef.FromString(graph.graph_def)
         for node in placed.node:
@@ -244,7 +114,7 @@ def place_graph(
             "a Placement object names no ops without its OpGraph: pass that OpGraph, or save the placement and "
             "pass the file"
         )
-    exported = placement if isinstance(placement, ExportedPlacement) else load_exported_placement(placement)
+    exported = placement if isinstance(placement, PlacementFile) else read_placement_file(placement)
     step, checked = _op_graph_of(graph, exported, train_op, init_op, loss, name or exported.graph_name or "graph",
                                  from_graph_def=graph_def is not None)
     check_same_graph(exported, step)
@@ -285,7 +155,7 @@ def place_graph(
 
 
 def place_tf_function(
-    step_fn: Callable[..., Any], placement: str | Path | ExportedPlacement, *args: Any, name: str | None = None
+    step_fn: Callable[..., Any], placement: str | Path | PlacementFile, *args: Any, name: str | None = None
 ) -> PlacementReport:
     """Trace a TF2 training step (`graph_from_tf_function`), check the placement is its, and place it.
 
@@ -297,11 +167,12 @@ def place_tf_function(
     """
     from placer.graph.build import graph_from_tf_function
 
-    exported = placement if isinstance(placement, ExportedPlacement) else load_exported_placement(placement)
+    exported = placement if isinstance(placement, PlacementFile) else read_placement_file(placement)
     graph = graph_from_tf_function(step_fn, *args, name=name or exported.graph_name or "tf_function_step")
     return place_graph(graph, exported)
 
 
+<<<<<<< HEAD:placer/apply.py
 # -- real training steps of the placed graph ------------------------------------------------------------
 
 
@@ -418,15 +289,18 @@ def apply_command(args) -> int:
     return 0 if run.ok else 1
 
 
+=======
+>>>>>>> loader:placer/apply/place.py
 # -- helpers --------------------------------------------------------------------------------------------
 
 
-def _exported_for(placement, graph: OpGraph) -> ExportedPlacement:
-    """An in-memory `Placement` as the file it would save to (checked against the graph it names)."""
-    if isinstance(placement, ExportedPlacement):
+def as_placement_file(placement: str | Path | PlacementFile | Placement, graph: OpGraph) -> PlacementFile:
+    """A placement given as a file, a `PlacementFile` or a `Placement`, as the file; an in-memory `Placement`
+    is refused here if it was made for another graph (it names no ops without its own)."""
+    if isinstance(placement, PlacementFile):
         return placement
     if isinstance(placement, (str, Path)):
-        return load_exported_placement(placement)
+        return read_placement_file(placement)
     if isinstance(placement, Placement):
         if placement.graph_fingerprint != graph.fingerprint:
             raise PlacementFileError(
@@ -434,12 +308,12 @@ def _exported_for(placement, graph: OpGraph) -> ExportedPlacement:
                 f"{graph.name!r} ({graph.fingerprint[:12]}). The model or its size, batch or optimizer changed: "
                 "build the graph exactly as for the placement, or make a new placement for this graph"
             )
-        return exported_placement_from_json_dict(placement.to_json_dict(graph), source="the placement")
-    raise PlacementError(f"expected a placement file, ExportedPlacement or Placement, not {type(placement).__name__}")
+        return placement.to_file(graph)
+    raise PlacementError(f"expected a placement file, PlacementFile or Placement, not {type(placement).__name__}")
 
 
 def _op_graph_of(
-    graph, exported: ExportedPlacement, train_op, init_op, loss, name: str, *, from_graph_def: bool
+    graph, exported: PlacementFile, train_op, init_op, loss, name: str, *, from_graph_def: bool
 ) -> tuple[OpGraph, set[str]]:
     """Your graph's ops that the placement names, as an OpGraph built with the placement's fetches, and the
     names of the ops taken from your graph (the rest, if any, make up a rebuilt `placer_init`).
@@ -514,7 +388,7 @@ def _op_graph_of(
     return step, {node.name for node in kept}
 
 
-def _rebuild_placer_init(graph, copy, exported: ExportedPlacement):
+def _rebuild_placer_init(graph, copy, exported: PlacementFile):
     """`placer_init` in `copy` exactly as `op_graph_from_tf_graph` makes it: the global, then the local
     variables' initializers of your graph, each group named "init" (names are free in the copy)."""
     import types

@@ -1,0 +1,30 @@
+"""Use an exported placement in your own training: check that it was made for your graph, put its devices on
+your graph's ops (`place`), and run real training steps of the placed graph (`run`).
+
+The graph route is exact: a placement names a device per op of a TF1-style graph (a tf-keras model in graph
+mode, a graph-building function, or a TF2 step traced by `graph_from_tf_function`), and `place_graph` sets
+those devices on the same ops of the graph your code builds. TF2 eager code places per `tf.device` scope,
+not per op name, so for a `tf.function` step the placed graph runs through placer's session route
+(`place_tf_function` + `run_training`); `placement_mapping` gives the raw op -> device mapping. The file
+itself is read by `placer.placement.read_placement_file`.
+"""
+
+from placer.apply.place import (
+    UNCOVERED_POLICIES, PlacementReport, UncoveredOp, as_placement_file, place_graph, place_tf_function,
+)
+from placer.apply.run import TrainingRun, run_training
+from placer.placement import (
+    PlacementFile, check_same_graph, placement_file_from_json_dict, placement_mapping, read_placement_file,
+)
+
+# The names the first placer.apply gave the placement file's record and reader (still in users' code).
+ExportedPlacement = PlacementFile
+load_exported_placement = read_placement_file
+exported_placement_from_json_dict = placement_file_from_json_dict
+
+__all__ = [
+    "UNCOVERED_POLICIES", "ExportedPlacement", "PlacementFile", "PlacementReport", "TrainingRun", "UncoveredOp",
+    "as_placement_file", "check_same_graph", "exported_placement_from_json_dict", "load_exported_placement",
+    "place_graph", "place_tf_function", "placement_file_from_json_dict", "placement_mapping", "read_placement_file",
+    "run_training",
+]

@@ -1,0 +1,47 @@
+"""`placer apply PLACEMENT.json [MODEL]`: check a placement file against its model, run real training steps
+with it, and compare their step time with the one the file records.
+"""
+
+from __future__ import annotations
+
+import json
+
+from placer.apply import run_training
+from placer.errors import PlacementError
+from placer.placement import check_same_graph, read_placement_file
+
+
+def apply_command(args) -> int:
+    """`placer apply PLACEMENT.json MODEL`: check, run, and compare with the recorded step time."""
+    from placer.measure import parse_target
+    from placer.models import load_model
+
+    exported = read_placement_file(args.placement)
+    model = args.model or exported.metadata.get("model")
+    if not model:
+        raise PlacementError(f"{exported.source} does not record its model: name it (placer apply FILE MODEL)")
+    graph = load_model(str(model), args.size or str(exported.metadata.get("size") or "tiny"))
+    check_same_graph(exported, graph)
+    recorded_target = str(exported.metadata.get("cluster") or exported.metadata.get("target") or "")
+    default_target = recorded_target if recorded_target.startswith(("inprocess:", "local:")) else "inprocess:1"
+    target = parse_target(args.cluster or default_target, allow_exposed_ports=args.allow_exposed_ports)
+    run = run_training(graph, exported, target, args.steps, warmup_steps=args.warmup, step_timeout=args.step_timeout)
+    recorded = exported.recorded_step_time
+    if args.json:
+        print(json.dumps({"graph": graph.name, "fingerprint": graph.fingerprint, "placement": str(args.placement),
+                          "target": str(target), "steps_run": run.steps_run, "recorded_step_time": recorded,
+                          "result": run.measurement.to_dict()}, indent=1))
+        return 0 if run.ok else 1
+    print(graph.summary())
+    method = exported.metadata.get("method")
+    print(f"placement {args.placement}" + (f" ({method})" if method else "") + f" on {target}: "
+          f"{run.steps_run} training steps ({run.warmup_steps} warm-up)")
+    print(run.measurement.describe())
+    if recorded is None:
+        print("the placement file records no step time to compare with")
+    elif run.ok:
+        kind = exported.metadata.get("step_time_kind")
+        where = exported.metadata.get("target") or exported.metadata.get("cluster")
+        print(f"recorded step time {recorded * 1e3:.2f} ms" + (f" ({kind})" if kind else "")
+              + (f" on {where}" if where else "") + f"; this run {run.median / recorded:.2f}x that")
+    return 0 if run.ok else 1
