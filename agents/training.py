@@ -226,9 +226,7 @@ def _save_best(env, agent, state: TrainingState, run_dir: Path) -> None:
     from placer.placement import Placement
 
     placement = Placement.from_assignment(env.graph, env.devices, state.best_assignment, {**record, "backend": env.backend})
-    tmp = run_dir / "best_placement.json.tmp"
-    placement.save(tmp, env.graph)
-    os.replace(tmp, run_dir / "best_placement.json")
+    placement.save(run_dir / "best_placement.json", env.graph)  # atomic: an export never reads half a file
 
 
 def _done(config: TrainingConfig, state: TrainingState, elapsed: float) -> bool:

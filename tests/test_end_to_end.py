@@ -51,3 +51,40 @@ def test_train_export_apply_remeasure(tmp_path, capsys):
 
     with pytest.raises(PlacerError, match="fingerprint"):
         run_training(other, exported, target="inprocess:2", steps=1)
+
+
+USER_MODEL = '''
+from placer.models import build_model
+
+
+def build(size="tiny"):
+    """A researcher's own model: here the two-tower graph, built by their own function."""
+    return build_model("two-tower", size)
+'''
+
+
+def test_a_model_from_the_researchers_own_file_trains_simulated_and_measured_then_exports_and_applies(
+        tmp_path, capsys, monkeypatch):
+    from placer.cli import main
+
+    (tmp_path / "my_models.py").write_text(USER_MODEL)
+    monkeypatch.chdir(tmp_path)  # the spec is relative, as a user types it
+    runs = tmp_path / "runs"
+    common = ["--agent", "random", "--updates", "1", "--samples-per-update", "2", "--runs", str(runs), "--no-progress"]
+    assert main(["train", "my_models.py:build", *common]) == 0, capsys.readouterr()
+    assert main(["train", "my_models.py:build", "--cluster", "local:2", "--repeats", "2", "--final-rounds", "1",
+                 *common]) == 0, capsys.readouterr()
+    printed = capsys.readouterr().out
+    simulated, measured = sorted((runs / "my_models-build").iterdir())
+    for run_dir, backend in ((simulated, "simulated"), (measured, "measured")):
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["backend"] == backend and set(summary["baselines"]) == {"single-device", "round-robin"}
+    assert "measured on local:2" in printed
+
+    exported = tmp_path / "placement.json"
+    assert main(["export", str(measured), "--out", str(exported)]) == 0
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path.parent)  # applied from elsewhere: the file records where the model lives
+    assert main(["apply", str(exported), "--steps", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["result"]["ok"] and report["target"] == "local:2" and not report["result"]["moved_ops"]

@@ -101,13 +101,15 @@ class ExperimentConfig:
     def __post_init__(self):
         self._check_numbers()
         from placer.cost import parse_target_spec
-        from placer.models import check_model_spec
+        from placer.models import absolute_model_spec, check_model_spec
 
         try:
             parse_target_spec(self.cluster, self.backend)
-            check_model_spec(self.model)
+            check_model_spec(self.model, self.size)
         except PlacerError as error:
             raise ExperimentError(str(error)) from None
+        # a run started here can be resumed, exported and applied from anywhere
+        object.__setattr__(self, "model", absolute_model_spec(self.model))
         try:
             check_agent_options(self.agent, self.agent_options, seed=self.seed)
         except AgentOptionError as error:

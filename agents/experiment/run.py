@@ -42,7 +42,10 @@ class ExperimentResult:
 
 def new_run_dir(config: ExperimentConfig) -> Path:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    model = config.model.replace("/", "_").replace(":", "_")
+    model = config.model
+    if ":" in model:  # module:function or /path/to/file.py:function -> module-function, file-function
+        module, function = model.rsplit(":", 1)
+        model = f"{Path(module).stem if module.endswith('.py') else module}-{function}"
     run_dir = Path(config.runs) / model / stamp
     suffix = 1
     while run_dir.exists():

@@ -7,11 +7,10 @@ so it is small, immutable and JSON-serializable.
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from placer.measure.result import FAILURE_KINDS, MovedOp
+from placer.measure.result import FAILURE_KINDS, MovedOp, interquartile_range
 
 BACKENDS = ("measured", "simulated")
 
@@ -62,10 +61,7 @@ class StepTime:
     @property
     def spread(self) -> float:
         """Interquartile range of the samples in seconds (0 for fewer than two)."""
-        if len(self.samples) < 2:
-            return 0.0
-        q1, _, q3 = statistics.quantiles(self.samples, n=4, method="inclusive")
-        return q3 - q1
+        return interquartile_range(self.samples)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -12,6 +12,14 @@ from typing import Any, Mapping
 FAILURE_KINDS = ("oom", "invalid", "timeout", "crash", "runtime")
 
 
+def interquartile_range(samples) -> float:
+    """Spread of step-time samples: the interquartile range (0 for fewer than two samples)."""
+    if len(samples) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    return q3 - q1
+
+
 @dataclass(frozen=True)
 class Failure:
     """Why a placement produced no step time. kind is one of FAILURE_KINDS."""
@@ -76,10 +84,7 @@ class Measurement:
     @property
     def spread(self) -> float:
         """Interquartile range of the samples in seconds (0 for fewer than two samples)."""
-        if len(self.samples) < 2:
-            return 0.0
-        q1, _, q3 = statistics.quantiles(self.samples, n=4, method="inclusive")
-        return q3 - q1
+        return interquartile_range(self.samples)
 
     @property
     def placement_respected(self) -> bool:

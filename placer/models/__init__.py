@@ -126,4 +126,4 @@ def reference_placements(name: str, graph, devices) -> dict:
 
 
 # After MODELS and build_model, which the loader reads.
-from placer.models.loader import check_model_spec, is_builtin_model, load_model  # noqa: E402
+from placer.models.loader import absolute_model_spec, check_model_spec, is_builtin_model, load_model  # noqa: E402

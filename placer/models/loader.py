@@ -46,6 +46,15 @@ def check_model_spec(spec: str | OpGraph, size: str | None = None) -> None:
         _split(spec)
 
 
+def absolute_model_spec(spec: str) -> str:
+    """`spec` with a model file's path made absolute, so that a run started here can be resumed, exported
+    and applied from any directory; built-in names and `module:function` are returned as they are."""
+    if not isinstance(spec, str) or is_builtin_model(spec):
+        return spec
+    _, function_name, path = _split(spec)
+    return spec if path is None else f"{path.resolve()}:{function_name}"
+
+
 def load_model(spec: str | OpGraph, size: str = "tiny") -> OpGraph:
     """The training-step graph that `spec` names: a built-in model at `size`, or what a model function returns.
 

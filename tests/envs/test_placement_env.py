@@ -153,3 +153,15 @@ def test_measured_environment_steps_on_the_local_testbed():
         assert value == pytest.approx(-math.sqrt(info["step_time"])) and len(info["samples"]) > 0
     finally:
         environment.close()
+
+
+def test_gym_make_takes_a_model_from_a_file(tmp_path):
+    path = tmp_path / "my_models.py"
+    path.write_text("from placer.models import build_model\n\n\ndef build(size):\n    return build_model('mlp', size)\n")
+    env = gym.make("placer/Placement-v0", model=f"{path}:build", size="tiny")
+    try:
+        env.reset(seed=0)
+        _, value, terminated, _, info = env.step(env.action_space.sample())
+        assert terminated and info["ok"] and value < 0 and env.unwrapped.graph.name == "mlp-tiny"
+    finally:
+        env.close()
