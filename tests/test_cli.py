@@ -82,3 +82,18 @@ def test_measure_the_expert_placement_of_a_benchmark_model(tmp_path):
 def test_expert_placement_of_a_user_model_is_refused_with_a_reason():
     run = _placer("measure", "placer.models.mlp:mlp_graph", "--placement", "expert")
     assert run.returncode == 2 and "needs a built-in model" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_a_testbed_with_more_workers_than_cores_is_refused_at_once_with_what_to_use_instead():
+    import os
+    import time
+
+    cores = len(os.sched_getaffinity(0))
+    workers = max(99, cores + 1)
+    started = time.monotonic()
+    run = _placer("measure", "two-tower", "--cluster", f"local:{workers}", timeout=120)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert time.monotonic() - started < 60
+    assert f"placer: error: local:{workers} needs {workers} cores" in run.stderr
+    assert f"may use only {cores}" in run.stderr and f"local:{cores} or fewer" in run.stderr
+    assert "Traceback" not in run.stderr and "did not listen" not in run.stderr
