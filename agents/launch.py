@@ -39,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, model_positional: bool = T
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue this run (its config; --updates/--time-budget may extend it)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--print-config", action="store_true", help="print the resolved configuration and exit")
+    parser.add_argument("-v", "--verbose", action="store_true", help="also show TensorFlow's own log lines")
 
 
 def _given(args: argparse.Namespace) -> dict[str, Any]:
@@ -156,14 +157,15 @@ export_command = Command("write a run's best placement, with its step time and t
 def main(argv: list[str] | None = None, *, defaults: Mapping[str, Any] | None = None, prog: str | None = None,
          description: str | None = None) -> int:
     """Entry point of a launch script: `defaults` are its model's paper setting."""
-    import os
     import sys
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from placer import tf_logs
+
     parser = argparse.ArgumentParser(prog=prog, description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser, model_positional=defaults is None or "model" not in defaults)
     args = parser.parse_args(argv)
+    tf_logs.configure(verbose=args.verbose)
     try:
         return run(args, defaults)
     except PlacerError as error:

@@ -8,16 +8,18 @@ import os
 import sys
 from pathlib import Path
 
+from placer import tf_logs
 from placer.errors import PlacerError
 
 
 def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = argparse.ArgumentParser(prog="placer", description="Learn where the ops of a TensorFlow training graph should run.")
     sub = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="store_true", help="also show TensorFlow's own log lines")
 
-    measure = sub.add_parser("measure", help="the step time of a placed training graph: measured for real, or "
-                                             "simulated on a modeled machine (--cluster modeled:2xV100)")
+    measure = sub.add_parser("measure", parents=[common], help="the step time of a placed training graph: measured "
+                             "for real, or simulated on a modeled machine (--cluster modeled:2xV100)")
     measure.add_argument("model", help="a built-in model (see `placer models`), or module:function / file.py:function returning an OpGraph")
     measure.add_argument("--size", default="tiny", help="size of a built-in model: tiny, small or paper (default tiny)")
     measure.add_argument("--placement", action="append", help="a placement file, or a baseline: single-device (the "
@@ -39,23 +41,23 @@ def main(argv: list[str] | None = None) -> int:
 
     cluster = sub.add_parser("cluster", help="the local multi-device testbed")
     cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True)
-    up = cluster_sub.add_parser("up", help="start N pinned gRPC workers in a private network namespace and run COMMAND (default: a shell) there")
+    up = cluster_sub.add_parser("up", parents=[common], help="start N pinned gRPC workers in a private network namespace and run COMMAND (default: a shell) there")
     up.add_argument("--workers", type=int, default=2)
     up.add_argument("--cores-per-worker", type=int, default=1)
     up.add_argument("--allow-exposed-ports", action="store_true", help="run without a private network namespace (unsafe)")
     up.add_argument("run", nargs=argparse.REMAINDER, help="-- COMMAND ARGS... to run next to the workers ($PLACER_CLUSTER holds the spec)")
 
-    sub.add_parser("models", help="list the built-in models")
+    sub.add_parser("models", parents=[common], help="list the built-in models")
 
     plugins = _plugin_commands()
     for name, command in plugins.items():
         command.add_arguments(sub.add_parser(name, help=command.help))
 
-    dashboard = sub.add_parser("dashboard", help="serve TensorBoard on localhost for a run (or a folder of runs)")
+    dashboard = sub.add_parser("dashboard", parents=[common], help="serve TensorBoard on localhost for a run (or a folder of runs)")
     dashboard.add_argument("run_dir", metavar="RUN_DIR", help="a run directory, or runs/ to compare runs")
     dashboard.add_argument("--port", type=int, default=6006, help="port on 127.0.0.1 (default 6006; 0: any free port)")
 
-    apply = sub.add_parser("apply", help="run real training steps of MODEL with an exported placement and compare its step time")
+    apply = sub.add_parser("apply", parents=[common], help="run real training steps of MODEL with an exported placement and compare its step time")
     apply.add_argument("placement", help="a placement file (placer.placement JSON), made for MODEL at --size")
     apply.add_argument("model", nargs="?", help="a built-in model, or module:function / file.py:function returning an OpGraph "
                                                 "(default: the model `placer export` recorded in the file)")
@@ -69,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     apply.add_argument("--allow-exposed-ports", action="store_true", help="run the local testbed without a private network namespace (unsafe)")
 
     args = parser.parse_args(argv)
+    tf_logs.configure(verbose=getattr(args, "verbose", False))  # plugins without the flag: quiet
     try:
         if args.command == "measure":
             return _measure(args)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from placer import tf_logs
 from placer.errors import NetworkIsolationUnavailable, TestbedError
 
 JOB = "worker"
@@ -120,22 +121,25 @@ class TestbedServers:
     def check_alive(self) -> None:
         for task, process in enumerate(self.processes):
             if process.poll() is not None:
-                raise TestbedError(f"testbed worker {task} exited with code {process.returncode}: {self.log_tail(task)}")
+                raise TestbedError(f"testbed worker {task} exited with code {process.returncode}; {self.log_tail(task)}")
 
     def log_tail(self, task: int, lines: int = 5) -> str:
+        """What the end of a worker's log says, for an error message (without TensorFlow's log lines)."""
         try:
             text = (self.log_dir / f"worker{task}.log").read_text(errors="replace")
         except OSError:
-            return "(no log)"
-        return " | ".join(text.strip().splitlines()[-lines:])
+            return "it left no log"
+        tail = tf_logs.log_tail(text, lines)
+        return f"its log ends: {' | '.join(tail)}" if tail else "its log shows no error"
 
-    def close(self) -> None:
+    def close(self, keep_logs: bool = False) -> None:
         for process in self.processes:
             if process.poll() is None:
                 process.kill()
         for process in self.processes:
             process.wait()
-        shutil.rmtree(self.log_dir, ignore_errors=True)
+        if not keep_logs:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def __enter__(self) -> TestbedServers:
         return self
@@ -176,6 +180,9 @@ def start_servers(
     servers = TestbedServers(processes, ports, cores, log_dir, notes)
     try:
         _wait_until_listening(servers, ready_timeout)
+    except TestbedError as error:
+        servers.close(keep_logs=True)
+        raise TestbedError(f"{error}. The workers' full logs are in {log_dir}/") from None
     except BaseException:
         servers.close()
         raise
@@ -192,7 +199,8 @@ def _wait_until_listening(servers: TestbedServers, timeout: float) -> None:
                     break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise TestbedError(f"testbed worker {task} did not listen on port {port} within {timeout:g} s: {servers.log_tail(task)}")
+                    raise TestbedError(f"testbed worker {task} did not listen on port {port} within {timeout:g} s "
+                                       f"(is the machine overloaded?); {servers.log_tail(task)}")
                 time.sleep(0.1)
 
 

@@ -155,3 +155,21 @@ def test_the_library_never_imports_the_command_line_or_the_layers_above():
             offenders += [f"{path.relative_to(root)}: {name}" for name in names
                           if name.startswith("placer.cli.") or name == "placer.cli" or name.split(".")[0] in ("envs", "agents")]
     assert not offenders
+
+
+    assert run.returncode == 2 and "needs a built-in model" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_a_testbed_with_more_workers_than_cores_is_refused_at_once_with_what_to_use_instead():
+    import os
+    import time
+
+    cores = len(os.sched_getaffinity(0))
+    workers = max(99, cores + 1)
+    started = time.monotonic()
+    run = _placer("measure", "two-tower", "--cluster", f"local:{workers}", timeout=120)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert time.monotonic() - started < 60
+    assert f"placer: error: local:{workers} needs {workers} cores" in run.stderr
+    assert f"may use only {cores}" in run.stderr and f"local:{cores} or fewer" in run.stderr
+    assert "Traceback" not in run.stderr and "did not listen" not in run.stderr

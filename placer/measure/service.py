@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from placer import tf_logs
 from placer.devices import DeviceSet
 from placer.errors import PlacementError, TestbedError
 from placer.graph.opgraph import OpGraph
@@ -193,8 +194,7 @@ class Measurer:
             text = self._log_path.read_text(errors="replace")
         except (OSError, AttributeError):
             return "(no log)"
-        kept = [line for line in text.strip().splitlines() if line.strip()][-lines:]
-        return " | ".join(kept) or "(empty log)"
+        return " | ".join(tf_logs.log_tail(text, lines)) or "(no error in its log)"
 
 
 def measure_step_time(

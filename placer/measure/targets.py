@@ -37,6 +37,23 @@ class LocalTestbed:
     """Run without a private network namespace where none can be made. The ports are then reachable from
     the network with no authentication: only for machines no untrusted host can reach."""
 
+    def __post_init__(self) -> None:
+        # Refused here rather than when the workers start: workers beyond the cores would share them (so the
+        # step times would not be those of that many devices), and so many TensorFlow processes on few cores
+        # may start so slowly that the testbed gives up only after minutes.
+        cores = len(os.sched_getaffinity(0))
+        wanted = self.workers * self.cores_per_worker
+        if wanted > cores:
+            per_worker = f" with {self.cores_per_worker} cores each" if self.cores_per_worker > 1 else ""
+            fits = cores // self.cores_per_worker
+            instead = f"use local:{fits} or fewer{per_worker}" if fits else f"give each worker at most {cores} cores"
+            raise DeviceSpecError(
+                f"{self}{per_worker} needs {wanted} cores (one testbed worker per device, each pinned to cores of "
+                f"its own), but this process may use only {cores}. {instead[0].upper()}{instead[1:]}; for more "
+                f"devices than cores, inprocess:{self.workers} gives logical CPU devices that share the cores, "
+                "and `placer train --backend simulated` models a bigger machine."
+            )
+
     def __str__(self) -> str:
         return f"local:{self.workers}"
 
