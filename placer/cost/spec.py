@@ -82,7 +82,8 @@ def _parse_text(text: str, allow_exposed_ports: bool) -> TargetSpec:
         return TargetSpec(text, "simulated", devices=modeled_machine(gpus, gpu, link))
     if _is_machine_file(text):
         return TargetSpec(text, "simulated", devices=load_machine(text))
-    return TargetSpec(text, "measured", measured=parse_target(text, allow_exposed_ports=allow_exposed_ports))
+    measured = parse_target(text, allow_exposed_ports=allow_exposed_ports)
+    return TargetSpec(str(measured), "measured", measured=measured)  # "env" and spec files: the address they name
 
 
 def _is_machine_file(text: str) -> bool:
