@@ -47,6 +47,15 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--allow-exposed-ports", action="store_true", help="run without a private network namespace (unsafe)")
     up.add_argument("run", nargs=argparse.REMAINDER, help="-- COMMAND ARGS... to run next to the workers ($PLACER_CLUSTER holds the spec)")
 
+    calibrate = sub.add_parser("calibrate", parents=[common], help="fit a real target's links and per-step overheads "
+                               "for its simulator (then simulate it with --cluster calibrated:FILE)")
+    calibrate.add_argument("--cluster", default="local:2", help="the real target: local:N, inprocess:N, env or a "
+                           "cluster spec (default local:2)")
+    calibrate.add_argument("--out", required=True, metavar="FILE", help="where to write the calibration (JSON)")
+    calibrate.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every probe (default 3)")
+    calibrate.add_argument("--json", action="store_true", help="print the calibration as JSON")
+    calibrate.add_argument("--allow-exposed-ports", action="store_true", help="run the local testbed without a private network namespace (unsafe)")
+
     sub.add_parser("models", parents=[common], help="list the built-in models")
 
     plugins = _plugin_commands()
@@ -77,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             return _measure(args)
         if args.command == "cluster":
             return _cluster_up(args)
+        if args.command == "calibrate":
+            return _calibrate(args)
         if args.command in plugins:
             return plugins[args.command].run(args)
         if args.command == "dashboard":
@@ -190,6 +201,33 @@ def _placement_named(name: str, model: str, graph, target):
         return make_baseline(name, graph, target.devices, model=model if is_builtin_model(model) else None,
                              simulator=target.simulator)
     return load_placement(name, graph, target.devices)
+
+
+def _calibrate(args) -> int:
+    """Probe a real target side by side in interleaved rounds, fit, save, and say how well it fits."""
+    from placer.calibrate import calibrate
+    from placer.cost import parse_target_spec
+    from placer.measure import Measurer
+
+    if args.rounds < 2:
+        raise PlacerError(f"--rounds must be at least 2 (the fit's intervals resample rounds), got {args.rounds}")
+    spec = parse_target_spec(args.cluster, "measured", allow_exposed_ports=args.allow_exposed_ports)
+    with Measurer(spec.measured) as measurer:
+        calibration = calibrate(measurer, rounds=args.rounds, progress=_progress_bar("calibration probes", "round"))
+    calibration.save(args.out)
+    if args.json:
+        print(json.dumps({"file": str(args.out), "poor_fit": calibration.poor_fit,
+                          **json.loads(Path(args.out).read_text())}, indent=1))
+    else:
+        print(calibration.describe())
+        print(f"wrote {args.out}; simulate this target with --cluster calibrated:{args.out}")
+    return 0
+
+
+def _progress_bar(description: str, unit: str):
+    from tqdm.auto import tqdm
+
+    return lambda items: tqdm(items, desc=description, unit=unit, leave=False, dynamic_ncols=True)
 
 
 def _plugin_commands() -> dict:

@@ -1,7 +1,8 @@
 """Target specs: which machine or cluster a placement is costed on, read from one string, before any work.
 
 Simulated targets: "modeled:2xV100", "modeled:4xA100-nvlink3" (see `placer.hardware`), a machine file
-(YAML/JSON with "devices"), or a `DeviceSet`. Measured targets: "inprocess:N", "local:N" (the testbed),
+(YAML/JSON with "devices"), a `DeviceSet`, or "calibrated:FILE", the simulator of the real target a
+`placer calibrate` file was made on. Measured targets: "inprocess:N", "local:N" (the testbed),
 "env" ($PLACER_CLUSTER), or a TensorFlow cluster spec (JSON text or a file holding one).
 """
 
@@ -11,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
 
 from placer.devices import DeviceSet, load_machine
 from placer.errors import DeviceSpecError
@@ -35,6 +36,9 @@ class TargetSpec:
     """Simulated: the modeled machine."""
     measured: MeasuredTarget | None = None
     """Measured: what `placer.measure.Measurer` runs on."""
+    calibration: Any = None
+    """"calibrated:FILE": the `placer.calibrate.Calibration` (links, overheads) of the real target."""
+    calibration_path: str | None = None
 
     def __str__(self) -> str:
         return self.text
@@ -71,6 +75,12 @@ def parse_target_spec(spec: str | DeviceSet | TargetSpec | MeasuredTarget | None
 
 
 def _parse_text(text: str, allow_exposed_ports: bool) -> TargetSpec:
+    from placer.cost.calibrated import PREFIX, calibrated_devices, read_calibrated_spec
+
+    if text.startswith(PREFIX):
+        calibration, path = read_calibrated_spec(text)
+        return TargetSpec(text, "simulated", devices=calibrated_devices(calibration, str(path)),
+                          calibration=calibration, calibration_path=str(path))
     if text.startswith("modeled"):
         match = MODELED.fullmatch(text)
         if not match:

@@ -87,6 +87,13 @@ class SimulatedCost(CostTarget):
         from placer.simulate import Simulator
 
         super().__init__(graph, spec, spec.devices)
+        if spec.calibration is not None:  # the simulator of a real target: its links, overheads and op costs
+            from placer.cost.calibrated import profiled_costs
+            from placer.simulate import SimulatorConfig
+
+            if isinstance(costs, str) and costs == "roofline":
+                costs = {"CPU": profiled_costs(graph, spec.calibration, spec.calibration_path)}
+            _, config = spec.calibration.apply(spec.devices, config or SimulatorConfig(cpu_slots=1))
         tables = roofline_tables(graph, spec.devices) if isinstance(costs, str) and costs == "roofline" else costs
         if not isinstance(tables, Mapping) and not hasattr(tables, "op_seconds"):
             raise PlacerError("costs must be 'roofline', a CostTable, or a mapping of device model/kind to CostTable")

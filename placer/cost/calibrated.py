@@ -1,0 +1,67 @@
+"""The simulator of a real target: its devices with the links and overheads `placer calibrate` fitted there,
+and op costs profiled on that target, cached next to the calibration file so each graph is profiled once.
+
+`open_target(graph, "calibrated:calibration.json")` is the simulated twin of the target the calibration
+was made on (e.g. `local:2`): milliseconds per placement instead of a real step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from placer.calibrate import Calibration, load_calibration
+from placer.devices import Device, DeviceSet, machine_from_dict
+from placer.errors import DeviceSpecError, ProfileError
+from placer.graph.opgraph import OpGraph
+
+PREFIX = "calibrated:"
+PROFILE_STEPS = 5
+
+
+def calibrated_devices(calibration: Calibration, source: str) -> DeviceSet:
+    """The calibrated target's devices, with the fitted links between every pair."""
+    if not calibration.devices:
+        raise DeviceSpecError(f"{source} does not record the devices it was made on (an older calibration): "
+                              "calibrate again with `placer calibrate --cluster TARGET --out FILE`")
+    names = machine_from_dict({"devices": [{"name": name} for name in calibration.devices]}, source=source)
+    devices = DeviceSet(tuple(Device(d.name, d.kind) for d in names), name=f"calibrated {calibration.target}")
+    return DeviceSet(devices.devices, calibration.links(devices), devices.name)
+
+
+def cost_cache(calibration_path: str | Path, graph: OpGraph) -> Path:
+    """Where the op costs of `graph` profiled on the calibrated target are kept."""
+    path = Path(calibration_path)
+    return path.with_name(path.stem + ".costs") / f"{graph.name}-{graph.fingerprint[:16]}.json"
+
+
+def profiled_costs(graph: OpGraph, calibration: Calibration, calibration_path: str | Path):
+    """Every op's cost on one device of the calibrated target: from the cache, else profiled there now."""
+    from placer.profile import load_cost_table, profile_costs
+
+    cached = cost_cache(calibration_path, graph)
+    if cached.exists():
+        return load_cost_table(cached, graph)
+    from placer.measure import Measurer, parse_target
+
+    try:
+        target = parse_target(calibration.target)
+    except DeviceSpecError as error:
+        raise ProfileError(f"{calibration_path} was made on {calibration.target!r}, which cannot be opened here to "
+                           f"profile {graph.name!r} ({error}); give the simulator cost tables (costs=...)") from None
+    with Measurer(target) as measurer:
+        calibration.check_devices(measurer.devices)
+        table = profile_costs(graph, measurer, steps=PROFILE_STEPS, step_overhead=calibration.step_overhead,
+                              label="calibrated")
+    table.save(cached)
+    return table
+
+
+def read_calibrated_spec(text: str) -> tuple[Calibration, Path]:
+    path = Path(text[len(PREFIX):])
+    if not path.is_file():
+        raise DeviceSpecError(f"{text!r}: no calibration file {path}; make one with "
+                              "`placer calibrate --cluster local:2 --out FILE`")
+    try:
+        return load_calibration(path), path
+    except ProfileError as error:
+        raise DeviceSpecError(str(error)) from None
