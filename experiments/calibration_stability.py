@@ -1,6 +1,6 @@
 """Does the calibration hold still? Several independent calibrations of the local testbed, side by side.
 
-    python experiments/calibration_stability.py [--calibrations 3] [--rounds 3] [--model two-tower]
+    python experiments/calibration_stability.py [--calibrations 3] [--rounds 5] [--model two-tower]
                                                 [--size small] [--out results/calibration_stability.json]
 
 Each calibration starts its own testbed (`local:2`) and probes it as `placer calibrate` does. The model's op
@@ -51,7 +51,7 @@ def deviation(values: list[float]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calibrations", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--model", default="two-tower")
     parser.add_argument("--size", default="small")
     parser.add_argument("--out")

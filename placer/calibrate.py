@@ -144,7 +144,7 @@ def calibrate(
     *,
     sizes: Sequence[int] = (1_000, 10_000, 100_000, 1_000_000, 4_000_000),
     counts: Sequence[int] = (1, 4, 16, 32),
-    rounds: int = 3,
+    rounds: int = 5,
     progress: Callable[[Iterable[int]], Iterable[int]] | None = None,
     seed: int = 0,
 ) -> Calibration:
