@@ -41,7 +41,7 @@ def inception_v3_graph(size: str = "tiny") -> OpGraph:
     import tf_keras
 
     s = INCEPTION_V3_SIZES[size]
-    return _classifier_graph(
+    return image_classifier_graph(
         lambda: tf_keras.applications.InceptionV3(
             weights=None, input_shape=(s.side, s.side, 3), classes=s.classes, classifier_activation=None
         ),
@@ -55,7 +55,7 @@ def resnet50_graph(size: str = "tiny") -> OpGraph:
     import tf_keras
 
     s = RESNET50_SIZES[size]
-    return _classifier_graph(
+    return image_classifier_graph(
         lambda: tf_keras.applications.ResNet50(
             weights=None, input_shape=(s.side, s.side, 3), classes=s.classes, classifier_activation=None
         ),
@@ -66,7 +66,9 @@ def resnet50_graph(size: str = "tiny") -> OpGraph:
     )
 
 
-def _classifier_graph(model_fn, s: ImageSize, *, optimizer, name: str) -> OpGraph:
+def image_classifier_graph(model_fn, s: ImageSize, *, optimizer, name: str) -> OpGraph:
+    """The training step of the classifier `model_fn()` builds, on a synthetic batch of `s` (shared with the
+    held-out classifiers in placer.models.heldout, so every classifier trains the same way)."""
     import tf_keras
 
     return graph_from_keras(
