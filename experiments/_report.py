@@ -10,10 +10,7 @@ from typing import Any, Sequence
 
 
 def write_report(name: str, columns: Sequence[str], rows: Sequence[dict[str, Any]], out: str | None, **facts: Any) -> Path:
-    widths = [max(len(c), *(len(_cell(r.get(c))) for r in rows)) for c in columns]
-    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
-    for row in rows:
-        print("  ".join(_cell(row.get(c)).ljust(w) for c, w in zip(columns, widths)))
+    print_table(columns, rows)
     path = Path(out or f"results/{name}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {"experiment": name, "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": platform.processor() or platform.machine(),
@@ -21,6 +18,14 @@ def write_report(name: str, columns: Sequence[str], rows: Sequence[dict[str, Any
     path.write_text(json.dumps(record, indent=1, default=str))
     print(f"\nwrote {path}")
     return path
+
+
+def print_table(columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> None:
+    """`rows` as aligned columns on stdout (missing values blank, floats to 4 significant digits)."""
+    widths = [max(len(c), *(len(_cell(r.get(c))) for r in rows)) for c in columns]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
+    for row in rows:
+        print("  ".join(_cell(row.get(c)).ljust(w) for c, w in zip(columns, widths)))
 
 
 def _cell(value: Any) -> str:

@@ -1,143 +1,506 @@
-"""How well does the simulator predict real step times? Measured on the local testbed vs simulated.
+"""How well does the simulator predict real step times? The calibrated simulator against the local testbed.
 
-    python experiments/simulator_fidelity.py [--models rnnlm nmt-2 inception-v3] [--size tiny] [--out FILE]
+    python experiments/simulator_fidelity.py [--models rnnlm nmt-2 ...] [--heldout NAME ...] [--size tiny]
+        [--calibration FILE] [--rounds 3] [--warmup 3 --repeats 10] [--placements RUN_PLACEMENT.json ...]
+        [--out results/simulator_fidelity.json] [--plot results/simulator_fidelity.png]
+        [--limit-placements N] [--dry-run]
 
-On `local:2` (two gRPC workers pinned to one core each): calibrate links and overheads with probe
-graphs, profile every op of each model on worker 0, then measure and simulate the same placements per
-model: each worker alone, round-robin, expert, contiguous topological splits, and random placements
-with several shares of groups on worker 1. Prints every pair, Spearman's rank correlation and the
-median absolute percentage error per model and overall; writes JSON and a scatter plot (PNG, when
-matplotlib is installed).
+On `local:2` (two gRPC workers pinned to one core each). Without --calibration the testbed is calibrated
+first (into results/simulator_fidelity/calibration.json). Per model: the simulated twin
+(`calibrated:FILE`, op costs profiled on the testbed once and cached) predicts every placement of a set
+(contiguous splits, perturbations of them, each worker alone, round-robin, random shares, every
+applicable baseline, learned placements from --placements); the testbed times the same set side by side
+in interleaved rounds. Reported: every pair, Spearman, Kendall's tau-b, median and p90 |error| and the
+share of clearly different pairs (> 5 %) predicted in the right order, per model and for the zoo and the
+held-out models (`placer.models.heldout`, when present) apart; median error per kind of placement and the
+worst placements. JSON via experiments/_report.py; a scatter plot (PNG) when matplotlib is installed.
+--dry-run builds the placement sets and prints the measuring budget without running anything.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import shutil
 import statistics
 import sys
-import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from placer import tf_logs  # noqa: E402
+
+tf_logs.configure()
 
 import numpy as np  # noqa: E402
 
-from experiments._report import write_report  # noqa: E402
-from placer.calibrate import calibrate  # noqa: E402
-from placer.measure import LocalTestbed, MeasureConfig, Measurer  # noqa: E402
-from placer.models import build_model, reference_placements  # noqa: E402
-from placer.placement import Placement  # noqa: E402
-from placer.profile import profile_costs  # noqa: E402
-from placer.simulate import Simulator, SimulatorConfig  # noqa: E402
+from experiments._report import print_table, write_report  # noqa: E402
+from placer.baselines import applicable_baselines, make_baseline  # noqa: E402
+from placer.cost import CostTarget, StepTime, compare, open_target  # noqa: E402
+from placer.devices import DeviceSet  # noqa: E402
+from placer.errors import PlacerError  # noqa: E402
+from placer.graph.opgraph import OpGraph  # noqa: E402
+from placer.measure import MeasureConfig  # noqa: E402
+from placer.models import build_model, is_builtin_model, model_names  # noqa: E402
+from placer.placement import Placement, read_placement_file  # noqa: E402
+from placer.simulate.fidelity import fidelity_summary  # noqa: E402
+
+DEFAULT_CALIBRATION = "results/simulator_fidelity/calibration.json"
+CALIBRATION_ROUNDS = 5
+MEASURED_TARGET = "local:2"
+
+KINDS = ("extreme", "split", "baseline", "learned", "perturbation", "random")
+"""Kinds of placement, in the order the set is built: with --limit-placements a quick run keeps the
+anchors (each worker alone, round-robin, the splits, the baselines, learned ones) and drops filler."""
+SPLIT_SHARES = (0.1, 0.25, 0.5, 0.75, 0.9)
+"""Share of the colocation groups, in topological order, on worker 0; the rest go to worker 1."""
+PERTURBED_SPLITS = (0.25, 0.5, 0.75)
+FLIP_RATES = (0.01, 0.05, 0.20)
+"""Share of a split's groups moved to the other worker (at least one)."""
+RANDOM_SHARES = (0.1, 0.3, 0.5)
+"""Share of the groups, drawn at random, on worker 1."""
 
 
-def placements_to_compare(name: str, graph, devices, rng: np.random.Generator) -> dict[str, Placement]:
+# -- the placements --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Candidate:
+    """One placement of the set, with what it is."""
+
+    label: str
+    kind: str
+    """One of KINDS."""
+    placement: Placement
+    aliases: tuple[str, ...] = ()
+    """Labels of later candidates that were the same assignment (e.g. the single-device baseline)."""
+
+    @property
+    def on_worker_1(self) -> float:
+        return float(np.mean(np.asarray(self.placement.group_devices) == 1))
+
+
+def fidelity_placements(graph: OpGraph, devices: DeviceSet, *, model: str | None, simulator: Any,
+                        placement_files: Sequence[str | Path] = (), seed: int = 0,
+                        note: Callable[[str], None] = print) -> list[Candidate]:
+    """The placements of `graph` over two devices whose real and predicted step times are compared.
+
+    Deliberately varied: communication from none (a worker alone) to most (round-robin, random), balance
+    from even to lopsided (splits), small steps away from a split (perturbations) to see whether the
+    simulator ranks near neighbours, and the placements methods actually produce (baselines, learned).
+    model: the built-in model's name (for the expert placement), None for other graphs.
+    simulator: the simulated target's simulator, whose op costs METIS, Scotch and Baechi's heuristics read.
+    A baseline or file that cannot be used here is skipped with a `note`. Identical assignments appear
+    once, under the first label (the others become its aliases)."""
+    if len(devices) != 2:
+        raise ValueError(f"the fidelity placement set is for two devices, got {len(devices)} ({devices.name})")
+    rng = np.random.default_rng(seed)
     groups = len(graph.groups)
-    chosen = {
-        "worker 0": Placement.single_device(graph, devices, 0),
-        "worker 1": Placement.single_device(graph, devices, 1),
-        "round-robin": Placement.round_robin(graph, devices),
-        "expert": reference_placements(name, graph, devices)["expert"],
-    }
-    for share in (0.25, 0.5, 0.75):  # the first share of groups in topological order on worker 0
-        cut = int(groups * share)
-        chosen[f"split {share:.2f}"] = Placement.from_assignment(graph, devices, [0] * cut + [1] * (groups - cut))
-    for share in (0.1, 0.3, 0.5):
-        chosen[f"random {share:.1f}"] = Placement.from_assignment(graph, devices, (rng.random(groups) < share).astype(int))
+    candidates: list[Candidate] = []
+
+    def add(label: str, kind: str, make: Callable[[], Placement]) -> None:
+        try:
+            candidates.append(Candidate(label, kind, make()))
+        except PlacerError as error:  # e.g. a group without a kernel on a worker, a missing library
+            note(f"{graph.name}: {label} skipped: {error}")
+
+    def assignment(devices_of_groups) -> Callable[[], Placement]:
+        return lambda: Placement.from_assignment(graph, devices, devices_of_groups)
+
+    add("worker 0", "extreme", lambda: Placement.single_device(graph, devices, 0))
+    add("worker 1", "extreme", lambda: Placement.single_device(graph, devices, 1))
+    add("round-robin", "extreme", lambda: Placement.round_robin(graph, devices))
+    for share in SPLIT_SHARES:
+        add(f"split {share:.2f}", "split", assignment(split_assignment(groups, share)))
+    for name in applicable_baselines(builtin_model=model is not None, simulator=simulator is not None):
+        add(name, "baseline", lambda name=name: make_baseline(name, graph, devices, model=model, simulator=simulator,
+                                                              seed=seed))
+    candidates += learned_placements(graph, devices, placement_files, note)
+    for share in PERTURBED_SPLITS:
+        for rate in FLIP_RATES:
+            flipped = flip_groups(split_assignment(groups, share), rate, rng)
+            add(f"split {share:.2f} flip {rate:.0%}", "perturbation", assignment(flipped))
+    for share in RANDOM_SHARES:
+        add(f"random {share:.0%}", "random", assignment(random_share_assignment(groups, share, rng)))
+    return dedupe(candidates)
+
+
+def split_assignment(groups: int, share: float) -> np.ndarray:
+    """The first `share` of the groups (at least one, never all) on device 0, the rest on device 1.
+
+    `graph.groups` is ordered by each group's first op in topological order, so this is a contiguous cut
+    of the graph (a variable's group starts with the variable, so it falls before its first reader)."""
+    cut = min(max(round(groups * share), 1), groups - 1)
+    return np.array([0] * cut + [1] * (groups - cut))
+
+
+def flip_groups(assignment: np.ndarray, rate: float, rng: np.random.Generator) -> np.ndarray:
+    """`assignment` with `rate` of its groups (at least one), drawn without replacement, on the other device."""
+    flipped = np.array(assignment)
+    chosen = rng.choice(len(flipped), size=max(1, round(len(flipped) * rate)), replace=False)
+    flipped[chosen] = 1 - flipped[chosen]
+    return flipped
+
+
+def random_share_assignment(groups: int, share: float, rng: np.random.Generator) -> np.ndarray:
+    """Exactly `share` of the groups (at least one), drawn without replacement, on device 1."""
+    assignment = np.zeros(groups, dtype=int)
+    assignment[rng.choice(groups, size=max(1, round(groups * share)), replace=False)] = 1
+    return assignment
+
+
+def learned_placements(graph: OpGraph, devices: DeviceSet, files: Sequence[str | Path],
+                       note: Callable[[str], None] = print) -> list[Candidate]:
+    """Placements exported by runs (`placer export`, a run's best placement) that were made for `graph`."""
+    candidates = []
+    for path in files:
+        try:
+            placement_file = read_placement_file(path)
+            if placement_file.fingerprint != graph.fingerprint:
+                note(f"{graph.name}: placement file {path} skipped: it places {placement_file.graph_name!r} "
+                     f"(fingerprint {placement_file.fingerprint[:12]}, not {graph.fingerprint[:12]})")
+                continue
+            placement = placement_file.to_placement(graph, devices)
+        except PlacerError as error:
+            note(f"{graph.name}: placement file {path} skipped: {error}")
+            continue
+        label = f"learned {Path(path).stem}"
+        if any(c.label == label for c in candidates):
+            label = f"learned {path}"
+        candidates.append(Candidate(label, "learned", placement))
+    return candidates
+
+
+def dedupe(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """One candidate per distinct assignment, the first, with the later ones' labels as its aliases."""
+    kept: dict[tuple[int, ...], Candidate] = {}
+    for candidate in candidates:
+        key = candidate.placement.group_devices
+        if key in kept:
+            first = kept[key]
+            if candidate.label != first.label and candidate.label not in first.aliases:
+                kept[key] = Candidate(first.label, first.kind, first.placement, (*first.aliases, candidate.label))
+        else:
+            kept[key] = candidate
+    return list(kept.values())
+
+
+# -- the models ------------------------------------------------------------------------------------
+
+@dataclass
+class ModelPlan:
+    """One model's placement set and their predictions, before anything is measured."""
+
+    name: str
+    heldout: bool
+    graph: OpGraph
+    simulated: CostTarget
+    candidates: list[Candidate]
+    predicted: dict[str, StepTime] = field(default_factory=dict)
+
+
+def model_builders(models: Sequence[str], heldout: Sequence[str] | None
+                   ) -> list[tuple[str, bool, Callable[[str], OpGraph]]]:
+    """(name, held out?, build(size)) of every model to compare: the zoo's, then the held-out ones."""
+    chosen = [(name, False, lambda size, name=name: build_model(name, size)) for name in models]
+    try:
+        from placer.models.heldout import HELDOUT_MODELS, heldout_model
+    except ModuleNotFoundError as error:
+        if error.name != "placer.models.heldout":
+            raise
+        print("note: no placer.models.heldout on this branch, so no held-out models")
+        return chosen
+    for name in HELDOUT_MODELS if heldout is None else heldout:
+        if name not in HELDOUT_MODELS:
+            print(f"note: {name!r} is not a held-out model (known: {', '.join(HELDOUT_MODELS)}); skipped")
+            continue
+        chosen.append((name, True, lambda size, name=name: heldout_model(name, size)))
     return chosen
 
 
-def spearman(a, b) -> float:
-    def ranks(x):
-        order = np.argsort(x, kind="stable")
-        r = np.empty(len(x))
-        r[order] = np.arange(len(x))
-        return r
-    return float(np.corrcoef(ranks(np.asarray(a)), ranks(np.asarray(b)))[0, 1])
+def simulated_twin(graph: OpGraph, calibration: str | None, dry_run: bool) -> tuple[CostTarget, str]:
+    """The simulator of the testbed for `graph`, and where its op costs come from.
+
+    A real run uses `calibrated:FILE` (profiling on the testbed if the costs are not cached). A dry run
+    starts nothing: without cached costs, or without a calibration, it places the heuristics with
+    roofline costs of a host CPU on the testbed's device names, so the set has the real run's shape."""
+    from placer.cost.calibrated import cost_cache
+
+    calibrated = f"calibrated:{calibration}"
+    if not dry_run or (calibration and Path(calibration).is_file() and cost_cache(calibration, graph).exists()):
+        return open_target(graph, calibrated), calibrated  # a missing file is refused here, saying what to do
+    from placer.devices import Link, cluster_devices
+    from placer.hardware import HOST_CPU
+    from placer.profile import roofline_costs
+    from placer.simulate import SimulatorConfig
+    from placer.testbed import JOB
+
+    costs = {"CPU": roofline_costs(graph, HOST_CPU)}
+    if calibration and Path(calibration).is_file():
+        return open_target(graph, calibrated, costs=costs), "roofline on the calibrated links (dry run)"
+    devices = cluster_devices({JOB: ["localhost:0", "localhost:1"]})  # the testbed's names; ports are not in them
+    # Stand-in loopback numbers: in a dry run only the heuristics read them, to place.
+    config = SimulatorConfig(cpu_slots=1, default_link=Link("", "", bandwidth=1e9, latency=50e-6))
+    return open_target(graph, devices, costs=costs, simulator_config=config), "roofline stand-in (dry run)"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=["rnnlm", "nmt-2", "inception-v3"])
-    parser.add_argument("--size", default="tiny")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--profile-steps", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out")
-    parser.add_argument("--plot", default="results/simulator_fidelity.png")
-    args = parser.parse_args()
-
-    rng = np.random.default_rng(args.seed)
-    rows = []
-    with Measurer(LocalTestbed(workers=2), MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats)) as measurer:
-        calibration = calibrate(measurer)
-        print(f"calibration: step overhead {calibration.step_overhead * 1e3:.3f} ms, spanning overhead "
-              f"{calibration.spanning_overhead * 1e3:.3f} ms, receive {calibration.transfer_cpu * 1e6:.1f} us of the core per transfer, "
-              f"latency {calibration.latency * 1e6:.1f} us, "
-              f"bandwidth {calibration.bandwidth / 1e9:.2f} GB/s", flush=True)
-        calibration.save("results/simulator_fidelity/calibration.json")
-        devices, config = calibration.apply(measurer.devices, SimulatorConfig(cpu_slots=1))
-        for name in args.models:
-            graph = build_model(name, args.size)
-            costs = profile_costs(graph, measurer, steps=args.profile_steps, step_overhead=calibration.step_overhead)
-            costs.save(f"results/simulator_fidelity/{name}-{args.size}.costs.json")  # to re-simulate without re-measuring
-            print(f"{name}: profiled {costs.metadata['ops_traced']} ops, dispatch {costs.metadata['dispatch_seconds'] * 1e6:.1f} us per op", flush=True)
-            simulator = Simulator(graph, devices, costs, config)
-            for label, placement in placements_to_compare(name, graph, measurer.devices, rng).items():
-                measured = measurer.measure(graph, placement)
-                started = time.perf_counter()
-                simulated = simulator.simulate(placement.group_devices)
-                took = time.perf_counter() - started
-                row = {"model": name, "placement": label, "measured_ms": measured.median * 1e3 if measured.ok else None,
-                       "simulated_ms": simulated.step_time * 1e3, "sim_ms_per_call": took * 1e3,
-                       "on_worker_1": float(np.mean(placement.group_devices))}
-                if measured.ok:
-                    row["error_pct"] = 100 * (simulated.step_time - measured.median) / measured.median
-                print(f"{name:12s} {label:12s} measured {row['measured_ms']} simulated {row['simulated_ms']:.2f}", flush=True)
-                rows.append(row)
-
-    ok = [r for r in rows if r["measured_ms"] is not None]
-    summary = {}
-    for name in [*args.models, "all"]:
-        subset = [r for r in ok if name == "all" or r["model"] == name]
-        summary[name] = {
-            "placements": len(subset),
-            "spearman": spearman([r["measured_ms"] for r in subset], [r["simulated_ms"] for r in subset]),
-            "median_abs_error_pct": statistics.median(abs(r["error_pct"]) for r in subset),
-        }
-    write_report("simulator_fidelity", ["model", "placement", "on_worker_1", "measured_ms", "simulated_ms", "error_pct"],
-                 rows, args.out, size=args.size, target="local:2", summary=summary, calibration={
-                     "step_overhead": calibration.step_overhead, "spanning_overhead": calibration.spanning_overhead,
-                     "transfer_cpu": calibration.transfer_cpu, "latency": calibration.latency, "bandwidth": calibration.bandwidth, "samples": calibration.samples})
-    print()
-    for name, s in summary.items():
-        print(f"{name:12s} placements {s['placements']:3d}  Spearman {s['spearman']:.3f}  median |error| {s['median_abs_error_pct']:.1f}%")
-    _scatter(ok, args.plot)
+def plan_model(name: str, heldout: bool, build: Callable[[str], OpGraph], args) -> ModelPlan:
+    graph = build(args.size)
+    simulated, costs_from = simulated_twin(graph, args.calibration, args.dry_run)
+    candidates = fidelity_placements(graph, simulated.devices, model=name if is_builtin_model(name) else None,
+                                     simulator=simulated.simulator, placement_files=args.placements, seed=args.seed)
+    if args.limit_placements:
+        candidates = candidates[:args.limit_placements]
+    plan = ModelPlan(name, heldout, graph, simulated, candidates)
+    plan.predicted = {c.label: simulated.evaluate(c.placement) for c in candidates}
+    counts = {kind: sum(c.kind == kind for c in candidates) for kind in KINDS}
+    kinds = ", ".join(f"{count} {kind}" for kind, count in counts.items() if count)
+    print(f"{name}{' (held out)' if heldout else ''}: {len(graph.ops)} ops, {len(graph.groups)} groups, "
+          f"{len(candidates)} placements ({kinds}); costs: {costs_from}", flush=True)
+    return plan
 
 
-def _scatter(rows, path: str) -> None:
+def print_budget(plans: Sequence[ModelPlan], args) -> None:
+    """Measured steps the run will take, and a floor on its time at the predicted step times."""
+    steps_per_timing = args.warmup + args.repeats
+    placements = sum(len(p.candidates) for p in plans)
+    steps = placements * args.rounds * steps_per_timing
+    seconds = sum(t.seconds for p in plans for t in p.predicted.values() if t.ok) * args.rounds * steps_per_timing
+    print(f"budget: {placements} placements x {args.rounds} rounds x ({args.warmup} warm-up + {args.repeats} timed) "
+          f"= {steps} measured steps, at least {_duration(seconds)} of steps at the predicted times, plus "
+          "setting up each placement (graph rewrite, session) and profiling models whose costs are not cached",
+          flush=True)
+
+
+# -- measuring -------------------------------------------------------------------------------------
+
+def measure_model(plan: ModelPlan, args) -> list[dict[str, Any]]:
+    """Time the plan's placements side by side on the testbed; one row per placement."""
+    from tqdm.auto import tqdm
+
+    config = MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats)
+    placements = {c.label: c.placement for c in plan.candidates}
+    with open_target(plan.graph, MEASURED_TARGET, "measured", measure_config=config) as measured:
+        if plan.simulated.spec.calibration is not None:
+            plan.simulated.spec.calibration.check_devices(measured.devices)
+        with tqdm(total=len(placements) * args.rounds, desc=plan.name, unit="placement", leave=False,
+                  dynamic_ncols=True) as bar:
+            def evaluate(placement):
+                result = measured.evaluate(placement)
+                bar.update()
+                return result
+
+            compared = compare(evaluate, placements, args.rounds)
+    return [fidelity_row(plan, candidate, compared[candidate.label]) for candidate in plan.candidates]
+
+
+def fidelity_row(plan: ModelPlan, candidate: Candidate, compared) -> dict[str, Any]:
+    predicted = plan.predicted[candidate.label]
+    row = {"model": plan.name, "heldout": plan.heldout, "kind": candidate.kind, "placement": candidate.label,
+           "on_worker_1": candidate.on_worker_1, "measured_ms": None,
+           "predicted_ms": predicted.seconds * 1e3 if predicted.ok else None, "error_pct": None,
+           "spread_pct": None, "rounds_ms": [None if r is None else r * 1e3 for r in compared.rounds],
+           "aliases": list(candidate.aliases), "failure": None}
+    if not compared.ok:
+        row["failure"] = compared.failure.describe()
+        return row
+    medians = [r for r in compared.rounds if r is not None]
+    row["measured_ms"] = compared.median * 1e3
+    # The rounds' own disagreement: an error smaller than this is within the measurement's noise.
+    row["spread_pct"] = 100 * (max(medians) - min(medians)) / compared.median
+    if predicted.ok:
+        row["error_pct"] = 100 * (predicted.seconds - compared.median) / compared.median
+    else:
+        row["failure"] = f"predicted {predicted.describe()}"
+    return row
+
+
+# -- the report ------------------------------------------------------------------------------------
+
+def scored(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with both a measurement and a prediction: what the metrics are computed on."""
+    return [r for r in rows if r["measured_ms"] is not None and r["predicted_ms"] is not None]
+
+
+def summaries(rows: Sequence[dict[str, Any]], models: Sequence[str]) -> list[dict[str, Any]]:
+    """`fidelity_summary` per model, then for the zoo and the held-out models, each over its own rows."""
+    usable = scored(rows)
+    subsets = [(name, [r for r in usable if r["model"] == name]) for name in models]
+    subsets += [("zoo (all)", [r for r in usable if not r["heldout"]]),
+                ("held-out (all)", [r for r in usable if r["heldout"]])]
+    result = []
+    for name, subset in subsets:
+        row: dict[str, Any] = {"models": name, "placements": len(subset)}
+        if len(subset) >= 2:
+            row.update(fidelity_summary([r["measured_ms"] for r in subset], [r["predicted_ms"] for r in subset]))
+            row["median_abs_error_pct"] = 100 * row.pop("median_abs_error")
+            row["p90_abs_error_pct"] = 100 * row.pop("p90_abs_error")
+        result.append(row)
+    return result
+
+
+def errors_by_kind(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Median |error| per kind of placement, zoo and held-out apart: where the error comes from."""
+    usable = scored(rows)
+    result = []
+    for kind in KINDS:
+        row: dict[str, Any] = {"kind": kind}
+        for label, heldout in (("zoo", False), ("heldout", True)):
+            errors = [abs(r["error_pct"]) for r in usable if r["kind"] == kind and r["heldout"] == heldout]
+            row[f"{label}_placements"] = len(errors)
+            row[f"{label}_median_abs_error_pct"] = statistics.median(errors) if errors else None
+        if row["zoo_placements"] or row["heldout_placements"]:
+            result.append(row)
+    return result
+
+
+def worst_placements(rows: Sequence[dict[str, Any]], count: int = 5) -> list[dict[str, Any]]:
+    return sorted(scored(rows), key=lambda r: abs(r["error_pct"]), reverse=True)[:count]
+
+
+def scatter(rows: Sequence[dict[str, Any]], path: str) -> None:
+    """Predicted against measured, log-log (models differ by orders of magnitude); held-out models hollow."""
+    usable = scored(rows)
+    if not usable:
+        return
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
     except ImportError:
         print("(no scatter plot: pip install matplotlib)")
         return
-    fig, ax = plt.subplots(figsize=(5, 5))
-    for name in sorted({r["model"] for r in rows}):
-        subset = [r for r in rows if r["model"] == name]
-        ax.scatter([r["measured_ms"] for r in subset], [r["simulated_ms"] for r in subset], label=name, s=18)
-    limit = max(max(r["measured_ms"], r["simulated_ms"]) for r in rows) * 1.1
-    ax.plot([0, limit], [0, limit], color="grey", linewidth=0.8)
-    ax.set(xlabel="measured step time (ms)", ylabel="simulated step time (ms)", xlim=(0, limit), ylim=(0, limit),
-           title="simulator vs local testbed")
-    ax.legend()
+    fig, ax = plt.subplots(figsize=(6, 6))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, name in enumerate(dict.fromkeys(r["model"] for r in usable)):
+        subset = [r for r in usable if r["model"] == name]
+        color = colors[index % len(colors)]
+        heldout = subset[0]["heldout"]
+        ax.scatter([r["measured_ms"] for r in subset], [r["predicted_ms"] for r in subset], s=22,
+                   marker="^" if heldout else "o", facecolors="none" if heldout else color, edgecolors=color,
+                   label=f"{name} (held out)" if heldout else name)
+    values = [v for r in usable for v in (r["measured_ms"], r["predicted_ms"])]
+    low, high = min(values) / 1.2, max(values) * 1.2
+    ax.plot([low, high], [low, high], color="grey", linewidth=0.8)
+    ax.set(xscale="log", yscale="log", xlim=(low, high), ylim=(low, high), xlabel="measured step time (ms)",
+           ylabel="predicted step time (ms)", title=f"calibrated simulator vs {MEASURED_TARGET} testbed")
+    for axis in (ax.xaxis, ax.yaxis):  # plain milliseconds at 1, 2, 5, 10, ..., not 3 x 10^1
+        axis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+        axis.set_major_formatter(FormatStrFormatter("%g"))
+        axis.set_minor_formatter(NullFormatter())
+    ax.legend(fontsize="small")
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     print(f"wrote {path}")
+
+
+def print_report(rows, summary, by_kind, worst) -> None:
+    print("\nfidelity (errors in %, pair order over pairs measured more than 5 % apart)")
+    print_table(["models", "placements", "spearman", "kendall_tau", "median_abs_error_pct", "p90_abs_error_pct",
+                 "pair_order", "pairs"], summary)
+    print("\nwhere the error comes from: median |error| (%) per kind of placement")
+    print_table(["kind", "zoo_placements", "zoo_median_abs_error_pct", "heldout_placements",
+                 "heldout_median_abs_error_pct"], by_kind)
+    print(f"\nthe {len(worst)} placements predicted worst")
+    print_table(["model", "kind", "placement", "on_worker_1", "measured_ms", "predicted_ms", "error_pct",
+                 "spread_pct"], worst)
+    failed = [r for r in rows if r["failure"]]
+    if failed:
+        print(f"\n{len(failed)} placements left out of the metrics:")
+        for r in failed:
+            print(f"  {r['model']} {r['placement']}: {r['failure']}")
+
+
+# -- the run ---------------------------------------------------------------------------------------
+
+def calibrate_testbed(path: str) -> None:
+    """Calibrate local:2 into `path`; op costs cached under an earlier calibration there are dropped."""
+    from tqdm.auto import tqdm
+
+    from placer.calibrate import calibrate
+    from placer.cost import parse_target_spec
+    from placer.cost.calibrated import cost_cache_dir
+    from placer.measure import Measurer
+
+    with Measurer(parse_target_spec(MEASURED_TARGET, "measured").measured) as measurer:
+        calibration = calibrate(measurer, rounds=CALIBRATION_ROUNDS, progress=lambda rounds: tqdm(
+            rounds, desc="calibration probes", unit="round", leave=False, dynamic_ncols=True))
+    calibration.save(path)
+    shutil.rmtree(cost_cache_dir(path), ignore_errors=True)  # profiled net of the old step overhead
+    print(calibration.describe(), flush=True)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=[*model_names(benchmarks_only=True), "two-tower"],
+                        help="built-in models (default: every benchmark model and two-tower)")
+    parser.add_argument("--heldout", nargs="*", default=None,
+                        help="held-out models of placer.models.heldout (default: all of them; none: --heldout)")
+    parser.add_argument("--size", default="tiny")
+    parser.add_argument("--calibration", help="a calibration of local:2 (`placer calibrate --cluster local:2 "
+                        f"--out FILE`); default: calibrate now into {DEFAULT_CALIBRATION}")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds timing every placement once")
+    parser.add_argument("--warmup", type=int, default=3, help="warm-up steps per timing")
+    parser.add_argument("--repeats", type=int, default=10, help="timed steps per timing")
+    parser.add_argument("--placements", nargs="*", default=[], metavar="FILE",
+                        help="placement files (e.g. runs' exported best placements); each is used for its graph")
+    parser.add_argument("--limit-placements", type=int, metavar="N", help="keep the first N placements per model")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the perturbations and random placements")
+    parser.add_argument("--out", default="results/simulator_fidelity.json")
+    parser.add_argument("--plot", default="results/simulator_fidelity.png")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="build the placement sets and print the budget; measure nothing, start nothing")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds must be at least 1, got {args.rounds}")
+    if args.calibration and not Path(args.calibration).is_file():
+        raise SystemExit(f"no calibration file {args.calibration}: make one with `placer calibrate --cluster "
+                         f"{MEASURED_TARGET} --out FILE`, or leave --calibration out to calibrate now")
+    builders = model_builders(args.models, args.heldout)
+    if not args.dry_run and not args.calibration:
+        args.calibration = DEFAULT_CALIBRATION
+        calibrate_testbed(args.calibration)
+    plans = [plan_model(name, heldout, build, args) for name, heldout, build in builders]
+    print_budget(plans, args)
+    if args.dry_run:
+        return
+
+    rows = []
+    for plan in plans:
+        rows += measure_model(plan, args)
+        usable = scored([r for r in rows if r["model"] == plan.name])
+        errors = [abs(r["error_pct"]) for r in usable]
+        print(f"{plan.name}: {len(usable)} of {len(plan.candidates)} placements measured and predicted"
+              + (f", median |error| {statistics.median(errors):.1f} %" if errors else ""), flush=True)
+
+    summary = summaries(rows, [p.name for p in plans])
+    by_kind = errors_by_kind(rows)
+    worst = worst_placements(rows)
+    write_report("simulator_fidelity", ["model", "heldout", "kind", "placement", "on_worker_1", "measured_ms",
+                                        "predicted_ms", "error_pct", "spread_pct", "failure"],
+                 rows, args.out, target=MEASURED_TARGET, calibration=args.calibration, size=args.size,
+                 rounds=args.rounds, warmup=args.warmup, repeats=args.repeats, seed=args.seed,
+                 summary=[_json_safe(s) for s in summary], by_kind=by_kind, worst=worst,
+                 command=" ".join(["python", *sys.argv]))
+    print_report(rows, summary, by_kind, worst)
+    scatter(rows, args.plot)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def _json_safe(row: dict[str, Any]) -> dict[str, Any]:
+    """NaN (an undefined correlation) as null: JSON has no NaN."""
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
 
 
 if __name__ == "__main__":

@@ -28,10 +28,16 @@ def calibrated_devices(calibration: Calibration, source: str) -> DeviceSet:
     return DeviceSet(devices.devices, calibration.links(devices), devices.name)
 
 
+def cost_cache_dir(calibration_path: str | Path) -> Path:
+    """Where op costs profiled on the calibrated target are kept: stale once the calibration is redone,
+    since they were profiled net of its step overhead."""
+    path = Path(calibration_path)
+    return path.with_name(path.stem + ".costs")
+
+
 def cost_cache(calibration_path: str | Path, graph: OpGraph) -> Path:
     """Where the op costs of `graph` profiled on the calibrated target are kept."""
-    path = Path(calibration_path)
-    return path.with_name(path.stem + ".costs") / f"{graph.name}-{graph.fingerprint[:16]}.json"
+    return cost_cache_dir(calibration_path) / f"{graph.name}-{graph.fingerprint[:16]}.json"
 
 
 def profiled_costs(graph: OpGraph, calibration: Calibration, calibration_path: str | Path):

@@ -2,6 +2,7 @@
 
 `Simulator(graph, devices, costs).simulate(placement)` returns a `SimResult` (step time, per-device busy
 time and peak memory, bytes per link, out-of-memory devices, and optionally a Chrome-trace timeline).
+`placer.simulate.fidelity` scores predictions against measured step times (rank correlations, errors).
 """
 
 from placer.simulate.result import SimResult, SimulatedOp, SimulatedTransfer

@@ -1,0 +1,174 @@
+"""The simulator-fidelity experiment's placement set, built without a testbed (the dry run's stand-in simulator)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from experiments.simulator_fidelity import (
+    FLIP_RATES,
+    KINDS,
+    PERTURBED_SPLITS,
+    RANDOM_SHARES,
+    SPLIT_SHARES,
+    fidelity_placements,
+    simulated_twin,
+    split_assignment,
+    summaries,
+)
+from placer.placement import Placement
+
+
+@pytest.fixture(scope="module")
+def twin(two_tower):
+    target, _ = simulated_twin(two_tower, None, dry_run=True)
+    return target
+
+
+@pytest.fixture(scope="module")
+def placement_files(two_tower, twin, tmp_path_factory):
+    """A learned placement of two-tower, and one made for another graph."""
+    folder = tmp_path_factory.mktemp("placements")
+    groups = len(two_tower.groups)
+    learned = Placement.from_assignment(two_tower, twin.devices, [g % 3 == 0 for g in range(groups)])
+    mine = learned.save(folder / "run-7.json", two_tower)
+    other = json.loads(mine.read_text())
+    other["graph"]["name"], other["graph"]["fingerprint"] = "another-model", "f" * 64
+    theirs = folder / "other.json"
+    theirs.write_text(json.dumps(other))
+    return [mine, theirs]
+
+
+@pytest.fixture(scope="module")
+def candidates(two_tower, twin, placement_files):
+    notes = []
+    built = fidelity_placements(two_tower, twin.devices, model="two-tower", simulator=twin.simulator,
+                                placement_files=placement_files, seed=3, note=notes.append)
+    return built, notes
+
+
+def by_label(candidates):
+    return {c.label: c for c in candidates}
+
+
+def test_the_set_has_every_kind_of_placement(candidates):
+    built, _ = candidates
+    assert {c.kind for c in built} == set(KINDS)
+    labels = by_label(built)
+    expected = {"worker 0", "worker 1", "round-robin", "expert", "metis", "scotch", "m-topo", "learned run-7"}
+    assert expected <= set(labels)
+    assert {f"split {share:.2f}" for share in SPLIT_SHARES} <= set(labels)
+
+
+def test_identical_assignments_appear_once_under_the_first_label(candidates):
+    built, _ = candidates
+    assignments = [c.placement.group_devices for c in built]
+    assert len(set(assignments)) == len(assignments)
+    assert len({c.label for c in built}) == len(built)
+    worker_0 = by_label(built)["worker 0"]
+    assert worker_0.kind == "extreme" and "single-device" in worker_0.aliases
+    assert "single-device" not in by_label(built)
+    assert "round-robin" not in by_label(built)["round-robin"].aliases
+
+
+def test_splits_are_contiguous_cuts_with_both_workers_used(candidates, two_tower):
+    built, _ = candidates
+    groups = len(two_tower.groups)
+    for share in SPLIT_SHARES:
+        assignment = np.array(by_label(built)[f"split {share:.2f}"].placement.group_devices)
+        assert np.all(np.diff(assignment) >= 0) and 0 < assignment.sum() < groups
+        assert (assignment == 0).sum() == round(groups * share)
+
+
+def test_perturbations_flip_their_share_of_groups_and_at_least_one(candidates, two_tower):
+    built, _ = candidates
+    groups = len(two_tower.groups)
+    for share in PERTURBED_SPLITS:
+        for rate in FLIP_RATES:
+            flipped = np.array(by_label(built)[f"split {share:.2f} flip {rate:.0%}"].placement.group_devices)
+            assert (flipped != split_assignment(groups, share)).sum() == max(1, round(groups * rate))
+
+
+def test_random_placements_put_exactly_their_share_on_worker_1(candidates, two_tower):
+    built, _ = candidates
+    for share in RANDOM_SHARES:
+        random = by_label(built)[f"random {share:.0%}"]
+        assert random.kind == "random"
+        assert (np.array(random.placement.group_devices) == 1).sum() == round(len(two_tower.groups) * share)
+
+
+def test_a_placement_file_for_another_graph_is_skipped_with_a_note(candidates):
+    built, notes = candidates
+    assert [c.label for c in built if c.kind == "learned"] == ["learned run-7"]
+    assert any("other.json" in note and "another-model" in note for note in notes)
+
+
+def test_the_set_is_the_same_for_the_same_seed(two_tower, twin, candidates):
+    built, _ = candidates
+    again = fidelity_placements(two_tower, twin.devices, model="two-tower", simulator=twin.simulator,
+                                seed=3, note=lambda _: None)
+    assert [c.placement.group_devices for c in again if c.kind == "perturbation"] == \
+        [c.placement.group_devices for c in built if c.kind == "perturbation"]
+
+
+def test_without_a_simulator_the_heuristics_are_left_out(two_tower, twin):
+    built = fidelity_placements(two_tower, twin.devices, model=None, simulator=None, note=lambda _: None)
+    assert not {"expert", "metis", "m-etf"} & {c.label for c in built}
+
+
+def test_the_set_needs_two_devices(two_tower, twin):
+    from placer.devices import DeviceSet
+
+    with pytest.raises(ValueError, match="two devices"):
+        fidelity_placements(two_tower, DeviceSet(twin.devices.devices[:1]), model=None, simulator=None)
+
+
+def test_zoo_and_heldout_are_summarized_apart_and_failures_left_out():
+    rows = [{"model": model, "heldout": heldout, "measured_ms": measured, "predicted_ms": predicted}
+            for model, heldout, measured, predicted in [
+                ("a", False, 1.0, 1.1), ("a", False, 2.0, 2.2), ("a", False, None, 3.0),
+                ("h", True, 1.0, 2.0), ("h", True, 3.0, 1.0)]]
+    summary = {s["models"]: s for s in summaries(rows, ["a", "h"])}
+    assert summary["a"]["placements"] == 2 and summary["a"]["median_abs_error_pct"] == pytest.approx(10.0)
+    assert summary["zoo (all)"]["spearman"] == pytest.approx(1.0)
+    assert summary["held-out (all)"]["pair_order"] == 0.0
+
+
+class FakeTestbed:
+    """Stands in for local:2: every placement takes its predicted time plus 10 %, and `fails` runs out of memory."""
+
+    def __init__(self, twin, fails):
+        self.twin, self.fails, self.devices = twin, fails, twin.devices
+
+    def evaluate(self, placement):
+        from placer.cost import StepTime
+
+        if placement.group_devices == self.fails.group_devices:
+            return StepTime.failed("oom", "out of memory on worker 1", "measured", "local:2")
+        predicted = self.twin.evaluate(placement).seconds
+        return StepTime(predicted * 1.1, "measured", "local:2", samples=(predicted * 1.1,))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+def test_a_measured_failure_is_a_row_with_its_message_left_out_of_the_metrics(two_tower, twin, candidates, monkeypatch):
+    import argparse
+
+    import experiments.simulator_fidelity as fidelity
+
+    built, _ = candidates
+    chosen = built[:4]
+    monkeypatch.setattr(fidelity, "open_target", lambda *args, **kwargs: FakeTestbed(twin, chosen[1].placement))
+    plan = fidelity.ModelPlan("two-tower", False, two_tower, twin, chosen,
+                              {c.label: twin.evaluate(c.placement) for c in chosen})
+    rows = fidelity.measure_model(plan, argparse.Namespace(warmup=1, repeats=1, rounds=2))
+    failed = [r for r in rows if r["failure"]]
+    assert [r["placement"] for r in failed] == [chosen[1].label] and "out of memory" in failed[0]["failure"]
+    assert failed[0]["measured_ms"] is None and failed[0]["rounds_ms"] == [None]  # not timed again
+    for row in fidelity.scored(rows):
+        assert row["error_pct"] == pytest.approx(100 * (1 / 1.1 - 1)) and row["spread_pct"] == 0
+    assert fidelity.summaries(rows, ["two-tower"])[0]["placements"] == 3
