@@ -1,22 +1,36 @@
-"""Fit what the simulator cannot profile op by op: link costs and fixed per-step overheads, on a real target.
+"""Fit what the simulator cannot profile op by op: what a transfer between workers costs, and fixed per-step
+overheads, on a real target.
 
-`calibrate(measurer)` runs small probe graphs between the first two devices of a target, every probe
-timed with everything on device 0 and split over devices 0 and 1, side by side in interleaved rounds
-(`placer.cost.compare`), and returns a `Calibration`: per-step overhead of one device, extra overhead of
-a step that spans two devices, the receiving core's time per transfer, and the link's latency and
-bandwidth, each with a bootstrap confidence interval, plus every probe's residual. The lines are fitted
-with Theil-Sen (the median of pairwise slopes), so one disturbed probe does not move the fit.
-`Calibration.apply(devices, config)` turns it into links and a `SimulatorConfig` for those devices.
+`calibrate(measurer)` runs small probe graphs between the first two devices of a target, each probe in two
+placements timed side by side in interleaved rounds (`placer.cost.compare`), so that the machine's drift
+cancels in their difference. The probe families separate where a transfer's time goes:
+- free: k tensors sent from worker 0 to an idle worker 1, against the same graph on worker 0 alone: the
+  whole cost of a step that spans two workers and moves k tensors;
+- sender-busy: a chain of matmuls on worker 0 starts when its tensors exist; those tensors are read on
+  worker 1 or (the reference) on worker 0. The chain is longer than the transfers, so the difference is
+  the time serializing them takes from the sender's core;
+- receiver-busy: the same with the chain on worker 1: the receiving core's time;
+- ping-pong: one scalar bounced h times between the workers: each hop's in-flight latency;
+- both-ways: tensors sent in both directions at once. Not fitted: a check of the model on a case it was
+  not fitted to (each core then sends and receives).
+
+The fit (Theil-Sen lines: the median of pairwise slopes, so one disturbed probe moves it little) gives the
+step overhead, the overhead of spanning a second worker, the sender's and the receiver's core time per
+transfer and per byte, the in-flight latency and, where the free probes need it, a wire bandwidth; each with
+a bootstrap interval over rounds, and every probe's residual. `Calibration.apply(devices, config)` turns it
+into links and a `SimulatorConfig` for those devices (see `placer.simulate.engine` for how they are used).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import platform
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -24,10 +38,24 @@ from placer.devices import DeviceSet, Link
 from placer.errors import ProfileError
 
 FILE_FORMAT = "placer.calibration"
-PARAMETERS = ("step_overhead", "spanning_overhead", "transfer_cpu", "latency", "bandwidth")
+FILE_VERSION = 2
+"""Version 2: transfers cost core time on both workers (version 1 had one receive cost and a serial link)."""
+PARAMETERS = ("step_overhead", "spanning_overhead", "send_cpu", "send_cpu_per_byte", "recv_cpu",
+              "recv_cpu_per_byte", "latency", "bandwidth")
+FAMILIES = ("free", "sender-busy", "receiver-busy", "ping-pong", "both-ways")
+CHECK_FAMILIES = ("both-ways",)
+"""Probes the fit does not use: their residuals test the model on a case it was not fitted to."""
 POOR_FIT = 0.25
-"""A probe whose fitted transfer cost misses its measured one by more than this share of the probe's
-step time makes the calibration a poor fit: predictions from it are flagged."""
+"""A probe whose fitted cost misses its measured one by more than this share of the probe's step time
+makes the calibration a poor fit: predictions from it are flagged."""
+BUSY_CHAIN_MATMULS = 80
+"""Matmuls of 256 x 256 in a busy probe's chain: about 20 ms on one core here, longer than the largest
+probe transfer, so the chain stays the step's critical path and absorbs the transfer's core time."""
+
+
+def this_machine() -> dict:
+    """What a calibration (or a cost table) depends on beyond the device names: the processor and its cores."""
+    return {"processor": platform.processor() or platform.machine(), "cores": len(os.sched_getaffinity(0))}
 
 
 @dataclass(frozen=True)
@@ -36,12 +64,18 @@ class Calibration:
     """Seconds a step costs beyond its ops, on one device (session.run, one RPC round trip)."""
     spanning_overhead: float
     """Extra seconds per additional device a step runs on (one more worker to start and wait for)."""
-    transfer_cpu: float
-    """Seconds of the receiving device's core each transfer takes (gRPC receive and deserialization)."""
+    send_cpu: float
+    """Seconds of the sending worker's core per transfer (gRPC serves and serializes the tensor)."""
+    send_cpu_per_byte: float
+    """... and per byte."""
+    recv_cpu: float
+    """Seconds of the receiving worker's core per transfer (gRPC receive and deserialization)."""
+    recv_cpu_per_byte: float
+    """... and per byte."""
     latency: float
-    """Seconds per transfer on the link beyond bytes / bandwidth and the receiving core's time."""
+    """Seconds a transfer is in flight beyond its cores' time; transfers in flight overlap."""
     bandwidth: float
-    """Bytes per second between two devices."""
+    """Bytes per second of the wire between two workers, where it is slower than both cores (else inf)."""
     samples: dict
     """The probe measurements the fit came from, for the record: per probe, each round's seconds."""
     target: str = ""
@@ -51,15 +85,42 @@ class Calibration:
     intervals: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     """90 % bootstrap interval of each parameter (rounds resampled)."""
     residuals: Mapping[str, float] = field(default_factory=dict)
-    """Per probe: measured minus fitted transfer cost, as a share of the probe's split step time."""
+    """Per probe: measured minus modeled extra time, as a share of the probe's step time."""
     rounds: int = 0
+    machine: Mapping[str, object] = field(default_factory=dict)
+    """`this_machine()` where it was made: another processor or core count makes it a stranger's fit."""
+
+    @property
+    def fitted_residuals(self) -> dict[str, float]:
+        return {name: r for name, r in self.residuals.items() if name.split()[0] not in CHECK_FAMILIES}
+
+    @property
+    def check_residuals(self) -> dict[str, float]:
+        return {name: r for name, r in self.residuals.items() if name.split()[0] in CHECK_FAMILIES}
 
     @property
     def poor_fit(self) -> bool:
-        return any(abs(r) > POOR_FIT for r in self.residuals.values())
+        return any(abs(r) > POOR_FIT for r in self.fitted_residuals.values())
+
+    def send_seconds(self, nbytes: float) -> float:
+        return self.send_cpu + self.send_cpu_per_byte * nbytes
+
+    def recv_seconds(self, nbytes: float) -> float:
+        return self.recv_cpu + self.recv_cpu_per_byte * nbytes
 
     def links(self, devices: DeviceSet) -> tuple[Link, ...]:
-        return tuple(Link(a.name, b.name, self.bandwidth, self.latency) for a in devices for b in devices if a is not b)
+        bandwidth = self.bandwidth if math.isfinite(self.bandwidth) else 1e300  # no wire limit: cores bound it
+        return tuple(Link(a.name, b.name, bandwidth, self.latency) for a in devices for b in devices if a is not b)
+
+    def check_machine(self) -> None:
+        """Warn when used on another machine than the one it was made on: its costs are that machine's."""
+        here = this_machine()
+        differ = [f"{key} {self.machine[key]!r} there, {here[key]!r} here" for key in here
+                  if key in self.machine and self.machine[key] != here[key]]
+        if differ:
+            warnings.warn(f"the calibration of {self.target or 'this target'} was made on another machine "
+                          f"({'; '.join(differ)}): its predictions describe that machine; run `placer calibrate "
+                          "--cluster TARGET --out FILE` here", RuntimeWarning, stacklevel=3)
 
     def check_devices(self, devices: DeviceSet) -> None:
         """Refuse devices the calibration was not made for (other worker names or another device count)."""
@@ -74,6 +135,7 @@ class Calibration:
         from placer.simulate import SimulatorConfig
 
         self.check_devices(devices)
+        self.check_machine()
         if self.poor_fit:
             warnings.warn(f"the calibration of {self.target or 'this target'} fits its probes poorly "
                           f"({self.describe_residuals()}): predictions from it are unreliable; calibrate again "
@@ -81,16 +143,18 @@ class Calibration:
         config = config or SimulatorConfig()
         return (DeviceSet(devices.devices, self.links(devices), devices.name),
                 replace(config, step_overhead=self.step_overhead, spanning_overhead=self.spanning_overhead,
-                        transfer_cpu=self.transfer_cpu))
+                        send_cpu=self.send_cpu, send_cpu_per_byte=self.send_cpu_per_byte, recv_cpu=self.recv_cpu,
+                        recv_cpu_per_byte=self.recv_cpu_per_byte))
 
     def describe_residuals(self) -> str:
-        worst = sorted(self.residuals.items(), key=lambda item: -abs(item[1]))[:3]
+        worst = sorted(self.fitted_residuals.items(), key=lambda item: -abs(item[1]))[:3]
         return "worst probes: " + ", ".join(f"{name} {100 * value:+.0f}%" for name, value in worst)
 
     def describe(self) -> str:
         """The fit and its quality, for a person."""
-        units = {"step_overhead": (1e3, "ms"), "spanning_overhead": (1e3, "ms"), "transfer_cpu": (1e6, "us"),
-                 "latency": (1e6, "us"), "bandwidth": (1e-9, "GB/s")}
+        units = {"step_overhead": (1e3, "ms"), "spanning_overhead": (1e3, "ms"), "send_cpu": (1e6, "us"),
+                 "send_cpu_per_byte": (1e9 * 1e3, "us/MB"), "recv_cpu": (1e6, "us"),
+                 "recv_cpu_per_byte": (1e9 * 1e3, "us/MB"), "latency": (1e6, "us"), "bandwidth": (1e-9, "GB/s")}
         lines = [f"calibration of {self.target or 'a target'} ({self.rounds} interleaved rounds)"]
         for name in PARAMETERS:
             scale, unit = units[name]
@@ -99,13 +163,17 @@ class Calibration:
                          f"[{low * scale:.3f}, {high * scale:.3f}]")
         lines.append(f"  fit: {self.describe_residuals()}"
                      + ("  POOR FIT: calibrate again on a quiet machine" if self.poor_fit else ""))
+        if self.check_residuals:
+            lines.append("  model check (probes not fitted): " + ", ".join(
+                f"{name} {100 * value:+.0f}%" for name, value in self.check_residuals.items()))
         return "\n".join(lines)
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"format": FILE_FORMAT, **asdict(self)}
-        data["intervals"] = {k: list(v) for k, v in self.intervals.items()}
+        data = {"format": FILE_FORMAT, "version": FILE_VERSION, **asdict(self)}
+        data["bandwidth"] = self.bandwidth if math.isfinite(self.bandwidth) else None  # JSON has no inf
+        data["intervals"] = {k: [x if math.isfinite(x) else None for x in v] for k, v in self.intervals.items()}
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(data, indent=1))
         tmp.replace(path)
@@ -121,6 +189,11 @@ def load_calibration(path: str | Path) -> Calibration:
     if not isinstance(data, dict) or data.pop("format", None) != FILE_FORMAT:
         raise ProfileError(f"{path} is not a placer calibration file (no \"format\": \"{FILE_FORMAT}\"): "
                            "make one with `placer calibrate --cluster local:2 --out FILE`")
+    if data.pop("version", 1) != FILE_VERSION:
+        raise ProfileError(f"{path} was made by an older placer, whose transfer model is gone: calibrate again "
+                           "with `placer calibrate --cluster TARGET --out FILE`")
+    if data.get("bandwidth", 0) is None:
+        data["bandwidth"] = math.inf
     known = {name for name in Calibration.__dataclass_fields__}
     missing = [name for name in PARAMETERS if not isinstance(data.get(name), (int, float))]
     if missing or set(data) - known:
@@ -129,8 +202,41 @@ def load_calibration(path: str | Path) -> Calibration:
                               f"unknown field(s) {', '.join(sorted(set(data) - known))}")
                            + "; calibrate again")
     data["devices"] = tuple(data.get("devices") or ())
-    data["intervals"] = {k: tuple(v) for k, v in (data.get("intervals") or {}).items()}
+    data["intervals"] = {k: tuple(math.inf if x is None else x for x in v) for k, v in (data.get("intervals") or {}).items()}
     return Calibration(**data)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One probe graph: `tensors` float32 tensors of `elements` each (for ping-pong, `tensors` hops)."""
+
+    family: str
+    elements: int
+    tensors: int
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ProfileError(f"unknown probe family {self.family!r}; known: {', '.join(FAMILIES)}")
+
+    @property
+    def name(self) -> str:
+        return f"{self.family} {self.elements}x{self.tensors}"
+
+    @property
+    def nbytes(self) -> float:
+        return 4.0 * self.elements
+
+
+def default_probes(sizes: Sequence[int] = (1_000, 100_000, 1_000_000, 4_000_000), counts: Sequence[int] = (4, 16, 32),
+                   hops: Sequence[int] = (2, 8, 16)) -> list[Probe]:
+    """Sizes of one tensor and counts of 1,000-element tensors for the free and busy families, ping-pong
+    hops, and two both-ways checks."""
+    probes = []
+    for family in ("free", "sender-busy", "receiver-busy"):
+        probes += [Probe(family, n, 1) for n in sizes] + [Probe(family, 1_000, k) for k in counts]
+    probes += [Probe("ping-pong", 1, h) for h in hops]
+    probes += [Probe("both-ways", 1_000_000, 1), Probe("both-ways", 1_000, 16)]
+    return probes
 
 
 @dataclass(frozen=True)
@@ -142,34 +248,28 @@ class _ProbeTiming:
 def calibrate(
     measurer,
     *,
-    sizes: Sequence[int] = (1_000, 10_000, 100_000, 1_000_000, 4_000_000),
-    counts: Sequence[int] = (1, 4, 16, 32),
+    probes: Sequence[Probe] | None = None,
     rounds: int = 5,
     progress: Callable[[Iterable[int]], Iterable[int]] | None = None,
     seed: int = 0,
 ) -> Calibration:
-    """Fit overheads and link costs between devices 0 and 1 of `measurer` from probe graphs.
+    """Fit overheads and transfer costs between devices 0 and 1 of `measurer` from probe graphs.
 
-    Size probes send one float32 tensor of each size (elements) from device 0 to device 1; count probes
-    send k small tensors at once. Each probe also runs with everything on device 0; the difference,
-    taken within one round so that the machine's drift cancels, is what the transfers cost.
-    """
+    Each probe runs in its reference placement and in its probe placement (the same graph with the
+    transfers under test), side by side in `rounds` interleaved rounds."""
     from placer.cost import compare
-    from placer.placement import Placement
 
     if len(measurer.devices) < 2:
         raise ProfileError("calibrating links needs a target with at least two devices (e.g. local:2)")
     if rounds < 2:
         raise ProfileError(f"calibrating needs at least 2 rounds for its intervals, got {rounds}")
     devices = measurer.devices
-    probes = {f"size {n}": (n, 1) for n in sizes}
-    probes.update({f"count {k}": (1_000, k) for k in counts})
-    graphs = {name: _probe_graph(elements, tensors) for name, (elements, tensors) in probes.items()}
+    probes = list(probes or default_probes())
     placements = {}
-    for name, graph in graphs.items():
-        placements[(name, "local")] = (graph, Placement.single_device(graph, devices, 0))
-        split = {op.name: devices[1 if op.name.startswith("receiver") else 0].name for op in graph.ops}
-        placements[(name, "split")] = (graph, Placement.from_op_devices(graph, devices, split))
+    for probe in probes:
+        graph, reference, placed = probe_placements(probe, devices)
+        placements[(probe.name, "reference")] = (graph, reference)
+        placements[(probe.name, "probe")] = (graph, placed)
 
     def evaluate(item) -> _ProbeTiming:
         graph, placement = item
@@ -179,58 +279,108 @@ def calibrate(
         return _ProbeTiming(result.median, True)
 
     compared = compare(evaluate, placements, rounds, progress=progress)
-    timings = {name: {side: [t.seconds for t in compared[(name, side)].timings] for side in ("local", "split")}
-               for name in probes}
+    timings = {probe.name: {side: [t.seconds for t in compared[(probe.name, side)].timings]
+                            for side in ("reference", "probe")} for probe in probes}
     return fit_calibration(probes, timings, target=str(getattr(measurer, "target", "")),
-                           devices=tuple(devices.names), seed=seed)
+                           devices=tuple(devices.names), seed=seed, machine=this_machine())
 
 
-def fit_calibration(probes: Mapping[str, tuple[int, int]], timings: Mapping[str, Mapping[str, Sequence[float]]], *,
-                    target: str = "", devices: tuple[str, ...] = (), seed: int = 0, resamples: int = 200) -> Calibration:
-    """The calibration from probe timings: probes maps a name to (elements, tensors) — one tensor for a size
-    probe, 1,000 elements for a count probe — and timings maps it to each round's "local" and "split"
-    seconds. A pure function, so the fit can be checked on timings whose answer is known."""
-    names = list(probes)
-    local = np.array([timings[n]["local"] for n in names], dtype=float)  # [probe, round]
-    split = np.array([timings[n]["split"] for n in names], dtype=float)
-    if local.ndim != 2 or local.shape != split.shape or local.shape[1] < 1:
-        raise ProfileError("every probe needs the same number of local and split timings")
-    sizes = [i for i, n in enumerate(names) if n.startswith("size")]
-    counts = [i for i, n in enumerate(names) if n.startswith("count")]
-    if len(sizes) < 2 or len(counts) < 2:
-        raise ProfileError("calibrating needs at least two size probes and two count probes")
+def modeled_extra(probe: Probe, p: Mapping[str, float]) -> float:
+    """The probe placement's extra seconds over its reference, as the simulator's transfer model has it
+    (`placer.simulate.engine`): sends and receives on the cores, latency in flight, the wire when slower."""
+    def one(nbytes: float) -> float:
+        wire = nbytes / p["bandwidth"] if p["bandwidth"] > 0 else 0.0
+        return max(p["send_cpu"] + p["send_cpu_per_byte"] * nbytes, p["recv_cpu"] + p["recv_cpu_per_byte"] * nbytes, wire)
+
+    b, k = probe.nbytes, probe.tensors
+    if probe.family == "free":  # k transfers pipelined behind one latency, on a second worker
+        return p["spanning_overhead"] + p["latency"] + k * one(b)
+    if probe.family == "sender-busy":  # k sends in the chain's way; the reference sends one scalar
+        return k * (p["send_cpu"] + p["send_cpu_per_byte"] * b) - (p["send_cpu"] + p["send_cpu_per_byte"] * 4.0)
+    if probe.family == "receiver-busy":
+        return k * (p["recv_cpu"] + p["recv_cpu_per_byte"] * b) - (p["recv_cpu"] + p["recv_cpu_per_byte"] * 4.0)
+    if probe.family == "ping-pong":  # every hop waits for the one before
+        return p["spanning_overhead"] + k * (p["latency"] + one(4.0))
+    # both-ways: each core sends k tensors and receives k
+    return (p["spanning_overhead"] + p["latency"]
+            + k * (p["send_cpu"] + p["send_cpu_per_byte"] * b + p["recv_cpu"] + p["recv_cpu_per_byte"] * b))
+
+
+def fit_calibration(probes: Sequence[Probe], timings: Mapping[str, Mapping[str, Sequence[float]]], *,
+                    target: str = "", devices: tuple[str, ...] = (), seed: int = 0, resamples: int = 200,
+                    machine: Mapping[str, object] | None = None) -> Calibration:
+    """The calibration from probe timings: `timings` maps each probe's name to each round's "reference" and
+    "probe" seconds. A pure function, so the fit can be checked on timings whose answer is known."""
+    probes = list(probes)
+    names = [probe.name for probe in probes]
+    try:
+        reference = np.array([timings[n]["reference"] for n in names], dtype=float)  # [probe, round]
+        placed = np.array([timings[n]["probe"] for n in names], dtype=float)
+    except KeyError as error:
+        raise ProfileError(f"no reference and probe timings for probe {error}") from None
+    if reference.ndim != 2 or reference.shape != placed.shape or reference.shape[1] < 1:
+        raise ProfileError("every probe needs the same number of reference and probe timings")
+
+    def family(name: str, *, sizes: bool) -> list[int]:
+        return [i for i, p in enumerate(probes) if p.family == name and (p.tensors == 1) == sizes]
+
+    needed = {"sizes": ("free", "sender-busy", "receiver-busy"), "counts": ("sender-busy", "receiver-busy")}
+    for what, families in needed.items():
+        for name in families:
+            if len(family(name, sizes=what == "sizes")) < 2:
+                raise ProfileError(f"calibrating needs at least two {name} probes of different {what[:-1]}s")
+    pingpong = [i for i, p in enumerate(probes) if p.family == "ping-pong"]
+    if len(pingpong) < 2:
+        raise ProfileError("calibrating needs at least two ping-pong probes of different hop counts")
+    nbytes = np.array([p.nbytes for p in probes])
+    tensors = np.array([float(p.tensors) for p in probes])
+
+    def core_costs(extra: np.ndarray, name: str) -> tuple[float, float]:
+        """Fixed and per-byte core seconds from a busy family: sizes give the slope per byte, counts per tensor."""
+        sizes, counts = family(name, sizes=True), family(name, sizes=False)
+        per_byte = max(_theil_sen(nbytes[sizes], extra[sizes])[0], 0.0)
+        per_tensor = _theil_sen(tensors[counts], extra[counts])[0]
+        return max(per_tensor - per_byte * nbytes[counts].mean(), 0.0), per_byte
 
     def fit(rounds: np.ndarray) -> dict[str, float]:
-        extra = np.median(split[:, rounds] - local[:, rounds], axis=1)  # paired within a round: drift cancels
-        slope, one_transfer = _theil_sen(np.array([4.0 * probes[names[i]][0] for i in sizes]), extra[sizes])
-        per_transfer, spanning = _theil_sen(np.array([float(probes[names[i]][1]) for i in counts]), extra[counts])
-        per_transfer, spanning = max(per_transfer, 0.0), max(spanning, 0.0)
-        return {"step_overhead": float(np.min(np.median(local[counts][:, rounds], axis=1))),
-                "spanning_overhead": spanning, "transfer_cpu": per_transfer,
-                "latency": max(one_transfer - spanning - per_transfer, 0.0),
-                "bandwidth": 1.0 / slope if slope > 0 else math.inf, "_slope": max(slope, 0.0)}
+        extra = np.median(placed[:, rounds] - reference[:, rounds], axis=1)  # paired within a round: drift cancels
+        p = {"step_overhead": float(np.min(np.median(reference[:, rounds], axis=1)))}
+        p["send_cpu"], p["send_cpu_per_byte"] = core_costs(extra, "sender-busy")
+        p["recv_cpu"], p["recv_cpu_per_byte"] = core_costs(extra, "receiver-busy")
+        core_per_byte = max(p["send_cpu_per_byte"], p["recv_cpu_per_byte"])
+        free = family("free", sizes=True)
+        free_per_byte = _theil_sen(nbytes[free], extra[free])[0]
+        # A wire only where the free transfers grow faster with size than the busier core explains.
+        p["bandwidth"] = 1.0 / free_per_byte if free_per_byte > 1.05 * core_per_byte and free_per_byte > 0 else math.inf
+        hop = _theil_sen(tensors[pingpong], extra[pingpong])[0]
+        p["latency"] = 0.0
+        p["latency"] = max(hop - modeled_extra(Probe("ping-pong", 1, 1), {**p, "spanning_overhead": 0.0}), 0.0)
+        frees = [i for i, q in enumerate(probes) if q.family == "free"]
+        p["spanning_overhead"] = max(float(np.median(
+            [extra[i] - modeled_extra(probes[i], {**p, "spanning_overhead": 0.0}) for i in frees])), 0.0)
+        return p
 
-    all_rounds = np.arange(local.shape[1])
+    all_rounds = np.arange(reference.shape[1])
     best = fit(all_rounds)
     rng = np.random.default_rng(seed)
     draws = [fit(rng.choice(all_rounds, size=len(all_rounds))) for _ in range(resamples)]
-    intervals = {name: (float(np.percentile([d[name] for d in draws], 5)),
-                        float(np.percentile([d[name] for d in draws], 95))) for name in PARAMETERS}
-    extra = np.median(split - local, axis=1)
-    split_time = np.median(split, axis=1)
-    residuals = {}
-    for i in sizes:
-        fitted = best["spanning_overhead"] + best["transfer_cpu"] + best["latency"] + 4.0 * probes[names[i]][0] * best["_slope"]
-        residuals[names[i]] = float((extra[i] - fitted) / split_time[i])
-    for i in counts:
-        fitted = best["spanning_overhead"] + best["transfer_cpu"] * probes[names[i]][1]
-        residuals[names[i]] = float((extra[i] - fitted) / split_time[i])
+    intervals = {name: _interval([d[name] for d in draws]) for name in PARAMETERS}
+    extra = np.median(placed - reference, axis=1)
+    step = np.median(placed, axis=1)
+    residuals = {probe.name: float((extra[i] - modeled_extra(probe, best)) / step[i]) for i, probe in enumerate(probes)}
     return Calibration(
         **{name: float(best[name]) for name in PARAMETERS},
-        samples={n: {"local": list(map(float, timings[n]["local"])), "split": list(map(float, timings[n]["split"]))}
-                 for n in names},
-        target=target, devices=tuple(devices), intervals=intervals, residuals=residuals, rounds=local.shape[1],
+        samples={n: {side: list(map(float, timings[n][side])) for side in ("reference", "probe")} for n in names},
+        target=target, devices=tuple(devices), intervals=intervals, residuals=residuals,
+        rounds=reference.shape[1], machine=dict(machine or {}),
     )
+
+
+def _interval(values: Sequence[float]) -> tuple[float, float]:
+    """The 5th and 95th percentiles; an infinite bandwidth (no wire limit) counts as the largest value."""
+    ordered = np.sort(np.asarray(values, dtype=float))
+    rank = lambda q: ordered[min(int(round(q * (len(ordered) - 1))), len(ordered) - 1)]  # noqa: E731
+    return float(rank(0.05)), float(rank(0.95))
 
 
 def _theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -240,23 +390,76 @@ def _theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return slope, float(np.median(y - slope * x))
 
 
-def _probe_graph(elements: int, tensors: int):
+# Which worker each role's ops run on: (reference placement, probe placement).
+_ROLES = {
+    "free": {"maker": (0, 0), "reader": (0, 1), "total": (0, 1)},
+    "sender-busy": {"maker": (0, 0), "trigger": (0, 0), "chain": (0, 0), "reader": (0, 1), "total": (1, 1)},
+    "receiver-busy": {"maker": (0, 0), "trigger": (0, 0), "chain": (1, 1), "reader": (0, 1), "total": (1, 1)},
+    "ping-pong": {"maker": (0, 0), "total": (0, 0)},  # hop i runs on worker i % 2 in the probe
+    "both-ways": {"maker": (0, 0), "reader": (0, 1), "backmaker": (0, 1), "backreader": (0, 0), "total": (0, 0)},
+}
+
+
+def probe_placements(probe: Probe, devices: DeviceSet):
+    """The probe's graph, its reference placement and its probe placement on devices 0 and 1."""
+    from placer.placement import Placement
+
+    graph = _probe_graph(probe)
+    roles = _ROLES[probe.family]
+
+    def worker(op_name: str, side: int) -> int:
+        role = op_name.split("/")[0].split("_")[0]
+        if role == "hop":
+            return int(op_name.split("/")[0].split("_")[1]) % 2 if side else 0
+        return roles.get(role, roles["total"])[side]
+
+    return graph, *(Placement.from_op_devices(graph, devices, {op.name: devices[worker(op.name, side)].name
+                                                             for op in graph.ops}) for side in (0, 1))
+
+
+def _probe_graph(probe: Probe):
     import tensorflow as tf
 
     from placer.graph.build import graph_from_function
 
+    def tensors(prefix: str, seed: int) -> list:
+        made = []
+        for i in range(probe.tensors):
+            with tf.name_scope(f"{prefix}_{i}"):
+                made.append(tf.random.uniform([probe.elements], seed=seed + i))
+        return made
+
+    def read(prefix: str, made: list):
+        # Read one element: the whole tensor is still sent, but receiving costs no compute that moving off
+        # the sender's core would save. The sum keeps what goes back to the fetch one scalar.
+        with tf.name_scope(f"{prefix}_sum"):
+            return tf.add_n([x[1] for x in made]) if len(made) > 1 else made[0][1]
+
     def build():
-        sums = []
-        for i in range(tensors):
-            with tf.name_scope(f"sender_{i}"):
-                x = tf.random.uniform([elements], seed=i)
-            with tf.name_scope(f"receiver_{i}"):
-                # Read one element: the whole tensor is still sent, but receiving costs no compute that
-                # moving off the sender's core would save.
-                sums.append(x[0])
-        with tf.name_scope("receiver_total"):
-            total = tf.add_n(sums) if len(sums) > 1 else sums[0]
+        outputs = []
+        if probe.family == "ping-pong":
+            with tf.name_scope("maker"):
+                x = tf.random.uniform([1], seed=1)
+            for hop in range(1, probe.tensors + 1):
+                with tf.name_scope(f"hop_{hop}"):
+                    x = x + 1.0
+            outputs.append(x[0])
+        else:
+            made = tensors("maker", 0)
+            outputs.append(read("reader", made))
+            if probe.family in ("sender-busy", "receiver-busy"):
+                with tf.name_scope("trigger"):  # the chain starts once the tensors exist, as their transfer does
+                    trigger = made[0][0]
+                with tf.name_scope("chain"):
+                    h = tf.random.uniform([256, 256], seed=7) + 0.0 * trigger
+                    for _ in range(BUSY_CHAIN_MATMULS):
+                        h = tf.tanh(tf.matmul(h, h) * 0.01)
+                    outputs.append(h[0, 0])
+            if probe.family == "both-ways":
+                outputs.append(read("backreader", tensors("backmaker", 100)))
+        with tf.name_scope("total"):
+            total = tf.add_n(outputs) if len(outputs) > 1 else outputs[0]
         # Fetched as the loss: grappler prunes side-effect-free ops that only a control edge would run.
         return tf.group(total, name="train_op"), total
 
-    return graph_from_function(build, name=f"probe-{elements}x{tensors}")
+    return graph_from_function(build, name=f"probe-{probe.family}-{probe.elements}x{probe.tensors}")

@@ -3,73 +3,96 @@ how well it fits, and refuses to be applied to devices it was not made for."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
-from placer.calibrate import Calibration, fit_calibration, load_calibration
+from placer.calibrate import Calibration, default_probes, fit_calibration, load_calibration, modeled_extra
 from placer.devices import local_devices
 from placer.errors import ProfileError
 
-TRUTH = {"step_overhead": 2e-3, "spanning_overhead": 1e-3, "transfer_cpu": 50e-6, "latency": 200e-6, "bandwidth": 1.5e9}
-SIZES = (1_000, 10_000, 100_000, 1_000_000, 4_000_000)
-COUNTS = (1, 4, 16, 32)
+TRUTH = {"step_overhead": 2e-3, "spanning_overhead": 1e-3, "send_cpu": 40e-6, "send_cpu_per_byte": 0.4e-9,
+         "recv_cpu": 90e-6, "recv_cpu_per_byte": 0.9e-9, "latency": 150e-6, "bandwidth": math.inf}
+PROBES = default_probes()
 
 
-def _probes():
-    probes = {f"size {n}": (n, 1) for n in SIZES}
-    probes.update({f"count {k}": (1_000, k) for k in COUNTS})
-    return probes
-
-
-def _timings(rounds=5, noise=0.02, seed=0, disturb=None, drift=0.3):
-    """Timings a machine with TRUTH's costs would give: the local step, and the split step that adds the
-    transfers, with multiplicative noise and a drift shared by both sides of a round."""
+def _timings(rounds=5, noise=0.02, seed=0, disturb=None, drift=0.3, truth=TRUTH):
+    """Timings a machine with `truth`'s costs would give: each probe's reference step and the probe step that
+    adds its transfers, with multiplicative noise and a drift shared by both sides of a round."""
     rng = np.random.default_rng(seed)
     timings = {}
-    for name, (elements, tensors) in _probes().items():
-        transfer = (TRUTH["spanning_overhead"] + tensors * TRUTH["transfer_cpu"]
-                    + (TRUTH["latency"] + 4.0 * elements / TRUTH["bandwidth"] if name.startswith("size") else 0.0))
-        local, split = [], []
+    for probe in PROBES:
+        base = truth["step_overhead"] + (20e-3 if "busy" in probe.family else 0.0)  # the busy chain
+        extra = modeled_extra(probe, truth)
+        reference, placed = [], []
         for r in range(rounds):
             speed = 1.0 + drift * r / rounds  # the machine slows down over the rounds
-            local.append(TRUTH["step_overhead"] * speed * (1 + noise * rng.standard_normal()))
-            split.append((TRUTH["step_overhead"] + transfer) * speed * (1 + noise * rng.standard_normal())
-                         + (disturb[1] if disturb and disturb[0] == name else 0.0))
-        timings[name] = {"local": local, "split": split}
+            reference.append(base * speed * (1 + noise * rng.standard_normal()))
+            placed.append((base + extra) * speed * (1 + noise * rng.standard_normal())
+                          + (disturb[1] if disturb and disturb[0] == probe.name else 0.0))
+        timings[probe.name] = {"reference": reference, "probe": placed}
     return timings
 
 
-def test_the_fit_recovers_known_link_costs_with_intervals_that_cover_them():
-    calibration = fit_calibration(_probes(), _timings(noise=0.005, drift=0.0))
-    assert calibration.bandwidth == pytest.approx(TRUTH["bandwidth"], rel=0.1)
-    assert calibration.spanning_overhead + calibration.transfer_cpu + calibration.latency == pytest.approx(
-        TRUTH["spanning_overhead"] + TRUTH["transfer_cpu"] + TRUTH["latency"], rel=0.15)
-    assert calibration.transfer_cpu == pytest.approx(TRUTH["transfer_cpu"], rel=0.2)
-    for name in ("bandwidth", "transfer_cpu", "spanning_overhead"):
+def test_the_fit_recovers_known_transfer_costs_with_intervals_that_cover_them():
+    calibration = fit_calibration(PROBES, _timings(noise=0.002, drift=0.0))
+    for name in ("send_cpu_per_byte", "recv_cpu_per_byte", "recv_cpu", "spanning_overhead"):
+        assert getattr(calibration, name) == pytest.approx(TRUTH[name], rel=0.15), name
         low, high = calibration.intervals[name]
         assert low <= getattr(calibration, name) <= high
+    assert calibration.send_cpu == pytest.approx(TRUTH["send_cpu"], abs=15e-6)
+    assert calibration.latency == pytest.approx(TRUTH["latency"], abs=40e-6)
+    assert math.isinf(calibration.bandwidth)  # the cores, not a wire, bound these transfers
     assert not calibration.poor_fit
 
 
+def test_a_wire_slower_than_both_cores_is_found():
+    truth = {**TRUTH, "bandwidth": 0.5e9}  # 2 ns per byte, slower than either core
+    calibration = fit_calibration(PROBES, _timings(noise=0.002, drift=0.0, truth=truth))
+    assert calibration.bandwidth == pytest.approx(0.5e9, rel=0.15)
+
+
 def test_a_disturbed_probe_does_not_move_the_fit_and_shows_in_its_residual():
-    clean = fit_calibration(_probes(), _timings())
+    clean = fit_calibration(PROBES, _timings())
     # every round of one probe met a busy machine: 20 ms more
-    disturbed = fit_calibration(_probes(), _timings(disturb=("size 100000", 20e-3)))
-    assert disturbed.bandwidth == pytest.approx(clean.bandwidth, rel=0.2)
-    assert disturbed.transfer_cpu == pytest.approx(clean.transfer_cpu, rel=0.2)
+    disturbed = fit_calibration(PROBES, _timings(disturb=("receiver-busy 100000x1", 20e-3)))
+    assert disturbed.recv_cpu_per_byte == pytest.approx(clean.recv_cpu_per_byte, rel=0.2)
+    assert disturbed.send_cpu_per_byte == pytest.approx(clean.send_cpu_per_byte, rel=0.2)
     worst = max(disturbed.residuals, key=lambda name: abs(disturbed.residuals[name]))
-    assert worst == "size 100000" and disturbed.poor_fit and "POOR FIT" in disturbed.describe()
+    assert worst == "receiver-busy 100000x1" and disturbed.poor_fit and "POOR FIT" in disturbed.describe()
 
 
 def test_drift_between_rounds_cancels_because_sides_are_paired_within_a_round():
-    steady = fit_calibration(_probes(), _timings(drift=0.0, noise=0.0))
-    drifting = fit_calibration(_probes(), _timings(drift=0.5, noise=0.0))
-    assert drifting.bandwidth == pytest.approx(steady.bandwidth, rel=0.35)
+    steady = fit_calibration(PROBES, _timings(drift=0.0, noise=0.0))
+    drifting = fit_calibration(PROBES, _timings(drift=0.5, noise=0.0))
+    assert drifting.recv_cpu_per_byte == pytest.approx(steady.recv_cpu_per_byte, rel=0.35)
+
+
+def test_the_both_ways_probes_check_the_model_without_being_fitted():
+    # A machine where sending and receiving at once cost each core only the larger of the two: the check
+    # probes miss, the fit does not move, and the calibration says so without calling itself a poor fit.
+    timings = _timings(noise=0.0, drift=0.0)
+    for probe in PROBES:
+        if probe.family == "both-ways":
+            timings[probe.name]["probe"] = [t - 0.5 * probe.tensors * probe.nbytes * 0.4e-9 - 0.3e-3
+                                            for t in timings[probe.name]["probe"]]
+    calibration = fit_calibration(PROBES, timings)
+    assert calibration.recv_cpu_per_byte == pytest.approx(TRUTH["recv_cpu_per_byte"], rel=0.05)
+    assert set(calibration.check_residuals) == {p.name for p in PROBES if p.family == "both-ways"}
+    assert min(calibration.check_residuals.values()) < -0.05
+    assert not calibration.poor_fit and "model check" in calibration.describe()
+
+
+def test_a_fit_without_the_probes_it_needs_is_refused():
+    without_busy = [p for p in PROBES if p.family != "sender-busy"]
+    with pytest.raises(ProfileError, match="sender-busy"):
+        fit_calibration(without_busy, _timings())
 
 
 def test_a_calibration_refuses_devices_it_was_not_made_for(tmp_path):
     made_on = local_devices(logical_cpus=2)
-    calibration = fit_calibration(_probes(), _timings(), target="local:2", devices=made_on.names)
+    calibration = fit_calibration(PROBES, _timings(), target="local:2", devices=made_on.names)
     path = calibration.save(tmp_path / "calibration.json")
     loaded = load_calibration(path)
     assert loaded == calibration
@@ -88,7 +111,7 @@ def test_a_damaged_calibration_file_is_refused_with_what_to_do(tmp_path, content
 
 
 def test_a_poor_fit_warns_when_applied():
-    calibration = fit_calibration(_probes(), _timings(disturb=("count 4", 30e-3)))
+    calibration = fit_calibration(PROBES, _timings(disturb=("sender-busy 1000x4", 30e-3)))
     assert isinstance(calibration, Calibration) and calibration.poor_fit
     with pytest.warns(RuntimeWarning, match="poorly"):
         calibration.apply(local_devices(logical_cpus=2))
@@ -104,7 +127,7 @@ def test_a_calibrated_target_simulates_the_testbed_with_costs_profiled_there_onc
     from placer.placement import Placement
 
     workers = tuple(f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(2))
-    path = fit_calibration(_probes(), _timings(), target="local:2", devices=workers).save(tmp_path / "testbed.json")
+    path = fit_calibration(PROBES, _timings(), target="local:2", devices=workers).save(tmp_path / "testbed.json")
     with open_target(mlp, f"calibrated:{path}") as target:  # profiles the graph on local:2, once
         assert target.backend == "simulated" and target.devices.names == workers
         one = target.evaluate(Placement.single_device(mlp, target.devices))
@@ -133,7 +156,7 @@ def test_train_on_a_calibrated_target_is_simulated_and_a_missing_file_is_refused
     from agents.launch import add_arguments, config_from_args
     from placer.errors import PlacerError
 
-    path = fit_calibration(_probes(), _timings(), target="local:2",
+    path = fit_calibration(PROBES, _timings(), target="local:2",
                            devices=("/job:worker/replica:0/task:0/device:CPU:0",
                                     "/job:worker/replica:0/task:1/device:CPU:0")).save(tmp_path / "c.json")
     parser = argparse.ArgumentParser()
@@ -159,3 +182,19 @@ def test_placer_calibrate_probes_the_testbed_and_saves_a_fit_that_says_how_good_
     assert report["target"] == "local:2" and calibration.rounds == 2 and len(calibration.devices) == 2
     assert calibration.step_overhead > 0 and calibration.bandwidth > 1e6
     assert set(calibration.residuals) == set(calibration.samples) and set(calibration.intervals) >= {"bandwidth"}
+
+
+def test_a_calibration_from_an_older_placer_or_another_machine_says_what_to_rerun(tmp_path):
+    import json
+
+    made_on = local_devices(logical_cpus=2)
+    elsewhere = {"processor": "some other processor", "cores": 64}
+    calibration = fit_calibration(PROBES, _timings(), target="local:2", devices=made_on.names, machine=elsewhere)
+    path = calibration.save(tmp_path / "calibration.json")
+    with pytest.warns(RuntimeWarning, match="another machine.*placer calibrate"):
+        load_calibration(path).apply(made_on)
+    old = json.loads(path.read_text())
+    old.pop("version")
+    path.write_text(json.dumps(old))
+    with pytest.raises(ProfileError, match="older placer.*calibrate again"):
+        load_calibration(path)

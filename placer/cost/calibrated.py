@@ -7,6 +7,7 @@ was made on (e.g. `local:2`): milliseconds per placement instead of a real step.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from placer.calibrate import Calibration, load_calibration
@@ -36,8 +37,11 @@ def cost_cache_dir(calibration_path: str | Path) -> Path:
 
 
 def cost_cache(calibration_path: str | Path, graph: OpGraph) -> Path:
-    """Where the op costs of `graph` profiled on the calibrated target are kept."""
-    return cost_cache_dir(calibration_path) / f"{graph.name}-{graph.fingerprint[:16]}.json"
+    """Where the op costs of `graph` profiled on the calibrated target are kept. The name carries a digest
+    of the calibration file, so a calibration redone into the same file does not reuse costs profiled net
+    of the old one's step overhead."""
+    digest = hashlib.sha256(Path(calibration_path).read_bytes()).hexdigest()[:8]
+    return cost_cache_dir(calibration_path) / f"{graph.name}-{graph.fingerprint[:16]}-{digest}.json"
 
 
 def profiled_costs(graph: OpGraph, calibration: Calibration, calibration_path: str | Path):

@@ -2,8 +2,17 @@
 
 It behaves like TensorFlow's executor: an op starts when its inputs have arrived and its device has a
 free slot (inter-op threads on a CPU, one compute stream on a GPU), ready ops start in the order they
-became ready; a tensor needed on another device is sent once per destination over the link between the
-two devices, and a link carries one transfer at a time in the order they were requested.
+became ready. A tensor needed on another device is sent once per destination:
+- Over the link between the two devices, which carries one transfer's bytes at a time in the order they
+  were requested (bytes / bandwidth), while latency overlaps: it delays a transfer, it does not hold the
+  link, so many small tensors in flight pay it once, not once each (probes on the gRPC testbed: 32 small
+  tensors at once cost far less than 32 single-tensor latencies).
+- On gRPC workers, also on both cores: the sender serializes the tensor (a task in the sender's ready
+  queue, `send_fixed + send_per_byte * bytes` of one slot) and the receiver deserializes it (`recv_fixed
+  + recv_per_byte * bytes`); the receiver starts once the first bytes are in (latency after the send
+  starts) and the tensor is there when both ends are done. Probes with a busy chain on one worker
+  measured both costs; with both workers idle, one transfer took about the larger of the two, not their
+  sum (`placer calibrate`).
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from numba import njit
 EVENT_OP_DONE = 0  # a real op, or a receive (id n + tensor * d + device), finished
 EVENT_ARRIVAL = 1  # one consumer edge's input is available on the consumer's device
 EVENT_RECEIVED = 2  # a transfer reached its device; its receive now waits for a compute slot
+EVENT_SEND_DONE = 3  # the sender finished serializing a tensor (id n + t * d + tensor * d + target)
 
 
 @njit(cache=True)
@@ -75,7 +85,10 @@ def simulate_step(
     link_bandwidth,  # [d, d] bytes per second (0: no link)
     link_latency,   # [d, d] seconds
     persistent,     # [d] bytes resident all step (variables)
-    transfer_cpu,   # seconds of the receiving device's compute slot each transfer takes (0: none)
+    send_fixed,     # seconds of the sending device's slot per transfer (all four 0: links only)
+    send_per_byte,  # ... and per byte sent
+    recv_fixed,     # seconds of the receiving device's slot per transfer
+    recv_per_byte,  # ... and per byte received
 ):
     n = op_device.shape[0]
     m = out_dst.shape[0]
@@ -96,6 +109,8 @@ def simulate_step(
     uses = np.zeros(n, dtype=np.int64)  # outstanding readers of each op's outputs on its own device
     recv_uses = np.zeros((t_count, d), dtype=np.int64)  # outstanding readers of a received tensor
     missing_link = -1
+    on_cores = send_fixed > 0.0 or send_per_byte > 0.0 or recv_fixed > 0.0 or recv_per_byte > 0.0
+    arrival_floor = np.zeros((t_count, d))  # a received tensor is there no earlier than its last byte
     first_edge = np.full(t_count, -1, dtype=np.int64)
     for e in range(m):
         if first_edge[out_tensor[e]] < 0:
@@ -113,11 +128,14 @@ def simulate_step(
                     uses[i] += 1
                 recv_uses[tensor, op_device[j]] += 1
 
-    ready_time = np.empty((d, n + t_count))
-    ready_key = np.empty((d, n + t_count), dtype=np.int64)
+    # A device's queue holds its ops, a receive per tensor and, on cores, a send per tensor and destination.
+    capacity = n + t_count * (d if on_cores else 1)
+    ready_time = np.empty((d, capacity))
+    ready_key = np.empty((d, capacity), dtype=np.int64)
     ready_size = np.zeros(d, dtype=np.int64)
-    event_time = np.empty(n + 3 * m + 1)
-    event_key = np.empty(n + 3 * m + 1, dtype=np.int64)
+    send_base = n + t_count * d
+    event_time = np.empty(n + 4 * m + 1)
+    event_key = np.empty(n + 4 * m + 1, dtype=np.int64)
     events = 0
 
     for i in range(n):
@@ -133,9 +151,31 @@ def simulate_step(
             while free_slots[dev] > 0 and ready_size[dev] > 0:
                 ready_at, i, ready_size[dev] = _pop(ready_time[dev], ready_key[dev], ready_size[dev])
                 free_slots[dev] -= 1
+                if i >= send_base:  # a send: serialize, and put the bytes on the link
+                    tensor = (i - send_base) // d
+                    target = (i - send_base) % d
+                    size = tensor_bytes[tensor]
+                    cost = send_fixed + send_per_byte * size
+                    busy[dev] += cost
+                    bandwidth = link_bandwidth[dev, target]
+                    if bandwidth <= 0.0:
+                        missing_link = dev * d + target
+                        bandwidth = 1e300
+                    begin = max(now, link_free[dev, target])
+                    link_free[dev, target] = begin + size / bandwidth
+                    link_bytes[dev, target] += size
+                    xfer_start[tensor, target] = begin
+                    arrival_floor[tensor, target] = max(now + cost, begin + size / bandwidth) + link_latency[dev, target]
+                    receive = n + tensor * d + target
+                    events = _push(event_time, event_key, events, begin + link_latency[dev, target],
+                                   receive * 4 + EVENT_RECEIVED)
+                    events = _push(event_time, event_key, events, now + cost, i * 4 + EVENT_SEND_DONE)
+                    continue
                 if i >= n:  # a receive
-                    busy[dev] += transfer_cpu
-                    events = _push(event_time, event_key, events, now + transfer_cpu, i * 4 + EVENT_OP_DONE)
+                    tensor = (i - n) // d
+                    cost = recv_fixed + recv_per_byte * tensor_bytes[tensor]
+                    busy[dev] += cost
+                    events = _push(event_time, event_key, events, now + cost, i * 4 + EVENT_OP_DONE)
                     continue
                 start[i] = now
                 cost = op_cost[i, dev]
@@ -148,7 +188,10 @@ def simulate_step(
             break
         now, key, events = _pop(event_time, event_key, events)
         kind = key & 3
-        if kind == EVENT_RECEIVED:
+        if kind == EVENT_SEND_DONE:
+            tensor = ((key >> 2) - send_base) // d
+            free_slots[op_device[edge_src[first_edge[tensor]]]] += 1
+        elif kind == EVENT_RECEIVED:
             i = key >> 2
             target = (i - n) % d
             ready_size[target] = _push(ready_time[target], ready_key[target], ready_size[target], now, i)
@@ -157,10 +200,12 @@ def simulate_step(
             tensor = (i - n) // d
             target = (i - n) % d
             free_slots[target] += 1
+            there = max(now, arrival_floor[tensor, target])
+            arrival[tensor, target] = there
             src = edge_src[first_edge[tensor]]
             for e in range(out_ptr[src], out_ptr[src + 1]):
                 if out_tensor[e] == tensor and op_device[out_dst[e]] == target:
-                    events = _push(event_time, event_key, events, now, e * 4 + EVENT_ARRIVAL)
+                    events = _push(event_time, event_key, events, there, e * 4 + EVENT_ARRIVAL)
         elif kind == EVENT_OP_DONE:
             i = key >> 2
             dev = op_device[i]
@@ -190,23 +235,25 @@ def simulate_step(
                     continue
                 tensor = out_tensor[e]
                 first = arrival[tensor, target] < 0.0
+                if on_cores:
+                    if first:  # the sender serializes it when a slot frees; the receive follows
+                        arrival[tensor, target] = np.inf
+                        send = send_base + tensor * d + target
+                        # Ahead of the ops waiting there: gRPC threads serve a tensor as soon as it exists.
+                        ready_size[dev] = _push(ready_time[dev], ready_key[dev], ready_size[dev], -1.0, send)
+                    # Later consumers of the same tensor get their arrival when the receive is done.
+                    continue
                 if first:
                     bandwidth = link_bandwidth[dev, target]
                     if bandwidth <= 0.0:
                         missing_link = dev * d + target
                         bandwidth = 1e300
                     begin = max(now, link_free[dev, target])
-                    done = begin + link_latency[dev, target] + tensor_bytes[tensor] / bandwidth
-                    link_free[dev, target] = done
+                    link_free[dev, target] = begin + tensor_bytes[tensor] / bandwidth
                     link_bytes[dev, target] += tensor_bytes[tensor]
-                    arrival[tensor, target] = done
+                    arrival[tensor, target] = link_free[dev, target] + link_latency[dev, target]
                     xfer_start[tensor, target] = begin
-                if transfer_cpu > 0.0:
-                    if first:
-                        receive = n + tensor * d + target
-                        events = _push(event_time, event_key, events, arrival[tensor, target], receive * 4 + EVENT_RECEIVED)
-                else:
-                    events = _push(event_time, event_key, events, arrival[tensor, target], e * 4 + EVENT_ARRIVAL)
+                events = _push(event_time, event_key, events, arrival[tensor, target], e * 4 + EVENT_ARRIVAL)
         else:
             e = key >> 2
             j = out_dst[e]

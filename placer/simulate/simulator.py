@@ -34,9 +34,16 @@ class SimulatorConfig:
     """Fixed seconds added to every step (session.run and RPC round trips), from calibration."""
     spanning_overhead: float = 0.0
     """Fixed seconds added per device beyond the first that a step runs ops on (one more worker)."""
-    transfer_cpu: float = 0.0
-    """Seconds of the receiving device's compute slot each incoming transfer takes: on a worker pinned to
-    one core, deserializing a gRPC message competes with the ops (from calibration; ~0 on GPUs)."""
+    send_cpu: float = 0.0
+    """Seconds of the sending device's compute slot each outgoing transfer takes: on a gRPC worker pinned to
+    one core, serializing a tensor competes with the ops (from calibration; 0 on modeled GPUs, whose copy
+    engines move bytes without the compute stream)."""
+    send_cpu_per_byte: float = 0.0
+    """... and per byte sent."""
+    recv_cpu: float = 0.0
+    """Seconds of the receiving device's compute slot each incoming transfer takes (deserializing it)."""
+    recv_cpu_per_byte: float = 0.0
+    """... and per byte received."""
     default_link: Link | None = None
     """Link for device pairs the device set has none for; without it such a transfer is an error."""
     bytes_per_parameter: int = 4
@@ -139,7 +146,8 @@ class Simulator:
          missing_link) = simulate_step(
             op_device, self.op_cost, self.op_alloc, self.out_ptr, self.out_dst, self.out_tensor, self.in_ptr,
             self.in_edge, self.edge_src, self.tensor_bytes, self.in_degree, self.slots, self.link_bandwidth,
-            self.link_latency, persistent, float(self.config.transfer_cpu),
+            self.link_latency, persistent, float(self.config.send_cpu), float(self.config.send_cpu_per_byte),
+            float(self.config.recv_cpu), float(self.config.recv_cpu_per_byte),
         )
         if missing_link >= 0:
             a, b = divmod(int(missing_link), len(self.devices))

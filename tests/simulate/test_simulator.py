@@ -78,11 +78,50 @@ def test_towers_on_two_devices_overlap_and_pay_one_transfer(towers):
 def test_receiving_a_transfer_can_take_the_receiving_device_s_compute_slot(towers):
     devices = two_devices(bandwidth="1e9", latency=0.5e-3)
     table = costs(towers, TOWER_COSTS)
-    simulator = Simulator(towers, devices, table, SimulatorConfig(transfer_cpu=1e-3))
+    simulator = Simulator(towers, devices, table, SimulatorConfig(recv_cpu=1e-3))
     result = simulator.simulate(place(towers, devices, **{"b/": 1}))
-    # As before, but the arrival at 4.5 ms is received on CPU:0 for 1 ms before the join can start.
-    assert result.step_time == pytest.approx((3 + 1.5 + 1 + 3 + 4) * MS)
+    # b's square is sent at 3 ms; the receive starts on CPU:0 as its first bytes arrive (0.5 ms later)
+    # and takes 1 ms of CPU:0, but the last byte is there only at 3 + 1 + 0.5 ms: the join starts at 4.5 ms.
+    assert result.step_time == pytest.approx((3 + 1 + 0.5 + 3 + 4) * MS)
     assert result.device_busy[devices[0].name] == pytest.approx((3 + 1 + 3 + 4) * MS)
+
+
+def test_a_transfer_is_there_when_the_slower_core_is_done_as_sending_and_receiving_overlap(towers):
+    devices = two_devices(bandwidth="1e12", latency=0.5e-3)
+    table = costs(towers, TOWER_COSTS)
+    # 1 MB: the sender's core serializes it in 1 + 1 ms, the receiver's deserializes it in 0.5 + 3 ms.
+    config = SimulatorConfig(send_cpu=1e-3, send_cpu_per_byte=1e-9, recv_cpu=0.5e-3, recv_cpu_per_byte=3e-9)
+    result = Simulator(towers, devices, table, config).simulate(place(towers, devices, **{"b/": 1}))
+    # b done at 3 ms; the receive starts at 3.5 ms and ends at 7 ms; the join runs 7-10, the total 10-14.
+    assert result.step_time == pytest.approx(14 * MS, rel=1e-6)
+    assert result.device_busy[devices[1].name] == pytest.approx((3 + 2) * MS, rel=1e-6)  # b's ops and the send
+
+
+def test_a_send_takes_the_sender_s_core_from_its_other_ops(towers):
+    devices = two_devices(bandwidth="1e12", latency=0.0)
+    table = costs(towers, TOWER_COSTS)
+    placement = place(towers, devices, **{"b/": 1, "join": 1, "total": 1})
+    free = Simulator(towers, devices, table).simulate(placement, timeline=True)
+    busy = Simulator(towers, devices, table, SimulatorConfig(send_cpu=5e-3)).simulate(placement, timeline=True)
+    sent_by_cpu0 = [t for t in busy.transfers if t.source == devices[0].name]
+    assert {t.tensor for t in sent_by_cpu0} == {"a/square:0", "Const:0"}  # the sum's axis is a constant on CPU:0
+    # Each send holds CPU:0 for 5 ms: its busy time grows by 10 ms, and a's square, which waits behind the
+    # constant's send (sends go first), reaches the join 10 ms later than with free sends.
+    assert busy.device_busy[devices[0].name] == pytest.approx(free.device_busy[devices[0].name] + 10 * MS)
+    join = {o.name: o for o in busy.ops}["join"].start - {o.name: o for o in free.ops}["join"].start
+    assert join == pytest.approx(10 * MS, rel=1e-3)
+
+
+def test_latency_overlaps_when_many_tensors_are_in_flight_at_once():
+    def build():
+        parts = [tf.random.uniform([10], seed=i, name=f"source_{i}") for i in range(32)]
+        return tf.group(tf.add_n(parts, name="total"), name="train_op")
+
+    graph = graph_from_function(build, name="fan-in")
+    devices = two_devices(bandwidth="1e12", latency=1e-3)
+    result = Simulator(graph, devices, costs(graph)).simulate(place(graph, devices, **{"source": 1}))
+    # 32 tensors sent at once over a link with 1 ms latency arrive together after 1 ms, not after 32 ms.
+    assert result.step_time == pytest.approx(1 * MS, rel=1e-3)
 
 
 def test_transfers_on_a_shared_link_go_one_after_the_other(towers):
