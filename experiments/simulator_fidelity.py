@@ -282,7 +282,7 @@ def measure_model(plan: ModelPlan, args) -> list[dict[str, Any]]:
 
     config = MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats)
     placements = {c.label: c.placement for c in plan.candidates}
-    with open_target(plan.graph, MEASURED_TARGET, "measured", measure_config=config) as measured:
+    with open_target(plan.graph, MEASURED_TARGET, backend="measured", measure_config=config) as measured:
         if plan.simulated.spec.calibration is not None:
             plan.simulated.spec.calibration.check_devices(measured.devices)
         with tqdm(total=len(placements) * args.rounds, desc=plan.name, unit="placement", leave=False,

@@ -175,7 +175,7 @@ class Simulator:
         peak_memory = {name: int(p) for name, p in zip(names, peak)}
         return SimResult(
             step_time=float(step_time) + self.config.step_overhead
-            + self.config.spanning_overhead * max(len(np.unique(op_device)) - 1, 0),
+            + self.config.spanning_overhead * max(len(np.unique(group_devices)) - 1, 0),
             device_busy={name: float(b) for name, b in zip(names, busy)},
             peak_memory=peak_memory,
             link_bytes={(names[a], names[b]): int(link_bytes[a, b]) for a, b in np.argwhere(link_bytes > 0)},
