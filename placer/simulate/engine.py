@@ -150,6 +150,8 @@ def simulate_step(
             dev = op_device[i]
             ready_size[dev] = _push(ready_time[dev], ready_key[dev], ready_size[dev], 0.0, i)
 
+    deferred = np.empty(n, dtype=np.int64)  # ops made ready by a same-device input, not yet queued
+    deferred_count = 0
     now = 0.0
     finished = 0
     while True:
@@ -191,6 +193,15 @@ def simulate_step(
                 if live[dev] > peak[dev]:
                     peak[dev] = live[dev]
                 events = _push(event_time, event_key, events, now + cost, i * 4 + EVENT_OP_DONE)
+        if deferred_count > 0:
+            # Ops an op just made ready join the queue only after the ops already waiting had their chance
+            # at the slot it freed, as when their inputs arrived by events at the same time.
+            for k in range(deferred_count):
+                j = deferred[k]
+                dev = op_device[j]
+                ready_size[dev] = _push(ready_time[dev], ready_key[dev], ready_size[dev], now, j)
+            deferred_count = 0
+            continue
         if events == 0:
             break
         now, key, events = _pop(event_time, event_key, events)
@@ -237,10 +248,11 @@ def simulate_step(
             for e in range(out_ptr[i], out_ptr[i + 1]):
                 j = out_dst[e]
                 target = op_device[j]
-                if target == dev:  # available at once: no event round trip (most edges; half the time)
+                if target == dev:  # available at once, without an event round trip (most edges)
                     pending[j] -= 1
                     if pending[j] == 0:
-                        ready_size[dev] = _push(ready_time[dev], ready_key[dev], ready_size[dev], now, j)
+                        deferred[deferred_count] = j
+                        deferred_count += 1
                     continue
                 tensor = out_tensor[e]
                 first = arrival[tensor, target] < 0.0
