@@ -162,7 +162,15 @@ def test_a_measured_failure_is_a_row_with_its_message_left_out_of_the_metrics(tw
 
     built, _ = candidates
     chosen = built[:4]
-    monkeypatch.setattr(fidelity, "open_target", lambda *args, **kwargs: FakeTestbed(twin, chosen[1].placement))
+    import inspect
+
+    from placer.cost import open_target
+
+    def fake_open_target(*args, **kwargs):
+        inspect.signature(open_target).bind(*args, **kwargs)  # called as the real one can be
+        return FakeTestbed(twin, chosen[1].placement)
+
+    monkeypatch.setattr(fidelity, "open_target", fake_open_target)
     plan = fidelity.ModelPlan("two-tower", False, two_tower, twin, chosen,
                               {c.label: twin.evaluate(c.placement) for c in chosen})
     rows = fidelity.measure_model(plan, argparse.Namespace(warmup=1, repeats=1, rounds=2))
