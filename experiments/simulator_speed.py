@@ -91,11 +91,16 @@ def main() -> None:
             placements[f"random {i}"] = Placement.from_assignment(graph, machine, rng.choice(gpus, size=len(graph.groups)))
         simulator.simulate(placements["expert"])  # the first call compiles the event loop (cached on disk after)
         for label, placement in placements.items():
-            calls = []
+            calls, from_assignment = [], []
+            assignment = np.array(placement.group_devices)
             for _ in range(args.calls):
                 started = time.perf_counter()
                 result = simulator.simulate(placement)
                 calls.append(time.perf_counter() - started)
+                # What an agent's sample costs: its assignment array checked into a Placement, then simulated.
+                started = time.perf_counter()
+                simulator.simulate(Placement.from_assignment(graph, machine, assignment))
+                from_assignment.append(time.perf_counter() - started)
             started = time.perf_counter()
             item = grappler_item(graph, placement)
             item_s = time.perf_counter() - started
@@ -106,15 +111,21 @@ def main() -> None:
             rows.append({
                 "model": name, "step_ops": len(graph.step_ops), "placement": label,
                 "placer_step_ms": result.step_time * 1e3, "grappler_step_ms": grappler_step * 1e3,
-                "placer_ms_per_call": sim_s * 1e3, "grappler_ms_per_call": grappler_s * 1e3,
+                "placer_ms_per_call": sim_s * 1e3, "placer_ms_from_assignment": statistics.median(from_assignment) * 1e3,
+                "grappler_ms_per_call": grappler_s * 1e3,
                 "grappler_item_ms": item_s * 1e3, "speedup": grappler_s / sim_s, "simulator_compile_s": compile_s,
             })
             print(rows[-1], flush=True)
     write_report("simulator_speed", ["model", "step_ops", "placement", "placer_step_ms", "grappler_step_ms",
-                                     "placer_ms_per_call", "grappler_ms_per_call", "speedup"], rows, args.out,
+                                     "placer_ms_per_call", "placer_ms_from_assignment", "grappler_ms_per_call",
+                                     "speedup"], rows, args.out,
                  machine=machine.name, size=args.size)
     for name in args.models:
         subset = [r for r in rows if r["model"] == name]
+        randoms = [r for r in subset if r["placement"].startswith("random")]
+        if randoms:
+            print(f"{name}, random placements: placer {statistics.median(r['placer_ms_per_call'] for r in randoms):.2f} ms "
+                  f"({statistics.median(r['placer_ms_from_assignment'] for r in randoms):.2f} ms from an assignment array)")
         print(f"{name}: placer {statistics.median(r['placer_ms_per_call'] for r in subset):.2f} ms per placement, grappler "
               f"{statistics.median(r['grappler_ms_per_call'] for r in subset):.1f} ms (+{statistics.median(r['grappler_item_ms'] for r in subset):.0f} ms "
               f"to build its item): {statistics.median(r['speedup'] for r in subset):.0f}x")

@@ -10,8 +10,11 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 from placer.devices import DeviceSet
 from placer.errors import DeviceSpecError, PlacementError, PlacementFileError
@@ -39,18 +42,27 @@ class Placement:
         cls, graph: OpGraph, devices: DeviceSet, assignment: Sequence[int], metadata: Mapping[str, Any] | None = None
     ) -> Placement:
         """From one device index per colocation group, in `graph.groups` order (what agents emit)."""
-        if len(assignment) != len(graph.groups):
+        values = np.asarray(assignment)
+        if values.shape != (len(graph.groups),):
             raise PlacementError(
-                f"the assignment has {len(assignment)} entries but graph {graph.name!r} has {len(graph.groups)} "
-                "colocation groups: give one device index per group"
+                f"the assignment has {len(values) if values.ndim else 'no'} entries but graph {graph.name!r} has "
+                f"{len(graph.groups)} colocation groups: give one device index per group"
             )
-        for group, index in zip(graph.groups, assignment):
-            if not 0 <= int(index) < len(devices):
-                raise PlacementError(
-                    f"colocation group {group.name!r} is assigned device index {index}, but there are only "
-                    f"{len(devices)} devices ({', '.join(d.short_name for d in devices)})"
-                )
-        placement = cls(graph.fingerprint, devices.names, tuple(int(i) for i in assignment), dict(metadata or {}))
+        if values.size and values.dtype.kind not in "iu":
+            if values.dtype.kind != "f" or not np.all(values == np.floor(values)):
+                raise PlacementError(f"device indices must be whole numbers, got {values.dtype} values such as {values[0]!r}")
+            values = values.astype(np.int64)
+        outside = (values < 0) | (values >= len(devices))
+        if outside.any():
+            group, index = graph.groups[int(np.argmax(outside))], values[int(np.argmax(outside))]
+            raise PlacementError(
+                f"colocation group {group.name!r} is assigned device index {index}, but there are only "
+                f"{len(devices)} devices ({', '.join(d.short_name for d in devices)})"
+            )
+        placement = cls(graph.fingerprint, devices.names, tuple(values.tolist()), dict(metadata or {}))
+        values = values.astype(np.int64, copy=True)
+        values.flags.writeable = False
+        placement.__dict__["group_device_array"] = values  # the cached property, already at hand
         placement.check_kernels(graph, devices)
         return placement
 
@@ -123,12 +135,23 @@ class Placement:
 
     # -- checks and views ---------------------------------------------------------------------------
 
+    @cached_property
+    def group_device_array(self) -> np.ndarray:
+        """`group_devices` as a read-only int64 array (what the simulator and vectorized checks take)."""
+        values = np.asarray(self.group_devices, dtype=np.int64)
+        values.flags.writeable = False
+        return values
+
     def check_kernels(self, graph: OpGraph, devices: DeviceSet) -> None:
         """Raise if an op is placed on a device type for which TensorFlow has no kernel for it."""
-        for group, index in zip(graph.groups, self.group_devices):
-            kind = devices[index].kind
-            if kind in group.kernel_devices:
+        assigned = self.group_device_array
+        for kind in {device.kind for device in devices}:
+            of_kind = [i for i, device in enumerate(devices) if device.kind == kind]
+            misplaced = graph.groups_without_kernel(kind) & np.isin(assigned, of_kind)
+            if not misplaced.any():
                 continue
+            group = graph.groups[int(np.argmax(misplaced))]
+            index = int(assigned[group.index])
             for op_name in group.ops:
                 op = graph.op(op_name)
                 if kind not in op.kernel_devices:

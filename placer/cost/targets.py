@@ -48,7 +48,7 @@ class CostTarget:
                 return Placement.from_op_devices(self.graph, self.devices, placement.op_devices(self.graph),
                                                  placement.metadata)
             return placement
-        return Placement.from_assignment(self.graph, self.devices, [int(a) for a in placement])
+        return Placement.from_assignment(self.graph, self.devices, placement)
 
     def evaluate(self, placement: PlacementLike) -> StepTime:
         """The step time of one placement; a placement that cannot run comes back as a failed StepTime."""
@@ -104,7 +104,7 @@ class SimulatedCost(CostTarget):
         return self.simulator.op_cost
 
     def _evaluate(self, placement: Placement) -> StepTime:
-        result = self.simulator.simulate(placement.group_devices)
+        result = self.simulator.simulate(placement.group_device_array)
         details = {"samples": (result.step_time,), "peak_memory": dict(result.peak_memory),
                    "busy": dict(result.device_busy)}
         if not result.ok:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterable, Mapping
 
+import numpy as np
+
 Shape = tuple[int, ...] | None  # None: unknown rank; -1 in a dimension: unknown size
 
 
@@ -85,6 +87,17 @@ class OpGraph:
     @cached_property
     def _group_index(self) -> Mapping[str, int]:
         return {group.name: group.index for group in self.groups}
+
+    def groups_without_kernel(self, device_kind: str) -> np.ndarray:
+        """One bool per colocation group: some op of the group has no kernel for `device_kind`."""
+        cache = self._groups_without_kernel
+        if device_kind not in cache:
+            cache[device_kind] = np.array([device_kind not in g.kernel_devices for g in self.groups], dtype=bool)
+        return cache[device_kind]
+
+    @cached_property
+    def _groups_without_kernel(self) -> dict[str, np.ndarray]:
+        return {}
 
     def __contains__(self, op_name: str) -> bool:
         return op_name in self._op_index

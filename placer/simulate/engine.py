@@ -6,23 +6,117 @@ became ready. A tensor needed on another device is sent once per destination:
 - Over the link between the two devices, which carries one transfer's bytes at a time in the order they
   were requested (bytes / bandwidth), while latency overlaps: it delays a transfer, it does not hold the
   link, so many small tensors in flight pay it once, not once each (probes on the gRPC testbed: 32 small
-  tensors at once cost far less than 32 single-tensor latencies).
+  tensors at once cost far less than 32 single-tensor latencies). The bytes count on the receiver from the
+  transfer's start (TensorFlow allocates the destination before it copies) and on the sender until it ends.
 - On gRPC workers, also on both cores: the sender serializes the tensor (a task in the sender's ready
   queue, `send_fixed + send_per_byte * bytes` of one slot) and the receiver deserializes it (`recv_fixed
   + recv_per_byte * bytes`); the receiver starts once the first bytes are in (latency after the send
   starts) and the tensor is there when both ends are done. Probes with a busy chain on one worker
   measured both costs; with both workers idle, one transfer took about the larger of the two, not their
-  sum (`placer calibrate`).
+  sum (`placer calibrate`). The bytes count on the receiver once they are there.
+
+Over links alone an arrival is known when the transfer starts, so it is not an event: an op waits for its
+inputs as a count, and one event makes it ready when its last input lands (on cores, receives are work
+that competes for slots, so arrivals stay events).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
+
+class EngineGraph(NamedTuple):
+    """A graph's arrays for the event loop, built once per simulator."""
+
+    op_cost: np.ndarray      # [n, d] seconds of each op on each device
+    op_alloc: np.ndarray     # [n] bytes each op's outputs occupy on its device
+    out_ptr: np.ndarray      # [n + 1] CSR over consumer edges of each op
+    out_dst: np.ndarray      # [m] consumer op of each edge
+    out_tensor: np.ndarray   # [m] tensor id the edge carries (transfers are shared per tensor and destination)
+    in_ptr: np.ndarray       # [n + 1] CSR over input edges of each op
+    in_edge: np.ndarray      # [m] edge index (into out_*) of each input edge
+    edge_src: np.ndarray     # [m] producer op of each edge
+    tensor_bytes: np.ndarray  # [t] bytes of each tensor
+    in_degree: np.ndarray    # [n] input edges per op
+    tensor_src: np.ndarray   # [t] producer op of each tensor
+
+
+class EngineDevices(NamedTuple):
+    """The devices' arrays and the transfer model's costs (all four 0: links only, as between GPUs)."""
+
+    slots: np.ndarray           # [d] ops a device runs at once
+    link_bandwidth: np.ndarray  # [d, d] bytes per second (0: no link)
+    link_latency: np.ndarray    # [d, d] seconds
+    send_fixed: float           # seconds of the sending device's slot per transfer
+    send_per_byte: float        # ... and per byte sent
+    recv_fixed: float           # seconds of the receiving device's slot per transfer
+    recv_per_byte: float        # ... and per byte received
+
+
+class Workspace(NamedTuple):
+    """Arrays one simulation works in, allocated once per simulator and reused by every call: fresh arrays of
+    this size cost hundreds of page faults per call, a third of a random placement's time on NMT-2. After a
+    call, `start`, `end`, `busy`, `peak`, `link_bytes` hold its answer and `sent[:count]` its transfers."""
+
+    start: np.ndarray
+    end: np.ndarray
+    pending: np.ndarray
+    uses: np.ndarray           # outstanding readers of each op's outputs on its own device
+    deferred: np.ndarray       # ops made ready by a same-device input, not yet queued
+    busy: np.ndarray
+    free_slots: np.ndarray
+    live: np.ndarray
+    peak: np.ndarray
+    link_free: np.ndarray
+    link_bytes: np.ndarray
+    arrival: np.ndarray        # [t, d] when tensor t reached device d (-1: not sent); reset per call where used
+    xfer_start: np.ndarray     # [t, d] when its transfer started (-2 - start once its memory is counted)
+    arrival_floor: np.ndarray  # [t, d] a received tensor is there no earlier than its last byte
+    recv_uses: np.ndarray      # [t, d] outstanding readers of a received tensor
+    sent: np.ndarray           # [t * d] tensor * d + target of each transfer, in the order they started
+    last_time: np.ndarray      # [n] links only: the latest input arrival of each op from another device...
+    last_key: np.ndarray       # ... and its event key (-1: none), the event that makes the op ready
+    release_time: np.ndarray   # [t * d] links only: when each transfer's sender copy may be released...
+    release_src: np.ndarray    # ... the op whose output it is,
+    release_next: np.ndarray   # ... and the next transfer on the same link (-1: none)
+    link_head: np.ndarray      # [d * d] first and last unreleased transfer of each link (-1: none)
+    link_tail: np.ndarray
+    next_release: np.ndarray   # [d] when the earliest unreleased sender copy of each device may go
+    ready_time: np.ndarray     # [d, capacity] each device's ready queue (a heap)
+    ready_key: np.ndarray
+    ready_size: np.ndarray
+    event_time: np.ndarray     # the event heap
+    event_key: np.ndarray
+
+    @classmethod
+    def allocate(cls, graph: EngineGraph, devices: EngineDevices) -> "Workspace":
+        n, m = graph.op_cost.shape[0], graph.out_dst.shape[0]
+        t, d = graph.tensor_bytes.shape[0], devices.slots.shape[0]
+        on_cores = max(devices.send_fixed, devices.send_per_byte, devices.recv_fixed, devices.recv_per_byte) > 0
+        # A device's queue holds its ops, a receive per tensor and, on cores, a send per tensor and destination.
+        capacity = n + t * (d if on_cores else 1)
+        return cls(
+            start=np.empty(n), end=np.empty(n), pending=np.empty(n, dtype=np.int64),
+            uses=np.empty(n, dtype=np.int64), deferred=np.empty(n, dtype=np.int64),
+            busy=np.empty(d), free_slots=np.empty(d, dtype=np.int64), live=np.empty(d), peak=np.empty(d),
+            link_free=np.empty((d, d)), link_bytes=np.empty((d, d)),
+            arrival=np.full((t, d), -1.0), xfer_start=np.full((t, d), -1.0), arrival_floor=np.zeros((t, d)),
+            recv_uses=np.zeros((t, d), dtype=np.int64), sent=np.empty(t * d, dtype=np.int64),
+            last_time=np.empty(n), last_key=np.empty(n, dtype=np.int64), release_time=np.empty(t * d),
+            release_src=np.empty(t * d, dtype=np.int64), release_next=np.empty(t * d, dtype=np.int64),
+            link_head=np.empty(d * d, dtype=np.int64), link_tail=np.empty(d * d, dtype=np.int64),
+            next_release=np.empty(d),
+            ready_time=np.empty((d, capacity)), ready_key=np.empty((d, capacity), dtype=np.int64),
+            ready_size=np.empty(d, dtype=np.int64),
+            event_time=np.empty(n + 4 * m + 1), event_key=np.empty(n + 4 * m + 1, dtype=np.int64),
+        )
+
 # Events are keyed id * 4 + kind, so that simultaneous events are handled in a fixed order.
 EVENT_OP_DONE = 0  # a real op, or a receive (id n + tensor * d + device), finished
-EVENT_ARRIVAL = 1  # one consumer edge's input is available on the consumer's device
+EVENT_ARRIVAL = 1  # an edge's input is on the consumer's device (links only: its last input, so it is ready)
 EVENT_RECEIVED = 2  # a transfer reached its device; its receive now waits for a compute slot
 EVENT_SEND_DONE = 3  # the sender finished serializing a tensor (id n + t * d + tensor * d + target)
 
@@ -75,54 +169,80 @@ def _pop(heap_time, heap_key, size):
     return time, key, size
 
 
-@njit(cache=True)
-def simulate_step(
-    op_device,      # [n] device index of each op
-    op_cost,        # [n, d] seconds of each op on each device
-    op_alloc,       # [n] bytes each op's outputs occupy on its device
-    out_ptr,        # [n + 1] CSR over consumer edges of each op
-    out_dst,        # [m] consumer op of each edge
-    out_tensor,     # [m] tensor id the edge carries (transfers are shared per tensor and destination)
-    in_ptr,         # [n + 1] CSR over input edges of each op
-    in_edge,        # [m] edge index (into out_*) of each input edge
-    edge_src,       # [m] producer op of each edge
-    tensor_bytes,   # [t] bytes of each tensor
-    in_degree,      # [n] input edges per op
-    slots,          # [d] ops a device runs at once
-    link_bandwidth,  # [d, d] bytes per second (0: no link)
-    link_latency,   # [d, d] seconds
-    persistent,     # [d] bytes resident all step (variables)
-    send_fixed,     # seconds of the sending device's slot per transfer (all four 0: links only)
-    send_per_byte,  # ... and per byte sent
-    recv_fixed,     # seconds of the receiving device's slot per transfer
-    recv_per_byte,  # ... and per byte received
-):
-    n = op_device.shape[0]
-    m = out_dst.shape[0]
-    d = slots.shape[0]
-    t_count = tensor_bytes.shape[0]
+@njit(cache=True, inline="always")
+def _release_sent_copies(dev, now, d, uses, live, op_alloc, release_time, release_src, release_next, link_head,
+                         next_release):
+    """Releases the sender copies of `dev`'s transfers completed by `now` (links only), before memory grows on
+    `dev`, so that its peak sees them freed. A link's transfers complete in the order they started, so each
+    link's list is in time order and `next_release[dev]` is the earliest of their heads."""
+    earliest = np.inf
+    for target in range(d):
+        link = dev * d + target
+        k = link_head[link]
+        while k >= 0 and release_time[k] <= now:
+            src = release_src[k]
+            uses[src] -= 1
+            if uses[src] == 0:
+                live[dev] -= op_alloc[src]
+            k = release_next[k]
+        link_head[link] = k
+        if k >= 0 and release_time[k] < earliest:
+            earliest = release_time[k]
+    next_release[dev] = earliest
 
-    start = np.full(n, -1.0)
-    end = np.full(n, -1.0)
-    pending = in_degree.copy()
-    busy = np.zeros(d)
-    free_slots = slots.copy()
-    link_free = np.zeros((d, d))
-    link_bytes = np.zeros((d, d))
-    arrival = np.full((t_count, d), -1.0)  # when tensor t reached device d (-1: not sent)
-    xfer_start = np.full((t_count, d), -1.0)
-    live = persistent.astype(np.float64).copy()
-    peak = live.copy()
-    uses = np.zeros(n, dtype=np.int64)  # outstanding readers of each op's outputs on its own device
-    recv_uses = np.zeros((t_count, d), dtype=np.int64)  # outstanding readers of a received tensor
+
+@njit(cache=True)
+def simulate_step(graph, devices, op_device, persistent, work):
+    """Simulates one step of `graph` with op i on device `op_device[i]` and `persistent[d]` bytes resident on
+    device d, in `work` (a `Workspace`). Returns (step time, ops finished, missing link as source * d + target
+    or -1, transfers made)."""
+    op_cost, op_alloc, tensor_bytes = graph.op_cost, graph.op_alloc, graph.tensor_bytes
+    out_ptr, out_dst, out_tensor, edge_src = graph.out_ptr, graph.out_dst, graph.out_tensor, graph.edge_src
+    in_ptr, in_edge, tensor_src = graph.in_ptr, graph.in_edge, graph.tensor_src
+    slots, link_bandwidth, link_latency = devices.slots, devices.link_bandwidth, devices.link_latency
+    send_fixed, send_per_byte = devices.send_fixed, devices.send_per_byte
+    recv_fixed, recv_per_byte = devices.recv_fixed, devices.recv_per_byte
+    n = op_device.shape[0]
+    d = slots.shape[0]
+
+    start, end, pending, uses, deferred = work.start, work.end, work.pending, work.uses, work.deferred
+    busy, free_slots, live, peak = work.busy, work.free_slots, work.live, work.peak
+    link_free, link_bytes, sent = work.link_free, work.link_bytes, work.sent
+    arrival, xfer_start, arrival_floor, recv_uses = work.arrival, work.xfer_start, work.arrival_floor, work.recv_uses
+    ready_time, ready_key, ready_size = work.ready_time, work.ready_key, work.ready_size
+    event_time, event_key = work.event_time, work.event_key
+
+    start[:] = -1.0
+    end[:] = -1.0
+    last_time, last_key = work.last_time, work.last_key
+    release_time, release_src, release_next = work.release_time, work.release_src, work.release_next
+    link_head, link_tail, next_release = work.link_head, work.link_tail, work.next_release
+    last_key[:] = -1
+    link_head[:] = -1
+    link_tail[:] = -1
+    next_release[:] = np.inf
+    pending[:] = graph.in_degree
+    uses[:] = 0
+    busy[:] = 0.0
+    free_slots[:] = slots
+    link_free[:] = 0.0
+    link_bytes[:] = 0.0
+    live[:] = persistent
+    peak[:] = persistent
+    ready_size[:] = 0
+    sent_count = 0
     missing_link = -1
     on_cores = send_fixed > 0.0 or send_per_byte > 0.0 or recv_fixed > 0.0 or recv_per_byte > 0.0
-    arrival_floor = np.zeros((t_count, d))  # a received tensor is there no earlier than its last byte
-    first_edge = np.full(t_count, -1, dtype=np.int64)
-    for e in range(m):
-        if first_edge[out_tensor[e]] < 0:
-            first_edge[out_tensor[e]] = e
 
+    # Only the (tensor, device) entries a cross-device edge uses are reset: the [t, d] tables are the workspace's
+    # largest, and a placement touches a few of their entries.
+    for e in range(out_dst.shape[0]):
+        target = op_device[out_dst[e]]
+        if op_device[edge_src[e]] != target:
+            tensor = out_tensor[e]
+            arrival[tensor, target] = -1.0
+            xfer_start[tensor, target] = -1.0
+            recv_uses[tensor, target] = 0
     # Readers that keep memory alive: same-device consumers and each distinct transfer.
     for i in range(n):
         for e in range(out_ptr[i], out_ptr[i + 1]):
@@ -135,22 +255,13 @@ def simulate_step(
                     uses[i] += 1
                 recv_uses[tensor, op_device[j]] += 1
 
-    # A device's queue holds its ops, a receive per tensor and, on cores, a send per tensor and destination.
-    capacity = n + t_count * (d if on_cores else 1)
-    ready_time = np.empty((d, capacity))
-    ready_key = np.empty((d, capacity), dtype=np.int64)
-    ready_size = np.zeros(d, dtype=np.int64)
-    send_base = n + t_count * d
-    event_time = np.empty(n + 4 * m + 1)
-    event_key = np.empty(n + 4 * m + 1, dtype=np.int64)
+    send_base = n + tensor_bytes.shape[0] * d
     events = 0
-
     for i in range(n):
         if pending[i] == 0:
             dev = op_device[i]
             ready_size[dev] = _push(ready_time[dev], ready_key[dev], ready_size[dev], 0.0, i)
 
-    deferred = np.empty(n, dtype=np.int64)  # ops made ready by a same-device input, not yet queued
     deferred_count = 0
     now = 0.0
     finished = 0
@@ -174,6 +285,8 @@ def simulate_step(
                     link_free[dev, target] = begin + size / bandwidth
                     link_bytes[dev, target] += size
                     xfer_start[tensor, target] = begin
+                    sent[sent_count] = tensor * d + target
+                    sent_count += 1
                     arrival_floor[tensor, target] = max(now + cost, begin + size / bandwidth) + link_latency[dev, target]
                     receive = n + tensor * d + target
                     events = _push(event_time, event_key, events, begin + link_latency[dev, target],
@@ -189,6 +302,9 @@ def simulate_step(
                 start[i] = now
                 cost = op_cost[i, dev]
                 busy[dev] += cost
+                if op_alloc[i] > 0.0 and next_release[dev] <= now:
+                    _release_sent_copies(dev, now, d, uses, live, op_alloc, release_time, release_src, release_next,
+                                         link_head, next_release)
                 live[dev] += op_alloc[i]
                 if live[dev] > peak[dev]:
                     peak[dev] = live[dev]
@@ -208,7 +324,7 @@ def simulate_step(
         kind = key & 3
         if kind == EVENT_SEND_DONE:
             tensor = ((key >> 2) - send_base) // d
-            free_slots[op_device[edge_src[first_edge[tensor]]]] += 1
+            free_slots[op_device[tensor_src[tensor]]] += 1
         elif kind == EVENT_RECEIVED:
             i = key >> 2
             target = (i - n) % d
@@ -220,7 +336,7 @@ def simulate_step(
             free_slots[target] += 1
             there = max(now, arrival_floor[tensor, target])
             arrival[tensor, target] = there
-            src = edge_src[first_edge[tensor]]
+            src = tensor_src[tensor]
             for e in range(out_ptr[src], out_ptr[src + 1]):
                 if out_tensor[e] == tensor and op_device[out_dst[e]] == target:
                     events = _push(event_time, event_key, events, there, e * 4 + EVENT_ARRIVAL)
@@ -251,8 +367,12 @@ def simulate_step(
                 if target == dev:  # available at once, without an event round trip (most edges)
                     pending[j] -= 1
                     if pending[j] == 0:
-                        deferred[deferred_count] = j
-                        deferred_count += 1
+                        if last_key[j] >= 0 and _before(now, key, last_time[j], last_key[j]):
+                            # an input from another device is still on its way: ready when it lands
+                            events = _push(event_time, event_key, events, last_time[j], last_key[j])
+                        else:
+                            deferred[deferred_count] = j
+                            deferred_count += 1
                     continue
                 tensor = out_tensor[e]
                 first = arrival[tensor, target] < 0.0
@@ -274,11 +394,44 @@ def simulate_step(
                     link_bytes[dev, target] += tensor_bytes[tensor]
                     arrival[tensor, target] = link_free[dev, target] + link_latency[dev, target]
                     xfer_start[tensor, target] = begin
-                events = _push(event_time, event_key, events, arrival[tensor, target], e * 4 + EVENT_ARRIVAL)
+                    # The receiver holds the bytes from the transfer's start (TensorFlow allocates the
+                    # destination before it copies); the sender's copy is released when the copy is done.
+                    if next_release[target] <= now:
+                        _release_sent_copies(target, now, d, uses, live, op_alloc, release_time, release_src,
+                                             release_next, link_head, next_release)
+                    live[target] += tensor_bytes[tensor]
+                    if live[target] > peak[target]:
+                        peak[target] = live[target]
+                    link = dev * d + target
+                    release_time[sent_count] = arrival[tensor, target]
+                    release_src[sent_count] = i
+                    release_next[sent_count] = -1
+                    if link_head[link] >= 0:
+                        release_next[link_tail[link]] = sent_count
+                    else:
+                        link_head[link] = sent_count
+                    link_tail[link] = sent_count
+                    if release_time[sent_count] < next_release[dev]:
+                        next_release[dev] = release_time[sent_count]
+                    sent[sent_count] = tensor * d + target
+                    sent_count += 1
+                # No event per edge: the consumer waits for its inputs as a count, and one event makes it
+                # ready when its last input lands (keyed like that input's edge, so ties keep their order).
+                landed = arrival[tensor, target]
+                landed_key = e * 4 + EVENT_ARRIVAL
+                if last_key[j] < 0 or _before(last_time[j], last_key[j], landed, landed_key):
+                    last_time[j] = landed
+                    last_key[j] = landed_key
+                pending[j] -= 1
+                if pending[j] == 0:
+                    events = _push(event_time, event_key, events, last_time[j], last_key[j])
         else:
             e = key >> 2
             j = out_dst[e]
             target = op_device[j]
+            if not on_cores:  # links only: the op's last input landed, it is ready
+                ready_size[target] = _push(ready_time[target], ready_key[target], ready_size[target], now, j)
+                continue
             src = edge_src[e]
             if op_device[src] != target:
                 tensor = out_tensor[e]
@@ -299,5 +452,4 @@ def simulate_step(
     for i in range(n):
         if end[i] > step_time:
             step_time = end[i]
-    transfer_start = -2.0 - xfer_start  # back to start times; -1 where nothing was sent
-    return step_time, start, end, busy, peak, link_bytes, arrival, transfer_start, finished, missing_link
+    return step_time, finished, missing_link, sent_count

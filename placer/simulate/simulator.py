@@ -12,7 +12,7 @@ from placer.errors import DeviceSpecError, PlacementError, ProfileError
 from placer.graph.opgraph import OpGraph
 from placer.placement import Placement
 from placer.profile import CostTable
-from placer.simulate.engine import simulate_step
+from placer.simulate.engine import EngineDevices, EngineGraph, Workspace, simulate_step
 from placer.simulate.result import SimResult, SimulatedOp, SimulatedTransfer
 
 # Outputs of these ops alias memory that already exists (a variable, a constant, their input), so
@@ -120,6 +120,17 @@ class Simulator:
             [op.parameters * config.bytes_per_parameter for op in graph.ops if op.parameters], dtype=np.float64
         )
         self.capacity = np.array([d.memory_bytes or np.inf for d in devices], dtype=np.float64)
+        tensor_src = np.empty(len(tensor_bytes), dtype=np.int64)
+        tensor_src[self.out_tensor] = src  # a tensor is one op's output: every edge carrying it has that source
+        self._engine_graph = EngineGraph(
+            self.op_cost, self.op_alloc, self.out_ptr, self.out_dst, self.out_tensor, self.in_ptr, self.in_edge,
+            self.edge_src, self.tensor_bytes, self.in_degree, tensor_src,
+        )
+        self._engine_devices = EngineDevices(
+            self.slots, self.link_bandwidth, self.link_latency, float(config.send_cpu),
+            float(config.send_cpu_per_byte), float(config.recv_cpu), float(config.recv_cpu_per_byte),
+        )
+        self._work = Workspace.allocate(self._engine_graph, self._engine_devices)
 
     def _table_for(self, device, costs) -> CostTable:
         if isinstance(costs, CostTable):
@@ -142,13 +153,9 @@ class Simulator:
         op_device = group_devices[self._op_group]
         persistent = np.bincount(group_devices[self._variable_groups], weights=self._variable_bytes,
                                  minlength=len(self.devices)).astype(np.float64)
-        (step_time, start, end, busy, peak, link_bytes, arrival, transfer_start, finished,
-         missing_link) = simulate_step(
-            op_device, self.op_cost, self.op_alloc, self.out_ptr, self.out_dst, self.out_tensor, self.in_ptr,
-            self.in_edge, self.edge_src, self.tensor_bytes, self.in_degree, self.slots, self.link_bandwidth,
-            self.link_latency, persistent, float(self.config.send_cpu), float(self.config.send_cpu_per_byte),
-            float(self.config.recv_cpu), float(self.config.recv_cpu_per_byte),
-        )
+        work = self._work
+        step_time, finished, missing_link, transfers_made = simulate_step(
+            self._engine_graph, self._engine_devices, op_device, persistent, work)
         if missing_link >= 0:
             a, b = divmod(int(missing_link), len(self.devices))
             raise DeviceSpecError(
@@ -158,24 +165,23 @@ class Simulator:
         if finished != len(self._names):
             raise PlacementError(f"simulation stalled after {finished} of {len(self._names)} ops: the graph has a cycle")
         names = self.devices.names
+        busy, peak, link_bytes = work.busy, work.peak, work.link_bytes
         result_ops: tuple = ()
         transfers: tuple = ()
         if timeline:
-            result_ops = tuple(SimulatedOp(self._names[i], names[op_device[i]], float(start[i]), float(end[i]))
+            result_ops = tuple(SimulatedOp(self._names[i], names[op_device[i]], float(work.start[i]), float(work.end[i]))
                                for i in range(len(self._names)))
-            sent = np.argwhere(arrival >= 0)
-            producer = {}
-            for e in range(len(self.edge_src)):
-                producer.setdefault(int(self.out_tensor[e]), int(self.edge_src[e]))
+            producer = self._engine_graph.tensor_src
             transfers = tuple(
                 SimulatedTransfer(self._tensor_names[t], names[op_device[producer[t]]], names[d],
-                                  float(transfer_start[t, d]), float(arrival[t, d]), int(self.tensor_bytes[t]))
-                for t, d in sent
+                                  _transfer_start(work.xfer_start[t, d]), float(work.arrival[t, d]),
+                                  int(self.tensor_bytes[t]))
+                for t, d in (divmod(int(k), len(names)) for k in np.sort(work.sent[:transfers_made]))
             )
         peak_memory = {name: int(p) for name, p in zip(names, peak)}
         return SimResult(
             step_time=float(step_time) + self.config.step_overhead
-            + self.config.spanning_overhead * max(len(np.unique(group_devices)) - 1, 0),
+            + self.config.spanning_overhead * max(np.count_nonzero(np.bincount(group_devices, minlength=len(names))) - 1, 0),
             device_busy={name: float(b) for name, b in zip(names, busy)},
             peak_memory=peak_memory,
             link_bytes={(names[a], names[b]): int(link_bytes[a, b]) for a, b in np.argwhere(link_bytes > 0)},
@@ -190,7 +196,7 @@ class Simulator:
                 raise PlacementError(f"the placement was made for another graph, not {self.graph.name!r}")
             if tuple(placement.devices) != self.devices.names:
                 raise PlacementError("the placement was made for other devices than the simulator's")
-            assignment = placement.group_devices
+            assignment = placement.group_device_array
         else:
             assignment = placement
         group_devices = np.asarray(assignment, dtype=np.int64)
@@ -199,3 +205,8 @@ class Simulator:
         if group_devices.min() < 0 or group_devices.max() >= len(self.devices):
             raise PlacementError(f"device indices must be in 0..{len(self.devices) - 1}")
         return group_devices
+
+
+def _transfer_start(recorded: float) -> float:
+    """The event loop marks a transfer whose bytes it counted on the receiver as -2 - start."""
+    return float(-2.0 - recorded if recorded <= -2.0 else recorded)

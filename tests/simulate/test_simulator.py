@@ -197,3 +197,48 @@ def test_a_transfer_without_a_link_is_an_error_naming_the_devices(towers):
     simulator = Simulator(towers, devices, costs(towers, {"join": 1}))
     with pytest.raises(DeviceSpecError, match="no link between them"):
         simulator.simulate(place(towers, devices, **{"b/": 1}))
+
+
+@pytest.fixture(scope="module")
+def transfer_during_other_work():
+    """`d1/producer` sends 1 MB to `d0/consumer`. While it is in flight, device 0 runs `d0/scratch` (2 MB out of a
+    2 MB input) after a 1 ms `d0/wait`, and device 1 runs `d1/other` (2 MB out of a 2 MB input) after a 1 ms
+    `d1/delay`."""
+    def build():
+        with tf.name_scope("d1"):
+            x = tf.sqrt(tf.random.uniform([ELEMENTS], seed=1), name="producer")
+            with tf.control_dependencies([x]):
+                delay = tf.reduce_sum(tf.random.uniform([1], seed=2), name="delay")
+            with tf.control_dependencies([delay]):
+                other = tf.sqrt(tf.random.uniform([2 * ELEMENTS], seed=3), name="other")
+            other_sum = tf.reduce_sum(other, name="other_sum")
+        with tf.name_scope("d0"):
+            wait = tf.reduce_sum(tf.random.uniform([1], seed=4), name="wait")
+            with tf.control_dependencies([wait]):
+                scratch = tf.sqrt(tf.random.uniform([2 * ELEMENTS], seed=5), name="scratch")
+            done = tf.reduce_sum(scratch, name="scratch_sum")
+            y = tf.reduce_sum(tf.square(x, name="consumer"), name="consumer_sum")
+        return tf.group(y, done, other_sum, name="train_op")
+
+    return graph_from_function(build, name="transfer-during-work")
+
+
+@pytest.mark.parametrize("bandwidth", ["1e8", "1e10"])
+def test_a_transfer_holds_memory_on_both_ends_while_in_flight(transfer_during_other_work, bandwidth):
+    """Between GPUs TensorFlow allocates the destination before it copies, and the source stays referenced
+    until the copy is done: the bytes count on both devices for the whole transfer."""
+    graph = transfer_during_other_work
+    devices = two_devices(bandwidth=bandwidth)
+    table = costs(graph, {"d1/producer": 1, "d1/delay": 1, "d1/other": 1, "d0/wait": 1, "d0/scratch": 1,
+                          "d0/scratch_sum": 1, "d0/consumer": 1})
+    placement = place(graph, devices, **{"d1/": 1})
+    result = Simulator(graph, devices, table).simulate(placement, timeline=True)
+    (transfer,) = [t for t in result.transfers if t.bytes > 0]
+    assert (transfer.tensor, transfer.start) == ("d1/producer:0", pytest.approx(1 * MS))
+    megabyte = ELEMENTS * 4
+    # Device 0 at 1 ms: scratch's 2 MB input and 2 MB output, and the 1 MB coming from device 1.
+    assert result.peak_memory[devices[0].name] == pytest.approx(5 * megabyte, abs=64)
+    # Device 1 at 2 ms: other's 2 MB input and 2 MB output, and producer's 1 MB while the copy still runs
+    # (10 ms at 100 MB/s; 0.1 ms at 10 GB/s).
+    slow = bandwidth == "1e8"
+    assert result.peak_memory[devices[1].name] == pytest.approx((5 if slow else 4) * megabyte, abs=64)
