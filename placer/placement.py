@@ -48,10 +48,10 @@ class Placement:
                 f"the assignment has {len(values) if values.ndim else 'no'} entries but graph {graph.name!r} has "
                 f"{len(graph.groups)} colocation groups: give one device index per group"
             )
-        if values.size and values.dtype.kind not in "iu":
+        if values.size and values.dtype.kind not in "iub":
             if values.dtype.kind != "f" or not np.all(values == np.floor(values)):
                 raise PlacementError(f"device indices must be whole numbers, got {values.dtype} values such as {values[0]!r}")
-            values = values.astype(np.int64)
+        values = values.astype(np.int64)
         outside = (values < 0) | (values >= len(devices))
         if outside.any():
             group, index = graph.groups[int(np.argmax(outside))], values[int(np.argmax(outside))]
@@ -60,8 +60,7 @@ class Placement:
                 f"{len(devices)} devices ({', '.join(d.short_name for d in devices)})"
             )
         placement = cls(graph.fingerprint, devices.names, tuple(values.tolist()), dict(metadata or {}))
-        values = values.astype(np.int64, copy=True)
-        values.flags.writeable = False
+        values.flags.writeable = False  # our own copy (astype copies): callers cannot change it behind our back
         placement.__dict__["group_device_array"] = values  # the cached property, already at hand
         placement.check_kernels(graph, devices)
         return placement
