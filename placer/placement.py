@@ -43,10 +43,15 @@ class Placement:
     ) -> Placement:
         """From one device index per colocation group, in `graph.groups` order (what agents emit)."""
         values = np.asarray(assignment)
+        if values.ndim != 1:
+            raise PlacementError(
+                f"an assignment is a sequence of device indices, one per colocation group; got {type(assignment).__name__}"
+                + (f" of shape {values.shape}" if values.ndim else "")
+            )
         if values.shape != (len(graph.groups),):
             raise PlacementError(
-                f"the assignment has {len(values) if values.ndim else 'no'} entries but graph {graph.name!r} has "
-                f"{len(graph.groups)} colocation groups: give one device index per group"
+                f"the assignment has {len(values)} entries but graph {graph.name!r} has {len(graph.groups)} "
+                "colocation groups: give one device index per group"
             )
         if values.size and values.dtype.kind not in "iub":
             if values.dtype.kind != "f" or not np.all(values == np.floor(values)):
