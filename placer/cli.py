@@ -59,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
 
     sub.add_parser("models", parents=[common], help="list the built-in models")
 
+    from placer.commands.tune import add_tune_arguments
+
+    add_tune_arguments(sub.add_parser("tune", parents=[common], help="time a model's step under each thread setting "
+                                      "(TensorFlow's default, the recommended one, every intra/inter pair) side by side"))
+
     plugins = _plugin_commands()
     for name, command in plugins.items():
         command.add_arguments(sub.add_parser(name, help=command.help))
@@ -95,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
             return _dashboard(args)
         if args.command == "models":
             return _list_models()
+        if args.command == "tune":
+            from placer.commands.tune import tune_command
+
+            return tune_command(args)
         if args.command == "apply":
             from placer.commands.apply import apply_command
 

@@ -23,6 +23,21 @@ def canonical_device(name: str) -> str:
     return tf.DeviceSpec.from_string(base).to_string()
 
 
+def session_config_for(config: MeasureConfig, local_cpus: int | None = None,
+                       threads: tuple[int | None, int | None] = (None, None)) -> config_pb2.ConfigProto:
+    """The session's ConfigProto. TensorFlow sizes its intra-op and inter-op thread pools once per process,
+    from the first session's config, so a worker process keeps one thread setting for its whole life."""
+    session_config = config_pb2.ConfigProto(allow_soft_placement=config.allow_soft_placement)
+    if local_cpus:
+        session_config.device_count["CPU"] = local_cpus
+    intra, inter = threads
+    if intra is not None:
+        session_config.intra_op_parallelism_threads = intra
+    if inter is not None:
+        session_config.inter_op_parallelism_threads = inter
+    return session_config
+
+
 def run_placed_step(
     graph_def: tf.compat.v1.GraphDef,
     train_op: str | Sequence[str],
@@ -32,12 +47,14 @@ def run_placed_step(
     config: MeasureConfig,
     step_ops: frozenset[str] | None = None,
     local_cpus: int | None = None,
+    threads: tuple[int | None, int | None] = (None, None),
 ) -> Measurement:
     """Import `graph_def` with `op_devices`, run init, W warm-up and K timed steps on `target`.
 
     local_cpus: for an in-process target, how many CPU devices the session gets. TF1 sessions ignore
     tf.config's logical devices and make only CPU:0 unless told, and soft placement then silently moves
     everything placed on CPU:1.. to CPU:0 (the placement check caught exactly that).
+    threads: for an in-process target, its (intra-op, inter-op) thread pools; None for TensorFlow's default.
     """
     overhead: dict[str, float] = {}
     started = time.perf_counter()
@@ -53,9 +70,7 @@ def run_placed_step(
         return _failed("invalid", f"TensorFlow rejected the placed graph: {_first_line(error)}", overhead, target)
     overhead["graph_rewrite"] = time.perf_counter() - started
 
-    session_config = config_pb2.ConfigProto(allow_soft_placement=config.allow_soft_placement)
-    if local_cpus:
-        session_config.device_count["CPU"] = local_cpus
+    session_config = session_config_for(config, local_cpus, threads)
     step_options = config_pb2.RunOptions(timeout_in_ms=int(config.step_timeout * 1000))
     traced_options = config_pb2.RunOptions(
         timeout_in_ms=int(config.step_timeout * 1000), trace_level=config_pb2.RunOptions.FULL_TRACE

@@ -16,15 +16,36 @@ from placer.errors import DeviceSpecError
 
 @dataclass(frozen=True)
 class InProcess:
-    """N logical CPU devices (plus local GPUs) in the measurement worker's own TensorFlow runtime."""
+    """N logical CPU devices (plus local GPUs) in the measurement worker's own TensorFlow runtime, with its
+    session's thread pools: intra-op threads (how many run one op) and inter-op threads (how many ops run at
+    once); None leaves TensorFlow's default (one per core for both)."""
 
     logical_cpus: int = 1
+    intra_op_threads: int | None = None
+    inter_op_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        # Thread pools wider than the cores would time the operating system's scheduler, not the setting.
+        cores = len(os.sched_getaffinity(0))
+        for name, threads in (("intra", self.intra_op_threads), ("inter", self.inter_op_threads)):
+            if threads is not None and not 1 <= threads <= cores:
+                raise DeviceSpecError(
+                    f"{name}={threads}: a thread pool needs 1 to {cores} threads here (this process may use {cores} "
+                    f"cores: {sorted(os.sched_getaffinity(0))})"
+                )
 
     def __str__(self) -> str:
-        return f"inprocess:{self.logical_cpus}"
+        threads = [f"{name}={value}" for name, value in (("intra", self.intra_op_threads),
+                                                          ("inter", self.inter_op_threads)) if value is not None]
+        return ",".join([f"inprocess:{self.logical_cpus}", *threads])
 
     def worker_args(self) -> list[str]:
-        return ["--logical-cpus", str(self.logical_cpus)]
+        args = ["--logical-cpus", str(self.logical_cpus)]
+        if self.intra_op_threads is not None:
+            args += ["--intra-op-threads", str(self.intra_op_threads)]
+        if self.inter_op_threads is not None:
+            args += ["--inter-op-threads", str(self.inter_op_threads)]
+        return args
 
 
 @dataclass(frozen=True)
@@ -88,15 +109,15 @@ Target = Union[InProcess, LocalTestbed, RemoteCluster]
 
 
 def parse_target(text: str, *, allow_exposed_ports: bool = False) -> Target:
-    """Read `inprocess:N`, `local:N`, `env` ($PLACER_CLUSTER, set by `placer cluster up`), a JSON cluster
+    """Read `inprocess:N` (optionally `inprocess:N,intra=I,inter=J`), `local:N`, `env` ($PLACER_CLUSTER, set by `placer cluster up`), a JSON cluster
     spec such as '{"worker": ["localhost:2222", "localhost:2223"]}', or a path to a file holding one."""
     text = text.strip()
     kind, _, count = text.partition(":")
-    if kind in ("inprocess", "local"):
+    if kind == "inprocess":
+        return _parse_inprocess(text)
+    if kind == "local":
         if not count.isdigit() or int(count) < 1:
             raise DeviceSpecError(f"{text!r}: expected {kind}:N with N a positive number of devices, e.g. {kind}:2")
-        if kind == "inprocess":
-            return InProcess(int(count))
         return LocalTestbed(int(count), allow_exposed_ports=allow_exposed_ports)
     if text == "env":
         if "PLACER_CLUSTER" not in os.environ:
@@ -116,3 +137,20 @@ def parse_target(text: str, *, allow_exposed_ports: bool = False) -> Target:
     if not isinstance(spec, dict) or not spec:
         raise DeviceSpecError('a cluster spec maps job names to address lists, e.g. {"worker": ["localhost:2222"]}')
     return RemoteCluster(spec)
+
+
+def _parse_inprocess(text: str) -> InProcess:
+    """`inprocess:N`, optionally with thread pools: `inprocess:1,intra=2,inter=1`."""
+    count, *settings = text.partition(":")[2].split(",")
+    if not count.isdigit() or int(count) < 1:
+        raise DeviceSpecError(f"{text!r}: expected inprocess:N with N a positive number of devices, e.g. inprocess:2")
+    threads: dict[str, int] = {}
+    for setting in settings:
+        name, _, value = setting.partition("=")
+        if name not in ("intra", "inter") or not value.isdigit() or name in threads:
+            raise DeviceSpecError(
+                f"{text!r}: after inprocess:N come thread pools as intra=I and inter=J (each at most once), "
+                f"e.g. inprocess:1,intra=1,inter=2; not {setting!r}"
+            )
+        threads[name] = int(value)
+    return InProcess(int(count), threads.get("intra"), threads.get("inter"))

@@ -16,6 +16,8 @@ import traceback
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m placer.measure.worker")
     parser.add_argument("--logical-cpus", type=int)
+    parser.add_argument("--intra-op-threads", type=int)
+    parser.add_argument("--inter-op-threads", type=int)
     parser.add_argument("--testbed-workers", type=int)
     parser.add_argument("--cores-per-worker", type=int, default=1)
     parser.add_argument("--isolated", action="store_true", help="we run in a fresh network namespace")
@@ -66,14 +68,15 @@ def main(argv: list[str] | None = None) -> int:
 
     channel.send(channel_out, {"devices": devices, "target": target, "testbed": testbed_info, "pid": os.getpid()})
     try:
-        _serve(channel_in, channel_out, target, servers, args.logical_cpus)
+        _serve(channel_in, channel_out, target, servers, args.logical_cpus, (args.intra_op_threads, args.inter_op_threads))
     finally:
         if servers is not None:
             servers.close()
     return 0
 
 
-def _serve(channel_in: int, channel_out: int, target: str, servers, local_cpus: int | None) -> None:
+def _serve(channel_in: int, channel_out: int, target: str, servers, local_cpus: int | None,
+           threads: tuple[int | None, int | None] = (None, None)) -> None:
     import tensorflow as tf
 
     from placer.measure import channel
@@ -102,7 +105,8 @@ def _serve(channel_in: int, channel_out: int, target: str, servers, local_cpus: 
                     channel.send(channel_out, Measurement(failure=Failure("crash", str(error)), target=target))
                     return  # the caller restarts us, and with us the testbed
             graph_def, train_op, init_op, step_ops = graphs[key]
-            result = run_placed_step(graph_def, train_op, init_op, op_devices, target, config, step_ops, local_cpus)
+            result = run_placed_step(graph_def, train_op, init_op, op_devices, target, config, step_ops, local_cpus,
+                                     threads)
             channel.send(channel_out, result)
         else:
             channel.send(channel_out, ("error", f"unknown request {kind!r}"))
