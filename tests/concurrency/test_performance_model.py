@@ -1,0 +1,75 @@
+"""The performance model of op time against intra-op threads, on profiles whose answer is known."""
+
+import pytest
+import tensorflow as tf
+
+from placer.concurrency.performance_model import (
+    ANY_TYPE, ThreadProfile, accuracy, fit_performance_model, op_features,
+)
+from placer.errors import ProfileError
+from placer.graph import graph_from_function
+
+
+def matmuls(sizes, name):
+    def build():
+        total = []
+        for size in sizes:
+            x = tf.random.uniform([size, size], seed=size)
+            total.append(tf.reduce_sum(tf.matmul(x, x, name=f"matmul{size}")))
+        accumulator = tf.compat.v1.get_variable("accumulator", [], use_resource=True)
+        return tf.group(accumulator.assign_add(tf.add_n(total)), name="train_op")
+
+    return graph_from_function(build, name=name)
+
+
+@pytest.fixture(scope="module")
+def seen():
+    return matmuls([64, 96, 128, 192, 256, 384], "seen")
+
+
+@pytest.fixture(scope="module")
+def unseen():
+    return matmuls([80, 160, 320], "unseen")
+
+
+def amdahl_profile(graph, parallel_fraction=0.8, seconds_per_flop=1e-10):
+    """MatMuls take FLOPs x 0.1 ns on one thread and speed up by Amdahl's law; other ops a flat 50 us."""
+    def seconds(op, threads):
+        if op.type != "MatMul":
+            return 50e-6
+        single = op.flops * seconds_per_flop
+        return single * (1 - parallel_fraction + parallel_fraction / threads)
+
+    return ThreadProfile(graph.name, graph.fingerprint,
+                         {p: {op.name: seconds(op, p) for op in graph.step_ops} for p in (1, 2)}, 1.0)
+
+
+def test_the_model_recovers_amdahls_law_for_matmuls_it_never_profiled(seen, unseen):
+    model = fit_performance_model([(seen, amdahl_profile(seen))])
+    assert "MatMul" in model.types and ANY_TYPE in model.types
+    for op in unseen.step_ops:
+        if op.type == "MatMul":
+            single = op.flops * 1e-10
+            assert model.predict(unseen, op, 1) == pytest.approx(single, rel=0.05)
+            assert model.predict(unseen, op, 2) == pytest.approx(single * 0.6, rel=0.05)
+    report = accuracy(model, unseen, amdahl_profile(unseen))
+    assert report["mape_pct"][1] < 10 and report["mape_pct"][2] < 10
+
+
+def test_an_op_type_the_fit_never_saw_gets_the_model_of_all_ops(seen):
+    model = fit_performance_model([(seen, amdahl_profile(seen))], min_ops=100)
+    assert set(model.types) == {ANY_TYPE}
+    matmul = next(op for op in seen.step_ops if op.type == "MatMul")
+    assert model.predict(seen, matmul, 2) > 0
+
+
+def test_features_count_what_an_op_reads_and_writes(seen):
+    matmul = seen.op("matmul64")
+    flops, moved = op_features(seen, matmul)
+    assert flops == 2 * 64 ** 3
+    assert moved == 3 * 64 * 64 * 4  # reads x twice, writes one 64x64 float32
+
+
+def test_a_profile_of_another_graph_is_refused(seen, unseen):
+    with pytest.raises(ProfileError, match="another graph"):
+        fit_performance_model([(seen, amdahl_profile(unseen))])
