@@ -59,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
 
     sub.add_parser("models", parents=[common], help="list the built-in models")
 
+    from placer.commands.schedule import add_schedule_arguments
+
+    add_schedule_arguments(sub.add_parser("schedule", parents=[common], help="schedule micro-batches of a placement "
+                                          "shape (Tessel's z3 search, GPipe, 1F1B) on modeled devices"))
+
     plugins = _plugin_commands()
     for name, command in plugins.items():
         command.add_arguments(sub.add_parser(name, help=command.help))
@@ -95,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
             return _dashboard(args)
         if args.command == "models":
             return _list_models()
+        if args.command == "schedule":
+            from placer.commands.schedule import schedule_command
+
+            return schedule_command(args)
         if args.command == "apply":
             from placer.commands.apply import apply_command
 
