@@ -116,32 +116,32 @@ def search_repetend(template: BlockTemplate, memory_limit: int | None, budget: _
     def read(model, period: int) -> Repetend:
         return Repetend(period, tuple(model.eval(s).as_long() for s in starts), tuple(model.eval(d).as_long() for d in lags))
 
-    low, high = max(template.device_load().values()), best.period - 1
-    while low <= high and not budget.ran_out:
-        period = (low + high) // 2
-        solver.push()
-        solver.add(window(period))
-        result = budget.check(solver)
-        if result == z3.sat:
-            best = read(solver.model(), period)
-            high = period - 1
-        elif result == z3.unsat:
-            low = period + 1
-        solver.pop()
+    found = _smallest_bound(solver, max(template.device_load().values()), best.period - 1, window, budget)
+    if found is not None:
+        best = read(found[1], found[0])
     solver.add(window(best.period))
-    low, high = 0, max(best.lags) - 1
+    found = _smallest_bound(solver, 0, max(best.lags) - 1, lambda cap: [lag <= cap for lag in lags], budget)
+    if found is not None:
+        best = read(found[1], best.period)
+    return best
+
+
+def _smallest_bound(solver: z3.Solver, low: int, high: int, rules, budget: _Budget) -> tuple[int, z3.ModelRef] | None:
+    """Binary search for the smallest bound in [low, high] under which `rules(bound)` is satisfiable, each
+    check between push and pop; returns it and its model, or None if none was found (or time ran out)."""
+    found = None
     while low <= high and not budget.ran_out:
-        cap = (low + high) // 2
+        bound = (low + high) // 2
         solver.push()
-        solver.add([lag <= cap for lag in lags])
+        solver.add(rules(bound))
         result = budget.check(solver)
         if result == z3.sat:
-            best = read(solver.model(), best.period)
-            high = cap - 1
+            found = (bound, solver.model())
+            high = bound - 1
         elif result == z3.unsat:
-            low = cap + 1
+            low = bound + 1
         solver.pop()
-    return best
+    return found
 
 
 # -- completion ----------------------------------------------------------------------------------------
@@ -221,21 +221,10 @@ def _search_completion(template: BlockTemplate, repetend: Repetend, micro_batche
                 solver.add(z3.Sum(terms) <= memory_limit)
     ends = [t + blocks[x].span for (x, _), t in start.items()]
     lower = max(max(template.device_load().values()) * micro_batches, template.critical_path())
-    found = None
-    low, high = lower, upper - 1
-    while low <= high and not budget.ran_out:
-        bound = (low + high) // 2
-        solver.push()
-        solver.add([end <= bound for end in ends])
-        result = budget.check(solver)
-        if result == z3.sat:
-            model = solver.model()
-            found = {key: model.eval(t, model_completion=True).as_long() for key, t in start.items()}
-            high = bound - 1
-        elif result == z3.unsat:
-            low = bound + 1
-        solver.pop()
-    return found
+    found = _smallest_bound(solver, lower, upper - 1, lambda bound: [end <= bound for end in ends], budget)
+    if found is None:
+        return None
+    return {key: found[1].eval(t, model_completion=True).as_long() for key, t in start.items()}
 
 
 def tighten(template: BlockTemplate, starts: dict[tuple[int, int], int]) -> dict[tuple[int, int], int]:
