@@ -55,7 +55,8 @@ class SchedulePlan:
     search_status: str = "heuristic"
     search_seconds: float = 0.0
     repetend: tuple[int, int] | None = None
-    """[start, end) of the first repetition of the repeating pattern in time, when the plan has one."""
+    """[start, end) of the first steady repetition of the repeating pattern, when the plan has one (tightening
+    may since have moved some of its blocks earlier)."""
     metadata: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
@@ -185,7 +186,7 @@ def plan_from_json_dict(data: Any, *, source: str = "schedule") -> SchedulePlan:
                 raise ScheduleFileError(f"{source}: block {name!r} has a non-integer micro-batch or start")
             blocks.append(ScheduledBlock(template.block(str(name)), micro_batch, start))
         repetend = data.get("repetend")
-        return SchedulePlan(template, data["micro_batches"], tuple(blocks), str(data["method"]), data.get("memory_limit"),
+        plan = SchedulePlan(template, data["micro_batches"], tuple(blocks), str(data["method"]), data.get("memory_limit"),
                             data.get("search_status", "heuristic"), float(data.get("search_seconds", 0.0)),
                             None if repetend is None else (int(repetend[0]), int(repetend[1])),
                             dict(data.get("metadata") or {}))
@@ -193,6 +194,10 @@ def plan_from_json_dict(data: Any, *, source: str = "schedule") -> SchedulePlan:
         raise ScheduleFileError(f"{source}: the schedule is malformed ({error!r}); write it with SchedulePlan.save") from None
     except (InvalidScheduleError, BlockTemplateError) as error:
         raise ScheduleFileError(f"{source} describes a schedule that breaks its rules: {error}") from None
+    if data.get("makespan", plan.makespan) != plan.makespan:
+        raise ScheduleFileError(f"{source} records a makespan of {data['makespan']} but its blocks take {plan.makespan}: "
+                                "the file was edited by hand; write it with SchedulePlan.save")
+    return plan
 
 
 # -- the rules ---------------------------------------------------------------------------------------

@@ -175,6 +175,9 @@ def _complete(template: BlockTemplate, repetend: Repetend, micro_batches: int, m
 
 def _search_completion(template: BlockTemplate, repetend: Repetend, micro_batches: int, memory_limit: int | None,
                        steady: range, upper: int, budget: _Budget) -> dict[tuple[int, int], int] | None:
+    if budget.milliseconds_left() <= 0:  # building the model is not free either: do not start without time
+        budget.ran_out = True
+        return None
     blocks = template.blocks
     lags = repetend.lags
     origin = z3.Int("steady_origin")
