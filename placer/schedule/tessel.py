@@ -20,9 +20,8 @@ from placer.schedule.repetend import Repetend, first_fit_repetend
 DEFAULT_TIME_LIMIT = 30.0
 """Seconds a search may take by default, over all its solver calls."""
 FREE_REPETITIONS = 1
-"""Repetitions at each end of the steady state that completion may rearrange along with the warm-up and
-cool-down (those blocks of the repeating pattern, in which every block has a micro-batch, too): the seam
-between warm-up and repetend is where a fixed pattern wastes most."""
+"""Steady repetitions at each end that completion may rearrange together with the warm-up and cool-down:
+the seam between warm-up and repetend is where a rigid pattern wastes most."""
 
 
 @dataclass
@@ -56,15 +55,15 @@ def tessel(template: BlockTemplate, micro_batches: int, memory_limit: int | None
     searched = search_repetend(template, memory_limit, repetend_budget)
     first_fit = first_fit_repetend(template, memory_limit)
     # Completing the searched repetend gets half of what is left, the first-fit one the rest.
-    completion_budget = _Budget(clock.monotonic() + (began + time_limit - clock.monotonic()) / 2)
-    plan = _complete(template, searched, micro_batches, memory_limit, completion_budget, "tessel", began)
+    budgets = [repetend_budget, _Budget(clock.monotonic() + (began + time_limit - clock.monotonic()) / 2)]
+    plan = _complete(template, searched, micro_batches, memory_limit, budgets[-1], "tessel", began)
     if first_fit != searched:
-        other = _complete(template, first_fit, micro_batches, memory_limit, _Budget(began + time_limit), "tessel", began)
+        budgets.append(_Budget(began + time_limit))
+        other = _complete(template, first_fit, micro_batches, memory_limit, budgets[-1], "tessel", began)
         if other.makespan < plan.makespan:
-            plan = _with_status(other, plan.search_status if other.search_status == "finished" else other.search_status)
-    if repetend_budget.ran_out and plan.search_status == "finished":
-        plan = _with_status(plan, "best-so-far")
-    return replace(plan, search_seconds=clock.monotonic() - began)
+            plan = other
+    status = "best-so-far" if any(budget.ran_out for budget in budgets) else "finished"
+    return replace(plan, search_status=status, search_seconds=clock.monotonic() - began)
 
 
 def tessel_fast(template: BlockTemplate, micro_batches: int, memory_limit: int | None = None, *,
@@ -249,7 +248,3 @@ def tighten(template: BlockTemplate, starts: dict[tuple[int, int], int]) -> dict
 
 def _makespan(template: BlockTemplate, starts: dict[tuple[int, int], int]) -> int:
     return max(t + template.blocks[x].span for (x, _), t in starts.items()) - min(starts.values())
-
-
-def _with_status(plan: SchedulePlan, status: str) -> SchedulePlan:
-    return replace(plan, search_status=status)
