@@ -82,11 +82,12 @@ def blocks_from_placement(
     blocks = []
     for name in sorted(seconds, key=lambda b: (b[0] != "f", _device_order(b, devices))):
         device = name.split("@", 1)[1]
-        keeps = math.ceil(stashed.get(device, 0) / micro_batches / memory_unit) if f"b@{device}" in seconds else 0
-        memory = keeps if name.startswith("f@") else -(math.ceil(stashed.get(device, 0) / micro_batches / memory_unit)
-                                                         if f"f@{device}" in seconds else 0)
-        blocks.append(BlockSpec(name, FORWARD if name.startswith("f@") else BACKWARD,
-                                max(1, round(seconds[name] / unit)), memory, (device,), tuple(sorted(after[name]))))
+        # What a device's forward keeps, its backward frees; a device with only one of them keeps nothing.
+        both = f"f@{device}" in seconds and f"b@{device}" in seconds
+        keeps = math.ceil(stashed.get(device, 0) / micro_batches / memory_unit) if both else 0
+        forward = name.startswith("f@")
+        blocks.append(BlockSpec(name, FORWARD if forward else BACKWARD, max(1, round(seconds[name] / unit)),
+                                keeps if forward else -keeps, (device,), tuple(sorted(after[name]))))
     used = tuple(d.short_name for d in devices if any(b.devices[0] == d.short_name for b in blocks))
     try:
         return BlockTemplate(f"{graph.name}/{micro_batches}mb", used, tuple(blocks), unit, memory_unit,
