@@ -9,13 +9,10 @@ per batch after the last backward and is left out of the blocks.
 from __future__ import annotations
 
 import math
-from typing import Mapping
-
 from placer.devices import DeviceSet
 from placer.errors import BlockTemplateError, MicroBatchError, PlacementError
 from placer.graph.opgraph import OpGraph
 from placer.placement import Placement
-from placer.profile import CostTable
 from placer.schedule.blocks import BACKWARD, FORWARD, BlockSpec, BlockTemplate
 from placer.simulate.simulator import ALIAS_OP_TYPES, Simulator
 
@@ -32,15 +29,17 @@ MiB = 2**20
 
 
 def blocks_from_placement(
-    graph: OpGraph, placement: Placement, devices: DeviceSet, costs: CostTable | Mapping[str, CostTable],
-    micro_batches: int, *, batch_size: int | None = None, time_unit: float | None = None, memory_unit: int = MiB,
+    simulator: Simulator, placement: Placement, micro_batches: int, *, batch_size: int | None = None,
+    time_unit: float | None = None, memory_unit: int = MiB,
 ) -> BlockTemplate:
-    """The block template of one micro-batch of `graph` placed by `placement` on `devices`.
+    """The block template of one micro-batch of the simulator's graph placed by `placement` on its devices
+    (`open_target(graph, "modeled:2xV100").simulator`, or a `Simulator` of your own cost tables).
 
     Each device that runs forward ops gets a block "f@DEVICE", each that runs backward ops "b@DEVICE"; a
     block waits for every block that feeds one of its ops. Spans are in units of `time_unit` seconds
     (default: the longest block / DEFAULT_RESOLUTION); a forward block keeps the activations its device's
     backward block reads, in `memory_unit` bytes, and that backward frees them."""
+    graph, devices = simulator.graph, simulator.devices
     batch = batch_size if batch_size is not None else infer_batch_size(graph)
     if not isinstance(micro_batches, int) or micro_batches < 1 or batch % micro_batches:
         raise MicroBatchError(f"{micro_batches!r} micro-batches do not divide the batch of {batch}: choose a divisor "
@@ -48,7 +47,6 @@ def blocks_from_placement(
     if placement.graph_fingerprint != graph.fingerprint or tuple(placement.devices) != devices.names:
         raise PlacementError(f"the placement was made for another graph or other devices than {graph.name!r} on "
                              f"{devices.name!r}: place this graph on these devices")
-    simulator = Simulator(graph, devices, costs)  # checks the cost tables against the graph
     step = graph.step_ops
     kind = _op_kinds(graph)
     op_device = placement.op_devices(graph)
