@@ -22,3 +22,18 @@ def test_placer_schedule_compares_every_method_and_saves_tessels_plan(tmp_path, 
 def test_placer_schedule_refuses_a_memory_limit_below_one_micro_batch(capsys):
     assert main(["schedule", "pipeline", "--devices", "2", "--memory-limit", "0", "--method", "1f1b"]) == 2
     assert "one micro-batch alone needs 1 memory units" in capsys.readouterr().err
+
+
+def test_placer_schedule_schedules_a_placed_model_from_the_simulators_costs(capsys):
+    status = main(["schedule", "--model", "two-tower", "--placement", "expert", "--cluster", "modeled:2xV100",
+                   "--micro-batches", "4", "--method", "1f1b", "--method", "tessel", "--time-limit", "5", "--json"])
+    assert status == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert {b["name"] for b in printed["template"]["blocks"]} == {"f@GPU:0", "f@GPU:1", "b@GPU:0", "b@GPU:1"}
+    rows = {row["method"]: row for row in printed["plans"]}
+    assert rows["tessel"]["makespan"] <= rows["1f1b"]["makespan"]
+
+
+def test_placer_schedule_wants_a_shape_or_a_model(capsys):
+    assert main(["schedule", "--micro-batches", "4"]) == 2
+    assert "give a shape" in capsys.readouterr().err
