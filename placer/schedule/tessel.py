@@ -27,21 +27,27 @@ the seam between warm-up and repetend is where a rigid pattern wastes most."""
 @dataclass
 class _Budget:
     deadline: float
-    ran_out: bool = False
+    incomplete: bool = False
+    """Set when a check came back unknown or time ran out: what was found is not proven best."""
 
     def milliseconds_left(self) -> int:
         return max(int((self.deadline - clock.monotonic()) * 1000), 0)
 
+    @property
+    def expired(self) -> bool:
+        return self.milliseconds_left() <= 0
+
     def check(self, solver: z3.Solver) -> z3.CheckSatResult:
-        """One solver call under what is left of the budget; `unknown` (and `ran_out`) when it is gone."""
+        """One solver call with at most half of what is left (so that one hard bound does not use up the
+        search), `unknown` when it is gone."""
         left = self.milliseconds_left()
         if left <= 0:
-            self.ran_out = True
+            self.incomplete = True
             return z3.unknown
-        solver.set("timeout", left)
+        solver.set("timeout", left if left < 400 else left // 2)
         result = solver.check()
         if result == z3.unknown:
-            self.ran_out = True
+            self.incomplete = True
         return result
 
 
@@ -62,7 +68,7 @@ def tessel(template: BlockTemplate, micro_batches: int, memory_limit: int | None
         other = _complete(template, first_fit, micro_batches, memory_limit, budgets[-1], "tessel", began)
         if other.makespan < plan.makespan:
             plan = other
-    status = "best-so-far" if any(budget.ran_out for budget in budgets) else "finished"
+    status = "best-so-far" if any(budget.incomplete for budget in budgets) else "finished"
     return replace(plan, search_status=status, search_seconds=clock.monotonic() - began)
 
 
@@ -127,9 +133,10 @@ def search_repetend(template: BlockTemplate, memory_limit: int | None, budget: _
 
 def _smallest_bound(solver: z3.Solver, low: int, high: int, rules, budget: _Budget) -> tuple[int, z3.ModelRef] | None:
     """Binary search for the smallest bound in [low, high] under which `rules(bound)` is satisfiable, each
-    check between push and pop; returns it and its model, or None if none was found (or time ran out)."""
+    check between push and pop; returns it and its model, or None if none was found. A bound the solver
+    cannot decide in its share of time is given up (searching above it), and the result marked unproven."""
     found = None
-    while low <= high and not budget.ran_out:
+    while low <= high and not budget.expired:
         bound = (low + high) // 2
         solver.push()
         solver.add(rules(bound))
@@ -137,9 +144,11 @@ def _smallest_bound(solver: z3.Solver, low: int, high: int, rules, budget: _Budg
         if result == z3.sat:
             found = (bound, solver.model())
             high = bound - 1
-        elif result == z3.unsat:
+        else:
             low = bound + 1
         solver.pop()
+    if low <= high:
+        budget.incomplete = True
     return found
 
 
@@ -164,7 +173,7 @@ def _complete(template: BlockTemplate, repetend: Repetend, micro_batches: int, m
         first_steady = min(best[(x, k - repetend.lags[x])] - repetend.starts[x] for x in range(len(template.blocks)))
     blocks = tuple(ScheduledBlock(template.blocks[x], m, start) for (x, m), start in best.items())
     return SchedulePlan(
-        template, micro_batches, blocks, method, memory_limit, "best-so-far" if budget.ran_out else "finished",
+        template, micro_batches, blocks, method, memory_limit, "best-so-far" if budget.incomplete else "finished",
         clock.monotonic() - began,
         None if first_steady is None else (first_steady, first_steady + repetend.period),
         {"repetend_period": repetend.period, "repetend_lags": list(repetend.lags),
@@ -174,8 +183,8 @@ def _complete(template: BlockTemplate, repetend: Repetend, micro_batches: int, m
 
 def _search_completion(template: BlockTemplate, repetend: Repetend, micro_batches: int, memory_limit: int | None,
                        steady: range, upper: int, budget: _Budget) -> dict[tuple[int, int], int] | None:
-    if budget.milliseconds_left() <= 0:  # building the model is not free either: do not start without time
-        budget.ran_out = True
+    if budget.expired:  # building the model is not free either: do not start without time
+        budget.incomplete = True
         return None
     blocks = template.blocks
     lags = repetend.lags
