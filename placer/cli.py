@@ -64,6 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     add_tune_arguments(sub.add_parser("tune", parents=[common], help="time a model's step under each thread setting "
                                       "(TensorFlow's default, the recommended one, every intra/inter pair) side by side"))
 
+    from placer.commands.schedule import add_schedule_arguments
+
+    add_schedule_arguments(sub.add_parser("schedule", parents=[common], help="schedule micro-batches of a placement "
+                                          "shape (Tessel's z3 search, GPipe, 1F1B) on modeled devices"))
+
     plugins = _plugin_commands()
     for name, command in plugins.items():
         command.add_arguments(sub.add_parser(name, help=command.help))
@@ -104,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
             from placer.commands.tune import tune_command
 
             return tune_command(args)
+        if args.command == "schedule":
+            from placer.commands.schedule import schedule_command
+
+            return schedule_command(args)
         if args.command == "apply":
             from placer.commands.apply import apply_command
 

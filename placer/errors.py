@@ -37,3 +37,27 @@ class NetworkIsolationUnavailable(TestbedError):
 
 class ProfileError(PlacerError):
     """Profiling a graph failed, or a cost table does not belong to the graph it is used with."""
+
+
+class ScheduleError(PlacerError):
+    """A schedule of micro-batches (placer.schedule) could not be built, checked or read."""
+
+
+class BlockTemplateError(ScheduleError):
+    """A micro-batch's blocks are malformed: unknown device, cyclic dependencies, memory that never frees, ..."""
+
+
+class InvalidScheduleError(ScheduleError):
+    """A schedule plan breaks a rule: a dependency, two blocks at once on a device, the memory limit, ..."""
+
+
+class ScheduleFileError(ScheduleError):
+    """A schedule file is malformed, or describes a schedule that breaks its own rules."""
+
+
+class MicroBatchError(ScheduleError):
+    """The number of micro-batches does not fit the batch (it must be at least 1 and divide the batch)."""
+
+
+class ScheduleInfeasibleError(ScheduleError):
+    """No schedule exists under the given constraints (usually: the memory limit is below one micro-batch's need)."""

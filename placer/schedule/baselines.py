@@ -1,0 +1,137 @@
+"""The baseline schedules for any block template, by list scheduling with each one's priority rule.
+
+sequential: one micro-batch at a time. GPipe: every forward before any backward on a device, memory ignored
+(as GPipe does). 1F1B: backwards first, at most as many micro-batches in flight as there are devices, and
+never over the memory limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from placer.errors import ScheduleError, ScheduleInfeasibleError
+from placer.schedule.blocks import BACKWARD, FORWARD, BlockTemplate
+from placer.schedule.plan import SchedulePlan, ScheduledBlock, check_plan_inputs
+
+
+@dataclass(frozen=True)
+class _Rule:
+    priority: Callable[[str, int, int], tuple]
+    """(kind, micro-batch, topological position) -> sort key; smaller starts first."""
+    max_in_flight: int | None
+    """Micro-batches started and not finished at once; None: no cap."""
+    forwards_first_per_device: bool
+    respects_memory: bool
+
+
+def sequential(template: BlockTemplate, micro_batches: int, memory_limit: int | None = None) -> SchedulePlan:
+    return list_schedule(template, micro_batches, "sequential", memory_limit)
+
+
+def gpipe(template: BlockTemplate, micro_batches: int, memory_limit: int | None = None) -> SchedulePlan:
+    """GPipe keeps every micro-batch's activations until the flush, so its plan carries no memory limit;
+    compare its `peak_memory()` with the limit."""
+    return list_schedule(template, micro_batches, "gpipe", memory_limit)
+
+
+def one_f_one_b(template: BlockTemplate, micro_batches: int, memory_limit: int | None = None) -> SchedulePlan:
+    return list_schedule(template, micro_batches, "1f1b", memory_limit)
+
+
+def list_schedule(template: BlockTemplate, micro_batches: int, rule_name: str, memory_limit: int | None = None) -> SchedulePlan:
+    """Greedy list scheduling: at each time, start every ready block whose devices are free, best priority first."""
+    rules = {
+        "sequential": _Rule(lambda kind, m, position: (m, position), 1, False, True),
+        "gpipe": _Rule(lambda kind, m, position: (kind != FORWARD, m, position), None, True, False),
+        "1f1b": _Rule(lambda kind, m, position: (kind != BACKWARD, m, position), len(template.devices), False, True),
+    }
+    if rule_name not in rules:
+        raise ScheduleError(f"unknown baseline schedule {rule_name!r}; known: {', '.join(rules)}")
+    rule = rules[rule_name]
+    limit = memory_limit if rule.respects_memory else None
+    check_plan_inputs(template, micro_batches, limit)
+    position = {i: p for p, i in enumerate(template.topological_order)}
+    pending = sorted(((rule.priority(b.kind, m, position[i]), i, m) for m in range(micro_batches)
+                      for i, b in enumerate(template.blocks)))
+    ends: dict[tuple[int, int], int] = {}
+    starts: dict[tuple[int, int], int] = {}
+    device_free = {device: 0 for device in template.devices}
+    live = {device: 0 for device in template.devices}
+    forwards_left = {device: micro_batches * sum(1 for b in template.blocks if b.kind == FORWARD and device in b.devices)
+                     for device in template.devices}
+    total = len(template.blocks)
+    started = [0] * micro_batches
+    finished = [0] * micro_batches
+    time = 0
+    max_in_flight = rule.max_in_flight
+    if limit is not None and max_in_flight is not None:
+        # Admit only as many micro-batches as fit holding everything they ever allocate on a device at
+        # once: then a waiting block always fits once its own micro-batch's earlier blocks have run.
+        per_micro_batch = max(max(sum(b.memory for b in template.blocks if d in b.devices and b.memory > 0)
+                                  for d in template.devices), 1)
+        max_in_flight = max(1, min(max_in_flight, limit // per_micro_batch))
+    # A ready block on several devices waiting for busy ones reserves them from when they all come free: other blocks may
+    # use a reserved device only if they end by then. Without it a block on every device (tensor parallel)
+    # waits until the pipeline drains, as blocks of earlier micro-batches keep one of its devices busy.
+    reserved: dict[tuple[int, int], int] = {}
+    while pending:
+        in_flight = sum(1 for m in range(micro_batches) if started[m] and finished[m] < total)
+        started_any = False
+        for entry in list(pending):
+            _, i, m = entry
+            block = template.blocks[i]
+            ready = all(ends.get((template.index[name], m), time + 1) <= time for name in block.after)
+            in_order = m == 0 or (i, m - 1) in starts
+            free = all(device_free[d] <= time for d in block.devices)
+            admitted = started[m] or max_in_flight is None or in_flight < max_in_flight
+            phase = not (rule.forwards_first_per_device and block.kind == BACKWARD
+                         and any(forwards_left[d] for d in block.devices))
+            fits = limit is None or all(live[d] + block.memory <= limit for d in block.devices)
+            eligible = ready and in_order and admitted and phase and fits
+            if eligible and not free and len(block.devices) > 1:
+                reserved[(i, m)] = max(device_free[d] for d in block.devices)
+            else:
+                reserved.pop((i, m), None)
+            if not (eligible and free) or _crosses_reservation(template, reserved, (i, m), time):
+                continue
+            pending.remove(entry)
+            starts[(i, m)] = time
+            ends[(i, m)] = time + block.span
+            if not started[m]:
+                in_flight += 1
+            started[m] += 1
+            for d in block.devices:
+                device_free[d] = time + block.span
+                live[d] += block.memory
+                if block.kind == FORWARD:
+                    forwards_left[d] -= 1
+            started_any = True
+        later = [end for end in ends.values() if end > time]
+        if not later:
+            if pending and not started_any:
+                raise ScheduleInfeasibleError(
+                    f"{rule_name} got stuck under the memory limit of {limit} units: every waiting block would "
+                    f"overflow a device (one micro-batch alone needs {max(template.single_micro_batch_peak().values())} "
+                    "in dependency order); raise the limit")
+            continue
+        time = min(later)
+        for (i, m), end in ends.items():
+            if end == time:
+                finished[m] += 1
+    blocks = tuple(ScheduledBlock(template.blocks[i], m, start) for (i, m), start in starts.items())
+    return SchedulePlan(template, micro_batches, blocks, rule_name, limit, "heuristic")
+
+
+BASELINES = {"sequential": sequential, "gpipe": gpipe, "1f1b": one_f_one_b}
+
+
+def _crosses_reservation(template: BlockTemplate, reserved: dict[tuple[int, int], int], key: tuple[int, int],
+                         time: int) -> bool:
+    """True if starting block `key` now would still hold a device another waiting block has reserved."""
+    block = template.blocks[key[0]]
+    end = time + block.span
+    for (i, m), claim in reserved.items():
+        if (i, m) != key and end > claim and set(block.devices) & set(template.blocks[i].devices):
+            return True
+    return False

@@ -1,0 +1,138 @@
+"""Blocks from a real placement: a placed training step split per device into one forward and one backward
+block per micro-batch, with spans from the simulator's op costs and memory deltas from stashed activations.
+
+Modeled assumptions, stated once: a micro-batch costs 1/micro_batches of the batch (op time and activation
+bytes scale linearly with the batch); transfers between blocks cost nothing; the optimizer update runs once
+per batch after the last backward and is left out of the blocks.
+"""
+
+from __future__ import annotations
+
+import math
+from placer.devices import DeviceSet
+from placer.errors import BlockTemplateError, MicroBatchError, PlacementError
+from placer.graph.opgraph import OpGraph
+from placer.placement import Placement
+from placer.schedule.blocks import BACKWARD, FORWARD, BlockSpec, BlockTemplate
+from placer.simulate.simulator import ALIAS_OP_TYPES, Simulator
+
+# Ops that make a step's input: their first dimension is the batch.
+INPUT_OP_TYPES = frozenset({"Placeholder", "IteratorGetNext", "RandomUniform", "RandomUniformInt",
+                            "RandomStandardNormal", "TruncatedNormal"})
+# Ops that write variables: the optimizer's update, once per batch rather than per micro-batch.
+UPDATE_OP_PREFIXES = ("ResourceApply", "Apply", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp")
+
+DEFAULT_RESOLUTION = 20
+"""Time units the longest block gets when no time unit is given: enough to tell stages apart, small enough
+for the solver."""
+MiB = 2**20
+
+
+def blocks_from_placement(
+    simulator: Simulator, placement: Placement, micro_batches: int, *, batch_size: int | None = None,
+    time_unit: float | None = None, memory_unit: int = MiB,
+) -> BlockTemplate:
+    """The block template of one micro-batch of the simulator's graph placed by `placement` on its devices
+    (`open_target(graph, "modeled:2xV100").simulator`, or a `Simulator` of your own cost tables).
+
+    Each device that runs forward ops gets a block "f@DEVICE", each that runs backward ops "b@DEVICE"; a
+    block waits for every block that feeds one of its ops. Spans are in units of `time_unit` seconds
+    (default: the longest block / DEFAULT_RESOLUTION); a forward block keeps the activations its device's
+    backward block reads, in `memory_unit` bytes, and that backward frees them."""
+    graph, devices = simulator.graph, simulator.devices
+    batch = batch_size if batch_size is not None else infer_batch_size(graph)
+    if not isinstance(micro_batches, int) or micro_batches < 1 or batch % micro_batches:
+        raise MicroBatchError(f"{micro_batches!r} micro-batches do not divide the batch of {batch}: choose a divisor "
+                              f"({', '.join(str(d) for d in range(1, batch + 1) if batch % d == 0)})")
+    if placement.graph_fingerprint != graph.fingerprint or tuple(placement.devices) != devices.names:
+        raise PlacementError(f"the placement was made for another graph or other devices than {graph.name!r} on "
+                             f"{devices.name!r}: place this graph on these devices")
+    step = graph.step_ops
+    kind = _op_kinds(graph)
+    op_device = placement.op_devices(graph)
+    short = {device.name: device.short_name for device in devices}
+    column = {device.name: i for i, device in enumerate(devices)}
+
+    def block_of(op_name: str) -> str | None:
+        role = kind.get(op_name)
+        return None if role is None else f"{role[0]}@{short[op_device[op_name]]}"
+
+    seconds: dict[str, float] = {}
+    stashed: dict[str, int] = {}  # bytes per device that forward ops keep for backward ops
+    after: dict[str, set[str]] = {}
+    consumers_in_backward = {src for op in step if kind.get(op.name) == BACKWARD for src in op.producers}
+    for row, op in enumerate(step):
+        block = block_of(op.name)
+        if block is None:
+            continue
+        seconds[block] = seconds.get(block, 0.0) + simulator.op_cost[row, column[op_device[op.name]]] / micro_batches
+        after.setdefault(block, set())
+        for src in (*op.producers, *op.control_inputs):
+            source = block_of(src)
+            if source is not None and source != block:
+                after[block].add(source)
+        if kind[op.name] == FORWARD and op.name in consumers_in_backward and op.type not in ALIAS_OP_TYPES:
+            device = short[op_device[op.name]]
+            stashed[device] = stashed.get(device, 0) + sum(op.output_bytes)
+    if not seconds:
+        raise PlacementError(f"graph {graph.name!r} has no forward or backward ops to schedule (does it name its loss?)")
+    unit = float(time_unit or max(seconds.values()) / DEFAULT_RESOLUTION or 1.0)
+    blocks = []
+    for name in sorted(seconds, key=lambda b: (b[0] != "f", _device_order(b, devices))):
+        device = name.split("@", 1)[1]
+        # What a device's forward keeps, its backward frees; a device with only one of them keeps nothing.
+        both = f"f@{device}" in seconds and f"b@{device}" in seconds
+        keeps = math.ceil(stashed.get(device, 0) / micro_batches / memory_unit) if both else 0
+        forward = name.startswith("f@")
+        blocks.append(BlockSpec(name, FORWARD if forward else BACKWARD, max(1, round(seconds[name] / unit)),
+                                keeps if forward else -keeps, (device,), tuple(sorted(after[name]))))
+    used = tuple(d.short_name for d in devices if any(b.devices[0] == d.short_name for b in blocks))
+    try:
+        return BlockTemplate(f"{graph.name}/{micro_batches}mb", used, tuple(blocks), unit, memory_unit,
+                             {"graph": graph.name, "fingerprint": graph.fingerprint, "batch_size": batch,
+                              "micro_batches": micro_batches})
+    except BlockTemplateError as error:
+        if "cycle" not in str(error):
+            raise
+        raise BlockTemplateError(
+            f"the placement does not split {graph.name!r} into stages: {error}. A pipeline schedule needs each "
+            "device's forward ops to form one contiguous stage (data flows device to device in one direction); "
+            "place consecutive layers together") from None
+
+
+def infer_batch_size(graph: OpGraph) -> int:
+    """The batch: the first dimension of the step's inputs (placeholders, iterators, synthetic random inputs)."""
+    sizes = {op.output_shapes[0][0] for op in graph.step_ops
+             if op.type in INPUT_OP_TYPES and op.output_shapes and op.output_shapes[0] and op.output_shapes[0][0] > 0}
+    if len(sizes) != 1:
+        found = f"first dimensions {sorted(sizes)}" if sizes else "no input ops with a known first dimension"
+        raise MicroBatchError(f"cannot tell the batch size of {graph.name!r} ({found}): pass batch_size=")
+    return sizes.pop()
+
+
+def _op_kinds(graph: OpGraph) -> dict[str, str]:
+    """forward: the loss and what it is computed from; backward: every other step op except the optimizer's
+    updates and the train op. (Gradients need not descend from the loss: TensorFlow seeds them with a
+    constant of its shape.)"""
+    if graph.loss is None:
+        raise PlacementError(f"graph {graph.name!r} does not name its loss, so its forward and backward ops cannot be "
+                             "told apart: build it with loss=")
+    loss = graph.loss.rsplit(":", 1)[0]
+    step = {op.name: op for op in graph.step_ops}
+    forward, stack = set(), [loss]
+    while stack:
+        name = stack.pop()
+        if name in forward or name not in step:
+            continue
+        forward.add(name)
+        stack.extend((*step[name].producers, *step[name].control_inputs))
+    kinds = {name: FORWARD for name in forward}
+    for name, op in step.items():
+        if name not in forward and name != graph.train_op and not op.type.startswith(UPDATE_OP_PREFIXES):
+            kinds[name] = BACKWARD
+    return kinds
+
+
+def _device_order(block_name: str, devices: DeviceSet) -> int:
+    short = block_name.split("@", 1)[1]
+    return next(i for i, d in enumerate(devices) if d.short_name == short)

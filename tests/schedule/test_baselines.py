@@ -1,0 +1,40 @@
+"""Baseline schedules (sequential, GPipe, 1F1B) by list scheduling, on every shape."""
+
+import pytest
+
+from placer.errors import ScheduleInfeasibleError
+from placer.schedule import BASELINES, SHAPES, gpipe, one_f_one_b, sequential, shape_template
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("rule", sorted(BASELINES))
+def test_every_baseline_gives_a_valid_plan_on_every_shape(shape, rule):
+    template = shape_template(shape, 4)
+    plan = BASELINES[rule](template, 6, 8)
+    assert plan.micro_batches == 6 and len(plan.blocks) == 6 * len(template.blocks)  # the plan checked itself
+    assert plan.search_status == "heuristic"
+
+
+def test_1f1b_on_a_pipeline_takes_the_textbook_time_and_memory():
+    # (micro-batches + stages - 1) * (forward + backward), with as many micro-batches in flight as stages
+    # (the textbook's first stage; later stages may keep as many here, as the rule caps micro-batches, not stages)
+    plan = one_f_one_b(shape_template("pipeline", 4), 8)
+    assert plan.makespan == (8 + 4 - 1) * (1 + 2)
+    assert plan.peak_memory()["dev0"] == 4 and max(plan.peak_memory().values()) == 4
+
+
+def test_gpipe_keeps_every_micro_batch_and_sequential_keeps_one():
+    template = shape_template("pipeline", 4)
+    assert max(gpipe(template, 8).peak_memory().values()) == 8
+    assert max(sequential(template, 8).peak_memory().values()) == 1
+    assert sequential(template, 8).makespan == 8 * sum(b.span for b in template.blocks)
+
+
+def test_1f1b_stays_under_a_tight_memory_limit():
+    plan = one_f_one_b(shape_template("v-shape", 4), 6, memory_limit=4)
+    assert max(plan.peak_memory().values()) <= 4
+
+
+def test_a_limit_below_one_micro_batch_is_refused_with_what_to_do():
+    with pytest.raises(ScheduleInfeasibleError, match="one micro-batch alone needs 2 memory units"):
+        one_f_one_b(shape_template("v-shape", 2), 4, memory_limit=1)

@@ -1,0 +1,39 @@
+"""`placer schedule SHAPE`: every method on a modeled shape, the plan and its timeline written."""
+
+import json
+
+from placer.cli import main
+from placer.schedule import read_schedule_file
+
+
+def test_placer_schedule_compares_every_method_and_saves_tessels_plan(tmp_path, capsys):
+    plan_file, trace_file = tmp_path / "plan.json", tmp_path / "trace.json"
+    status = main(["schedule", "v-shape", "--devices", "2", "--micro-batches", "6", "--memory-limit", "4",
+                   "--time-limit", "10", "--save", str(plan_file), "--timeline", str(trace_file), "--json"])
+    assert status == 0
+    rows = {row["method"]: row for row in json.loads(capsys.readouterr().out)["plans"]}
+    assert set(rows) == {"sequential", "gpipe", "1f1b", "tessel", "tessel-fast"}
+    assert rows["tessel"]["makespan"] <= rows["1f1b"]["makespan"] < rows["sequential"]["makespan"]
+    plan = read_schedule_file(plan_file)
+    assert plan.method == "tessel" and plan.makespan == rows["tessel"]["makespan"]
+    assert json.loads(trace_file.read_text())["traceEvents"]
+
+
+def test_placer_schedule_refuses_a_memory_limit_below_one_micro_batch(capsys):
+    assert main(["schedule", "pipeline", "--devices", "2", "--memory-limit", "0", "--method", "1f1b"]) == 2
+    assert "one micro-batch alone needs 1 memory units" in capsys.readouterr().err
+
+
+def test_placer_schedule_schedules_a_placed_model_from_the_simulators_costs(capsys):
+    status = main(["schedule", "--model", "two-tower", "--placement", "expert", "--cluster", "modeled:2xV100",
+                   "--micro-batches", "4", "--method", "1f1b", "--method", "tessel", "--time-limit", "5", "--json"])
+    assert status == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert {b["name"] for b in printed["template"]["blocks"]} == {"f@GPU:0", "f@GPU:1", "b@GPU:0", "b@GPU:1"}
+    rows = {row["method"]: row for row in printed["plans"]}
+    assert rows["tessel"]["makespan"] <= rows["1f1b"]["makespan"]
+
+
+def test_placer_schedule_wants_a_shape_or_a_model(capsys):
+    assert main(["schedule", "--micro-batches", "4"]) == 2
+    assert "give a shape" in capsys.readouterr().err
