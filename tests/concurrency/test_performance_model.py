@@ -73,3 +73,18 @@ def test_features_count_what_an_op_reads_and_writes(seen):
 def test_a_profile_of_another_graph_is_refused(seen, unseen):
     with pytest.raises(ProfileError, match="another graph"):
         fit_performance_model([(seen, amdahl_profile(unseen))])
+
+
+def test_the_model_picks_two_ops_at_once_for_two_serial_matmuls_and_one_wide_op_for_one(seen):
+    from placer.concurrency.choose import choose_setting
+    from placer.concurrency.settings import ThreadSetting
+
+    # Independent matmuls that barely speed up with threads: run two at once on one thread each.
+    serial = fit_performance_model([(seen, amdahl_profile(seen, parallel_fraction=0.05))])
+    assert choose_setting(seen, serial, cores=2).setting == ThreadSetting(1, 2)
+    # Perfectly parallel matmuls: two threads each, one at a time, do as well as two at once, with fewer
+    # threads in flight; two of two threads at once would oversubscribe the cores.
+    parallel = fit_performance_model([(seen, amdahl_profile(seen, parallel_fraction=1.0))])
+    choice = choose_setting(seen, parallel, cores=2)
+    assert choice.predicted[ThreadSetting(2, 2)] > min(choice.predicted.values())
+    assert choice.predicted[ThreadSetting(1, 1)] > choice.predicted[choice.setting]
