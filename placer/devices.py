@@ -36,10 +36,8 @@ class Device:
 
     @property
     def short_name(self) -> str:
-        """Name without the parts every device of a single-task machine shares: "CPU:1", "task:1/CPU:0"."""
-        job, task, kind, index = _parts(self.name)
-        prefix = "" if (job, task) == ("localhost", 0) else f"{job}:{task}/"
-        return f"{prefix}{kind}:{index}"
+        """The name a person reads: "CPU:1" on one machine, "worker:1/CPU:0" on a cluster (`short_name`)."""
+        return short_name(self.name)
 
 
 @dataclass(frozen=True)
@@ -101,6 +99,20 @@ class DeviceSet:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "devices": [asdict(d) for d in self.devices], "links": [asdict(l) for l in self.links]}
+
+
+def short_name(name: str) -> str:
+    """A device's name as tables, charts and traces show it: without the parts every device of a single-task
+    machine shares ("CPU:1", "GPU:0"), with job and task otherwise ("worker:1/CPU:0"), so that two devices
+    never share a label. The one shortening of device names in placer: use it wherever a person reads one."""
+    job, task, kind, index = _parts(name)
+    prefix = "" if (job, task) == ("localhost", 0) else f"{job}:{task}/"
+    return f"{prefix}{kind}:{index}"
+
+
+def name_parts(name: str) -> tuple[str, int, str, int]:
+    """(job, task, kind, index) of a full or short device name, e.g. to sort names; DeviceSpecError if none."""
+    return _parts(name)
 
 
 def local_devices(logical_cpus: int = 1) -> DeviceSet:

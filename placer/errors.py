@@ -37,3 +37,7 @@ class NetworkIsolationUnavailable(TestbedError):
 
 class ProfileError(PlacerError):
     """Profiling a graph failed, or a cost table does not belong to the graph it is used with."""
+
+
+class TimelineError(PlacerError):
+    """A step's timeline (a Chrome trace) cannot be read: not a trace, or no event in it."""
