@@ -66,8 +66,9 @@ def step_time_figure(run: RunFiles, ax: Axes | None = None) -> Figure:
             ax.plot([], [], " ", label=f"{name}: failed")
     if final and updates:
         for name, seconds in final.items():
-            color = styles[name][0] if name in styles else "black"
-            ax.plot([updates[-1] + 0.5], [min(_ms(seconds), top)], "D", color=color, markersize=6)
+            if name == "learned" or name in styles:  # not "start": it has no line on this chart to be told from
+                color = styles[name][0] if name in styles else "black"
+                ax.plot([updates[-1] + 0.5], [min(_ms(seconds), top)], "D", color=color, markersize=6)
         ax.plot([], [], "D", color="0.4", label="measured again side by side at the end\n(black: learned)")
     ax.set_ylim(0, top)
     ax.ticklabel_format(axis="y", style="plain", useOffset=False)
