@@ -1,18 +1,13 @@
 """The pictures a researcher looks at for one run: step time during training against every baseline, where
 the best placement runs, and one step of it per device. notebooks/explore_run.ipynb draws them, and
-
-    python -m agents.experiment.pictures RUN_DIR --out run.png
-
-writes all three into one PNG. Each function returns a matplotlib `Figure` (no pyplot: nothing global).
+`python experiments/run_pictures.py RUN_DIR --out run.png` writes all three into one PNG. Each function
+returns a matplotlib `Figure` (no pyplot: nothing global).
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from pathlib import Path
-from typing import Sequence
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
@@ -22,7 +17,6 @@ from matplotlib.ticker import MaxNLocator
 from agents.experiment.config import ExperimentError
 from agents.experiment.results import RunFiles, read_run
 from placer.devices import short_name
-from placer.errors import PlacerError
 from placer.timeline import StepTimeline
 
 OP_COLOR, TRANSFER_COLOR, IDLE_COLOR = "tab:blue", "tab:orange", "0.92"
@@ -172,22 +166,10 @@ def _line_styles(count: int) -> list[tuple[tuple[float, ...], str]]:
     return [(colors[i % len(colors)], ("--", ":", "-.")[i // len(colors) % 3]) for i in range(count)]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agents.experiment.pictures", description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dir", type=Path, help="a run directory of `placer train` (runs/<model>/<timestamp>)")
-    parser.add_argument("--out", type=Path, required=True, help="the PNG to write")
-    parser.add_argument("--dpi", type=int, default=80)
-    args = parser.parse_args(argv)
-    try:
-        figure = run_figure(read_run(args.run_dir))
-    except PlacerError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(args.out, dpi=args.dpi)
-    print(f"wrote {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def save_run_picture(run_dir: str | Path, out: str | Path, dpi: int = 80) -> Path:
+    """Write the run's pictures (`run_figure`) to one PNG; ExperimentError if `run_dir` is no run."""
+    out = Path(out)
+    figure = run_figure(read_run(run_dir))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=dpi)
+    return out

@@ -5,6 +5,8 @@ device used, time from the step's start, the colours the legend states, and ever
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +15,7 @@ from matplotlib.colors import to_rgba
 
 from agents.experiment import ExperimentConfig, ExperimentError
 from agents.experiment.pictures import (
-    IDLE_COLOR, OP_COLOR, TRANSFER_COLOR, main, placement_figure, step_time_figure, timeline_figure,
+    IDLE_COLOR, OP_COLOR, TRANSFER_COLOR, placement_figure, save_run_picture, step_time_figure, timeline_figure,
 )
 from agents.experiment.results import RunFiles, read_run
 from placer.devices import short_name
@@ -41,8 +43,14 @@ def test_placement_chart_names_each_device_apart_and_counts_each_op_once(run):
 
 def test_timeline_has_one_row_per_device_used_in_ms_from_the_step_start_in_its_legend_colours(run):
     timeline = run.timeline
-    used = sorted({short_name(d) for d in run.placement.op_devices.values()})
-    assert sorted(timeline.devices) == used and min(span.start for span in timeline.spans) == 0.0
+    placed_on = {short_name(d) for d in run.placement.op_devices.values()}
+    # a row for every device that computed (the placement's) or received a tensor (e.g. the testbed's first worker
+    # receives the step's fetch), each once
+    assert {span.device for span in timeline.spans if span.kind == "op"} == placed_on
+    assert len(set(timeline.devices)) == len(timeline.devices)
+    assert set(timeline.devices) == {span.device for span in timeline.spans}
+    assert set(timeline.devices) <= {short_name(d) for d in run.placement.devices}
+    assert min(span.start for span in timeline.spans) == 0.0
     if run.config.backend == "measured":
         assert all(device.startswith("worker:") for device in timeline.devices)
     assert {span.kind for span in timeline.spans} == {"op", "transfer"}  # the best placement uses both devices
@@ -105,11 +113,18 @@ def test_a_run_without_the_retimed_flag_marks_the_updates_where_the_best_rose():
     assert list(lines["best timed again, side by side with a challenger"].get_xdata()) == [2]
 
 
-def test_pictures_command_writes_one_png_and_refuses_what_is_no_run(simulated_run, tmp_path, capsys):
-    out = tmp_path / "docs" / "run.png"
-    assert main([str(simulated_run), "--out", str(out)]) == 0
+def test_one_png_of_a_run_is_small_and_what_is_no_run_is_refused_with_a_reason(simulated_run, tmp_path):
+    out = save_run_picture(simulated_run, tmp_path / "docs" / "run.png")
     assert out.read_bytes().startswith(b"\x89PNG") and 30_000 < out.stat().st_size < 200_000
-    assert main([str(tmp_path), "--out", str(out)]) == 2
-    assert "is not a run directory" in capsys.readouterr().err
+    with pytest.raises(ExperimentError, match="is not a run directory"):
+        save_run_picture(tmp_path, tmp_path / "other.png")
     with pytest.raises(ExperimentError, match="no best placement yet"):
         placement_figure(_run([], {}))
+
+
+def test_the_pictures_script_says_what_is_wrong_in_one_line(tmp_path):
+    script = Path(__file__).parents[2] / "experiments" / "run_pictures.py"
+    run = subprocess.run([sys.executable, str(script), str(tmp_path), "--out", str(tmp_path / "run.png")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and run.stderr.strip() == \
+        f"run_pictures.py: error: {tmp_path} is not a run directory (no config.json)", run.stderr
