@@ -1,7 +1,8 @@
 """The devices a graph is placed on: the local machine, a TF cluster, or a modeled machine from a file.
 
 Device names are TensorFlow's full names ("/job:worker/replica:0/task:1/device:CPU:0"); users may write
-any unambiguous short form ("CPU:1", "task:1/CPU:0") wherever a device is named.
+any unambiguous short form ("CPU:1", "task:1/CPU:0", or "worker:1/CPU:0" as `short_name` shows it) wherever
+a device is named.
 """
 
 from __future__ import annotations
@@ -225,8 +226,10 @@ def _quantity(value: Any, where: str, integer: bool = False) -> Any:
     return int(number) if integer else number
 
 
+# TensorFlow's full name and its short forms; also "worker:1/CPU:0", the form `short_name` gives a cluster's devices.
 _NAME = re.compile(
-    r"^(?:/?job:(?P<job>[^/]+))?(?:/replica:(?P<replica>\d+))?(?:/?task:(?P<task>\d+))?"
+    r"^(?:(?:/?job:(?P<job>[^/]+))?(?:/replica:(?P<replica>\d+))?(?:/?task:(?P<task>\d+))?"
+    r"|(?P<short_job>[A-Za-z_][\w-]*):(?P<short_task>\d+)/)"
     r"/?(?:device:)?(?P<kind>[A-Za-z_]+):(?P<index>\d+)$"
 )
 
@@ -236,9 +239,10 @@ def _spec(name: str) -> dict[str, Any] | None:
     if not match:
         return None
     parts = match.groupdict()
+    job, task = parts["job"] or parts["short_job"], parts["task"] or parts["short_task"]
     return {
-        "job": parts["job"],
-        "task": None if parts["task"] is None else int(parts["task"]),
+        "job": job,
+        "task": None if task is None else int(task),
         "kind": parts["kind"].upper(),
         "index": int(parts["index"]),
     }

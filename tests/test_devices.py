@@ -30,6 +30,12 @@ def test_short_names_keep_two_workers_devices_apart_and_drop_only_what_one_machi
         short_name("worker one")
 
 
+def test_a_device_is_found_by_the_short_name_it_is_shown_under():
+    devices = cluster_devices({"worker": ["a:1", "b:2"], "ps": ["c:3"]}, gpus_per_task=1)
+    assert [devices.resolve(d.short_name) for d in devices] == list(devices)
+    assert devices.resolve("task:1/CPU:0").name == "/job:worker/replica:0/task:1/device:CPU:0"  # ps has task 0 only
+
+
 def test_modeled_machine_file_reads_units_and_links(tmp_path):
     path = tmp_path / "m.yaml"
     path.write_text(

@@ -47,7 +47,12 @@ def test_a_simulated_trace_keeps_ops_and_transfers_apart(tmp_path):
     result = SimResult(step_time=3e-3, device_busy={}, peak_memory={}, link_bytes={},
                        ops=(SimulatedOp("a", gpu.format(0), 0.0, 1e-3), SimulatedOp("b", gpu.format(1), 2e-3, 3e-3)),
                        transfers=(SimulatedTransfer("a:0", gpu.format(0), gpu.format(1), 1e-3, 2e-3, 1024),))
-    timeline = read_chrome_trace(result.save_chrome_trace(tmp_path / "timeline.json"))
+    trace = result.save_chrome_trace(tmp_path / "timeline.json")
+    # in Perfetto, each device's tracks say what they hold
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in json.loads(trace.read_text())["traceEvents"]
+               if e["name"] == "thread_name"}
+    assert sorted(threads.values()) == ["ops", "ops", "tensors from GPU:0"]
+    timeline = read_chrome_trace(trace)
     assert timeline.devices == ("GPU:0", "GPU:1")
     assert [(s.device, s.name, s.kind) for s in timeline.spans] == [
         ("GPU:0", "a", "op"), ("GPU:1", "recv a:0", "transfer"), ("GPU:1", "b", "op")]

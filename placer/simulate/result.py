@@ -75,6 +75,11 @@ class SimResult:
         events: list[dict[str, Any]] = [
             {"ph": "M", "name": "process_name", "pid": pid[device], "args": {"name": device}} for device in devices
         ]
+        events += [{"ph": "M", "name": "thread_name", "pid": pid[device], "tid": 0, "args": {"name": "ops"}}
+                   for device in devices]
+        events += [{"ph": "M", "name": "thread_name", "pid": pid[target], "tid": 1 + pid.get(source, 0),
+                    "args": {"name": f"tensors from {short_name(source)}"}}
+                   for source, target in sorted({(t.source, t.target) for t in self.transfers})]
         for op in self.ops:
             events.append({"ph": "X", "name": op.name, "pid": pid[op.device], "tid": 0, "ts": op.start * 1e6,
                            "dur": (op.end - op.start) * 1e6, "cat": "op"})

@@ -4,6 +4,7 @@ device used, time from the step's start, the colours the legend states, and ever
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -53,6 +54,10 @@ def test_timeline_has_one_row_per_device_used_in_ms_from_the_step_start_in_its_l
     assert min(span.start for span in timeline.spans) == 0.0
     if run.config.backend == "measured":
         assert all(device.startswith("worker:") for device in timeline.devices)
+        # the Chrome trace itself, for Perfetto: one process per device, no two of one name
+        trace = json.loads((run.run_dir / "timeline.json").read_text())["traceEvents"]
+        processes = [e["args"]["name"] for e in trace if e["ph"] == "M" and e["name"] == "process_name"]
+        assert len(processes) == len(set(processes)) == len(timeline.devices), processes
     assert {span.kind for span in timeline.spans} == {"op", "transfer"}  # the best placement uses both devices
 
     ax = timeline_figure(timeline).axes[0]
