@@ -1,11 +1,12 @@
 """Training curves for the dashboards: TensorBoard always, Weights & Biases when enabled.
 
 An experiment hands every update's metrics to a `Trackers` fan-out. TensorBoard gets scalars grouped
-by kind (`step_time/`, `reward/`, `agent/`, `failures/`, `progress/`), the run's hyper-parameters
-through the hparams plugin, and the best placement as an image (devices x slices of the graph) and a
-text table. W&B gets the same curves once, from `wandb.log` (TensorBoard syncing stays off so no curve
-is logged twice), runs offline unless an account is configured, and receives the best placement as an
-artifact and a table when the run ends.
+so that what a researcher looks at comes first (`step_time/`, with every baseline as a line of its own, then
+`training/`, then the agent's `update/` internals), a custom-scalars layout whose first chart draws the best
+and sampled step time against every baseline, the run's hyper-parameters through the hparams plugin, and
+the best placement as an image (devices, named, x slices of the graph) and a text table. W&B gets the same
+curves once, from `wandb.log` (TensorBoard syncing stays off so no curve is logged twice), runs offline
+unless an account is configured, and receives the best placement as an artifact and a table when the run ends.
 """
 
 from __future__ import annotations
@@ -14,32 +15,71 @@ import math
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 TENSORBOARD_DIR = "tensorboard"
 """Event files live in RUN_DIR/tensorboard (what `placer dashboard RUN_DIR` serves)."""
 
-# Metric (as `agents.training.train` reports it) -> TensorBoard tag. Each prefix is one dashboard section.
+# Metric (as `agents.training.train` reports it) -> TensorBoard tag. Each prefix is one dashboard section;
+# TensorBoard orders sections by name and opens the first two: step time, then the best placement.
 SCALAR_TAGS = {
     "step_time_best": "step_time/best",
     "step_time_sampled": "step_time/sampled",
     "best_baseline_step_time": "step_time/best_baseline",
-    "reward_mean": "reward/mean",
-    "reward_best": "reward/best",
-    "baseline": "agent/baseline",
-    "loss": "agent/loss",
-    "entropy": "agent/entropy",
-    "grad_norm": "agent/grad_norm",
-    "learning_rate": "agent/learning_rate",
-    "failure_rate": "failures/rate",
-    "samples": "progress/samples",
-    "wall_time": "progress/wall_time",
+    "reward_mean": "training/reward_mean",
+    "reward_best": "training/reward_best",
+    "failure_rate": "training/failure_rate",
+    "samples": "training/samples",
+    "wall_time": "training/wall_time",
+    "baseline": "update/reward_baseline",
+    "loss": "update/loss",
+    "entropy": "update/entropy",
+    "grad_norm": "update/grad_norm",
+    "learning_rate": "update/learning_rate",
 }
+BASELINE_TAG = "step_time/baseline/{}"
+"""Each baseline's step time, logged at every update so that it is a line across the step-time charts."""
+PLACEMENT_IMAGE_TAG, PLACEMENT_TABLE_TAG = "the_best_placement/devices", "the_best_placement/table"
+STEP_TIME_CHART = "step time (s): best so far, sampled median, every baseline"
+
+
+def scalar_values(metrics: Mapping[str, float], baselines: Mapping[str, float]) -> dict[str, float]:
+    """Tag -> value of one update's scalars: its metrics, and every baseline's step time (finite ones only)."""
+    values = {tag: metrics.get(key) for key, tag in SCALAR_TAGS.items()}
+    values.update({BASELINE_TAG.format(name): seconds for name, seconds in baselines.items()})
+    return {tag: float(value) for tag, value in values.items() if value is not None and math.isfinite(float(value))}
+
+
+def custom_scalars_layout():
+    """TensorBoard's custom-scalars page: step time first (best, sampled and every baseline in one chart),
+    then the training's progress, then the agent's update internals (folded)."""
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    def chart(title: str, *patterns: str):
+        return layout_pb2.Chart(title=title, multiline=layout_pb2.MultilineChartContent(tag=list(patterns)))
+
+    return layout_pb2.Layout(category=[
+        layout_pb2.Category(title="step time", chart=[
+            chart(STEP_TIME_CHART, r"^step_time/best$", r"^step_time/sampled$", "^" + BASELINE_TAG.format("")),
+        ]),
+        layout_pb2.Category(title="training", chart=[
+            chart("reward", r"^training/reward_"), chart("failure rate", r"^training/failure_rate$"),
+            chart("samples", r"^training/samples$"),
+        ]),
+        layout_pb2.Category(title="agent update", closed=True, chart=[
+            chart(tag.split("/", 1)[1].replace("_", " "), f"^{tag}$")
+            for tag in SCALAR_TAGS.values() if tag.startswith("update/")
+        ]),
+    ])
+
+
 IMAGE_COLUMNS = 256
 """The placement image bins the graph's colocation groups, in graph order, into at most this many columns."""
-ROW_PIXELS = 12
+IMAGE_WIDTH = 512
+"""Pixels the placement image's columns span at least (a graph of few groups gets wider columns)."""
+ROW_PIXELS = 20
 
 
 def placement_matrix(group_devices: np.ndarray, group_weights: np.ndarray, num_devices: int,
@@ -59,12 +99,25 @@ def placement_matrix(group_devices: np.ndarray, group_weights: np.ndarray, num_d
     return np.divide(matrix, totals, out=np.zeros_like(matrix), where=totals > 0)
 
 
-def placement_image(matrix: np.ndarray, row_pixels: int = ROW_PIXELS) -> np.ndarray:
-    """[1, devices * row_pixels, columns, 3] uint8: dark = everything in that slice is on that device."""
+def placement_image(matrix: np.ndarray, device_names: Sequence[str], row_pixels: int = ROW_PIXELS) -> np.ndarray:
+    """[1, height, width, 3] uint8: each device's name, then its row of the matrix (dark: everything in that
+    slice is on that device)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    if len(device_names) != matrix.shape[0]:
+        raise ValueError(f"{matrix.shape[0]} rows of placement need as many device names, got {list(device_names)}")
+    font = ImageFont.load_default(size=row_pixels - 7)
+    label_width = 8 + max(math.ceil(font.getlength(name)) for name in device_names)
+    stretch = max(1, IMAGE_WIDTH // matrix.shape[1])  # a narrow graph's columns are widened, to be seen
     shade = (255 * (1.0 - matrix)).astype(np.uint8)
-    tall = np.repeat(shade, row_pixels, axis=0)
+    tall = np.repeat(np.repeat(shade, row_pixels, axis=0), stretch, axis=1)
     tall[::row_pixels] = np.minimum(tall[::row_pixels], 200)  # a faint line between device rows
-    return np.repeat(tall[None, :, :, None], 3, axis=3)
+    image = Image.new("L", (label_width + tall.shape[1], tall.shape[0]), 255)
+    image.paste(Image.fromarray(tall), (label_width, 0))
+    draw = ImageDraw.Draw(image)
+    for row, name in enumerate(device_names):
+        draw.text((4, row * row_pixels + row_pixels // 2), name, fill=0, font=font, anchor="lm")
+    return np.repeat(np.asarray(image)[None, :, :, None], 3, axis=3)
 
 
 def placement_table(device_names: list[str], group_devices: np.ndarray, graph) -> list[list[Any]]:
@@ -88,14 +141,20 @@ def placement_markdown(title: str, rows: list[list[Any]]) -> str:
 
 
 class TensorBoardTracker:
-    def __init__(self, run_dir: str | Path, hparams: Mapping[str, Any], run_name: str):
+    def __init__(self, run_dir: str | Path, hparams: Mapping[str, Any], run_name: str,
+                 baselines: Mapping[str, float] | None = None):
+        """`baselines`: each baseline's step time in seconds, drawn as a line next to the learned ones."""
         import tensorflow as tf
+        from tensorboard.plugins.custom_scalar import summary as custom_scalar
 
         self._tf = tf
         self.writer = tf.summary.create_file_writer(str(Path(run_dir) / TENSORBOARD_DIR))
         self._hparams = {key: _hparam_value(value) for key, value in hparams.items()}
         self._run_name = run_name
         self._hparams_written = False
+        self._baselines = dict(baselines or {})
+        with self.writer.as_default(step=0):
+            tf.summary.experimental.write_raw_pb(custom_scalar.pb(custom_scalars_layout()).SerializeToString())
 
     def log_update(self, update: int, metrics: Mapping[str, float]) -> None:
         tf = self._tf
@@ -105,19 +164,17 @@ class TensorBoardTracker:
 
                 hp.hparams(self._hparams, trial_id=self._run_name)
                 self._hparams_written = True
-            for key, tag in SCALAR_TAGS.items():
-                value = metrics.get(key)
-                if value is not None and math.isfinite(float(value)):
-                    tf.summary.scalar(tag, float(value))
+            for tag, value in scalar_values(metrics, self._baselines).items():
+                tf.summary.scalar(tag, value)
         self.writer.flush()
 
-    def log_placement(self, update: int, matrix: np.ndarray, markdown: str) -> None:
+    def log_placement(self, update: int, matrix: np.ndarray, device_names: Sequence[str], markdown: str) -> None:
         tf = self._tf
         with self.writer.as_default(step=update):
-            tf.summary.image("placement/best", placement_image(matrix),
-                             description="rows: devices; columns: slices of the graph in topological order; "
-                                         "dark: that slice's ops run on that device")
-            tf.summary.text("placement/best_table", markdown)
+            tf.summary.image(PLACEMENT_IMAGE_TAG, placement_image(matrix, device_names),
+                             description="rows: devices, named on the left; columns: slices of the graph in "
+                                         "topological order; dark: that slice's ops run on that device")
+            tf.summary.text(PLACEMENT_TABLE_TAG, markdown)
         self.writer.flush()
 
     def finish(self, summary: Mapping[str, Any], placement_file: Path | None, table: list[list[Any]] | None) -> None:
@@ -127,20 +184,20 @@ class TensorBoardTracker:
 class WandbTracker:
     """W&B, offline unless an account is configured (sync later with `wandb sync RUN_DIR/wandb/...`)."""
 
-    def __init__(self, run_dir: str | Path, config: Mapping[str, Any], run_name: str, project: str, mode: str | None):
+    def __init__(self, run_dir: str | Path, config: Mapping[str, Any], run_name: str, project: str, mode: str | None,
+                 baselines: Mapping[str, float] | None = None):
         import wandb
 
         self._wandb = wandb
+        self._baselines = dict(baselines or {})
         self.mode = wandb_mode(mode)
         self.run = wandb.init(project=project, name=run_name, dir=str(run_dir), config=dict(config), mode=self.mode,
                               sync_tensorboard=False, reinit="create_new")
 
     def log_update(self, update: int, metrics: Mapping[str, float]) -> None:
-        values = {tag: float(metrics[key]) for key, tag in SCALAR_TAGS.items()
-                  if metrics.get(key) is not None and math.isfinite(float(metrics[key]))}
-        self.run.log(values, step=update)
+        self.run.log(scalar_values(metrics, self._baselines), step=update)
 
-    def log_placement(self, update: int, matrix: np.ndarray, markdown: str) -> None:
+    def log_placement(self, update: int, matrix: np.ndarray, device_names: Sequence[str], markdown: str) -> None:
         pass  # the placement goes to W&B once, as an artifact and a table, when the run ends
 
     def finish(self, summary: Mapping[str, Any], placement_file: Path | None, table: list[list[Any]] | None) -> None:
@@ -149,7 +206,7 @@ class WandbTracker:
             if isinstance(value, (int, float, str, bool)):
                 self.run.summary[key] = value
         if table is not None:
-            self.run.log({"placement/best_table": wandb.Table(
+            self.run.log({PLACEMENT_TABLE_TAG: wandb.Table(
                 columns=["device", "groups", "ops", "parameters", "gflop_per_step"], data=table)})
         if placement_file is not None and placement_file.exists():
             artifact = wandb.Artifact(f"placement-{self.run.id}", type="placement",
@@ -182,8 +239,8 @@ class Trackers:
     def log_update(self, update: int, metrics: Mapping[str, float]) -> None:
         self._each("log_update", update, metrics)
 
-    def log_placement(self, update: int, matrix: np.ndarray, markdown: str) -> None:
-        self._each("log_placement", update, matrix, markdown)
+    def log_placement(self, update: int, matrix: np.ndarray, device_names: Sequence[str], markdown: str) -> None:
+        self._each("log_placement", update, matrix, device_names, markdown)
 
     def finish(self, summary: Mapping[str, Any], placement_file: Path | None = None,
                table: list[list[Any]] | None = None) -> None:

@@ -53,6 +53,8 @@ class TrainingState:
     best_reward: float = -math.inf
     best_step_time: float = math.inf
     best_assignment: list[int] | None = None
+    best_retimings: int = 0
+    """Times the best was timed again side by side with a would-be best (its step time may then rise)."""
     history: list[dict[str, Any]] = field(default_factory=list)
     agent_state: dict[str, Any] = field(default_factory=dict)
     checkpoint: str | None = None
@@ -79,6 +81,7 @@ def train(agent: PlacementAgent, env, run_dir: str | Path, config: TrainingConfi
     started = time.monotonic() - state.elapsed
     try:
         while not _done(config, state, time.monotonic() - started):
+            retimings = state.best_retimings
             assignments = agent.propose(config.samples_per_update)
             rewards, infos = _evaluate(env, assignments)
             metrics = dict(agent.learn(assignments, rewards))
@@ -97,7 +100,7 @@ def train(agent: PlacementAgent, env, run_dir: str | Path, config: TrainingConfi
             metrics.update(
                 reward_mean=float(np.mean(rewards)), reward_best=state.best_reward,
                 step_time_sampled=float(np.median(finite)) if finite else math.inf,
-                step_time_best=state.best_step_time,
+                step_time_best=state.best_step_time, best_retimed=state.best_retimings > retimings,
                 failure_rate=sum(not info["ok"] for info in infos) / len(infos),
                 samples=state.samples, wall_time=time.monotonic() - started,
             )
@@ -152,6 +155,7 @@ def _keep_if_best(env, config: TrainingConfig, state: TrainingState, assignment,
         else:
             # Side by side: the machine's speed drifts over minutes, so the best's old timings are no bar.
             # Both are timed again in alternation, and the candidate must win those.
+            state.best_retimings += 1
             candidate, incumbent = (c.median_timing for c in
                                     _timings(env, state, [assignment, state.best_assignment], config.confirm_repeats))
             reward, step_time, best_reward, best_step_time = (candidate.reward, candidate.seconds, incumbent.reward,

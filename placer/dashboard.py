@@ -36,7 +36,8 @@ def start(run_dir: str | Path, port: int = 6006) -> str:
 def serve(run_dir: str | Path, port: int = 6006) -> None:
     """Start TensorBoard and keep it up until interrupted."""
     url = start(run_dir, port)
-    print(f"TensorBoard for {run_dir} at {url} (Ctrl-C to stop)", flush=True)
+    print(f"TensorBoard for {run_dir} at {url} (Ctrl-C to stop)\n"
+          f"  step time against every baseline: {url}#custom_scalars", flush=True)
     try:
         while True:
             time.sleep(3600)

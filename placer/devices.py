@@ -1,7 +1,8 @@
 """The devices a graph is placed on: the local machine, a TF cluster, or a modeled machine from a file.
 
 Device names are TensorFlow's full names ("/job:worker/replica:0/task:1/device:CPU:0"); users may write
-any unambiguous short form ("CPU:1", "task:1/CPU:0") wherever a device is named.
+any unambiguous short form ("CPU:1", "task:1/CPU:0", or "worker:1/CPU:0" as `short_name` shows it) wherever
+a device is named.
 """
 
 from __future__ import annotations
@@ -36,10 +37,8 @@ class Device:
 
     @property
     def short_name(self) -> str:
-        """Name without the parts every device of a single-task machine shares: "CPU:1", "task:1/CPU:0"."""
-        job, task, kind, index = _parts(self.name)
-        prefix = "" if (job, task) == ("localhost", 0) else f"{job}:{task}/"
-        return f"{prefix}{kind}:{index}"
+        """The name a person reads: "CPU:1" on one machine, "worker:1/CPU:0" on a cluster (`short_name`)."""
+        return short_name(self.name)
 
 
 @dataclass(frozen=True)
@@ -101,6 +100,20 @@ class DeviceSet:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "devices": [asdict(d) for d in self.devices], "links": [asdict(l) for l in self.links]}
+
+
+def short_name(name: str) -> str:
+    """A device's name as tables, charts and traces show it: without the parts every device of a single-task
+    machine shares ("CPU:1", "GPU:0"), with job and task otherwise ("worker:1/CPU:0"), so that two devices
+    never share a label. The one shortening of device names in placer: use it wherever a person reads one."""
+    job, task, kind, index = _parts(name)
+    prefix = "" if (job, task) == ("localhost", 0) else f"{job}:{task}/"
+    return f"{prefix}{kind}:{index}"
+
+
+def name_parts(name: str) -> tuple[str, int, str, int]:
+    """(job, task, kind, index) of a full or short device name, e.g. to sort names; DeviceSpecError if none."""
+    return _parts(name)
 
 
 def local_devices(logical_cpus: int = 1) -> DeviceSet:
@@ -213,8 +226,10 @@ def _quantity(value: Any, where: str, integer: bool = False) -> Any:
     return int(number) if integer else number
 
 
+# TensorFlow's full name and its short forms; also "worker:1/CPU:0", the form `short_name` gives a cluster's devices.
 _NAME = re.compile(
-    r"^(?:/?job:(?P<job>[^/]+))?(?:/replica:(?P<replica>\d+))?(?:/?task:(?P<task>\d+))?"
+    r"^(?:(?:/?job:(?P<job>[^/]+))?(?:/replica:(?P<replica>\d+))?(?:/?task:(?P<task>\d+))?"
+    r"|(?P<short_job>[A-Za-z_][\w-]*):(?P<short_task>\d+)/)"
     r"/?(?:device:)?(?P<kind>[A-Za-z_]+):(?P<index>\d+)$"
 )
 
@@ -224,9 +239,10 @@ def _spec(name: str) -> dict[str, Any] | None:
     if not match:
         return None
     parts = match.groupdict()
+    job, task = parts["job"] or parts["short_job"], parts["task"] or parts["short_task"]
     return {
-        "job": parts["job"],
-        "task": None if parts["task"] is None else int(parts["task"]),
+        "job": job,
+        "task": None if task is None else int(task),
         "kind": parts["kind"].upper(),
         "index": int(parts["index"]),
     }

@@ -61,3 +61,7 @@ class MicroBatchError(ScheduleError):
 
 class ScheduleInfeasibleError(ScheduleError):
     """No schedule exists under the given constraints (usually: the memory limit is below one micro-batch's need)."""
+
+
+class TimelineError(PlacerError):
+    """A step's timeline (a Chrome trace) cannot be read: not a trace, or no event in it."""

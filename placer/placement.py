@@ -256,6 +256,12 @@ class PlacementFile:
         """The device of an op of the placement's graph, or None if the placement does not name the op."""
         return self.op_devices.get(op_name)
 
+    def groups_and_ops_per_device(self) -> dict[str, tuple[int, int]]:
+        """(colocation groups, ops) on each of the file's devices, by full name, in the file's device order:
+        every op and group counts once, on its own device."""
+        return {device: (sum(d == device for d in self.groups.values()), sum(d == device for d in self.op_devices.values()))
+                for device in self.devices}
+
     @property
     def recorded_step_time(self) -> float | None:
         """Step time in seconds recorded when the placement was made (`step_time`, or `measured.median`)."""

@@ -27,3 +27,38 @@ def cpus2():
     from placer.devices import local_devices
 
     return local_devices(logical_cpus=2)
+
+
+# Runs of `placer train` as a user makes them, shared by the notebook's and the pictures' tests.
+RUN_UPDATES = 3
+
+
+def _train(runs, *flags: str):
+    import subprocess
+    import sys
+
+    train = subprocess.run([sys.executable, "-m", "placer.cli", "train", "two-tower", "--agent", "random",
+                            "--updates", str(RUN_UPDATES), "--runs", str(runs), "--no-progress", *flags],
+                           capture_output=True, text=True, timeout=300)
+    assert train.returncode == 0, train.stderr[-3000:]
+    (run,) = (runs / "two-tower").iterdir()
+    return run
+
+
+@pytest.fixture(scope="session")
+def simulated_run(tmp_path_factory):
+    """PROJECT/runs/two-tower/<timestamp>: a short simulated run on modeled GPUs (about 10 s: random search builds
+    no policy)."""
+    return _train(tmp_path_factory.mktemp("simulated") / "runs")
+
+
+@pytest.fixture(scope="session")
+def measured_run(tmp_path_factory):
+    """A short measured run on the local testbed (about 30 s): two workers, would-be bests timed side by side, the
+    baselines measured again at the end, and a traced real step."""
+    from placer.testbed import isolation_available
+
+    if not isolation_available() or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("local:2 needs a private network namespace and two cores")
+    return _train(tmp_path_factory.mktemp("measured") / "runs", "--cluster", "local:2", "--samples-per-update", "2",
+                  "--repeats", "2", "--final-rounds", "1")

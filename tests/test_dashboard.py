@@ -1,4 +1,5 @@
-"""`placer dashboard RUN_DIR` as a user sees it: a training curve in headless Chromium, served on loopback only.
+"""`placer dashboard RUN_DIR` as a user sees it in headless Chromium: step time first, the learned placement's curve
+against every baseline in one chart, served on loopback only.
 
 Chromium and its WebDriver come from Debian (`apt-get install chromium chromium-driver`); without them the browser
 test is skipped, except under CI (CI set), where .ci/run installs them and a missing browser is a failure.
@@ -24,6 +25,8 @@ pytestmark = pytest.mark.browser
 # Best step time per update, in seconds: falling, with steps of different sizes, so that the drawn line's shape
 # can be compared with the data.
 BEST_STEP_TIMES = [4.0e-3, 3.0e-3, 2.5e-3, 1.0e-3]
+SAMPLED_STEP_TIMES = [6.0e-3, 3.5e-3, 5.0e-3, 1.5e-3]  # not an affine map of the best: its line cannot pass for it
+BASELINES = {"expert": 2.0e-3, "single-device": 5.0e-3}
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     # Without these, Chromium waits on background connections that this network refuses.
@@ -39,9 +42,11 @@ def run_dir(tmp_path_factory) -> Path:
     from agents.tracking import TensorBoardTracker
 
     run = tmp_path_factory.mktemp("run")
-    tracker = TensorBoardTracker(run, {"model": "two-tower", "agent": "hierarchical"}, run_name="dashboard-test")
-    for update, best in enumerate(BEST_STEP_TIMES, start=1):
-        tracker.log_update(update, {"step_time_best": best, "step_time_sampled": 2 * best, "reward_mean": -best})
+    tracker = TensorBoardTracker(run, {"model": "two-tower", "agent": "hierarchical"}, run_name="dashboard-test",
+                                 baselines=BASELINES)
+    for update, (best, sampled) in enumerate(zip(BEST_STEP_TIMES, SAMPLED_STEP_TIMES), start=1):
+        tracker.log_update(update, {"step_time_best": best, "step_time_sampled": sampled, "reward_mean": -best,
+                                    "entropy": 1.0 / update, "loss": best})
     tracker.finish({}, None, None)
     return run
 
@@ -190,6 +195,65 @@ def test_scalars_page_draws_the_best_step_time_curve(dashboard, browser):
     # Screen y grows downwards and is an affine map of the value: each drop in step time is drawn to scale.
     scale = [(y - ys[0]) / (value - BEST_STEP_TIMES[0]) for y, value in zip(ys[1:], BEST_STEP_TIMES[1:])]
     assert all(s < 0 for s in scale) and max(scale) - min(scale) < 1e-3 * abs(scale[0]), (ys, BEST_STEP_TIMES)
+
+
+def _affine_fit(ys: list[float], values: list[float]) -> tuple[float, float] | None:
+    """(offset, scale) with y = offset + scale * value for every pair, if the points are drawn to scale."""
+    scale = (ys[-1] - ys[0]) / (values[-1] - values[0])
+    offset = ys[0] - scale * values[0]
+    fits = all(abs(offset + scale * value - y) < 1e-3 * abs(scale) * max(values) for y, value in zip(ys, values))
+    return (offset, scale) if fits else None
+
+
+def test_time_series_page_opens_on_step_time(dashboard, browser):
+    url, _ = dashboard
+    browser.open(url + "#timeseries")
+    groups = browser.wait_for("""
+        const titles = [...document.querySelectorAll(".group-title")].map(e => e.textContent.trim());
+        return titles.includes("update") ? titles : null;
+    """)
+    # TensorBoard opens the first two sections: step time, then the best placement; the agent's internals last.
+    assert [g for g in groups if g != "Pinned"][:1] == ["step_time"] and groups[-1] == "update", groups
+
+
+# Every card of the custom-scalars page (in TensorBoard's shadow DOMs): its title, the tags its chart matched, and
+# the SVG polylines it draws.
+CUSTOM_SCALAR_CARDS = """
+    const deep = (root, selector) => {
+        const found = [...root.querySelectorAll(selector)];
+        for (const element of root.querySelectorAll("*")) {
+            if (element.shadowRoot) found.push(...deep(element.shadowRoot, selector));
+        }
+        return found;
+    };
+    const cards = deep(document, "tf-custom-scalar-multi-line-chart-card").map(card => ({
+        title: deep(card.shadowRoot, ".heading-label").map(e => e.textContent.trim())[0],
+        matches: deep(card.shadowRoot, ".match-list-entry").map(e => e.textContent.trim()),
+        lines: deep(card.shadowRoot, "path.line").map(p => p.getAttribute("d")).filter(d => d && d.includes("L")),
+    }));
+    return cards.length && cards[0].lines.length >= 4 ? cards : null;
+"""
+
+
+def test_custom_scalars_first_chart_draws_best_and_sampled_step_time_and_every_baseline(dashboard, browser):
+    from agents.tracking import STEP_TIME_CHART
+
+    url, _ = dashboard
+    browser.open(url + "#custom_scalars")
+    first, *others = browser.wait_for(CUSTOM_SCALAR_CARDS)
+
+    assert first["title"] == STEP_TIME_CHART and others, [card["title"] for card in (first, *others)]
+    matched = {re.search(r"(step_time/\S+)", match).group(1) for match in first["matches"]}
+    assert matched == {"step_time/best", "step_time/sampled"} | {f"step_time/baseline/{name}" for name in BASELINES}
+    # TensorBoard draws each series smoothed and raw. The raw best line gives the chart's scale; each baseline
+    # is a level line at its own step time on that scale.
+    lines = [_points(d) for d in first["lines"]]
+    scales = [_affine_fit([y for _, y in line], BEST_STEP_TIMES) for line in lines if len(line) == len(BEST_STEP_TIMES)]
+    offset, scale = next(fit for fit in scales if fit is not None)
+    levels = sorted({line[0][1] for line in lines if len({y for _, y in line}) == 1})
+    expected = sorted(offset + scale * seconds for seconds in BASELINES.values())
+    assert len(levels) >= len(expected) and all(any(abs(level - y) < 0.5 for level in levels) for y in expected) and \
+        all(any(abs(level - y) < 0.5 for y in expected) for level in levels), (levels, expected)
 
 
 def test_dashboard_listens_on_loopback_only(dashboard):

@@ -1,6 +1,6 @@
 import pytest
 
-from placer.devices import DeviceSet, cluster_devices, load_machine
+from placer.devices import DeviceSet, cluster_devices, load_machine, short_name
 from placer.errors import DeviceSpecError
 
 
@@ -20,6 +20,20 @@ def test_cluster_spec_gives_one_cpu_per_task_and_ambiguous_names_are_refused():
     assert devices.resolve("task:1/CPU:0").short_name == "worker:1/CPU:0"
     with pytest.raises(DeviceSpecError, match="ambiguous"):
         devices.resolve("CPU:0")
+
+
+def test_short_names_keep_two_workers_devices_apart_and_drop_only_what_one_machine_shares():
+    assert [short_name(name) for name in cluster_devices({"worker": ["a:1", "b:2"]}, gpus_per_task=1).names] == [
+        "worker:0/CPU:0", "worker:0/GPU:0", "worker:1/CPU:0", "worker:1/GPU:0"]
+    assert short_name("/job:localhost/replica:0/task:0/device:GPU:1") == "GPU:1"
+    with pytest.raises(DeviceSpecError, match="not a device name"):
+        short_name("worker one")
+
+
+def test_a_device_is_found_by_the_short_name_it_is_shown_under():
+    devices = cluster_devices({"worker": ["a:1", "b:2"], "ps": ["c:3"]}, gpus_per_task=1)
+    assert [devices.resolve(d.short_name) for d in devices] == list(devices)
+    assert devices.resolve("task:1/CPU:0").name == "/job:worker/replica:0/task:1/device:CPU:0"  # ps has task 0 only
 
 
 def test_modeled_machine_file_reads_units_and_links(tmp_path):

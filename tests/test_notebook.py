@@ -1,10 +1,10 @@
-"""notebooks/explore_run.ipynb runs top to bottom on a fresh run of `placer train` and draws its figures."""
+"""notebooks/explore_run.ipynb runs top to bottom on fresh runs of `placer train` (simulated, and measured on the
+local testbed) and draws its figures."""
 
 import base64
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,20 +12,16 @@ import nbclient  # the [notebooks] extra, part of [dev]
 import nbformat
 import pytest
 
+from placer.devices import short_name
+
 NOTEBOOK = Path(__file__).parents[1] / "notebooks" / "explore_run.ipynb"
-UPDATES = 3
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
-    """PROJECT/runs/two-tower/<timestamp>: a short simulated run (about 10 s: random search builds no policy)."""
-    runs = tmp_path_factory.mktemp("project") / "runs"
-    train = subprocess.run([sys.executable, "-m", "placer.cli", "train", "two-tower", "--agent", "random",
-                            "--updates", str(UPDATES), "--runs", str(runs), "--no-progress"],
-                           capture_output=True, text=True, timeout=300)
-    assert train.returncode == 0, train.stderr[-3000:]
-    (run,) = (runs / "two-tower").iterdir()
-    return run
+@pytest.fixture(params=[pytest.param("simulated_run", id="simulated"),
+                        pytest.param("measured_run", id="measured-local2", marks=pytest.mark.testbed)])
+def run(request) -> Path:
+    """A finished run: simulated on modeled GPUs, or measured on the local testbed's two workers."""
+    return request.getfixturevalue(request.param)
 
 
 def _execute(cwd: Path) -> nbformat.NotebookNode:
@@ -57,18 +53,22 @@ def test_notebook_draws_curves_placement_and_timeline_of_the_given_run(run, monk
 
     text = "\n".join(_outputs(notebook, "text") + _outputs(notebook, "text/plain") + _outputs(notebook, "text/markdown"))
     assert str(run) in text
-    assert f"{UPDATES} updates so far" in text and "still running" not in text
+    updates = len(json.loads((run / "trainer_state.json").read_text())["history"])
+    assert f"{updates} updates so far" in text and "still running" not in text
 
     # The per-device table counts every colocation group and op of the best placement.
     placement = json.loads((run / "best_placement.json").read_text())
     (table,) = _outputs(notebook, "text/markdown")
     rows = [line.split("|")[1:-1] for line in table.splitlines() if line.startswith("| ") and "device" not in line]
+    # one row per device of the placement, each under its own name (two workers' CPU:0 stay apart)
+    assert [device.strip() for device, _, _ in rows] == [short_name(d) for d in placement["devices"]]
+    assert len({device for device, _, _ in rows}) == len(placement["devices"])
     assert sum(int(groups) for _, groups, _ in rows) == len(placement["groups"])
     assert sum(int(ops) for _, _, ops in rows) == len(placement["ops"])
 
     timeline = json.loads((run / "timeline.json").read_text())
     spans = sum(event["ph"] == "X" for event in timeline["traceEvents"])
-    assert f"{spans} events on " in text
+    assert f"{spans} events on {len(set(placement['ops'].values()))} devices" in text
 
     # Three figures: training curves, groups and ops per device, the timeline.
     figures = [base64.b64decode(png) for png in _outputs(notebook, "image/png")]
@@ -76,7 +76,8 @@ def test_notebook_draws_curves_placement_and_timeline_of_the_given_run(run, monk
     assert all(png.startswith(b"\x89PNG") and len(png) > 10_000 for png in figures)
 
 
-def test_notebook_opens_the_newest_run_by_default(run, tmp_path, monkeypatch):
+def test_notebook_opens_the_newest_run_by_default(simulated_run, tmp_path, monkeypatch):
+    run = simulated_run
     project = tmp_path / "project"
     newest = project / "runs" / "two-tower" / run.name
     older = project / "runs" / "xor" / run.name  # sorts after the newest one by path, but started in 2000
@@ -89,7 +90,8 @@ def test_notebook_opens_the_newest_run_by_default(run, tmp_path, monkeypatch):
     assert str(newest) in "\n".join(_outputs(notebook, "text/plain"))
 
 
-def test_notebook_shows_a_run_still_in_progress(run, tmp_path, monkeypatch):
+def test_notebook_shows_a_run_still_in_progress(simulated_run, tmp_path, monkeypatch):
+    run = simulated_run
     # While training, there is no summary.json (best baseline) nor timeline.json yet.
     running = tmp_path / "running"
     shutil.copytree(run, running)

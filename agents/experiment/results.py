@@ -6,11 +6,16 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from agents.experiment.config import ExperimentError
+from agents.experiment.config import ExperimentConfig, ExperimentError
+
+if TYPE_CHECKING:
+    from placer.placement import PlacementFile
+    from placer.timeline import StepTimeline
 
 
 def summarize(config, run_dir: Path, state, baselines, best_baseline, agent_name: str,
@@ -118,6 +123,52 @@ def export_run(run_dir: str | Path, out: str | Path) -> dict[str, Any]:
     exported = placement_file.with_metadata(**metadata)
     exported.save(out)
     return dict(exported.metadata)
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """What a run directory holds, read at one moment; None (or empty) for what the run has not written yet:
+    a run still training has no summary nor timeline, one before its first update no history either."""
+
+    run_dir: Path
+    config: ExperimentConfig
+    """config.json: model, size, backend, target, agent, ..."""
+    history: list[Mapping[str, Any]]
+    """trainer_state.json's metrics of every update (`agents.training`), step times in seconds."""
+    baselines: Mapping[str, Mapping[str, Any]]
+    """baselines.json: each baseline's step time on the run's target, timed when the run started."""
+    summary: Mapping[str, Any] | None
+    placement: PlacementFile | None
+    """best_placement.json."""
+    timeline: StepTimeline | None
+    """timeline.json: one traced step of the best placement (simulated, or a real one)."""
+
+    @property
+    def finished(self) -> bool:
+        return self.summary is not None
+
+
+def read_run(run_dir: str | Path) -> RunFiles:
+    """The files of a run of `placer train`, finished or still running; ExperimentError if it is no run."""
+    from agents.experiment.run import load_run_config
+    from placer.placement import read_placement_file
+    from placer.timeline import read_chrome_trace
+
+    run_dir = Path(run_dir)
+    config = load_run_config(run_dir)
+
+    def load(name: str) -> Any:
+        path = run_dir / name
+        return json.loads(path.read_text()) if path.exists() else None
+
+    state = load("trainer_state.json") or {}
+    timeline = run_dir / "timeline.json"
+    placement = run_dir / "best_placement.json"
+    return RunFiles(run_dir=run_dir, config=config,
+                    history=list(state.get("history", [])), baselines=load("baselines.json") or {},
+                    summary=load("summary.json"),
+                    placement=read_placement_file(placement) if placement.exists() else None,
+                    timeline=read_chrome_trace(timeline) if timeline.exists() else None)
 
 
 def write_json(path: Path, data: Any) -> None:

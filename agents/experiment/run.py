@@ -86,7 +86,8 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
         baselines = _load_or_time_baselines(config, env, run_dir, log)
         best_baseline = min(((r["step_time"], name) for name, r in baselines.items() if r["ok"]), default=(math.inf, None))
         agent = make_agent(config.agent, graph, env.device_mask, devices, options=config.agent_options, seed=config.seed)
-        trackers = _make_trackers(config, run_dir, agent)
+        trackers = _make_trackers(config, run_dir, agent,
+                                  {name: r["step_time"] for name, r in baselines.items() if r["ok"]})
         weights = np.array([len(g.ops) for g in graph.groups], dtype=np.float64)
         logged = {"best": math.inf}
 
@@ -218,8 +219,9 @@ def _log_best_placement(trackers, update, run_dir: Path, graph, devices, weights
     state = json.loads((run_dir / "trainer_state.json").read_text())
     assignment = np.asarray(state["best_assignment"])
     matrix = placement_matrix(assignment, weights, len(devices))
-    rows = placement_table([d.short_name for d in devices], assignment, graph)
-    trackers.log_placement(update, matrix, placement_markdown(
+    names = [d.short_name for d in devices]
+    rows = placement_table(names, assignment, graph)
+    trackers.log_placement(update, matrix, names, placement_markdown(
         f"Best placement at update {update}: {step_time * 1e3:.3f} ms per step", rows))
 
 
@@ -245,7 +247,7 @@ def _save_timeline(env, run_dir: Path, assignment, log) -> str | None:
     return path.name
 
 
-def _make_trackers(config: ExperimentConfig, run_dir: Path, agent):
+def _make_trackers(config: ExperimentConfig, run_dir: Path, agent, baselines: Mapping[str, float]):
     import dataclasses
 
     from agents.tracking import TensorBoardTracker, Trackers, WandbTracker
@@ -256,10 +258,10 @@ def _make_trackers(config: ExperimentConfig, run_dir: Path, agent):
     if dataclasses.is_dataclass(agent_config):
         hparams.update({f"agent.{k}": v for k, v in dataclasses.asdict(agent_config).items()})
     name = f"{config.model}-{run_dir.name}"
-    trackers = [TensorBoardTracker(run_dir, hparams, name)]
+    trackers = [TensorBoardTracker(run_dir, hparams, name, baselines)]
     if config.wandb != "off":
         trackers.append(WandbTracker(run_dir, {**config.to_dict(), **hparams}, name, config.wandb_project,
-                                     config.wandb))
+                                     config.wandb, baselines))
     return Trackers(trackers)
 
 

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from placer.devices import short_name
 from placer.measure.result import FAILURE_KINDS, MovedOp, interquartile_range
 
 BACKENDS = ("measured", "simulated")
@@ -81,7 +82,7 @@ class StepTime:
             lines = [f"simulated step time {self.seconds * 1e3:.2f} ms on {self.target}"]
             for device, busy in self.busy.items():
                 memory = self.peak_memory.get(device, 0) / 2**20
-                lines.append(f"  {device}: busy {busy * 1e3:.2f} ms, peak memory {memory:.1f} MiB")
+                lines.append(f"  {short_name(device)}: busy {busy * 1e3:.2f} ms, peak memory {memory:.1f} MiB")
             return "\n".join(lines)
         text = (f"step time median {self.seconds * 1e3:.2f} ms, IQR {self.spread * 1e3:.2f} ms over "
                 f"{len(self.samples)} steps (min {min(self.samples) * 1e3:.2f}, max {max(self.samples) * 1e3:.2f})")

@@ -6,6 +6,7 @@ is turned into a `Failure`; the placement TF actually used is read from a traced
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from typing import Mapping, Sequence
@@ -138,7 +139,12 @@ def run_placed_step(
 def _chrome_trace(metadata: config_pb2.RunMetadata) -> str:
     from tensorflow.python.client import timeline
 
-    return timeline.Timeline(metadata.step_stats).generate_chrome_trace_format(show_memory=False)
+    trace = json.loads(timeline.Timeline(metadata.step_stats).generate_chrome_trace_format(show_memory=False))
+    # On a cluster TensorFlow lists each device twice, once per worker that reported the step, and one of the two
+    # stays empty: a viewer would show two processes of one name. Only processes with events are kept.
+    busy = {event["pid"] for event in trace["traceEvents"] if event.get("ph") != "M"}
+    trace["traceEvents"] = [event for event in trace["traceEvents"] if event.get("ph") != "M" or event["pid"] in busy]
+    return json.dumps(trace)
 
 
 def op_times_from_traces(traces: list[config_pb2.RunMetadata], cores: int = 1) -> dict[str, OpTime]:

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from placer.devices import short_name
+
 
 @dataclass(frozen=True)
 class SimulatedOp:
@@ -48,9 +50,10 @@ class SimResult:
 
     def describe(self) -> str:
         lines = [f"simulated step time {self.step_time * 1e3:.3f} ms" + ("" if self.ok else
-                 f"; OUT OF MEMORY on {', '.join(self.out_of_memory)}")]
+                 f"; OUT OF MEMORY on {', '.join(map(short_name, self.out_of_memory))}")]
         for device, busy in self.device_busy.items():
-            lines.append(f"  {device}: busy {busy * 1e3:.3f} ms, peak memory {self.peak_memory[device] / 2**20:.1f} MiB")
+            lines.append(f"  {short_name(device)}: busy {busy * 1e3:.3f} ms, "
+                         f"peak memory {self.peak_memory[device] / 2**20:.1f} MiB")
         moved = sum(self.link_bytes.values())
         if moved:
             lines.append(f"  transfers: {moved / 2**20:.2f} MiB over {len(self.link_bytes)} links")
@@ -72,6 +75,11 @@ class SimResult:
         events: list[dict[str, Any]] = [
             {"ph": "M", "name": "process_name", "pid": pid[device], "args": {"name": device}} for device in devices
         ]
+        events += [{"ph": "M", "name": "thread_name", "pid": pid[device], "tid": 0, "args": {"name": "ops"}}
+                   for device in devices]
+        events += [{"ph": "M", "name": "thread_name", "pid": pid[target], "tid": 1 + pid.get(source, 0),
+                    "args": {"name": f"tensors from {short_name(source)}"}}
+                   for source, target in sorted({(t.source, t.target) for t in self.transfers})]
         for op in self.ops:
             events.append({"ph": "X", "name": op.name, "pid": pid[op.device], "tid": 0, "ts": op.start * 1e6,
                            "dur": (op.end - op.start) * 1e6, "cat": "op"})

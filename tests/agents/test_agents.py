@@ -210,10 +210,13 @@ def test_a_lucky_timing_does_not_become_the_best_when_improvements_are_confirmed
         # lucky's median (1, 3, 3) is 3 s; steady beats its next two timings side by side; fluke loses to
         # steady side by side, and steady keeps its fresh time. Each timing is counted as a sample.
         assert state.best_assignment == steady.tolist() and state.best_step_time == 2.5
+        # updates 2 and 3 timed the best again side by side: a chart of the best marks them
+        assert [h["best_retimed"] for h in state.history] == [False, True, True]
         assert state.samples == 3 + 2 + 2 * 2 + 2 * 2
         assert load_placement(tmp_path / "best_placement.json", env.graph, env.devices).metadata["step_time"] == 2.5
     else:
         assert state.best_assignment == lucky.tolist() and state.best_step_time == 1.0 and state.samples == 3
+        assert not any(h["best_retimed"] for h in state.history)
 
 
 def test_cross_entropy_method_concentrates_and_random_search_keeps_its_best(env):

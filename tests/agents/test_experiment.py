@@ -124,10 +124,19 @@ def test_tensorboard_gets_grouped_curves_hparams_and_the_placement(random_run):
             for value in event.summary.value:
                 tags.add(value.tag)
                 plugins.add(value.metadata.plugin_data.plugin_name)
-    assert {"step_time/best", "step_time/sampled", "step_time/best_baseline", "reward/mean",
-            "failures/rate"} <= tags
-    assert {"placement/best", "placement/best_table"} <= tags
-    assert {"scalars", "images", "text", "hparams"} <= plugins
+    baselines = json.loads((random_run.run_dir / "baselines.json").read_text())
+    assert {"step_time/best", "step_time/sampled", "step_time/best_baseline", "training/reward_mean",
+            "training/failure_rate"} | {f"step_time/baseline/{name}" for name in baselines} <= tags
+    assert {"the_best_placement/devices", "the_best_placement/table", "custom_scalars__config__"} <= tags
+    assert {"scalars", "images", "text", "hparams", "custom_scalars"} <= plugins
+    # TensorBoard orders sections by name and opens the first two: step time, then the best placement; the
+    # agent's internals (not logged by random search) come last
+    from agents.tracking import PLACEMENT_IMAGE_TAG, SCALAR_TAGS
+
+    sections = sorted({tag.split("/")[0] for tag in [*SCALAR_TAGS.values(), PLACEMENT_IMAGE_TAG]})
+    assert sections == ["step_time", "the_best_placement", "training", "update"]
+    plugin_own = ("_hparams_/", "custom_scalars__")  # TensorBoard plugins' own tags, shown on their own pages
+    assert {tag.split("/")[0] for tag in tags if not tag.startswith(plugin_own)} == set(sections) - {"update"}
 
 
 def test_a_run_resumes_and_extends_its_budget(random_run, tmp_path):
@@ -170,6 +179,21 @@ def test_export_of_a_run_without_an_update_says_so(tmp_path):
 
 
 # -- dashboards -----------------------------------------------------------------------------------
+
+
+def test_placement_image_names_each_device_on_its_row():
+    from agents.tracking import IMAGE_WIDTH, ROW_PIXELS, placement_image
+
+    matrix = placement_matrix(np.array([0, 1, 1, 1]), np.array([1, 1, 2, 4]), num_devices=2, columns=2)
+    names = ["worker:0/CPU:0", "worker:1/CPU:0"]
+    (image,) = placement_image(matrix, names)
+    assert image.shape[0] == 2 * ROW_PIXELS and image.shape[1] > IMAGE_WIDTH and image.dtype == np.uint8
+    # left of the matrix's columns: ink on every row, and the two names differ (task 0 and 1)
+    label_width = image.shape[1] - IMAGE_WIDTH
+    rows = [image[r * ROW_PIXELS + 1:(r + 1) * ROW_PIXELS, :label_width, 0] for r in range(2)]
+    assert all((row < 128).any() for row in rows) and not np.array_equal(*rows)
+    with pytest.raises(ValueError, match="as many device names"):
+        placement_image(matrix, names[:1])
 
 
 def test_placement_image_matrix_shows_which_slice_runs_where():

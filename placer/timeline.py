@@ -1,0 +1,117 @@
+"""One traced training step as a person reads it: per device, what ran when, from the step's start.
+
+Reads both Chrome traces placer writes, the simulator's (`SimResult.chrome_trace`) and TensorFlow's traced
+real step (`Measurement.chrome_trace`), into one `StepTimeline` whose devices carry their short names.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from placer.devices import name_parts, short_name
+from placer.errors import DeviceSpecError, TimelineError
+
+# Ops that bring a tensor from another device: the testbed's gRPC handler, and in-process receives.
+_RECEIVES = {"RecvTensor", "_Recv", "_HostRecv"}
+# TensorFlow names a trace's processes "<device> Compute" / "<device> Tensors", a GPU's streams
+# "<device>/stream:N" and its copies "<device>/memcpy"; the device is the part before those.
+_TF_DEVICE = re.compile(r"^(?P<device>\S*?(?:device:)?[A-Za-z_]+:\d+)(?P<stream>/(?:stream:\S+|memcpy))?(?: \w+)?$")
+
+
+@dataclass(frozen=True)
+class Span:
+    """One op or received tensor on one device. Times in seconds from the step's first event."""
+
+    device: str
+    """Short device name (`placer.devices.short_name`): "GPU:0", "worker:1/CPU:0"."""
+    name: str
+    kind: str
+    """"op" (computing) or "transfer" (a tensor received from another device)."""
+    start: float
+    duration: float
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+
+@dataclass(frozen=True)
+class StepTimeline:
+    """Every span of one step, and the devices that ran something, in device order."""
+
+    devices: tuple[str, ...]
+    spans: tuple[Span, ...]
+
+    @property
+    def step_time(self) -> float:
+        """Seconds from the first span's start to the last one's end."""
+        return max((span.end for span in self.spans), default=0.0)
+
+    def on(self, device: str, kind: str | None = None) -> list[Span]:
+        return [s for s in self.spans if s.device == device and (kind is None or s.kind == kind)]
+
+    def busy(self, device: str) -> float:
+        """Seconds the device spent computing: the union of its op spans (concurrent ops count once)."""
+        busy, reached = 0.0, 0.0
+        for span in sorted(self.on(device, "op"), key=lambda s: s.start):
+            if span.end > reached:
+                busy += span.end - max(span.start, reached)
+                reached = span.end
+        return busy
+
+
+def read_chrome_trace(trace: Mapping[str, Any] | str | Path) -> StepTimeline:
+    """The timeline of a Chrome trace: a dict, its JSON text, or a file (such as a run's timeline.json)."""
+    if isinstance(trace, Path):
+        try:
+            trace = trace.read_text()
+        except OSError as error:
+            raise TimelineError(f"cannot read the timeline {trace}: {error.strerror}") from None
+    if isinstance(trace, str):
+        try:
+            trace = json.loads(trace)
+        except json.JSONDecodeError as error:
+            raise TimelineError(f"a timeline is a Chrome trace in JSON; this is not JSON ({error})") from None
+    events = trace.get("traceEvents") if isinstance(trace, Mapping) else None
+    if not isinstance(events, list):
+        raise TimelineError("a Chrome trace is a JSON object with a 'traceEvents' list; this one has none")
+    processes = {event["pid"]: event["args"]["name"] for event in events
+                 if event.get("ph") == "M" and event.get("name") == "process_name"}
+    raw = []  # (device, name, kind, start and duration in microseconds)
+    for event in events:
+        if event.get("ph") != "X":
+            continue
+        process = processes.get(event.get("pid"))
+        where = _device_and_stream(process) if process is not None else None
+        if where is None:
+            continue  # TensorFlow's "Allocators" and other processes that are no device
+        device, stream = where
+        if stream == "/stream:all":
+            continue  # TensorFlow repeats every GPU kernel of the step there
+        op = event.get("args", {}).get("op", event.get("name"))
+        received = event.get("cat") == "transfer" or op in _RECEIVES or event.get("name") in _RECEIVES
+        raw.append((device, str(event.get("name")), "transfer" if received or stream == "/memcpy" else "op",
+                    float(event["ts"]), float(event.get("dur", 0.0))))
+    if not raw:
+        raise TimelineError("the trace has no op on any device: was the step traced?")
+    # Measured traces stamp events with the machine's clock: the step starts at its first event.
+    origin = min(start for _, _, _, start, _ in raw)
+    spans = tuple(Span(short_name(device), name, kind, (start - origin) / 1e6, duration / 1e6)
+                  for device, name, kind, start, duration in sorted(raw, key=lambda r: r[3]))
+    devices = tuple(short_name(device) for device in sorted({r[0] for r in raw}, key=name_parts))
+    return StepTimeline(devices, spans)
+
+
+def _device_and_stream(process: str) -> tuple[str, str | None] | None:
+    match = _TF_DEVICE.match(process.strip())
+    if match is None:
+        return None
+    try:
+        name_parts(match["device"])
+    except DeviceSpecError:
+        return None
+    return match["device"], match["stream"]
