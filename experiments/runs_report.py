@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from agents.presets import PRESET_BEFORE_PRESETS  # noqa: E402
 from experiments._report import write_report  # noqa: E402
 
 BASELINE_COLUMNS = ["single-device", "expert", "round-robin", "metis", "scotch", "m-topo", "m-etf", "m-sct"]
@@ -37,6 +38,7 @@ def command_of(config: dict) -> str:
         parts.append(f"--time-budget {config['time_budget']}")
     if config.get("agent") != "hierarchical":
         parts.append(f"--agent {config['agent']}")
+    parts.append(f"--preset {config.get('preset', PRESET_BEFORE_PRESETS)}")
     parts += [f"--set {key}={value}" for key, value in sorted(config.get("agent_options", {}).items())]
     return " ".join(parts)
 

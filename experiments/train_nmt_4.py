@@ -1,7 +1,8 @@
 """Learn a placement for NMT, 4 layers (GNMT-style encoder-decoder with attention).
 
 Defaults are the paper's setting (agents/experiment/config.py PAPER_SETTINGS: paper-size graph, the
-hierarchical planner with the reference hyper-parameters, simulated on the modeled GPU machine of the
+hierarchical planner with the tuned preset (`--preset reference`: the reference planner's
+hyper-parameters), simulated on the modeled GPU machine of the
 papers' experiments); every setting can be overridden here or from a config file:
 
     python experiments/train_nmt_4.py                                  # the paper's setting

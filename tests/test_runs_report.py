@@ -30,5 +30,5 @@ def test_measured_rows_show_the_re_measured_learned_time_next_to_the_best_sample
     assert row["learned_ms"] == 32.0 and row["best_sampled_ms"] == 29.0
     assert row["single-device_ms"] == 31.6 and round(row["vs_best_pct"], 2) == -1.27
     assert row["command"] == ("python experiments/train_rnnlm.py --size tiny --backend measured --cluster local:2 "
-                              "--time-budget 6.0 --set tanh_constant=2.5")
+                              "--time-budget 6.0 --preset reference --set tanh_constant=2.5")
     assert row["command"] in printed

@@ -12,12 +12,13 @@ from typing import Any, Mapping, Sequence
 
 from agents.factory import AGENTS, AgentOptionError, check_agent_options
 from agents.flags import setting
+from agents.presets import DEFAULT_PRESET, PRESETS, PresetError, with_preset
 from placer.errors import PlacerError
 
 # The papers' setting per benchmark model: paper-size graph and GPU count of the hierarchical planner's
 # experiments, on the project's reference modeled machine (V100s over NVLink, see placer.hardware), and
-# 1,000 updates of 4 samples (the reference planner trains for thousands of samples). The agent's own
-# hyper-parameters default to the reference planner's (agents/policy_gradient.py).
+# 1,000 updates of 4 samples (the reference planner trains for thousands of samples). The agent runs the
+# `preset` (tuned by default; "reference" is the reference planner's hyper-parameters, agents/presets.py).
 PAPER_UPDATES = 1000
 PAPER_SETTINGS: dict[str, dict[str, Any]] = {
     "inception-v3": {"size": "paper", "backend": "simulated", "cluster": "modeled:2xV100"},
@@ -54,8 +55,12 @@ class ExperimentConfig:
     target (local:2, inprocess:2, a cluster spec). None: modeled:2xV100, or the local 2-worker testbed."""
     agent: str = setting("hierarchical", choices=AGENTS)
     """hierarchical (grouper + placer), colocation (placer over colocation groups), random or cem."""
+    preset: str = setting(DEFAULT_PRESET, choices=tuple(PRESETS))
+    """The agent's hyper-parameters: tuned (the best-known setting, see agents/presets.py) or reference (the
+    reference planner's, grappler's hierarchical_controller.py). --set KEY=VALUE overrides single options."""
     agent_options: Mapping[str, Any] = setting(default_factory=dict, cli=False)
-    """Fields of the agent's config dataclass (e.g. learning_rate, num_groups, hidden_size); --set KEY=VALUE."""
+    """Fields of the agent's config dataclass (e.g. learning_rate, num_groups, hidden_size) on top of the
+    preset's; --set KEY=VALUE."""
     updates: int | None = setting(100, flags=("--steps",), metavar="N")
     """Policy updates to run (None: only the time budget stops training)."""
     time_budget: float | None = setting(None, metavar="MIN")
@@ -111,7 +116,9 @@ class ExperimentConfig:
         # a run started here can be resumed, exported and applied from anywhere
         object.__setattr__(self, "model", absolute_model_spec(self.model))
         try:
-            check_agent_options(self.agent, self.agent_options, seed=self.seed)
+            check_agent_options(self.agent, self.agent_settings, seed=self.seed)
+        except PresetError as error:
+            raise ExperimentError(str(error)) from None
         except AgentOptionError as error:
             raise ExperimentError(f"{error} (set agent options with --set KEY=VALUE)") from None
         if self.baselines is not None:
@@ -149,6 +156,11 @@ class ExperimentConfig:
                                    simulator=self.backend == "simulated") for name in self.baselines]
         except PlacerError as error:
             raise ExperimentError(str(error)) from None
+
+    @property
+    def agent_settings(self) -> dict[str, Any]:
+        """The options the agent is built with: the preset's, then `agent_options` over them."""
+        return with_preset(self.preset, self.agent, self.agent_options)
 
     @property
     def target(self) -> str:

@@ -31,6 +31,7 @@ import numpy as np
 
 from agents.experiment.config import ExperimentConfig, ExperimentError
 from agents.experiment.results import summarize, write_json
+from agents.presets import PRESET_BEFORE_PRESETS
 from placer.errors import PlacerError
 
 
@@ -58,7 +59,10 @@ def load_run_config(run_dir: str | Path) -> ExperimentConfig:
     path = Path(run_dir) / "config.json"
     if not path.exists():
         raise ExperimentError(f"{run_dir} is not a run directory (no config.json)")
-    return ExperimentConfig.from_dict(json.loads(path.read_text())["experiment"], source=str(path))
+    settings = json.loads(path.read_text())["experiment"]
+    # runs started before presets existed ran on the agents' own defaults
+    settings.setdefault("preset", PRESET_BEFORE_PRESETS)
+    return ExperimentConfig.from_dict(settings, source=str(path))
 
 
 def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) -> ExperimentResult:
@@ -85,7 +89,7 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
                  ", ".join(d.short_name for d in devices))
         baselines = _load_or_time_baselines(config, env, run_dir, log)
         best_baseline = min(((r["step_time"], name) for name, r in baselines.items() if r["ok"]), default=(math.inf, None))
-        agent = make_agent(config.agent, graph, env.device_mask, devices, options=config.agent_options, seed=config.seed)
+        agent = make_agent(config.agent, graph, env.device_mask, devices, options=config.agent_settings, seed=config.seed)
         trackers = _make_trackers(config, run_dir, agent,
                                   {name: r["step_time"] for name, r in baselines.items() if r["ok"]})
         weights = np.array([len(g.ops) for g in graph.groups], dtype=np.float64)
