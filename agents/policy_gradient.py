@@ -210,6 +210,12 @@ class PolicyGradientAgent:
         return {"policy": self.policy, "optimizer": self.optimizer, "baseline": self.baseline,
                 "baseline_ready": self.baseline_ready, "updates": self.updates, "rng": self.rng}
 
+    def rebase_best(self, reward: float) -> None:
+        """The best sample's reward as measured on a new backend (training moved from the simulator to real
+        execution): rewards from there on compare with it, not with the old backend's."""
+        if self._best_sample is not None:
+            self._best_sample_reward = float(reward)
+
     def numpy_state(self) -> Mapping[str, Any]:
         best = None
         if self._best_sample is not None:

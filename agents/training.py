@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -61,8 +61,13 @@ class TrainingState:
 
 
 def train(agent: PlacementAgent, env, run_dir: str | Path, config: TrainingConfig | None = None,
-          on_update: Callable[[int, Mapping[str, Any]], None] | None = None) -> TrainingState:
-    """Train `agent` on `env` (a placement environment, or a vector of them) and return the final state."""
+          on_update: Callable[[int, Mapping[str, Any]], None] | None = None,
+          start_from: Sequence[int] | None = None) -> TrainingState:
+    """Train `agent` on `env` (a placement environment, or a vector of them) and return the final state.
+
+    start_from: a placement found elsewhere (e.g. on the target's simulator) that a new run starts from as
+    its best: it is evaluated on `env` first (and confirmed like any would-be best), and an agent that keeps
+    its best sample (`rebase_best`) learns that sample's reward on this backend. Ignored when resuming."""
     import tensorflow as tf
 
     config = config or TrainingConfig()
@@ -77,6 +82,8 @@ def train(agent: PlacementAgent, env, run_dir: str | Path, config: TrainingConfi
         agent.load_numpy_state(state.agent_state)
 
     base = _unwrap(env)
+    if start_from is not None and state.updates == 0 and state.best_assignment is None:
+        _start_from(env, agent, config, state, start_from, run_dir)
     progress = _progress_bar(config, state)
     started = time.monotonic() - state.elapsed
     try:
@@ -121,6 +128,19 @@ def train(agent: PlacementAgent, env, run_dir: str | Path, config: TrainingConfi
         if progress is not None:
             progress.close()
     return state
+
+
+def _start_from(env, agent, config: TrainingConfig, state: TrainingState, assignment: Sequence[int],
+                run_dir: Path) -> None:
+    assignment = [int(a) for a in assignment]
+    reward, info, evaluated = _evaluate_one(env, assignment)
+    state.samples += evaluated
+    _keep_if_best(env, config, state, assignment, reward, info["step_time"])
+    if hasattr(agent, "rebase_best"):
+        agent.rebase_best(state.best_reward)
+    state.agent_state = dict(agent.numpy_state())
+    _save_best(_unwrap(env), agent, state, run_dir)
+    _save_state(run_dir, state)
 
 
 def _evaluate(env, assignments):

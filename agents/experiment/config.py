@@ -65,6 +65,14 @@ class ExperimentConfig:
     """Policy updates to run (None: only the time budget stops training)."""
     time_budget: float | None = setting(None, metavar="MIN")
     """Minutes of training (counted across resumptions); with `updates`, whichever comes first."""
+    simulator_updates: int = setting(0, metavar="N")
+    """Measured backend: first train this many updates on the target's calibrated simulator, where a sample
+    costs milliseconds, then go on with measured rewards from the policy and the best placement it reached
+    (that placement is measured first). 0: measured rewards only."""
+    calibration: str | None = setting(None, metavar="FILE")
+    """With simulator_updates: the target's calibration (`placer calibrate --cluster TARGET --out FILE`).
+    None: the run calibrates its target when it starts (about a minute on local:2) into RUN_DIR/calibration.json;
+    either way op costs are profiled on the target once and cached next to the calibration."""
     samples_per_update: int = setting(4, metavar="K")
     """Placements sampled and evaluated per update."""
     greedy_every: int = setting(10, metavar="N")
@@ -123,6 +131,27 @@ class ExperimentConfig:
             raise ExperimentError(f"{error} (set agent options with --set KEY=VALUE)") from None
         if self.baselines is not None:
             object.__setattr__(self, "baselines", tuple(self._checked_baselines()))
+        self._check_simulator_first()
+
+    def _check_simulator_first(self) -> None:
+        if self.simulator_updates and self.backend != "measured":
+            raise ExperimentError("simulator_updates trains on the simulator of a real target before measuring "
+                                  "there: it needs the measured backend (e.g. --cluster local:2)")
+        if self.calibration is None:
+            return
+        object.__setattr__(self, "calibration", str(Path(self.calibration).resolve()))  # resumable from anywhere
+        if not self.simulator_updates:
+            raise ExperimentError("a calibration is used to train on the target's simulator first: give "
+                                  "--simulator-updates N with it")
+        from placer.calibrate import load_calibration
+
+        try:
+            calibration = load_calibration(self.calibration)
+        except (OSError, PlacerError) as error:
+            raise ExperimentError(f"calibration {self.calibration}: {error}") from None
+        if calibration.target and calibration.target != self.target:
+            raise ExperimentError(f"{self.calibration} was made on {calibration.target}, not on {self.target}: "
+                                  f"calibrate this target with `placer calibrate --cluster {self.target} --out FILE`")
 
     def _check_numbers(self) -> None:
         if self.backend not in ("simulated", "measured"):
@@ -131,7 +160,8 @@ class ExperimentConfig:
             raise ExperimentError(f"unknown agent {self.agent!r}: one of {', '.join(AGENTS)}")
         if self.updates is None and self.time_budget is None:
             raise ExperimentError("give a number of updates or a time budget (or both), else training never stops")
-        at_least = [("updates", self.updates, 1), ("samples_per_update", self.samples_per_update, 1),
+        at_least = [("updates", self.updates, 1), ("simulator_updates", self.simulator_updates, 0),
+                    ("samples_per_update", self.samples_per_update, 1),
                     ("greedy_every", self.greedy_every, 0), ("confirm_repeats", self.confirm_repeats, 0),
                     ("warmup_steps", self.warmup_steps, 0), ("timed_steps", self.timed_steps, 1),
                     ("final_rounds", self.final_rounds, 0)]

@@ -60,6 +60,10 @@ def describe(summary: Mapping[str, Any], run_dir: Path) -> str:
              f"  {'learned (' + summary['agent'] + ')':<24} {_ms(summary['step_time'])}"]
     if summary.get("start_step_time") is not None:
         lines.append(f"  {'start (before training)':<24} {_ms(summary['start_step_time'])}")
+    simulator = summary.get("simulator")
+    if simulator:
+        lines.append(f"  {'simulator phase best':<24} {_ms(simulator.get('step_time'))}  (predicted "
+                     f"{_ms(simulator['predicted_step_time']).strip()} after {simulator['updates']} simulated updates)")
     if summary.get("final_comparison"):
         lines[0] += (f"; best sample {_ms(summary['best_step_time']).strip()}, then measured again next to the "
                      "baselines (medians below)")

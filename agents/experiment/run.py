@@ -110,9 +110,15 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
         log.info("training %s: %s updates of %d samples, time budget %s", agent.name, config.updates,
                  config.samples_per_update, f"{config.time_budget} min" if config.time_budget else "none")
         start = _start_placement(agent, env, run_dir, log)
-        state = train(agent, env, run_dir, training, on_update=on_update)
-        final = _final_comparison(config, env, state.best_assignment, baselines, log, start)
+        simulator = _train_on_simulator(config, env, agent, run_dir, log) if config.simulator_updates else None
+        state = train(agent, env, run_dir, training, on_update=on_update,
+                      start_from=simulator["best_assignment"] if simulator else None)
+        final = _final_comparison(config, env, state.best_assignment, baselines, log, start, simulator)
         summary = summarize(config, run_dir, state, baselines, best_baseline, agent.name, final)
+        if simulator is not None:
+            summary["simulator"] = {key: simulator[key] for key in ("updates", "samples", "wall_time",
+                                                                   "predicted_step_time", "calibration")}
+            summary["simulator"]["step_time"] = (final or {}).get("simulator-best")
         summary["start_step_time"] = None if start is None else (final or {}).get("start", start["step_time"])
         summary["timeline"] = _save_timeline(env, run_dir, state.best_assignment, log)
         write_json(run_dir / "summary.json", summary)
@@ -196,8 +202,10 @@ def _start_placement(agent, env, run_dir: Path, log) -> dict[str, Any] | None:
 
 
 def _final_comparison(config: ExperimentConfig, env, assignment, baselines, log,
-                      start: Mapping[str, Any] | None = None) -> dict[str, float] | None:
-    """Median step time of the learned placement, the start and every baseline, measured again side by side."""
+                      start: Mapping[str, Any] | None = None,
+                      simulator: Mapping[str, Any] | None = None) -> dict[str, float] | None:
+    """Median step time of the learned placement, the start, the simulator phase's best and every baseline,
+    measured again side by side."""
     from placer.cost import compare
 
     if config.backend != "measured" or config.final_rounds < 1 or assignment is None:
@@ -205,6 +213,8 @@ def _final_comparison(config: ExperimentConfig, env, assignment, baselines, log,
     contenders = {"learned": list(assignment)}
     if start is not None and start["step_time"] is not None:
         contenders["start"] = start["assignment"]
+    if simulator is not None and simulator["best_assignment"] is not None:
+        contenders["simulator-best"] = simulator["best_assignment"]
     contenders.update({name: r["assignment"] for name, r in baselines.items() if r["ok"]})
     progress = (lambda rounds: _progress(rounds, True, "final comparison", "round")) if config.progress else None
     compared = compare(env.target.evaluate, contenders, config.final_rounds, progress=progress)
@@ -212,6 +222,46 @@ def _final_comparison(config: ExperimentConfig, env, assignment, baselines, log,
     log.info("final comparison (%d interleaved rounds): %s", config.final_rounds,
              ", ".join(f"{name} {seconds * 1e3:.3f} ms" for name, seconds in final.items()))
     return final
+
+
+# -- simulator, then real -------------------------------------------------------------------------
+
+
+def _train_on_simulator(config: ExperimentConfig, env, agent, run_dir: Path, log) -> dict[str, Any]:
+    """The first phase of a measured run with `simulator_updates`: train `agent` on the calibrated simulator
+    of the run's target (in RUN_DIR/simulator/, resumable like the run), and return what it reached. The
+    measured phase then continues from the same agent and starts from this phase's best placement."""
+    from agents.training import TrainingConfig, train
+    from envs.placement import PlacementEnv
+    from placer.calibrate import calibrate, load_calibration
+    from placer.cost.calibrated import PREFIX, profiled_costs
+
+    calibration_path = Path(config.calibration) if config.calibration else run_dir / "calibration.json"
+    if calibration_path.exists():
+        calibration = load_calibration(calibration_path)
+    else:
+        log.info("calibrating %s for its simulator (links and step overheads)", config.target)
+        progress = (lambda rounds: _progress(rounds, True, "calibrating", "round")) if config.progress else None
+        calibration = calibrate(env.target.measurer, progress=progress)
+        calibration.save(calibration_path)
+        log.info("%s", calibration.describe())
+    profiled_costs(env.graph, calibration, calibration_path, measurer=env.target.measurer)  # cached for the env
+    simulated = PlacementEnv(model=env.graph, backend="simulated", devices=f"{PREFIX}{calibration_path}",
+                             reward=config.reward, failing_step_time=config.failing_step_time)
+    try:
+        simulated.reset(seed=config.seed)
+        training = TrainingConfig(updates=config.simulator_updates, samples_per_update=config.samples_per_update,
+                                  greedy_every=config.greedy_every, confirm_repeats=0, progress=config.progress)
+        log.info("training %s on the simulator of %s first: %d updates of %d samples", agent.name, config.target,
+                 config.simulator_updates, config.samples_per_update)
+        state = train(agent, simulated, run_dir / "simulator", training)
+    finally:
+        simulated.close()
+    log.info("simulator phase: best predicted %.3f ms after %d samples (%.1f s); now on measured rewards",
+             state.best_step_time * 1e3, state.samples, state.elapsed)
+    return {"updates": state.updates, "samples": state.samples, "wall_time": state.elapsed,
+            "predicted_step_time": state.best_step_time, "best_assignment": state.best_assignment,
+            "calibration": str(calibration_path)}
 
 
 # -- outputs --------------------------------------------------------------------------------------

@@ -44,24 +44,32 @@ def cost_cache(calibration_path: str | Path, graph: OpGraph) -> Path:
     return cost_cache_dir(calibration_path) / f"{graph.name}-{graph.fingerprint[:16]}-{digest}.json"
 
 
-def profiled_costs(graph: OpGraph, calibration: Calibration, calibration_path: str | Path):
-    """Every op's cost on one device of the calibrated target: from the cache, else profiled there now."""
+def profiled_costs(graph: OpGraph, calibration: Calibration, calibration_path: str | Path, measurer=None):
+    """Every op's cost on one device of the calibrated target: from the cache, else profiled there now
+    (on `measurer`, an open `Measurer` of that target, when given; else on one started for it)."""
     from placer.profile import load_cost_table, profile_costs
 
     cached = cost_cache(calibration_path, graph)
     if cached.exists():
         return load_cost_table(cached, graph)
-    from placer.measure import Measurer, parse_target
 
-    try:
-        target = parse_target(calibration.target)
-    except DeviceSpecError as error:
-        raise ProfileError(f"{calibration_path} was made on {calibration.target!r}, which cannot be opened here to "
-                           f"profile {graph.name!r} ({error}); give the simulator cost tables (costs=...)") from None
-    with Measurer(target) as measurer:
-        calibration.check_devices(measurer.devices)
-        table = profile_costs(graph, measurer, steps=PROFILE_STEPS, step_overhead=calibration.step_overhead,
-                              label="calibrated")
+    def profile(on) -> object:
+        calibration.check_devices(on.devices)
+        return profile_costs(graph, on, steps=PROFILE_STEPS, step_overhead=calibration.step_overhead,
+                             label="calibrated")
+
+    if measurer is not None:
+        table = profile(measurer)
+    else:
+        from placer.measure import Measurer, parse_target
+
+        try:
+            target = parse_target(calibration.target)
+        except DeviceSpecError as error:
+            raise ProfileError(f"{calibration_path} was made on {calibration.target!r}, which cannot be opened here "
+                               f"to profile {graph.name!r} ({error}); give the simulator cost tables (costs=...)") from None
+        with Measurer(target) as opened:
+            table = profile(opened)
     table.save(cached)
     return table
 

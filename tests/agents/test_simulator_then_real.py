@@ -1,0 +1,73 @@
+"""Simulator, then real: a measured run first trains on its target's calibrated simulator, and the policy
+and the best placement it reached carry over to measured rewards."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+
+from agents.experiment import ExperimentConfig, ExperimentError, run_experiment
+from placer.calibrate import Calibration, this_machine
+
+DEVICES = ("/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1")
+SMALL_AGENT = {"num_groups": 4, "hidden_size": 16, "grouping_hidden_size": 8}
+
+
+def _calibration(path: Path, target: str = "inprocess:2") -> Path:
+    """A calibration of in-process devices, written by hand: the hand-over does not depend on its numbers."""
+    Calibration(step_overhead=2e-4, spanning_overhead=1e-4, send_cpu=2e-5, send_cpu_per_byte=1e-10, recv_cpu=2e-5,
+                recv_cpu_per_byte=1e-10, latency=1e-5, bandwidth=float("inf"), samples={}, target=target,
+                devices=DEVICES, rounds=2, machine=this_machine()).save(path)
+    return path
+
+
+def _config(tmp_path: Path, **overrides) -> ExperimentConfig:
+    settings = dict(model="two-tower", size="tiny", backend="measured", cluster="inprocess:2", simulator_updates=3,
+                    calibration=str(_calibration(tmp_path / "calibration.json")), updates=1, samples_per_update=2,
+                    greedy_every=0, warmup_steps=1, timed_steps=1, confirm_repeats=0, final_rounds=1,
+                    baselines=["single-device"], agent_options=SMALL_AGENT, runs=str(tmp_path / "runs"),
+                    progress=False)
+    return ExperimentConfig(**{**settings, **overrides})
+
+
+def _policy_updates(run_dir: Path) -> int:
+    """How many updates the policy has learned from, read from the run's latest checkpoint."""
+    reader = tf.train.load_checkpoint(str(run_dir / "checkpoints"))
+    [key] = [k for k in reader.get_variable_to_shape_map() if k.endswith("updates/.ATTRIBUTES/VARIABLE_VALUE")]
+    return int(reader.get_tensor(key))
+
+
+def test_the_policy_and_the_best_placement_carry_over_from_the_simulator_and_resuming_works_across(tmp_path):
+    config = _config(tmp_path)
+    result = run_experiment(config)
+    run_dir = result.run_dir
+    simulated = json.loads((run_dir / "simulator" / "trainer_state.json").read_text())
+    measured = json.loads((run_dir / "trainer_state.json").read_text())
+    assert simulated["updates"] == 3 and measured["updates"] == 1
+    # the measured phase continued the simulator's policy: 3 simulated updates, then 1 measured
+    assert _policy_updates(run_dir) == 4
+    # ... and started from the simulator's best placement, measured before the first measured update
+    assert measured["samples"] == 1 + 2
+    assert result.summary["simulator"]["updates"] == 3
+    assert result.summary["simulator"]["predicted_step_time"] == simulated["best_step_time"]
+    assert "simulator-best" in result.summary["final_comparison"]
+
+    # resuming goes on with measured rewards; the simulator phase is not run again
+    resumed = run_experiment(ExperimentConfig(**{**config.to_dict(), "updates": 2}), run_dir)
+    assert json.loads((run_dir / "simulator" / "trainer_state.json").read_text())["updates"] == 3
+    assert resumed.summary["updates"] == 2 and _policy_updates(run_dir) == 5
+
+
+def test_simulator_first_settings_are_checked_before_any_work(tmp_path):
+    with pytest.raises(ExperimentError, match="needs the measured backend"):
+        ExperimentConfig(backend="simulated", simulator_updates=5)
+    with pytest.raises(ExperimentError, match="give --simulator-updates"):
+        ExperimentConfig(backend="measured", cluster="inprocess:2",
+                         calibration=str(_calibration(tmp_path / "c.json")))
+    with pytest.raises(ExperimentError, match="made on local:2, not on inprocess:2"):
+        _config(tmp_path, calibration=str(_calibration(tmp_path / "other.json", target="local:2")))
+    with pytest.raises(ExperimentError, match="cannot read calibration"):
+        _config(tmp_path, calibration=str(tmp_path / "missing.json"))
