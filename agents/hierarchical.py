@@ -112,91 +112,112 @@ class HierarchicalPolicy(tf.Module):
         return tf.matmul(hidden, kernel) + bias + self.grouper_prior  # [U, G]
 
     def group_embeddings(self, groups: tf.Tensor) -> tf.Tensor:
-        """[G, T + 3 + 2G]: op-type shares, summed sizes and in/out edge counts of each group, normalized."""
-        g = self.num_groups
-        types = tf.math.unsorted_segment_sum(self.unit_types, groups, g)
-        types = types / tf.maximum(tf.reduce_sum(types, 1, keepdims=True), 1.0)
-        sizes = tf.math.unsorted_segment_sum(self.unit_sizes, groups, g)
-        sizes = sizes / tf.maximum(tf.reduce_max(sizes, 0, keepdims=True), 1e-6)
-        pairs = tf.gather(groups, self.edge_source) * g + tf.gather(groups, self.edge_target)
-        counts = tf.reshape(tf.math.unsorted_segment_sum(tf.ones_like(pairs, tf.float32), pairs, g * g), [g, g])
-        counts = counts / tf.maximum(tf.reduce_max(counts), 1.0)
-        return tf.concat([types, sizes, counts, tf.transpose(counts)], axis=1)
+        """[B, G, T + 3 + 2G] for groups [B, U]: op-type shares, summed sizes and in/out edge counts of each
+        group, normalized."""
+        g, batch = self.num_groups, tf.shape(groups)[0]
+        offset = tf.range(batch)[:, None]  # each sample's groups get their own segments
+        segments = tf.reshape(groups + offset * g, [-1])
+
+        def per_group(values: tf.Tensor) -> tf.Tensor:  # [U, K] summed per group of each sample: [B, G, K]
+            tiled = tf.tile(values, [batch, 1])
+            return tf.reshape(tf.math.unsorted_segment_sum(tiled, segments, batch * g), [batch, g, -1])
+
+        types = per_group(self.unit_types)
+        types = types / tf.maximum(tf.reduce_sum(types, 2, keepdims=True), 1.0)
+        sizes = per_group(self.unit_sizes)
+        sizes = sizes / tf.maximum(tf.reduce_max(sizes, 1, keepdims=True), 1e-6)
+        pairs = (tf.gather(groups, self.edge_source, axis=1) * g + tf.gather(groups, self.edge_target, axis=1)
+                 + offset * g * g)
+        counts = tf.math.unsorted_segment_sum(tf.ones_like(pairs, tf.float32), pairs, batch * g * g)
+        counts = tf.reshape(counts, [batch, g, g])
+        counts = counts / tf.maximum(tf.reduce_max(counts, [1, 2], keepdims=True), 1.0)
+        return tf.concat([types, sizes, counts, tf.transpose(counts, [0, 2, 1])], axis=2)
 
     def group_device_mask(self, groups: tf.Tensor) -> tf.Tensor:
-        """[G, D] 1 where every unit of the group can run on the device (all ones for an empty group, and
-        for a group with no common device: its placement will fail and be charged the failing signal)."""
-        blocked = tf.math.unsorted_segment_max(1.0 - self.unit_device_mask, groups, self.num_groups)
-        mask = 1.0 - tf.maximum(blocked, 0.0)
-        return tf.where(tf.reduce_sum(mask, 1, keepdims=True) > 0, mask, tf.ones_like(mask))
+        """[B, G, D] for groups [B, U]: 1 where every unit of the group can run on the device (all ones for
+        an empty group, and for a group with no common device: its placement will fail and be charged the
+        failing signal)."""
+        g, batch = self.num_groups, tf.shape(groups)[0]
+        segments = tf.reshape(groups + tf.range(batch)[:, None] * g, [-1])
+        blocked = tf.math.unsorted_segment_max(tf.tile(1.0 - self.unit_device_mask, [batch, 1]), segments, batch * g)
+        mask = 1.0 - tf.maximum(tf.reshape(blocked, [batch, g, self.num_devices]), 0.0)
+        return tf.where(tf.reduce_sum(mask, 2, keepdims=True) > 0, mask, tf.ones_like(mask))
 
     # -- placer ------------------------------------------------------------------------------------
 
     def _encode(self, embeddings: tf.Tensor) -> tf.Tensor:
+        """[B, G, H] for embeddings [B, G, E]: a bidirectional LSTM over the groups of each sample."""
         kernel, bias = self.encoder_in
-        x = tf.tanh(tf.matmul(embeddings, kernel) + bias)  # [G, H]
+        x = tf.tanh(tf.einsum("bge,eh->bgh", embeddings, kernel) + bias)
+        batch = tf.shape(x)[0]
         forward, backward = [], []
-        state = self.forward_lstm.zero_state()
+        state = self.forward_lstm.zero_state(batch)
         for t in range(self.num_groups):
-            out, state = self.forward_lstm(x[t: t + 1], state)
+            out, state = self.forward_lstm(x[:, t], state)
             forward.append(out)
-        state = self.backward_lstm.zero_state()
+        state = self.backward_lstm.zero_state(batch)
         for t in reversed(range(self.num_groups)):
-            out, state = self.backward_lstm(x[t: t + 1], state)
+            out, state = self.backward_lstm(x[:, t], state)
             backward.append(out)
-        return tf.concat([tf.concat(forward, 0), tf.concat(backward[::-1], 0)], axis=1)  # [G, H]
+        return tf.concat([tf.stack(forward, 1), tf.stack(backward[::-1], 1)], axis=2)
 
     def _decode(self, memory, mask, noise, temperature, *, chosen=None, greedy=False, seed=None):
-        """Decode one device per group. With `chosen`, score those devices (teacher forcing); otherwise
-        sample (or take the argmax when greedy). Returns devices [G], log-prob sum, entropy sum."""
-        keys = tf.matmul(memory, self.attention_memory)
-        state = (memory[-1:] * 0.0, memory[-1:])
-        previous = tf.constant([self.num_devices])
+        """Decode one device per group for each of B samples (memory [B, G, H], mask and noise [B, G, D]).
+        With `chosen` [B, G], score those devices (teacher forcing); otherwise sample one placement (B = 1;
+        the argmax when greedy). Returns devices [B, G], log-prob sums [B], entropy sums [B]."""
+        keys = tf.einsum("bgh,hk->bgk", memory, self.attention_memory)
+        batch = tf.shape(memory)[0]
+        state = (memory[:, -1] * 0.0, memory[:, -1])
+        previous = tf.fill([batch], self.num_devices)
         devices, log_prob, entropy = [], 0.0, 0.0
+        kernel, bias = self.output
         for t in range(self.num_groups):
             out, state = self.decoder_lstm(tf.gather(self.device_embedding, previous), state)
-            scores = tf.reduce_sum(self.attention_vector * tf.tanh(keys + tf.matmul(out, self.attention_query)), 1)
-            context = tf.reduce_sum(tf.nn.softmax(scores)[:, None] * memory, 0, keepdims=True)
-            kernel, bias = self.output
-            logits = self.tanh_constant * tf.tanh(tf.matmul(tf.concat([out, context], 1), kernel) + bias)[0]
-            logits = (logits + self.placer_prior[t] + noise[t]) / temperature
-            logits = tf.where(mask[t] > 0, logits, -1e9)
+            query = tf.matmul(out, self.attention_query)[:, None, :]
+            scores = tf.reduce_sum(self.attention_vector * tf.tanh(keys + query), 2)  # [B, G]
+            context = tf.reduce_sum(tf.nn.softmax(scores)[:, :, None] * memory, 1)  # [B, H]
+            logits = self.tanh_constant * tf.tanh(tf.matmul(tf.concat([out, context], 1), kernel) + bias)
+            logits = (logits + self.placer_prior[t] + noise[:, t]) / temperature
+            logits = tf.where(mask[:, t] > 0, logits, -1e9)
             distribution = tfp.distributions.Categorical(logits=logits)
             if chosen is not None:
-                device = chosen[t]
+                device = chosen[:, t]
             elif greedy:
-                device = tf.argmax(logits, output_type=tf.int32)
+                device = tf.argmax(logits, axis=1, output_type=tf.int32)
             else:
                 device = tf.cast(distribution.sample(seed=seed[t]), tf.int32)
             log_prob += distribution.log_prob(device)
             entropy += distribution.entropy()
             devices.append(device)
-            previous = tf.reshape(device, [1])
-        return tf.stack(devices), log_prob, entropy
+            previous = device
+        return tf.stack(devices, 1), log_prob, entropy
 
     # -- the two passes ----------------------------------------------------------------------------
 
     @tf.function
     def sample(self, seeds: tf.Tensor, noise: tf.Tensor, temperature: float = 1.0, greedy: bool = False):
-        """seeds: [G + 1, 2] stateless seeds (grouper, then one per group). Returns groups, devices."""
+        """seeds: [G + 1, 2] stateless seeds (grouper, then one per group); noise [G, D]. Returns groups [U],
+        devices [G]."""
         logits = self.grouper_logits()
         if greedy:
             groups = tf.argmax(logits, axis=1, output_type=tf.int32)
         else:
             groups = tf.random.stateless_categorical(logits, 1, seed=seeds[0], dtype=tf.int32)[:, 0]
-        memory = self._encode(self.group_embeddings(groups))
-        devices, _, _ = self._decode(memory, self.group_device_mask(groups), noise, temperature, greedy=greedy,
-                                     seed=seeds[1:])
-        return groups, devices
+        memory = self._encode(self.group_embeddings(groups[None]))
+        devices, _, _ = self._decode(memory, self.group_device_mask(groups[None]), noise[None], temperature,
+                                     greedy=greedy, seed=seeds[1:])
+        return groups, devices[0]
 
     @tf.function
     def log_prob(self, groups: tf.Tensor, devices: tf.Tensor, noise: tf.Tensor, temperature: float = 1.0):
-        """Log-probabilities of a sampled placement under the current policy and entropies of its
-        decisions: grouper log-prob, placer log-prob, grouper entropy (summed over units), placer entropy
-        (summed over groups)."""
-        grouper = tfp.distributions.Categorical(logits=self.grouper_logits())
-        grouper_log_prob = tf.reduce_sum(grouper.log_prob(groups))
+        """Log-probabilities of B sampled placements (groups [B, U], devices [B, G], noise [B, G, D]) under
+        the current policy, and entropies of their decisions, each [B]: grouper log-prob, placer log-prob,
+        grouper entropy (summed over units), placer entropy (summed over groups). One pass scores them all:
+        the decoder's steps are sequential, so a batch costs about what one sample does."""
+        grouper_log_probs = tf.nn.log_softmax(self.grouper_logits())  # [U, G], the same for every sample
+        grouper_log_prob = tf.reduce_sum(tf.gather(grouper_log_probs, tf.transpose(groups), axis=1, batch_dims=1), 0)
+        grouper_entropy = -tf.reduce_sum(tf.exp(grouper_log_probs) * grouper_log_probs)
         memory = self._encode(self.group_embeddings(groups))
         _, placer_log_prob, entropy = self._decode(memory, self.group_device_mask(groups), noise, temperature,
                                                    chosen=devices)
-        return grouper_log_prob, placer_log_prob, tf.reduce_sum(grouper.entropy()), entropy
+        return grouper_log_prob, placer_log_prob, tf.fill(tf.shape(placer_log_prob), grouper_entropy), entropy

@@ -109,6 +109,12 @@ class PolicyGradientAgent:
     def _log_prob(self, sample) -> tuple[tf.Tensor, tf.Tensor]:
         raise NotImplementedError
 
+    def _log_probs(self, samples) -> tuple[tf.Tensor, tf.Tensor]:
+        """[B] log-probabilities and [B] entropies of several samples; a policy that can score them in one
+        batched pass overrides this."""
+        scored = [self._log_prob(sample) for sample in samples]
+        return tf.stack([lp for lp, _ in scored]), tf.stack([entropy for _, entropy in scored])
+
     def _imitation_log_prob(self, sample) -> tf.Tensor:
         """What self-imitation maximizes: the sample's log-probability, by default."""
         return self._log_prob(sample)[0]
@@ -147,7 +153,7 @@ class PolicyGradientAgent:
         if self.config.normalize_advantages:
             advantages = standardized(advantages)
         if self.config.algorithm == "ppo":
-            old = [tf.stop_gradient(self._log_prob(sample)[0]) for sample in samples]
+            old = tf.stop_gradient(self._log_probs(samples)[0])
             for _ in range(self.config.ppo_epochs):
                 loss, entropy_total, norm = self._step(samples, advantages, old)
         else:
@@ -166,19 +172,15 @@ class PolicyGradientAgent:
     def _step(self, samples, advantages, old_log_probs=None):
         """One gradient step: REINFORCE, or PPO's clipped surrogate when old log-probs are given."""
         with tf.GradientTape() as tape:
-            loss = 0.0
-            entropy_total = 0.0
-            for i, (sample, advantage) in enumerate(zip(samples, tf.unstack(advantages))):
-                log_prob, entropy = self._log_prob(sample)
-                if old_log_probs is None:
-                    objective = advantage * log_prob
-                else:
-                    ratio = tf.exp(tf.minimum(log_prob - old_log_probs[i], 20.0))
-                    clipped = tf.clip_by_value(ratio, 1 - self.config.ppo_clip, 1 + self.config.ppo_clip)
-                    objective = tf.minimum(ratio * advantage, clipped * advantage)
-                loss += -objective - self.config.entropy_weight * entropy
-                entropy_total += entropy
-            loss /= len(samples)
+            log_probs, entropies = self._log_probs(samples)
+            if old_log_probs is None:
+                objectives = advantages * log_probs
+            else:
+                ratios = tf.exp(tf.minimum(log_probs - old_log_probs, 20.0))
+                clipped = tf.clip_by_value(ratios, 1 - self.config.ppo_clip, 1 + self.config.ppo_clip)
+                objectives = tf.minimum(ratios * advantages, clipped * advantages)
+            loss = tf.reduce_mean(-objectives - self.config.entropy_weight * entropies)
+            entropy_total = tf.reduce_sum(entropies)
             if self.config.imitation_weight > 0:
                 loss -= self.config.imitation_weight * self._imitation_log_prob(self._best_sample)
         groups = self._parameter_groups()

@@ -124,16 +124,22 @@ class HierarchicalPlanner(PolicyGradientAgent):
         # The placer's part only: the grouper's ~10k per-unit choices make up almost all of a sample's
         # log-probability (about -5,000 nats on NMT-4, against the placer's ~-100) and are mostly sampling
         # accidents around the partition; imitating them all barely moved the placer.
-        _, placer_lp, _, _ = self.policy.log_prob(
-            tf.constant(sample.groups, tf.int32), tf.constant(sample.group_devices, tf.int32),
-            tf.constant(sample.noise, tf.float32), tf.constant(self.config.temperature))
-        return placer_lp
+        return self._scores([sample])[1][0]
 
     def _log_prob(self, sample: Sample):
-        grouper_lp, placer_lp, grouper_entropy, placer_entropy = self.policy.log_prob(
-            tf.constant(sample.groups, tf.int32), tf.constant(sample.group_devices, tf.int32),
-            tf.constant(sample.noise, tf.float32), tf.constant(self.config.temperature))
+        log_probs, entropies = self._log_probs([sample])
+        return log_probs[0], entropies[0]
+
+    def _log_probs(self, samples):
+        grouper_lp, placer_lp, grouper_entropy, placer_entropy = self._scores(samples)
         if self.config.entropy_normalization == "per-decision":
             grouper_entropy /= self.policy.num_units
             placer_entropy /= self.policy.num_groups
         return grouper_lp + placer_lp, grouper_entropy + placer_entropy
+
+    def _scores(self, samples):
+        """The policy's log-probabilities and entropies of `samples`, scored in one batched pass."""
+        return self.policy.log_prob(
+            tf.constant(np.stack([s.groups for s in samples]), tf.int32),
+            tf.constant(np.stack([s.group_devices for s in samples]), tf.int32),
+            tf.constant(np.stack([s.noise for s in samples]), tf.float32), tf.constant(self.config.temperature))

@@ -54,11 +54,12 @@ def test_log_probabilities_match_how_often_placements_are_sampled(env):
     logits = policy.grouper_logits().numpy()
     log_softmax = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
     expected = log_softmax[np.arange(len(logits)), groups.numpy()].sum()
-    grouper_lp, _, _, _ = policy.log_prob(groups, tf.constant([0, 0]), noise, one)
-    assert float(grouper_lp) == pytest.approx(expected, rel=1e-4)
+    grouper_lp, _, _, _ = policy.log_prob(groups[None], tf.constant([[0, 0]]), noise[None], one)
+    assert float(grouper_lp[0]) == pytest.approx(expected, rel=1e-4)
     # The placer's probabilities over all device sequences sum to 1 and match sampling frequencies.
     sequences = list(itertools.product(range(len(env.devices)), repeat=2))
-    probabilities = {s: float(np.exp(policy.log_prob(groups, tf.constant(s), noise, one)[1])) for s in sequences}
+    probabilities = {s: float(np.exp(policy.log_prob(groups[None], tf.constant([s]), noise[None], one)[1][0]))
+                     for s in sequences}
     assert sum(probabilities.values()) == pytest.approx(1.0, abs=1e-4)
     draws = 600
     counts = {s: 0 for s in sequences}
@@ -70,14 +71,26 @@ def test_log_probabilities_match_how_often_placements_are_sampled(env):
         assert abs(counts[s] / draws - probabilities[s]) < 0.06, (s, counts[s] / draws, probabilities[s])
 
 
+def test_scoring_samples_in_one_batch_gives_what_scoring_each_alone_gives(env):
+    # one batched pass replaces a pass per sample in every update; it must not change a single score
+    planner = HierarchicalPlanner(env.graph, device_mask(env), SMALL)
+    samples = [planner._sample() for _ in range(5)]
+    assert len({tuple(s.assignment) for s in samples}) > 1
+    batched_log_probs, batched_entropies = planner._log_probs(samples)
+    for sample, log_prob, entropy in zip(samples, batched_log_probs.numpy(), batched_entropies.numpy()):
+        alone_log_prob, alone_entropy = planner._log_prob(sample)
+        assert float(alone_log_prob) == pytest.approx(float(log_prob), rel=1e-5, abs=1e-4)
+        assert float(alone_entropy) == pytest.approx(float(entropy), rel=1e-5)
+
+
 def test_gradients_reach_both_grouper_and_placer(env):
     planner = HierarchicalPlanner(env.graph, device_mask(env), SMALL)
     sample = planner._sample()
     with tf.GradientTape() as tape:
         grouper_lp, placer_lp, _, _ = planner.policy.log_prob(
-            tf.constant(sample.groups, tf.int32), tf.constant(sample.group_devices, tf.int32),
-            tf.constant(sample.noise, tf.float32), tf.constant(1.0))
-        total = grouper_lp + placer_lp
+            tf.constant(sample.groups[None], tf.int32), tf.constant(sample.group_devices[None], tf.int32),
+            tf.constant(sample.noise[None], tf.float32), tf.constant(1.0))
+        total = grouper_lp[0] + placer_lp[0]
     variables = planner.policy.trainable_variables
     norms = {v.name: float(tf.norm(g)) for v, g in zip(variables, tape.gradient(total, variables)) if g is not None}
     assert any(name.startswith("grouper/") and n > 0 for name, n in norms.items())
@@ -296,8 +309,9 @@ def test_per_decision_entropy_averages_the_grouper_over_units_and_the_placer_ove
     probabilities /= probabilities.sum(axis=1, keepdims=True)
     grouper_entropy = -(probabilities * np.log(probabilities)).sum()
     _, _, _, placer_entropy = summed.policy.log_prob(
-        tf.constant(sample.groups, tf.int32), tf.constant(sample.group_devices, tf.int32),
-        tf.constant(sample.noise, tf.float32), tf.constant(1.0))
+        tf.constant(sample.groups[None], tf.int32), tf.constant(sample.group_devices[None], tf.int32),
+        tf.constant(sample.noise[None], tf.float32), tf.constant(1.0))
+    placer_entropy = placer_entropy[0]
     units, groups = env.num_units, SMALL.num_groups
     assert float(summed._log_prob(sample)[1]) == pytest.approx(grouper_entropy + float(placer_entropy), rel=1e-4)
     assert float(averaged._log_prob(sample)[1]) == pytest.approx(
