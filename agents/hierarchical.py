@@ -163,8 +163,8 @@ class HierarchicalPolicy(tf.Module):
 
     def _decode(self, memory, mask, noise, temperature, *, chosen=None, greedy=False, seed=None):
         """Decode one device per group for each of B samples (memory [B, G, H], mask and noise [B, G, D]).
-        With `chosen` [B, G], score those devices (teacher forcing); otherwise sample one placement (B = 1;
-        the argmax when greedy). Returns devices [B, G], log-prob sums [B], entropy sums [B]."""
+        With `chosen` [B, G], score those devices (teacher forcing); otherwise sample them (the argmax when
+        greedy). Returns devices [B, G], log-prob sums [B], entropy sums [B]."""
         keys = tf.einsum("bgh,hk->bgk", memory, self.attention_memory)
         batch = tf.shape(memory)[0]
         state = (memory[:, -1] * 0.0, memory[:, -1])
@@ -196,17 +196,18 @@ class HierarchicalPolicy(tf.Module):
 
     @tf.function
     def sample(self, seeds: tf.Tensor, noise: tf.Tensor, temperature: float = 1.0, greedy: bool = False):
-        """seeds: [G + 1, 2] stateless seeds (grouper, then one per group); noise [G, D]. Returns groups [U],
-        devices [G]."""
+        """seeds: [G + 1, 2] stateless seeds (grouper, then one per group); noise [B, G, D]. Returns B placements
+        drawn independently in one pass (the greedy one B times when greedy): groups [B, U], devices [B, G]."""
         logits = self.grouper_logits()
+        batch = tf.shape(noise)[0]
         if greedy:
-            groups = tf.argmax(logits, axis=1, output_type=tf.int32)
+            groups = tf.tile(tf.argmax(logits, axis=1, output_type=tf.int32)[None], [batch, 1])
         else:
-            groups = tf.random.stateless_categorical(logits, 1, seed=seeds[0], dtype=tf.int32)[:, 0]
-        memory = self._encode(self.group_embeddings(groups[None]))
-        devices, _, _ = self._decode(memory, self.group_device_mask(groups[None]), noise[None], temperature,
-                                     greedy=greedy, seed=seeds[1:])
-        return groups, devices[0]
+            groups = tf.transpose(tf.random.stateless_categorical(logits, batch, seed=seeds[0], dtype=tf.int32))
+        memory = self._encode(self.group_embeddings(groups))
+        devices, _, _ = self._decode(memory, self.group_device_mask(groups), noise, temperature, greedy=greedy,
+                                     seed=seeds[1:])
+        return groups, devices
 
     @tf.function
     def log_prob(self, groups: tf.Tensor, devices: tf.Tensor, noise: tf.Tensor, temperature: float = 1.0):

@@ -129,8 +129,12 @@ class PolicyGradientAgent:
 
     # -- the agent interface -----------------------------------------------------------------------
 
+    def _samples(self, count: int, greedy: bool = False) -> list:
+        """`count` samples; a policy that can draw them in one batched pass overrides this."""
+        return [self._sample(greedy) for _ in range(count)]
+
     def propose(self, count: int) -> list[np.ndarray]:
-        self._pending = [self._sample() for _ in range(count)]
+        self._pending = self._samples(count)
         return [s.assignment for s in self._pending]
 
     def best_guess(self) -> np.ndarray:

@@ -114,11 +114,15 @@ class HierarchicalPlanner(PolicyGradientAgent):
         return objects
 
     def _sample(self, greedy: bool = False) -> Sample:
+        return self._samples(1, greedy)[0]
+
+    def _samples(self, count: int, greedy: bool = False) -> list[Sample]:
         g, d = self.policy.num_groups, self.num_devices
         seeds = self._seeds(g + 1)
-        noise = self._noise([g, d], greedy)
+        noise = self._noise([count, g, d], greedy)
         groups, devices = self.policy.sample(seeds, noise, tf.constant(self.config.temperature), greedy=greedy)
-        return Sample(groups.numpy().astype(np.int64), devices.numpy().astype(np.int64), noise.numpy())
+        groups, devices, noise = (groups.numpy().astype(np.int64), devices.numpy().astype(np.int64), noise.numpy())
+        return [Sample(groups[i], devices[i], noise[i]) for i in range(count)]
 
     def _imitation_log_prob(self, sample: Sample) -> tf.Tensor:
         # The placer's part only: the grouper's ~10k per-unit choices make up almost all of a sample's
