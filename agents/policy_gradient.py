@@ -119,6 +119,11 @@ class PolicyGradientAgent:
         """What self-imitation maximizes: the sample's log-probability, by default."""
         return self._log_prob(sample)[0]
 
+    def _log_probs_and_imitation(self, samples, best) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """`_log_probs(samples)` and `_imitation_log_prob(best)`; a policy that can score them all in one
+        batched pass overrides this."""
+        return (*self._log_probs(samples), self._imitation_log_prob(best))
+
     def _noise(self, shape, greedy: bool) -> tf.Tensor:
         noisy = (not greedy and int(self.updates.numpy()) < self.config.noise_updates and self.config.logits_noise_std > 0)
         return self.rng.normal(shape, stddev=self.config.logits_noise_std) if noisy else tf.zeros(shape)
@@ -175,8 +180,12 @@ class PolicyGradientAgent:
 
     def _step(self, samples, advantages, old_log_probs=None):
         """One gradient step: REINFORCE, or PPO's clipped surrogate when old log-probs are given."""
+        imitating = self.config.imitation_weight > 0
         with tf.GradientTape() as tape:
-            log_probs, entropies = self._log_probs(samples)
+            if imitating:
+                log_probs, entropies, imitation = self._log_probs_and_imitation(samples, self._best_sample)
+            else:
+                log_probs, entropies = self._log_probs(samples)
             if old_log_probs is None:
                 objectives = advantages * log_probs
             else:
@@ -185,8 +194,8 @@ class PolicyGradientAgent:
                 objectives = tf.minimum(ratios * advantages, clipped * advantages)
             loss = tf.reduce_mean(-objectives - self.config.entropy_weight * entropies)
             entropy_total = tf.reduce_sum(entropies)
-            if self.config.imitation_weight > 0:
-                loss -= self.config.imitation_weight * self._imitation_log_prob(self._best_sample)
+            if imitating:
+                loss -= self.config.imitation_weight * imitation
         groups = self._parameter_groups()
         variables = [v for group_variables, _, _ in groups for v in group_variables]
         gradients = tape.gradient(loss, variables)

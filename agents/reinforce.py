@@ -135,7 +135,15 @@ class HierarchicalPlanner(PolicyGradientAgent):
         return log_probs[0], entropies[0]
 
     def _log_probs(self, samples):
-        grouper_lp, placer_lp, grouper_entropy, placer_entropy = self._scores(samples)
+        return self._combined(*self._scores(samples))
+
+    def _log_probs_and_imitation(self, samples, best):
+        scores = self._scores([*samples, best])
+        log_probs, entropies = self._combined(*(score[:-1] for score in scores))
+        return log_probs, entropies, scores[1][-1]
+
+    def _combined(self, grouper_lp, placer_lp, grouper_entropy, placer_entropy):
+        """A sample's log-probability and the entropy its bonus rewards, from the policy's four scores."""
         if self.config.entropy_normalization == "per-decision":
             grouper_entropy /= self.policy.num_units
             placer_entropy /= self.policy.num_groups

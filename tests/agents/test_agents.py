@@ -81,6 +81,10 @@ def test_scoring_samples_in_one_batch_gives_what_scoring_each_alone_gives(env):
         alone_log_prob, alone_entropy = planner._log_prob(sample)
         assert float(alone_log_prob) == pytest.approx(float(log_prob), rel=1e-5, abs=1e-4)
         assert float(alone_entropy) == pytest.approx(float(entropy), rel=1e-5)
+    # self-imitation's score of the best sample rides in the same pass
+    log_probs, _, imitation = planner._log_probs_and_imitation(samples[:4], samples[4])
+    assert np.allclose(log_probs.numpy(), batched_log_probs.numpy()[:4], rtol=1e-5, atol=1e-4)
+    assert float(imitation) == pytest.approx(float(planner._imitation_log_prob(samples[4])), rel=1e-5, abs=1e-4)
 
 
 def test_gradients_reach_both_grouper_and_placer(env):
