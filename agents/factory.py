@@ -9,8 +9,9 @@ import numpy as np
 
 from placer.errors import PlacerError
 
-AGENTS = ("hierarchical", "colocation", "random", "cem")
-"""hierarchical (grouper + placer), colocation (placer over colocation groups), random search, cross-entropy method."""
+AGENTS = ("hierarchical", "colocation", "graph", "random", "cem")
+"""hierarchical (grouper + placer), colocation (placer over colocation groups), graph (the generalizing
+graph-neural-network policy, agents/graph_policy/), random search, cross-entropy method."""
 
 
 class AgentOptionError(PlacerError):
@@ -27,6 +28,10 @@ def agent_config_class(agent: str) -> type:
         from agents.colocation import ColocationConfig
 
         return ColocationConfig
+    if agent == "graph":
+        from agents.graph_policy.agent import GraphAgentConfig
+
+        return GraphAgentConfig
     if agent in ("random", "cem"):
         from agents.search import CrossEntropyConfig, RandomSearchConfig
 
@@ -68,6 +73,12 @@ def make_agent(agent: str, graph, device_mask: np.ndarray, devices=None, *, opti
         from agents.colocation import ColocationPlacer
 
         return ColocationPlacer(graph, device_mask, config)
+    if agent == "graph":
+        from agents.graph_policy.agent import GraphPolicyAgent
+
+        if devices is None:
+            raise AgentOptionError("the graph policy scores units against the devices' features: give devices=")
+        return GraphPolicyAgent(graph, device_mask, devices, config)
     from agents.search import CrossEntropyMethod, RandomSearch
 
     return (RandomSearch if agent == "random" else CrossEntropyMethod)(device_mask, config=config)

@@ -1,0 +1,100 @@
+"""The generalizing policy as an agent for one graph on one device set, trained by the shared policy-gradient
+loop: every unit's device is drawn at once from the policy's logits (one-shot, as GDP places)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+
+from agents.graph_policy.features import device_inputs, graph_inputs
+from agents.graph_policy.policy import GraphPlacementPolicy, GraphPolicyConfig
+from agents.policy_gradient import PolicyGradientAgent, PolicyGradientConfig
+from placer.devices import DeviceSet
+from placer.graph.opgraph import OpGraph
+
+
+@dataclass(frozen=True)
+class GraphAgentConfig(PolicyGradientConfig):
+    hidden_size: int = 64
+    """Width of the policy's unit and device embeddings (GraphPolicyConfig)."""
+    message_rounds: int = 4
+    """Rounds of message passing over the unit graph (GraphPolicyConfig)."""
+    learning_rate: float = 0.003
+    """Adam's initial learning rate (the per-unit policy has no grouper to collapse, and its logits are
+    shared across graphs, so it learns at a rate between the reference planner's 0.1 and the tuned 0.0003)."""
+    tanh_constant: float = 2.5
+    logits_noise_std: float = 0.0
+    """No logit noise by default: the per-unit draws explore enough."""
+    normalize_advantages: bool = True
+
+    def policy_config(self) -> GraphPolicyConfig:
+        return GraphPolicyConfig(hidden_size=self.hidden_size, message_rounds=self.message_rounds,
+                                 tanh_constant=self.tanh_constant, seed=self.seed)
+
+
+@dataclass(frozen=True)
+class UnitDevices:
+    devices: np.ndarray
+    """[U] device of each unit."""
+    noise: np.ndarray
+    """[U, D] logit noise used when sampling (zeros when there was none)."""
+
+    @property
+    def assignment(self) -> np.ndarray:
+        return self.devices
+
+
+class GraphPolicyAgent(PolicyGradientAgent):
+    """Places one graph with a `GraphPlacementPolicy` (a new one, or a pre-trained one to fine-tune)."""
+
+    name = "graph"
+    sample_type = UnitDevices
+
+    def __init__(self, graph: OpGraph, device_mask: np.ndarray, devices: DeviceSet,
+                 config: GraphAgentConfig | None = None, policy: GraphPlacementPolicy | None = None):
+        c = config or GraphAgentConfig()
+        inputs = graph_inputs(graph)
+        super().__init__(c, policy or GraphPlacementPolicy(c.policy_config()), device_mask.shape[1])
+        self.units = tf.constant(inputs.units)
+        self.edges = tf.constant(inputs.edges)
+        self.device_features = tf.constant(device_inputs(devices).features)
+        mask = device_mask[: inputs.num_units].astype(np.float32)
+        mask[mask.sum(axis=1) == 0] = 1.0  # no device fits: leave it free, the placement fails and is charged
+        self.mask = tf.constant(mask)
+
+    def _masked_logits(self, noise: tf.Tensor) -> tf.Tensor:
+        """[B, U, D] for noise [B, U, D]."""
+        logits = self.policy.logits(self.units, self.edges, self.device_features)
+        return tf.where(self.mask > 0, (logits + noise) / self.config.temperature, -1e9)
+
+    def _sample(self, greedy: bool = False) -> UnitDevices:
+        return self._samples(1, greedy)[0]
+
+    def _samples(self, count: int, greedy: bool = False) -> list[UnitDevices]:
+        units, d = int(self.units.shape[0]), self.num_devices
+        noise = self._noise([count, units, d], greedy)
+        logits = self._masked_logits(noise)
+        if greedy:
+            devices = tf.argmax(logits, axis=2, output_type=tf.int32)
+        else:
+            seed = self._seeds(1)[0]
+            flat = tf.random.stateless_categorical(tf.reshape(logits, [-1, d]), 1, seed=seed, dtype=tf.int32)
+            devices = tf.reshape(flat, [count, units])
+        devices, noise = devices.numpy().astype(np.int64), noise.numpy()
+        return [UnitDevices(devices[i], noise[i]) for i in range(count)]
+
+    def _log_probs(self, samples):
+        noise = tf.constant(np.stack([s.noise for s in samples]), tf.float32)
+        chosen = tf.constant(np.stack([s.devices for s in samples]), tf.int32)
+        log_softmax = tf.nn.log_softmax(self._masked_logits(noise))  # [B, U, D]
+        log_probs = tf.reduce_sum(tf.gather(log_softmax, chosen, axis=2, batch_dims=2), axis=1)
+        entropies = -tf.reduce_sum(tf.exp(log_softmax) * log_softmax, axis=[1, 2])
+        if self.config.entropy_normalization == "per-decision":
+            entropies = entropies / float(self.units.shape[0])
+        return log_probs, entropies
+
+    def _log_prob(self, sample: UnitDevices):
+        log_probs, entropies = self._log_probs([sample])
+        return log_probs[0], entropies[0]

@@ -1,0 +1,104 @@
+"""The generalizing placement policy: message passing over the unit graph, then a score per (unit, device).
+
+A unit's embedding starts from its `GraphInputs` row and is refined by rounds of messages from its
+producers and its consumers (means, so a unit with many inputs is not louder), with residual connections.
+A device's embedding comes from its `DeviceInputs` row. The logit of placing a unit on a device is an
+additive-attention score of the two, bounded by tanh. Nothing depends on the number of units or devices,
+so one set of weights places any graph on any device set whose kinds it has seen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+
+from agents.graph_policy.features import DEVICE_KINDS, OP_TYPE_BUCKETS
+
+UNIT_FEATURES = OP_TYPE_BUCKETS + 6
+DEVICE_FEATURES = len(DEVICE_KINDS) + 4
+
+
+@dataclass(frozen=True)
+class GraphPolicyConfig:
+    hidden_size: int = 64
+    """Width of unit and device embeddings."""
+    message_rounds: int = 4
+    """Rounds of message passing: a unit sees this many hops of the graph around it."""
+    tanh_constant: float = 2.5
+    """Logits are bounded to C * tanh(score)."""
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("hidden_size", "message_rounds"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+
+
+def _dense(name: str, inputs: int, outputs: int, seed: int) -> tuple[tf.Variable, tf.Variable]:
+    init = tf.keras.initializers.GlorotUniform(seed=seed)
+    return (tf.Variable(init((inputs, outputs)), name=f"{name}/kernel"),
+            tf.Variable(tf.zeros([outputs]), name=f"{name}/bias"))
+
+
+class GraphPlacementPolicy(tf.Module):
+    def __init__(self, config: GraphPolicyConfig | None = None):
+        super().__init__(name="graph_placement_policy")
+        self.config = c = config or GraphPolicyConfig()
+        h, seed = c.hidden_size, c.seed
+        self.unit_embedding = _dense("unit_embedding", UNIT_FEATURES, h, seed)
+        # per round: kernels for the unit itself, the mean of its producers, the mean of its consumers; a bias
+        self.rounds = [(_dense(f"round{r}/self", h, h, seed + 10 * r + 1)[0],
+                        _dense(f"round{r}/from_producers", h, h, seed + 10 * r + 2)[0],
+                        *_dense(f"round{r}/from_consumers", h, h, seed + 10 * r + 3))
+                       for r in range(c.message_rounds)]
+        self.device_embedding = _dense("device_embedding", DEVICE_FEATURES, h, seed + 1000)
+        self.unit_query = _dense("unit_query", h, h, seed + 1001)[0]
+        self.device_key = _dense("device_key", h, h, seed + 1002)[0]
+        self.score_vector = tf.Variable(tf.keras.initializers.GlorotUniform(seed=seed + 1003)((h, 1))[:, 0],
+                                        name="score_vector")
+
+    @tf.function(reduce_retracing=True)
+    def encode(self, units: tf.Tensor, edges: tf.Tensor) -> tf.Tensor:
+        """[N, H] unit embeddings of a `GraphBatch` (units [N, F], edges [E, 2])."""
+        kernel, bias = self.unit_embedding
+        h = tf.nn.relu(tf.matmul(units, kernel) + bias)
+        count = tf.shape(units)[0]
+        producers, consumers = edges[:, 0], edges[:, 1]
+        ones = tf.ones_like(producers, tf.float32)
+        in_degree = tf.maximum(tf.math.unsorted_segment_sum(ones, consumers, count), 1.0)[:, None]
+        out_degree = tf.maximum(tf.math.unsorted_segment_sum(ones, producers, count), 1.0)[:, None]
+        for own, from_producers, from_consumers, round_bias in self.rounds:
+            inbound = tf.math.unsorted_segment_sum(tf.gather(h, producers), consumers, count) / in_degree
+            outbound = tf.math.unsorted_segment_sum(tf.gather(h, consumers), producers, count) / out_degree
+            h = h + tf.nn.relu(tf.matmul(h, own) + tf.matmul(inbound, from_producers)
+                               + tf.matmul(outbound, from_consumers) + round_bias)
+        return h
+
+    @tf.function(reduce_retracing=True)
+    def logits(self, units: tf.Tensor, edges: tf.Tensor, devices: tf.Tensor) -> tf.Tensor:
+        """[N, D] logits of placing each unit of the batch on each device (devices: [D, K] `DeviceInputs`)."""
+        h = self.encode(units, edges)
+        kernel, bias = self.device_embedding
+        d = tf.nn.relu(tf.matmul(devices, kernel) + bias)
+        query = tf.matmul(h, self.unit_query)[:, None, :]
+        key = tf.matmul(d, self.device_key)[None, :, :]
+        score = tf.reduce_sum(tf.tanh(query + key) * self.score_vector, axis=2)
+        return self.config.tanh_constant * tf.tanh(score)
+
+    def weights(self) -> list[np.ndarray]:
+        """Every weight, in a fixed order (what a policy file holds)."""
+        return [v.numpy() for v in self._ordered_variables()]
+
+    def set_weights(self, values: list[np.ndarray]) -> None:
+        variables = self._ordered_variables()
+        if len(values) != len(variables) or any(v.shape != np.shape(x) for v, x in zip(variables, values)):
+            raise ValueError("these weights are of another network (other sizes): build the policy with the "
+                             "configuration it was saved with")
+        for variable, value in zip(variables, values):
+            variable.assign(value)
+
+    def _ordered_variables(self) -> list[tf.Variable]:
+        return sorted(self.trainable_variables, key=lambda v: v.name)

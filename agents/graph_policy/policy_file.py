@@ -1,0 +1,78 @@
+"""A pre-trained policy on disk: its weights, its configuration, and what it was trained on.
+
+One `.npz` file: the weights in `GraphPlacementPolicy.weights()` order and a JSON record. Loading checks the
+format and the feature version; `check_devices` refuses a device set the policy cannot address.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from agents.graph_policy.features import FEATURES_VERSION
+from agents.graph_policy.policy import GraphPlacementPolicy, GraphPolicyConfig
+from placer.devices import DeviceSet
+from placer.errors import PlacerError
+
+FILE_FORMAT = "placer.graph-policy"
+FILE_VERSION = 1
+
+
+class PolicyFileError(PlacerError):
+    """A policy file that cannot be read, or a device set the policy was not trained to address."""
+
+
+def save_policy(policy: GraphPlacementPolicy, path: str | Path, *, trained_on: Mapping[str, Any],
+                device_kinds: set[str] | tuple[str, ...], max_devices: int) -> Path:
+    """Write `policy` to `path` (.npz). trained_on: what a reader needs to trust it (models, machines,
+    samples, ...); device_kinds and max_devices: the device sets it learned to place on."""
+    path = Path(path)
+    record = {"format": FILE_FORMAT, "version": FILE_VERSION, "features_version": FEATURES_VERSION,
+              "config": dataclasses.asdict(policy.config), "trained_on": dict(trained_on),
+              "device_kinds": sorted(device_kinds), "max_devices": int(max_devices)}
+    arrays = {f"weight_{i}": w for i, w in enumerate(policy.weights())}
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, record=np.array(json.dumps(record)), **arrays)
+    tmp.replace(path)
+    return path
+
+
+def load_policy(path: str | Path) -> tuple[GraphPlacementPolicy, dict[str, Any]]:
+    """The policy saved in `path` and its record; PolicyFileError saying what is wrong with a bad file."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            record = json.loads(str(data["record"]))
+            weights = [data[f"weight_{i}"] for i in range(sum(1 for key in data.files if key.startswith("weight_")))]
+    except FileNotFoundError:
+        raise PolicyFileError(f"no policy file {path}: write one with `placer pretrain ... --out {path}`") from None
+    except (OSError, ValueError, KeyError) as error:
+        raise PolicyFileError(f"{path} is not a placer policy file ({error})") from None
+    if not isinstance(record, dict) or record.get("format") != FILE_FORMAT:
+        raise PolicyFileError(f"{path} is not a placer policy file (no \"format\": \"{FILE_FORMAT}\")")
+    if record.get("version") != FILE_VERSION or record.get("features_version") != FEATURES_VERSION:
+        raise PolicyFileError(f"{path} was written by another placer version (file version {record.get('version')}, "
+                              f"features version {record.get('features_version')}; this one reads "
+                              f"{FILE_VERSION} and {FEATURES_VERSION}): pre-train it again")
+    try:
+        policy = GraphPlacementPolicy(GraphPolicyConfig(**record["config"]))
+        policy.set_weights(weights)
+    except (TypeError, ValueError) as error:
+        raise PolicyFileError(f"{path} is damaged: {error}") from None
+    return policy, record
+
+
+def check_devices(record: Mapping[str, Any], devices: DeviceSet, source: str = "the policy") -> None:
+    """Refuse a device set the policy never learned to place on: a device kind it has not seen, or more
+    devices than any machine it was trained on (its scores there are guesses: fine-tune it instead)."""
+    unseen = sorted({d.kind for d in devices} - set(record["device_kinds"]))
+    if unseen:
+        raise PolicyFileError(f"{source} was trained on {', '.join(record['device_kinds'])} devices and cannot "
+                              f"place on {', '.join(unseen)} ({devices.name}): pre-train it on such machines")
+    if len(devices) > record["max_devices"]:
+        raise PolicyFileError(f"{source} was trained on machines of at most {record['max_devices']} devices, not "
+                              f"{len(devices)} ({devices.name}): pre-train or fine-tune it on such machines")
