@@ -94,6 +94,8 @@ def config_from_args(args: argparse.Namespace, defaults: Mapping[str, Any] | Non
         settings["agent_options"] = {**settings.get("agent_options", {}), **dict(parse_override(o) for o in args.agent_options)}
     if "time_budget" in given and "updates" not in given:
         settings["updates"] = None  # a time budget alone: train until it runs out
+    if "init" in given and "agent" not in given:
+        settings["agent"] = "graph"  # only the graph agent starts from a pre-trained policy
     if args.no_progress:
         settings["progress"] = False
     if "model" not in settings:

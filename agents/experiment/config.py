@@ -55,6 +55,9 @@ class ExperimentConfig:
     target (local:2, inprocess:2, a cluster spec). None: modeled:2xV100, or the local 2-worker testbed."""
     agent: str = setting("hierarchical", choices=AGENTS)
     """hierarchical (grouper + placer), colocation (placer over colocation groups), random or cem."""
+    init: str | None = setting(None, metavar="POLICY")
+    """A pre-trained policy file (`placer pretrain --out POLICY`) that the graph agent starts from, to
+    fine-tune it on this model (sets --agent graph)."""
     preset: str = setting(DEFAULT_PRESET, choices=tuple(PRESETS))
     """The agent's hyper-parameters: tuned (the best-known setting, see agents/presets.py) or reference (the
     reference planner's, grappler's hierarchical_controller.py). --set KEY=VALUE overrides single options."""
@@ -132,6 +135,25 @@ class ExperimentConfig:
         if self.baselines is not None:
             object.__setattr__(self, "baselines", tuple(self._checked_baselines()))
         self._check_simulator_first()
+        self._check_init()
+
+    def _check_init(self) -> None:
+        if self.init is None:
+            return
+        if self.agent != "graph":
+            raise ExperimentError(f"--init starts the graph agent from a pre-trained policy; --agent is {self.agent}: "
+                                  "use --agent graph")
+        from agents.graph_policy.policy_file import PolicyFileError, check_devices, load_policy
+        from placer.cost import parse_target_spec
+
+        try:
+            _, record = load_policy(self.init)
+            devices = parse_target_spec(self.cluster, self.backend).devices  # known now on a simulated target
+            if devices is not None:
+                check_devices(record, devices, source=self.init)
+        except PolicyFileError as error:
+            raise ExperimentError(str(error)) from None
+        object.__setattr__(self, "init", str(Path(self.init).resolve()))  # resumable from anywhere
 
     def _check_simulator_first(self) -> None:
         if self.simulator_updates and self.backend != "measured":

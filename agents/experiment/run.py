@@ -89,7 +89,8 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
                  ", ".join(d.short_name for d in devices))
         baselines = _load_or_time_baselines(config, env, run_dir, log)
         best_baseline = min(((r["step_time"], name) for name, r in baselines.items() if r["ok"]), default=(math.inf, None))
-        agent = make_agent(config.agent, graph, env.device_mask, devices, options=config.agent_settings, seed=config.seed)
+        agent = make_agent(config.agent, graph, env.device_mask, devices, options=config.agent_settings, seed=config.seed,
+                           init=config.init)
         trackers = _make_trackers(config, run_dir, agent,
                                   {name: r["step_time"] for name, r in baselines.items() if r["ok"]})
         weights = np.array([len(g.ops) for g in graph.groups], dtype=np.float64)

@@ -53,10 +53,15 @@ class GraphPolicyAgent(PolicyGradientAgent):
     sample_type = UnitDevices
 
     def __init__(self, graph: OpGraph, device_mask: np.ndarray, devices: DeviceSet,
-                 config: GraphAgentConfig | None = None, policy: GraphPlacementPolicy | None = None):
+                 config: GraphAgentConfig | None = None, policy: GraphPlacementPolicy | None = None,
+                 optimizer: tf.keras.optimizers.Optimizer | None = None):
+        """policy: a pre-trained policy to fine-tune (its own configuration then decides the network's
+        sizes); optimizer: one shared by agents of several graphs that train one policy (pre-training)."""
         c = config or GraphAgentConfig()
         inputs = graph_inputs(graph)
         super().__init__(c, policy or GraphPlacementPolicy(c.policy_config()), device_mask.shape[1])
+        if optimizer is not None:
+            self.optimizer = optimizer
         self.units = tf.constant(inputs.units)
         self.edges = tf.constant(inputs.edges)
         self.device_features = tf.constant(device_inputs(devices).features)

@@ -87,3 +87,54 @@ def test_the_graph_agent_learns_a_placement_on_the_simulator():
         agent.learn(assignments, [-np.sqrt(step_time(a)) for a in assignments])
     # the untrained policy spreads units over the host CPU and the GPUs; ten updates move them off the CPU
     assert step_time(agent.best_guess()) < 0.5 * before
+
+
+def test_a_short_pre_training_places_a_graph_it_never_saw_better_than_an_untrained_policy(tmp_path):
+    from agents.graph_policy.agent import GraphAgentConfig
+    from agents.graph_policy.pretrain import PretrainConfig, place_with_policy, pretrain
+    from envs.placement import PlacementEnv
+
+    config = PretrainConfig(models=("two-tower", "mlp"), machines=("modeled:2xV100",), updates=12,
+                            agent=GraphAgentConfig(hidden_size=32, message_rounds=3), progress=False)
+    result = pretrain(config, tmp_path / "policy.npz")
+    assert result.samples == 48 and set(result.best_step_times) == {"two-tower:tiny@modeled:2xV100",
+                                                                      "mlp:tiny@modeled:2xV100"}
+    pretrained, record = load_policy(result.path)
+    assert record["trained_on"]["pairs"] == list(result.best_step_times) and record["max_devices"] == 3
+    untrained = GraphPlacementPolicy(pretrained.config)
+    held_out = PlacementEnv(model="rnnlm", size="tiny", backend="simulated", devices="modeled:2xV100")
+    try:
+        held_out.reset(seed=0)
+
+        def zero_shot(policy) -> float:
+            assignment = place_with_policy(policy, held_out.graph, held_out.devices, held_out.device_mask)
+            return held_out.target.evaluate(list(assignment)).seconds
+
+        assert zero_shot(pretrained) < zero_shot(untrained)
+    finally:
+        held_out.close()
+
+
+def test_pretrain_place_and_fine_tune_from_the_command_line(tmp_path, capsys):
+    import json
+
+    from placer.cli import main
+
+    policy = tmp_path / "policy.npz"
+    assert main(["pretrain", "--models", "two-tower", "--machines", "modeled:2xV100", "--updates", "2",
+                 "--set", "hidden_size=16", "--set", "message_rounds=2", "--out", str(policy), "--no-progress"]) == 0
+    assert "two-tower:tiny@modeled:2xV100" in capsys.readouterr().out
+    placement = tmp_path / "mlp.json"
+    assert main(["place", "mlp", "--policy", str(policy), "--out", str(placement), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["step_time"] > 0 and json.loads(placement.read_text())["metadata"]["method"] == "graph policy, zero-shot"
+    # a device set the policy never saw is refused before the model is built
+    assert main(["place", "mlp", "--policy", str(policy), "--cluster", "modeled:4xV100"]) == 2
+    assert "at most 3 devices, not 5" in capsys.readouterr().err
+    # --init fine-tunes it with the graph agent
+    runs = tmp_path / "runs"
+    assert main(["train", "mlp", "--init", str(policy), "--updates", "2", "--samples-per-update", "2",
+                 "--baselines", "single-device", "--runs", str(runs), "--no-progress"]) == 0
+    (run_dir,) = (runs / "mlp").iterdir()
+    config = json.loads((run_dir / "config.json").read_text())["experiment"]
+    assert config["agent"] == "graph" and config["init"] == str(policy.resolve())

@@ -1,0 +1,101 @@
+"""`placer pretrain` and `placer place`: pre-train a generalizing policy, and place a model with it zero-shot."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from agents.launch import Command
+
+
+def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
+    from agents.graph_policy.pretrain import PretrainConfig
+
+    defaults = PretrainConfig()
+    parser.add_argument("--models", nargs="+", default=list(defaults.models), metavar="MODEL",
+                        help=f"models to train on (default: {' '.join(defaults.models)})")
+    parser.add_argument("--sizes", nargs="+", default=list(defaults.sizes), metavar="SIZE",
+                        help=f"every model at each size (default: {' '.join(defaults.sizes)})")
+    parser.add_argument("--machines", nargs="+", default=list(defaults.machines), metavar="TARGET",
+                        help=f"simulated targets (default: {' '.join(defaults.machines)})")
+    parser.add_argument("--updates", type=int, default=defaults.updates, help="updates in all, one graph-machine pair "
+                        f"each, in turn (default {defaults.updates})")
+    parser.add_argument("--samples-per-update", type=int, default=defaults.samples_per_update)
+    parser.add_argument("--set", dest="agent_options", action="append", default=[], metavar="KEY=VALUE",
+                        help="a GraphAgentConfig option, e.g. --set hidden_size=32 --set learning_rate=0.01")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True, metavar="POLICY", help="where to write the policy (.npz)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def pretrain_command_run(args: argparse.Namespace) -> int:
+    from agents.experiment.config import parse_override
+    from agents.factory import check_agent_options
+    from agents.graph_policy.pretrain import PretrainConfig, pretrain
+
+    options = dict(parse_override(o) for o in args.agent_options)
+    agent = check_agent_options("graph", options, seed=args.seed)
+    config = PretrainConfig(models=tuple(args.models), sizes=tuple(args.sizes), machines=tuple(args.machines),
+                            updates=args.updates, samples_per_update=args.samples_per_update, agent=agent,
+                            progress=not args.no_progress)
+    result = pretrain(config, args.out)
+    print(f"wrote {result.path}: {result.samples} placements over {len(result.best_step_times)} graph-machine "
+          f"pairs in {result.seconds:.0f} s; best sampled step times:")
+    for pair, seconds in result.best_step_times.items():
+        print(f"  {pair:<40} {seconds * 1e3:10.3f} ms")
+    return 0
+
+
+def add_place_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="MODEL", help="a built-in model, module:function or file.py:function")
+    parser.add_argument("--policy", required=True, metavar="POLICY", help="a policy file from `placer pretrain`")
+    parser.add_argument("--size", default="tiny")
+    parser.add_argument("--cluster", default="modeled:2xV100", help="where to place and evaluate (a modeled machine, "
+                        "calibrated:FILE, or a real target such as local:2)")
+    parser.add_argument("--out", metavar="FILE", help="write the placement file")
+    parser.add_argument("--json", action="store_true")
+
+
+def place_command_run(args: argparse.Namespace) -> int:
+    from agents.graph_policy.policy_file import check_devices, load_policy
+    from agents.graph_policy.pretrain import place_with_policy
+    from envs.placement import PlacementEnv
+    from placer.cost import parse_target_spec
+    from placer.placement import Placement
+
+    policy, record = load_policy(args.policy)
+    spec = parse_target_spec(args.cluster)
+    if spec.devices is not None:
+        check_devices(record, spec.devices, source=args.policy)  # before the graph is built
+    env = PlacementEnv(model=args.model, size=args.size, backend=spec.backend, devices=args.cluster)
+    try:
+        check_devices(record, env.devices, source=args.policy)
+        started = time.perf_counter()
+        assignment = place_with_policy(policy, env.graph, env.devices, env.device_mask)
+        seconds = time.perf_counter() - started
+        result = env.target.evaluate(list(assignment))
+        placement = Placement.from_assignment(env.graph, env.devices, assignment, {
+            "method": "graph policy, zero-shot", "policy": str(args.policy), "backend": spec.backend,
+            "step_time": result.seconds if result.ok else None})
+        if args.out:
+            placement.save(args.out, env.graph)
+    finally:
+        env.close()
+    summary = {"model": args.model, "size": args.size, "cluster": args.cluster, "policy": str(args.policy),
+               "placing_seconds": seconds, "step_time": result.seconds if result.ok else None,
+               "failure": None if result.ok else result.failure, "out": args.out}
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    elif result.ok:
+        print(f"{args.model} ({args.size}) on {args.cluster}: placed by {args.policy} in {seconds:.2f} s; "
+              f"{result.seconds * 1e3:.3f} ms per step ({spec.backend})" + (f"; wrote {args.out}" if args.out else ""))
+    else:
+        print(f"the policy's placement failed: {result.failure}")
+    return 0 if result.ok else 1
+
+
+pretrain_command = Command("pre-train a generalizing graph policy on many models and machines (simulated)",
+                            add_pretrain_arguments, pretrain_command_run)
+place_command = Command("place MODEL zero-shot with a pre-trained policy and report its step time",
+                         add_place_arguments, place_command_run)

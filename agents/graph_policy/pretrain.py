@@ -1,0 +1,112 @@
+"""Pre-training one `GraphPlacementPolicy` on many graphs and machines, on the simulator.
+
+Each update draws placements for one (graph, machine) pair, in turn, and learns from their simulated step
+times. Every pair has its own agent (baseline, best placement), and all of them share the policy and one
+Adam. Advantages are standardized within each update, so graphs whose steps take milliseconds and graphs
+whose steps take seconds weigh the same.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from agents.graph_policy.agent import GraphAgentConfig, GraphPolicyAgent
+from agents.graph_policy.policy import GraphPlacementPolicy
+from agents.graph_policy.policy_file import save_policy
+from placer.errors import PlacerError
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    models: tuple[str, ...] = ("two-tower", "mlp", "rnnlm", "nmt-2")
+    """Models to train on: built-in names, module:function or file.py:function (as `placer train` takes)."""
+    sizes: tuple[str, ...] = ("tiny",)
+    """Every model at each of these sizes."""
+    machines: tuple[str, ...] = ("modeled:2xV100", "modeled:4xV100")
+    """Simulated targets to train on."""
+    updates: int = 200
+    """Updates in all (each on one graph-machine pair, in turn)."""
+    samples_per_update: int = 4
+    agent: GraphAgentConfig = field(default_factory=GraphAgentConfig)
+    progress: bool = True
+
+    def pairs(self) -> list[tuple[str, str, str]]:
+        """(model, size, machine) of every pair trained on."""
+        return [(model, size, machine) for model in self.models for size in self.sizes for machine in self.machines]
+
+
+@dataclass(frozen=True)
+class PretrainResult:
+    path: Path
+    samples: int
+    seconds: float
+    best_step_times: dict[str, float]
+    """Per pair ("model:size@machine"), the best simulated step time sampled."""
+
+
+def pretrain(config: PretrainConfig, out: str | Path) -> PretrainResult:
+    from envs.placement import PlacementEnv
+
+    if config.updates < 1 or config.samples_per_update < 1:
+        raise PlacerError("pre-training needs at least one update of at least one sample")
+    started = time.monotonic()
+    envs, agents = {}, {}
+    policy = GraphPlacementPolicy(config.agent.policy_config())
+    optimizer = None
+    for model, size, machine in config.pairs():
+        env = PlacementEnv(model=model, size=size, backend="simulated", devices=machine)
+        env.reset(seed=config.agent.seed)
+        agent = GraphPolicyAgent(env.graph, env.device_mask, env.devices, config.agent, policy=policy,
+                                 optimizer=optimizer)
+        optimizer = agent.optimizer  # the first agent's Adam serves them all
+        key = f"{model}:{size}@{machine}"
+        envs[key], agents[key] = env, agent
+    keys = list(envs)
+    best = {key: math.inf for key in keys}
+    samples = 0
+    steps = range(config.updates)
+    if config.progress:
+        from tqdm.auto import tqdm
+
+        steps = tqdm(steps, unit="update", desc="pre-training", dynamic_ncols=True)
+    try:
+        for update in steps:
+            key = keys[update % len(keys)]
+            env, agent = envs[key], agents[key]
+            assignments = agent.propose(config.samples_per_update)
+            results = [env.target.evaluate(list(a)) for a in assignments]
+            seconds = [r.seconds if r.ok else env.reward_config.failing_step_time for r in results]
+            agent.learn(assignments, [-math.sqrt(s) for s in seconds])
+            samples += len(assignments)
+            best[key] = min(best[key], *seconds)
+        kinds = {d.kind for env in envs.values() for d in env.devices}
+        max_devices = max(len(env.devices) for env in envs.values())
+        trained_on = {"pairs": keys, "updates": config.updates, "samples": samples,
+                      "agent": {k: v for k, v in vars(config.agent).items()}}
+        path = save_policy(policy, out, trained_on=trained_on, device_kinds=kinds, max_devices=max_devices)
+    finally:
+        for env in envs.values():
+            env.close()
+    return PretrainResult(Path(path), samples, time.monotonic() - started, best)
+
+
+def place_with_policy(policy: GraphPlacementPolicy, graph, devices, device_mask: np.ndarray) -> np.ndarray:
+    """The policy's greedy placement of `graph` on `devices`, zero-shot: [U] device per unit."""
+    agent = GraphPolicyAgent(graph, device_mask, devices, replace(GraphAgentConfig(), logits_noise_std=0.0),
+                             policy=policy)
+    return agent.best_guess()
+
+
+def pretrained_config(record) -> GraphAgentConfig:
+    """The agent settings a policy file was pre-trained with (to fine-tune it the same way)."""
+    settings = dict(record["trained_on"].get("agent", {}))
+    return GraphAgentConfig(**settings) if settings else GraphAgentConfig()
+
+
+__all__: Sequence[str] = ("PretrainConfig", "PretrainResult", "pretrain", "place_with_policy")
