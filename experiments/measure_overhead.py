@@ -1,10 +1,11 @@
 """What one measured placement costs besides its steps (graph rewrite, session, init, first step), before and after
 the worker kept the imported graph and its placement checks between placements.
 
-    python experiments/measure_overhead.py [--inception-batch 2] [--placements 3] [--out results/measure_overhead.json]
+    python experiments/measure_overhead.py [--inception-batch 2] [--placements 3] [--target inprocess:2]
+                                           [--out results/measure_overhead.json]
 
 For a small graph (the tiny MLP) and a ~10k-node Inception-V3 training step (tf-keras, 299x299, synthetic batch), on
-inprocess:2 with round-robin and single-device placements alternating. Each placement is measured by two workers, one
+inprocess:2 (or another target) with round-robin and single-device placements alternating. Each placement is measured by two workers, one
 per path, in alternating order: "before" imports the placed GraphDef anew and traces the first step of every placement
 (`reimport_graph`, `trace_every_placement`); "after" changes the devices of the graph it imported once and traces only
 placements with a (colocation group, device) pair no earlier trace confirmed. The overhead ratio is the whole placement
@@ -50,11 +51,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--inception-batch", type=int, default=2)
     parser.add_argument("--placements", type=int, default=3, help="placements measured per graph and path")
+    parser.add_argument("--target", default="inprocess:2", help="inprocess:N or local:N (the gRPC testbed)")
     parser.add_argument("--out")
     args = parser.parse_args()
 
     rows = []
-    measurers = {path: Measurer("inprocess:2", config) for path, config in PATHS.items()}
+    measurers = {path: Measurer(args.target, config) for path, config in PATHS.items()}
     try:
         for build in (lambda: build_model("mlp", "tiny"), lambda: inception_v3(args.inception_batch)):
             started = time.perf_counter()
@@ -100,7 +102,7 @@ def main() -> None:
     finally:
         for measurer in measurers.values():
             measurer.close()
-    write_report("measure_overhead", list(rows[0]), rows, args.out, target="inprocess:2",
+    write_report("measure_overhead", list(rows[0]), rows, args.out, target=args.target,
                  warmup=AFTER.warmup_steps, repeats=AFTER.timed_steps, placements=args.placements)
 
 

@@ -31,6 +31,15 @@ class ReusedCheck:
     """Fusion moves only: grappler ran an op fused into its producer's kernel, on the producer's device."""
 
 
+@dataclass(frozen=True)
+class _Seen:
+    """One traced placement, per group: its devices, (ops checked, step ops not traced) and moves."""
+
+    group_devices: Mapping[int, tuple[str, ...]]
+    counts: Mapping[int, tuple[int, int]]
+    moved: Mapping[int, list[MovedOp]]
+
+
 class PlacementChecks:
     """(colocation group, device) pairs that traced steps of one graph confirmed.
 
@@ -67,6 +76,8 @@ class PlacementChecks:
         self._plain: dict[tuple[int, tuple[str, ...]], tuple[int, int]] = {}
         """(group, devices) -> (ops checked, step ops not traced) in the trace that confirmed it."""
         self._rewritten_confirmed: dict[tuple, ReusedCheck] = {}
+        self._seen: list[_Seen] = []
+        """What each traced step showed, per group: to confirm components found later."""
 
     def group_devices(self, op_devices: Mapping[str, str]) -> dict[int, tuple[str, ...]]:
         """The devices each group's ops were placed on (one, unless the caller split a group)."""
@@ -102,10 +113,6 @@ class PlacementChecks:
                canonical: Callable[[str], str]) -> None:
         """Confirm what `trace` showed of the placement `op_devices`; moved_ops: the moves found in it.
         canonical: maps a requested device name to the form step stats report."""
-        rewritten = {group for group, ops in self._group_ops.items() if any(self._was_rewritten(op, trace) for op in ops)}
-        if not rewritten <= self._rewritten:
-            self._rewritten |= rewritten
-            self._find_components()
         moved_by_group: dict[int, list[MovedOp]] = {}
         for move in moved_ops:
             if move.op not in self._op_groups:
@@ -115,15 +122,28 @@ class PlacementChecks:
         for group, ops in self._group_ops.items():
             checked = sum(1 for op in ops if op in trace.ran_on and op in op_devices)
             counts[group] = checked, sum(1 for op in ops if op not in trace.ran_on and op in self._step_ops)
-        group_devices = self.group_devices(op_devices)
-        for group, devices in group_devices.items():
-            if group not in self._rewritten and group not in moved_by_group:
-                self._plain[(group, devices)] = counts[group]
+        seen = _Seen(self.group_devices(op_devices), counts, moved_by_group)
+        self._seen.append(seen)
+        rewritten = {group for group, ops in self._group_ops.items() if any(self._was_rewritten(op, trace) for op in ops)}
+        if rewritten <= self._rewritten:
+            self._confirm(seen)
+        else:
+            # New components: what earlier traces saw of their groups still holds for the devices they had then.
+            self._rewritten |= rewritten
+            self._find_components()
+            self._rewritten_confirmed.clear()
+            for earlier in self._seen:
+                self._confirm(earlier)
+
+    def _confirm(self, seen: _Seen) -> None:
+        for group, devices in seen.group_devices.items():
+            if group not in self._rewritten and group not in seen.moved:
+                self._plain[(group, devices)] = seen.counts[group]
         for members, keyed_by in self._components:
-            moves = [move for group in members for move in moved_by_group.get(group, ())]
+            moves = [move for group in members for move in seen.moved.get(group, ())]
             if all(move.ran_as for move in moves):  # fusions only
-                self._rewritten_confirmed[_component_key(members, keyed_by, group_devices)] = ReusedCheck(
-                    sum(counts[g][0] for g in members), sum(counts[g][1] for g in members), tuple(moves))
+                self._rewritten_confirmed[_component_key(members, keyed_by, seen.group_devices)] = ReusedCheck(
+                    sum(seen.counts[g][0] for g in members), sum(seen.counts[g][1] for g in members), tuple(moves))
 
     def _was_rewritten(self, op: str, trace: TracedStep) -> bool:
         if op not in trace.ran_on:
