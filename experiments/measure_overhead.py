@@ -52,11 +52,18 @@ def main() -> None:
     parser.add_argument("--inception-batch", type=int, default=2)
     parser.add_argument("--placements", type=int, default=3, help="placements measured per graph and path")
     parser.add_argument("--target", default="inprocess:2", help="inprocess:N or local:N (the gRPC testbed)")
+    parser.add_argument("--same-worker", action="store_true",
+                        help="both paths in one worker, to compare their step times without two processes' noise "
+                             "(the after path then also reuses the before path's traces)")
     parser.add_argument("--out")
     args = parser.parse_args()
 
     rows = []
-    measurers = {path: Measurer(args.target, config) for path, config in PATHS.items()}
+    if args.same_worker:
+        shared = Measurer(args.target)
+        measurers = {path: shared for path in PATHS}
+    else:
+        measurers = {path: Measurer(args.target, config) for path, config in PATHS.items()}
     try:
         for build in (lambda: build_model("mlp", "tiny"), lambda: inception_v3(args.inception_batch)):
             started = time.perf_counter()
@@ -71,7 +78,7 @@ def main() -> None:
                 order = list(PATHS) if i % 2 == 0 else list(PATHS)[::-1]
                 for path in order:
                     started = time.perf_counter()
-                    result = measurers[path].measure(graph, placement)
+                    result = measurers[path].measure(graph, placement, PATHS[path])
                     wall = time.perf_counter() - started
                     if not result.ok:
                         raise SystemExit(f"{graph.name} ({path}): {result.describe()}")
@@ -95,15 +102,17 @@ def main() -> None:
                     "step_s": step, "steps_s": steps * step, "per_placement_s": whole,
                     "overhead_ratio": whole / (steps * step),
                     "traced": sum(r.placement_check == "traced" for _, r in per_placement[path]),
+                    "reused": sum(r.placement_check == "reused" for _, r in per_placement[path]),
                     # the same placements on both paths: their step times must agree within noise
                     "step_vs_before": med([r.median / b.median for (_, r), (_, b)
                                            in zip(per_placement[path], per_placement["before"])]),
                 })
     finally:
-        for measurer in measurers.values():
+        for measurer in set(measurers.values()):
             measurer.close()
     write_report("measure_overhead", list(rows[0]), rows, args.out, target=args.target,
-                 warmup=AFTER.warmup_steps, repeats=AFTER.timed_steps, placements=args.placements)
+                 warmup=AFTER.warmup_steps, repeats=AFTER.timed_steps, placements=args.placements,
+                 same_worker=args.same_worker)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ class LoadedGraph:
         self._graph: tf.Graph | None = None
         self._ops: dict[str, tf.Operation] = {}
         self._colocated: dict[str, list[str]] = {}
+        self._unclosed: tf.compat.v1.Session | None = None
 
     def placed_graph(self, op_devices: Mapping[str, str], reuse: bool = True) -> tf.Graph:
         """The graph with each op on its device from `op_devices` (unlisted ops: no device).
@@ -103,15 +104,25 @@ class LoadedGraph:
                 op._set_device_from_string(devices[name])
         return self._graph
 
+    def close_session(self) -> None:
+        """Close the session `measure(..., close_later=True)` left open."""
+        if self._unclosed is not None:
+            session, self._unclosed = self._unclosed, None
+            session.close()
+
     def measure(self, op_devices: Mapping[str, str], target: str, config: MeasureConfig,
-                local_cpus: int | None = None, threads: tuple[int | None, int | None] = (None, None)) -> Measurement:
+                local_cpus: int | None = None, threads: tuple[int | None, int | None] = (None, None),
+                close_later: bool = False) -> Measurement:
         """Run init, W warm-up and K timed steps of this graph placed by `op_devices` on `target`.
 
         local_cpus: for an in-process target, how many CPU devices the session gets. TF1 sessions ignore
         tf.config's logical devices and make only CPU:0 unless told, and soft placement then silently moves
         everything placed on CPU:1.. to CPU:0 (the placement check caught exactly that).
         threads: for an in-process target, its (intra-op, inter-op) thread pools; None for TensorFlow's default.
+        close_later: leave the session of a successful measurement open until `close_session` (or the next
+        measurement), so that the caller gets its answer before TensorFlow tears the session down.
         """
+        self.close_session()  # before the shared graph's devices change under it
         overhead: dict[str, float] = {}
         started = time.perf_counter()
         try:
@@ -136,6 +147,7 @@ class LoadedGraph:
             timeout_in_ms=int(config.step_timeout * 1000), trace_level=config_pb2.RunOptions.FULL_TRACE
         )
         session = None
+        ran = False
         try:
             started = time.perf_counter()
             session = tf.compat.v1.Session(target, graph=graph, config=session_config)
@@ -173,6 +185,7 @@ class LoadedGraph:
                 traces.append(metadata)
             op_times = op_times_from_traces(traces, config.profile_cores)
             chrome_trace = _chrome_trace(traces[-1]) if traces else ""
+            ran = True
         except tf.errors.ResourceExhaustedError as error:
             return _failed("oom", f"out of memory: {_first_line(error)}", overhead, target)
         except tf.errors.DeadlineExceededError:
@@ -182,8 +195,13 @@ class LoadedGraph:
         except tf.errors.OpError as error:
             return _failed("runtime", f"{type(error).__name__}: {_first_line(error)}", overhead, target)
         finally:
-            if session is not None:
+            # close_later: a session that ran fine is closed once the answer is out (`close_session`), off the
+            # caller's clock (0.1 s for Inception-V3); a failed one now, so that a close that hangs is charged to the
+            # placement that caused it.
+            if session is not None and not (close_later and ran):
                 session.close()
+                session = None
+        self._unclosed = session
         return Measurement(
             samples=tuple(samples),
             moved_ops=moved,

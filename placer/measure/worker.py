@@ -105,8 +105,9 @@ def _serve(channel_in: int, channel_out: int, target: str, servers, local_cpus: 
                 except Exception as error:
                     channel.send(channel_out, Measurement(failure=Failure("crash", str(error)), target=target))
                     return  # the caller restarts us, and with us the testbed
-            result = graphs[key].measure(op_devices, target, config, local_cpus, threads)
+            result = graphs[key].measure(op_devices, target, config, local_cpus, threads, close_later=True)
             channel.send(channel_out, result)
+            graphs[key].close_session()
         else:
             channel.send(channel_out, ("error", f"unknown request {kind!r}"))
 

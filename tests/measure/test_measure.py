@@ -190,3 +190,12 @@ def test_measurer_traces_a_repeated_placement_once(measurer, two_tower):
     assert (first.placement_check, second.placement_check) == ("traced", "reused")
     assert second.ops_checked == first.ops_checked > 0 and not second.moved_ops
     assert "earlier traced steps" in second.describe()
+
+
+def test_session_left_open_for_the_answer_is_closed_before_the_next_placement(mlp, cpus2):
+    loaded = _loaded(mlp)
+    first = loaded.measure(Placement.round_robin(mlp, cpus2).op_devices(mlp), "", QUICK, 2, close_later=True)
+    assert first.ok and loaded._unclosed is not None
+    left_open = loaded._unclosed
+    second = loaded.measure(Placement.single_device(mlp, cpus2).op_devices(mlp), "", QUICK, 2)
+    assert second.ok and left_open._closed and loaded._unclosed is None
