@@ -42,6 +42,9 @@ class StepTime:
     """Measured: placed ops found in the traced step and compared with the placement."""
     ops_not_traced: int = 0
     """Measured: placed ops absent from the traced step (folded or fused by grappler, or not run)."""
+    placement_check: str = ""
+    """Measured: "traced" (this placement's step was traced), "reused" (earlier traces confirmed every colocation
+    group on its device) or "" (not checked); see `placer.measure.Measurement.placement_check`."""
     overhead: Mapping[str, float] = field(default_factory=dict)
     """Measured: seconds spent around the timed steps (graph rewrite, session, init, first step)."""
 
@@ -69,7 +72,8 @@ class StepTime:
             "seconds": self.seconds if self.ok else None, "ok": self.ok, "backend": self.backend,
             "target": self.target, "failure": self.failure, "message": self.message,
             "samples": list(self.samples), "spread": self.spread, "peak_memory": dict(self.peak_memory),
-            "busy": dict(self.busy), "ops_checked": self.ops_checked, "ops_not_traced": self.ops_not_traced, "overhead": dict(self.overhead),
+            "busy": dict(self.busy), "ops_checked": self.ops_checked, "ops_not_traced": self.ops_not_traced,
+            "placement_check": self.placement_check, "overhead": dict(self.overhead),
             "moved_ops": [{"op": m.op, "requested": m.requested, "actual": m.actual, "ran_as": m.ran_as}
                           for m in self.moved_ops],
         }
@@ -91,6 +95,8 @@ class StepTime:
                 f"{m.op}: {m.requested} -> {m.actual}" + (f" (fused by grappler into {m.ran_as})" if m.ran_as else "")
                 for m in self.moved_ops[:5])
             text += f"\nWARNING: TensorFlow moved {len(self.moved_ops)} ops: {shown}"
+        elif self.ops_checked and self.placement_check == "reused":
+            text += f"\nplacement check: all {self.ops_checked} ops ran where placed in earlier traced steps"
         elif self.ops_checked:
             text += f"\nplacement check: all {self.ops_checked} traced ops ran where placed"
         if self.ops_not_traced:

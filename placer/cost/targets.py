@@ -136,6 +136,7 @@ class MeasuredCost(CostTarget):
             return StepTime.failed("runtime", str(error), self.backend, str(self.spec))
         details = {"samples": tuple(result.samples), "moved_ops": tuple(result.moved_ops),
                    "ops_checked": result.ops_checked, "ops_not_traced": result.ops_not_traced,
+                   "placement_check": result.placement_check,
                    "overhead": dict(result.overhead)}
         if not result.ok:
             return StepTime.failed(result.failure.kind, result.failure.message, self.backend, str(self.spec), **details)

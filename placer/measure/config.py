@@ -20,7 +20,14 @@ class MeasureConfig:
     allow_soft_placement: bool = True
     """Let TensorFlow move ops it cannot run where placed; every move is reported in `moved_ops`."""
     check_placement: bool = True
-    """Trace the first warm-up step and compare each op's device with the placement."""
+    """Trace the first warm-up step and compare each op's device with the placement (unless earlier traced steps of
+    the graph in this worker already confirmed every colocation group on its device: see `trace_every_placement`)."""
+    trace_every_placement: bool = False
+    """Trace the first warm-up step of every placement, even when earlier traces confirmed all its
+    (colocation group, device) pairs."""
+    reimport_graph: bool = False
+    """Import the placed GraphDef anew for every placement instead of changing the devices of the graph the worker
+    imported once (the slower path before 2026-11; kept to compare the two)."""
 
     profile_steps: int = 0
     """Extra traced steps, after the timed ones, whose per-op compute times go into `Measurement.op_times`

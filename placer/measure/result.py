@@ -62,6 +62,10 @@ class Measurement:
     """Placed ops found in the traced step, whose device was compared with the placement."""
     ops_not_traced: int = 0
     """Placed ops absent from the traced step (folded or fused by grappler, or not run)."""
+    placement_check: str = ""
+    """"traced": the first warm-up step was traced and compared with the placement. "reused": earlier traced steps
+    of this graph in this worker confirmed every (colocation group, device) pair of the placement, so no step was
+    traced; ops_checked and ops_not_traced then add up what those traces saw. "": not checked."""
     overhead: Mapping[str, float] = field(default_factory=dict)
     """Seconds spent per placement around the timed steps: graph rewrite, session, init, first step."""
     target: str = ""
@@ -109,7 +113,9 @@ class Measurement:
                 for m in self.moved_ops[:5]
             )
             text += f"\nWARNING: TensorFlow moved {len(self.moved_ops)} ops: {shown}"
-        else:
+        elif self.placement_check == "reused":
+            text += f"\nplacement check: all {self.ops_checked} ops ran where placed in earlier traced steps"
+        elif self.placement_check:
             text += f"\nplacement check: all {self.ops_checked} traced ops ran where placed"
         if self.ops_not_traced:
             text += f" ({self.ops_not_traced} placed ops were optimized away or not traced)"

@@ -6,6 +6,7 @@ is turned into a `Failure`; the placement TF actually used is read from a traced
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import time
@@ -15,6 +16,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
 from placer.measure.config import MeasureConfig
+from placer.measure.placement_check import PlacementChecks, TracedStep
 from placer.measure.result import Failure, Measurement, MovedOp, OpTime
 
 
@@ -39,6 +41,180 @@ def session_config_for(config: MeasureConfig, local_cpus: int | None = None,
     return session_config
 
 
+class LoadedGraph:
+    """One graph as a worker keeps it between placements: its GraphDef, that GraphDef imported once as a tf.Graph
+    whose op devices are changed per placement, and the placement checks traced steps have made so far."""
+
+    def __init__(self, graph_def: tf.compat.v1.GraphDef, train_op: str | Sequence[str], init_op: str,
+                 step_ops: frozenset[str] | None = None, op_groups: Mapping[str, int] | None = None):
+        self.graph_def = graph_def
+        self.train_op = train_op
+        self.init_op = init_op
+        self.step_ops = step_ops
+        self.op_types = {node.name: node.op for node in graph_def.node}
+        self.checks = None
+        """Placement checks to reuse; only for graphs loaded with their colocation groups."""
+        if op_groups is not None:
+            inputs = {node.name: [name.lstrip("^").split(":")[0] for name in node.input] for node in graph_def.node}
+            self.checks = PlacementChecks(op_groups, inputs, self.op_types,
+                                          self.op_types.keys() if step_ops is None else step_ops)
+        self.traced_steps = 0
+        """Steps traced for a placement check, over all placements of this graph."""
+        self._graph: tf.Graph | None = None
+        self._ops: dict[str, tf.Operation] = {}
+        self._colocated: dict[str, list[str]] = {}
+        self._unclosed: tf.compat.v1.Session | None = None
+
+    def placed_graph(self, op_devices: Mapping[str, str], reuse: bool = True) -> tf.Graph:
+        """The graph with each op on its device from `op_devices` (unlisted ops: no device).
+
+        reuse: change the devices of the graph imported for an earlier placement instead of importing the GraphDef
+        again (0.4 s for Inception-V3's training step). The devices come out as the import would set them:
+        TensorFlow's canonical form, and an op colocated with another takes that op's device."""
+        if not reuse:
+            placed = tf.compat.v1.GraphDef()
+            placed.CopyFrom(self.graph_def)
+            for node in placed.node:
+                node.device = op_devices.get(node.name, "")
+            graph = tf.Graph()
+            with graph.as_default():
+                tf.compat.v1.import_graph_def(placed, name="")
+            return graph
+        if self._graph is None:
+            self._graph = tf.Graph()
+            with self._graph.as_default():
+                tf.compat.v1.import_graph_def(self.graph_def, name="")
+            self._ops = {op.name: op for op in self._graph.get_operations()}
+            for node in self.graph_def.node:
+                names = [value.decode()[len("loc:@"):] for value in node.attr["_class"].list.s
+                         if value.startswith(b"loc:@")] if "_class" in node.attr else []
+                names = [name for name in names if name != node.name and name in self._ops]
+                if names:
+                    self._colocated[node.name] = names
+        devices = {name: _import_device(op_devices.get(name, "")) for name in self._ops}
+        # import_graph_def's rule: an op colocated with others takes the first of their devices that is set (in
+        # node order, seeing devices this loop already set), and no device of its own.
+        for name in self._ops:
+            if name in self._colocated:
+                devices[name] = ""
+        for name, colocated in self._colocated.items():
+            devices[name] = next((devices[other] for other in colocated if devices[other]), "")
+        for name, op in self._ops.items():
+            if op.device != devices[name]:
+                op._set_device_from_string(devices[name])
+        return self._graph
+
+    def close_session(self) -> None:
+        """Close the session `measure(..., close_later=True)` left open."""
+        if self._unclosed is not None:
+            session, self._unclosed = self._unclosed, None
+            session.close()
+
+    def measure(self, op_devices: Mapping[str, str], target: str, config: MeasureConfig,
+                local_cpus: int | None = None, threads: tuple[int | None, int | None] = (None, None),
+                close_later: bool = False) -> Measurement:
+        """Run init, W warm-up and K timed steps of this graph placed by `op_devices` on `target`.
+
+        local_cpus: for an in-process target, how many CPU devices the session gets. TF1 sessions ignore
+        tf.config's logical devices and make only CPU:0 unless told, and soft placement then silently moves
+        everything placed on CPU:1.. to CPU:0 (the placement check caught exactly that).
+        threads: for an in-process target, its (intra-op, inter-op) thread pools; None for TensorFlow's default.
+        close_later: leave the session of a successful measurement open until `close_session` (or the next
+        measurement), so that the caller gets its answer before TensorFlow tears the session down.
+        """
+        self.close_session()  # before the shared graph's devices change under it
+        overhead: dict[str, float] = {}
+        started = time.perf_counter()
+        try:
+            graph = self.placed_graph(op_devices, reuse=not config.reimport_graph)
+        except (ValueError, tf.errors.OpError) as error:
+            return _failed("invalid", f"TensorFlow rejected the placed graph: {_first_line(error)}", overhead, target)
+        overhead["graph_rewrite"] = time.perf_counter() - started
+
+        check = ""
+        moved: tuple[MovedOp, ...] = ()
+        checked = not_traced = 0
+        if config.check_placement:
+            reused = None if config.trace_every_placement or self.checks is None else self.checks.reusable(op_devices)
+            if reused is not None:
+                check, checked, not_traced, moved = "reused", reused.ops_checked, reused.ops_not_traced, reused.moved_ops
+            elif config.warmup_steps:
+                check = "traced"  # the first warm-up step
+
+        session_config = session_config_for(config, local_cpus, threads)
+        step_options = config_pb2.RunOptions(timeout_in_ms=int(config.step_timeout * 1000))
+        traced_options = config_pb2.RunOptions(
+            timeout_in_ms=int(config.step_timeout * 1000), trace_level=config_pb2.RunOptions.FULL_TRACE
+        )
+        session = None
+        ran = False
+        try:
+            started = time.perf_counter()
+            session = tf.compat.v1.Session(target, graph=graph, config=session_config)
+            overhead["session"] = time.perf_counter() - started
+
+            started = time.perf_counter()
+            session.run(self.init_op, options=step_options)
+            overhead["init"] = time.perf_counter() - started
+
+            for step in range(config.warmup_steps):
+                started = time.perf_counter()
+                if step == 0 and check == "traced":
+                    metadata = config_pb2.RunMetadata()
+                    session.run(self.train_op, options=traced_options, run_metadata=metadata)
+                    self.traced_steps += 1
+                    trace = traced_step(metadata)
+                    moved, checked, not_traced = compare_traced(trace, op_devices, self.step_ops, self.op_types)
+                    if self.checks is not None:
+                        self.checks.record(op_devices, trace, moved, _canonical_cached)
+                else:
+                    session.run(self.train_op, options=step_options)
+                if step == 0:
+                    overhead["first_step"] = time.perf_counter() - started
+
+            samples = []
+            for _ in range(config.timed_steps):
+                started = time.perf_counter()
+                session.run(self.train_op, options=step_options)
+                samples.append(time.perf_counter() - started)
+
+            traces = []
+            for _ in range(config.profile_steps):
+                metadata = config_pb2.RunMetadata()
+                session.run(self.train_op, options=traced_options, run_metadata=metadata)
+                traces.append(metadata)
+            op_times = op_times_from_traces(traces, config.profile_cores)
+            chrome_trace = _chrome_trace(traces[-1]) if traces else ""
+            ran = True
+        except tf.errors.ResourceExhaustedError as error:
+            return _failed("oom", f"out of memory: {_first_line(error)}", overhead, target)
+        except tf.errors.DeadlineExceededError:
+            return _failed("timeout", f"a step did not finish within {config.step_timeout:g} s", overhead, target)
+        except tf.errors.InvalidArgumentError as error:
+            return _failed("invalid", _first_line(error), overhead, target)
+        except tf.errors.OpError as error:
+            return _failed("runtime", f"{type(error).__name__}: {_first_line(error)}", overhead, target)
+        finally:
+            # close_later: a session that ran fine is closed once the answer is out (`close_session`), off the
+            # caller's clock (0.1 s for Inception-V3); a failed one now, so that a close that hangs is charged to the
+            # placement that caused it.
+            if session is not None and not (close_later and ran):
+                session.close()
+                session = None
+        self._unclosed = session
+        return Measurement(
+            samples=tuple(samples),
+            moved_ops=moved,
+            ops_checked=checked,
+            ops_not_traced=not_traced,
+            placement_check=check,
+            overhead=overhead,
+            target=target,
+            op_times=op_times,
+            chrome_trace=chrome_trace,
+        )
+
+
 def run_placed_step(
     graph_def: tf.compat.v1.GraphDef,
     train_op: str | Sequence[str],
@@ -50,90 +226,19 @@ def run_placed_step(
     local_cpus: int | None = None,
     threads: tuple[int | None, int | None] = (None, None),
 ) -> Measurement:
-    """Import `graph_def` with `op_devices`, run init, W warm-up and K timed steps on `target`.
+    """One placement of a graph measured on its own (`LoadedGraph.measure`, nothing kept for the next)."""
+    return LoadedGraph(graph_def, train_op, init_op, step_ops).measure(op_devices, target, config, local_cpus, threads)
 
-    local_cpus: for an in-process target, how many CPU devices the session gets. TF1 sessions ignore
-    tf.config's logical devices and make only CPU:0 unless told, and soft placement then silently moves
-    everything placed on CPU:1.. to CPU:0 (the placement check caught exactly that).
-    threads: for an in-process target, its (intra-op, inter-op) thread pools; None for TensorFlow's default.
-    """
-    overhead: dict[str, float] = {}
-    started = time.perf_counter()
-    try:
-        placed = tf.compat.v1.GraphDef()
-        placed.CopyFrom(graph_def)
-        for node in placed.node:
-            node.device = op_devices.get(node.name, "")
-        graph = tf.Graph()
-        with graph.as_default():
-            tf.compat.v1.import_graph_def(placed, name="")
-    except (ValueError, tf.errors.OpError) as error:
-        return _failed("invalid", f"TensorFlow rejected the placed graph: {_first_line(error)}", overhead, target)
-    overhead["graph_rewrite"] = time.perf_counter() - started
 
-    session_config = session_config_for(config, local_cpus, threads)
-    step_options = config_pb2.RunOptions(timeout_in_ms=int(config.step_timeout * 1000))
-    traced_options = config_pb2.RunOptions(
-        timeout_in_ms=int(config.step_timeout * 1000), trace_level=config_pb2.RunOptions.FULL_TRACE
-    )
-    session = None
-    try:
-        started = time.perf_counter()
-        session = tf.compat.v1.Session(target, graph=graph, config=session_config)
-        overhead["session"] = time.perf_counter() - started
+@functools.lru_cache(maxsize=None)
+def _import_device(name: str) -> str:
+    """The device string import_graph_def gives an op requested on `name`."""
+    return tf.DeviceSpec.from_string(name).to_string() if name else ""
 
-        started = time.perf_counter()
-        session.run(init_op, options=step_options)
-        overhead["init"] = time.perf_counter() - started
 
-        moved: tuple[MovedOp, ...] = ()
-        checked = not_traced = 0
-        for step in range(config.warmup_steps):
-            started = time.perf_counter()
-            if step == 0 and config.check_placement:
-                metadata = config_pb2.RunMetadata()
-                session.run(train_op, options=traced_options, run_metadata=metadata)
-                op_types = {node.name: node.op for node in graph_def.node}
-                moved, checked, not_traced = compare_placement(metadata, op_devices, step_ops, op_types)
-            else:
-                session.run(train_op, options=step_options)
-            if step == 0:
-                overhead["first_step"] = time.perf_counter() - started
-
-        samples = []
-        for _ in range(config.timed_steps):
-            started = time.perf_counter()
-            session.run(train_op, options=step_options)
-            samples.append(time.perf_counter() - started)
-
-        traces = []
-        for _ in range(config.profile_steps):
-            metadata = config_pb2.RunMetadata()
-            session.run(train_op, options=traced_options, run_metadata=metadata)
-            traces.append(metadata)
-        op_times = op_times_from_traces(traces, config.profile_cores)
-        chrome_trace = _chrome_trace(traces[-1]) if traces else ""
-    except tf.errors.ResourceExhaustedError as error:
-        return _failed("oom", f"out of memory: {_first_line(error)}", overhead, target)
-    except tf.errors.DeadlineExceededError:
-        return _failed("timeout", f"a step did not finish within {config.step_timeout:g} s", overhead, target)
-    except tf.errors.InvalidArgumentError as error:
-        return _failed("invalid", _first_line(error), overhead, target)
-    except tf.errors.OpError as error:
-        return _failed("runtime", f"{type(error).__name__}: {_first_line(error)}", overhead, target)
-    finally:
-        if session is not None:
-            session.close()
-    return Measurement(
-        samples=tuple(samples),
-        moved_ops=moved,
-        ops_checked=checked,
-        ops_not_traced=not_traced,
-        overhead=overhead,
-        target=target,
-        op_times=op_times,
-        chrome_trace=chrome_trace,
-    )
+@functools.lru_cache(maxsize=None)
+def _canonical_cached(name: str) -> str:
+    return canonical_device(name)
 
 
 def _chrome_trace(metadata: config_pb2.RunMetadata) -> str:
@@ -219,14 +324,8 @@ def _shared_seconds(spans, cores: int) -> dict[str, float]:
     return totals
 
 
-def compare_placement(
-    metadata: config_pb2.RunMetadata,
-    op_devices: Mapping[str, str],
-    step_ops: frozenset[str] | None = None,
-    op_types: Mapping[str, str] | None = None,
-) -> tuple[tuple[MovedOp, ...], int, int]:
-    """Ops whose traced device differs from the requested one; counts of ops checked and of step ops
-    (default: all placed ops) that did not appear in the trace."""
+def traced_step(metadata: config_pb2.RunMetadata) -> TracedStep:
+    """The device each node of a traced step ran on, and the op type it ran as."""
     ran_on: dict[str, str] = {}
     ran_as: dict[str, str] = {}
     for device_stats in metadata.step_stats.dev_stats:
@@ -237,15 +336,36 @@ def compare_placement(
             label = node.timeline_label.split(" = ", 1)
             if len(label) == 2:
                 ran_as.setdefault(node.node_name, label[1].split("(", 1)[0])
+    return TracedStep(ran_on, ran_as)
+
+
+def compare_placement(
+    metadata: config_pb2.RunMetadata,
+    op_devices: Mapping[str, str],
+    step_ops: frozenset[str] | None = None,
+    op_types: Mapping[str, str] | None = None,
+) -> tuple[tuple[MovedOp, ...], int, int]:
+    """Ops whose traced device differs from the requested one; counts of ops checked and of step ops
+    (default: all placed ops) that did not appear in the trace."""
+    return compare_traced(traced_step(metadata), op_devices, step_ops, op_types)
+
+
+def compare_traced(
+    trace: TracedStep,
+    op_devices: Mapping[str, str],
+    step_ops: frozenset[str] | None = None,
+    op_types: Mapping[str, str] | None = None,
+) -> tuple[tuple[MovedOp, ...], int, int]:
+    """`compare_placement` of a step already read with `traced_step`."""
+    ran_on, ran_as = trace.ran_on, trace.ran_as
     moved = []
     checked = 0
-    requested_canonical: dict[str, str] = {}
     for op, requested in op_devices.items():
         actual = ran_on.get(op)
         if actual is None:
             continue
         checked += 1
-        wanted = requested_canonical.setdefault(requested, canonical_device(requested))
+        wanted = _canonical_cached(requested)
         if actual != wanted:
             kind = ran_as.get(op, "")
             moved.append(MovedOp(op, wanted, actual, "" if op_types and op_types.get(op) == kind else kind))

@@ -145,7 +145,9 @@ class Measurer:
         try:
             if graph.fingerprint not in self._loaded:
                 step_ops = [op.name for op in graph.ops if op.in_step]
-                self._request(("load", graph.fingerprint, graph.graph_def, list(graph.step_fetches), graph.init_op, step_ops), config.setup_timeout)
+                op_groups = {op.name: op.group for op in graph.ops}
+                self._request(("load", graph.fingerprint, graph.graph_def, list(graph.step_fetches), graph.init_op,
+                               step_ops, op_groups), config.setup_timeout)
                 self._loaded.add(graph.fingerprint)
             result = self._request(("measure", graph.fingerprint, op_devices, config), config.total_timeout)
         except channel.ChannelTimeout:

@@ -81,9 +81,9 @@ def _serve(channel_in: int, channel_out: int, target: str, servers, local_cpus: 
 
     from placer.measure import channel
     from placer.measure.result import Failure, Measurement
-    from placer.measure.runner import run_placed_step
+    from placer.measure.runner import LoadedGraph
 
-    graphs: dict[str, tuple] = {}
+    graphs: dict[str, LoadedGraph] = {}
     while True:
         try:
             request = channel.receive(channel_in)
@@ -93,8 +93,9 @@ def _serve(channel_in: int, channel_out: int, target: str, servers, local_cpus: 
         if kind == "shutdown":
             return
         if kind == "load":
-            _, key, graph_def_bytes, train_op, init_op, step_ops = request
-            graphs[key] = (tf.compat.v1.GraphDef.FromString(graph_def_bytes), train_op, init_op, frozenset(step_ops))
+            _, key, graph_def_bytes, train_op, init_op, step_ops, op_groups = request
+            graphs[key] = LoadedGraph(tf.compat.v1.GraphDef.FromString(graph_def_bytes), train_op, init_op,
+                                      frozenset(step_ops), op_groups)
             channel.send(channel_out, ("ok",))
         elif kind == "measure":
             _, key, op_devices, config = request
@@ -104,10 +105,9 @@ def _serve(channel_in: int, channel_out: int, target: str, servers, local_cpus: 
                 except Exception as error:
                     channel.send(channel_out, Measurement(failure=Failure("crash", str(error)), target=target))
                     return  # the caller restarts us, and with us the testbed
-            graph_def, train_op, init_op, step_ops = graphs[key]
-            result = run_placed_step(graph_def, train_op, init_op, op_devices, target, config, step_ops, local_cpus,
-                                     threads)
+            result = graphs[key].measure(op_devices, target, config, local_cpus, threads, close_later=True)
             channel.send(channel_out, result)
+            graphs[key].close_session()
         else:
             channel.send(channel_out, ("error", f"unknown request {kind!r}"))
 

@@ -2,6 +2,7 @@ import os
 import signal
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 import tensorflow as tf
@@ -109,3 +110,92 @@ def test_worker_that_never_answers_is_killed_at_the_backstop(mlp):
         assert result.failure.kind == "timeout" and time.monotonic() - started < 20
         assert measurer.restarts == 1
         assert measurer.measure(mlp, Placement.single_device(mlp, measurer.devices)).ok
+
+
+def _op_devices_with_group_on(graph, group_name: str, device: str, default: str) -> dict[str, str]:
+    op_devices = {op.name: default for op in graph.ops}
+    for name in graph.group(group_name).ops:
+        op_devices[name] = device
+    return op_devices
+
+
+def _loaded(graph):
+    from placer.measure.runner import LoadedGraph
+
+    return LoadedGraph(tf.compat.v1.GraphDef.FromString(graph.graph_def), graph.step_fetches, graph.init_op,
+                       frozenset(op.name for op in graph.ops if op.in_step), {op.name: op.group for op in graph.ops})
+
+
+def test_reused_graph_gets_the_devices_a_fresh_import_would_give(mlp, cpus2):
+    loaded = _loaded(mlp)
+    for placement in (Placement.round_robin(mlp, cpus2), Placement.single_device(mlp, cpus2),
+                      Placement.round_robin(mlp, cpus2)):
+        op_devices = placement.op_devices(mlp)
+        kept = {node.name: node.device for node in loaded.placed_graph(op_devices).as_graph_def().node}
+        fresh = {node.name: node.device for node in loaded.placed_graph(op_devices, reuse=False).as_graph_def().node}
+        assert kept == fresh
+        assert len(set(kept.values())) == len(set(op_devices.values()))
+
+
+def test_reused_graph_runs_on_the_new_devices_and_a_wrong_device_is_still_caught(mlp):
+    """One imported graph, several placements: each session uses the devices set for it, so the trace of a placement
+    asking for a device that does not exist shows the move. A group moved by soft placement is never taken as
+    confirmed: placing it there again traces again and reports the move again."""
+    cpu0, cpu7 = "/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:7"
+    loaded = _loaded(mlp)
+    good = {op.name: cpu0 for op in mlp.ops}
+    wrong = _op_devices_with_group_on(mlp, "dense/kernel", cpu7, cpu0)
+    first = loaded.measure(good, "", QUICK)
+    assert first.ok and first.placement_check == "traced" and not first.moved_ops, first.describe()
+    for _ in range(2):
+        moved = loaded.measure(wrong, "", QUICK)
+        assert moved.placement_check == "traced"
+        assert moved.moved_ops and all(m.requested.endswith("CPU:7") for m in moved.moved_ops), moved.describe()
+    again = loaded.measure(good, "", QUICK)
+    assert again.ok and not again.moved_ops and again.placement_check == "reused"
+    assert loaded.traced_steps == 3
+
+
+def test_placements_whose_pairs_were_confirmed_are_not_traced_again(mlp, cpus2):
+    """Only placements with a (colocation group, device) pair no earlier trace confirmed are traced. Round-robin
+    splits MatMul from its BiasAdd, which grappler fuses and runs on the MatMul's device: that fusion move is
+    remembered with the devices around it and reported again, exactly as the trace reported it."""
+    loaded = _loaded(mlp)
+    round_robin = Placement.round_robin(mlp, cpus2).op_devices(mlp)
+    single = Placement.single_device(mlp, cpus2).op_devices(mlp)
+    checks = [loaded.measure(op_devices, "", QUICK, local_cpus=2)
+              for op_devices in (round_robin, single, round_robin, single, round_robin)]
+    assert all(m.ok for m in checks), [m.describe() for m in checks]
+    assert [m.placement_check for m in checks] == ["traced", "traced", "reused", "reused", "reused"]
+    assert loaded.traced_steps == 2
+    assert checks[0].moved_ops and all(m.ran_as for m in checks[0].moved_ops)
+    for traced, reused in ((checks[0], checks[2]), (checks[1], checks[3]), (checks[0], checks[4])):
+        assert (reused.moved_ops, reused.ops_checked, reused.ops_not_traced) == (
+            traced.moved_ops, traced.ops_checked, traced.ops_not_traced)
+    # a placement with one group somewhere new is traced again
+    moved_one = dict(single)
+    for name in mlp.group("dense/kernel").ops:
+        moved_one[name] = round_robin[name] if round_robin[name] != single[name] else "/device:CPU:1"
+    traced = loaded.traced_steps
+    assert loaded.measure(moved_one, "", QUICK, local_cpus=2).placement_check == "traced"
+    # and every placement is traced when asked to
+    forced = loaded.measure(single, "", replace(QUICK, trace_every_placement=True), local_cpus=2)
+    assert forced.placement_check == "traced" and loaded.traced_steps == traced + 2
+
+
+def test_measurer_traces_a_repeated_placement_once(measurer, two_tower):
+    placement = Placement.single_device(two_tower, measurer.devices)
+    first, second = (measurer.measure(two_tower, placement) for _ in range(2))
+    assert first.ok and second.ok, (first.describe(), second.describe())
+    assert (first.placement_check, second.placement_check) == ("traced", "reused")
+    assert second.ops_checked == first.ops_checked > 0 and not second.moved_ops
+    assert "earlier traced steps" in second.describe()
+
+
+def test_session_left_open_for_the_answer_is_closed_before_the_next_placement(mlp, cpus2):
+    loaded = _loaded(mlp)
+    first = loaded.measure(Placement.round_robin(mlp, cpus2).op_devices(mlp), "", QUICK, 2, close_later=True)
+    assert first.ok and loaded._unclosed is not None
+    left_open = loaded._unclosed
+    second = loaded.measure(Placement.single_device(mlp, cpus2).op_devices(mlp), "", QUICK, 2)
+    assert second.ok and left_open._closed and loaded._unclosed is None
