@@ -24,8 +24,9 @@ from placer.errors import PlacerError
 
 @dataclass(frozen=True)
 class PretrainConfig:
-    models: tuple[str, ...] = ("two-tower", "mlp", "rnnlm", "nmt-2")
-    """Models to train on: built-in names, module:function or file.py:function (as `placer train` takes)."""
+    models: tuple = ("two-tower", "mlp", "rnnlm", "nmt-2")
+    """Models to train on: built-in names, module:function or file.py:function (as `placer train` takes),
+    or built `OpGraph`s (their size is their own)."""
     sizes: tuple[str, ...] = ("tiny",)
     """Every model at each of these sizes."""
     machines: tuple[str, ...] = ("modeled:2xV100", "modeled:4xV100")
@@ -38,7 +39,8 @@ class PretrainConfig:
 
     def pairs(self) -> list[tuple[str, str, str]]:
         """(model, size, machine) of every pair trained on."""
-        return [(model, size, machine) for model in self.models for size in self.sizes for machine in self.machines]
+        return [(model, size, machine) for model in self.models
+                for size in (self.sizes if isinstance(model, str) else (None,)) for machine in self.machines]
 
 
 @dataclass(frozen=True)
@@ -60,12 +62,12 @@ def pretrain(config: PretrainConfig, out: str | Path) -> PretrainResult:
     policy = GraphPlacementPolicy(config.agent.policy_config())
     optimizer = None
     for model, size, machine in config.pairs():
-        env = PlacementEnv(model=model, size=size, backend="simulated", devices=machine)
+        env = PlacementEnv(model=model, size=size or "tiny", backend="simulated", devices=machine)
         env.reset(seed=config.agent.seed)
         agent = GraphPolicyAgent(env.graph, env.device_mask, env.devices, config.agent, policy=policy,
                                  optimizer=optimizer)
         optimizer = agent.optimizer  # the first agent's Adam serves them all
-        key = f"{model}:{size}@{machine}"
+        key = f"{model}:{size}@{machine}" if isinstance(model, str) else f"{model.name}@{machine}"
         envs[key], agents[key] = env, agent
     keys = list(envs)
     best = {key: math.inf for key in keys}

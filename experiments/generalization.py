@@ -1,0 +1,164 @@
+"""Does a pre-trained graph policy place graphs it never saw? Leave-one-family-out over the zoo, plus
+generated branchy graphs held out from every fold, on modeled GPU machines (the simulator).
+
+    python experiments/generalization.py [--size tiny] [--machines modeled:2xV100 modeled:4xV100]
+        [--pretrain-updates 200] [--finetune-updates 50] [--families ...] [--generated 2] [--out FILE]
+
+Per fold, the policy is pre-trained on every other family's models on every machine (`placer pretrain`),
+then, on each held-out model and machine:
+- zero-shot: the policy's greedy placement, against the best baseline (single device, expert, METIS,
+  Scotch, m-TOPO, m-ETF, m-SCT, on the same simulator);
+- fine-tuned: the pre-trained policy trained on that graph, and the hierarchical planner from scratch (the
+  default preset), each for the same number of updates of 4 samples: how many samples each needed to reach
+  the best baseline (none: it did not), and the best step time each reached.
+The generated graphs (placer.models.branchy, seeds 1000, 1001, ...) are placed by the policy of the last fold
+and by one pre-trained on every family. Aims (issue 20): zero-shot within 5 % of the best baseline on held-out
+families; fine-tuning reaching it with at least 5x fewer samples than from scratch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+from agents.factory import make_agent  # noqa: E402
+from agents.graph_policy.agent import GraphAgentConfig, GraphPolicyAgent  # noqa: E402
+from agents.graph_policy.policy_file import load_policy  # noqa: E402
+from agents.graph_policy.pretrain import PretrainConfig, place_with_policy, pretrain  # noqa: E402
+from agents.presets import DEFAULT_PRESET, with_preset  # noqa: E402
+from envs.placement import PlacementEnv  # noqa: E402
+from experiments._report import write_report  # noqa: E402
+from placer.baselines import BaselineError, applicable_baselines, make_baseline  # noqa: E402
+from placer.models import MODELS, build_model  # noqa: E402
+from placer.models.branchy import random_branchy_graph  # noqa: E402
+
+FAMILIES = {
+    "towers": ("two-tower",),
+    "mlp": ("mlp",),
+    "rnn": ("rnnlm", "nmt-2", "nmt-4"),
+    "cnn": ("inception-v3", "resnet-50"),
+    "transformer": ("transformer",),
+}
+SAMPLES_PER_UPDATE = 4
+
+
+def best_baseline(env, model: str | None) -> tuple[str, float]:
+    simulator = env.target.simulator
+    times = {}
+    for name in applicable_baselines(builtin_model=model in MODELS, simulator=True, include_trivial=True):
+        try:
+            placement = make_baseline(name, env.graph, env.devices, model=model, simulator=simulator)
+        except BaselineError:
+            continue  # e.g. a partitioner's library is not installed
+        result = env.target.evaluate(placement)
+        if result.ok:
+            times[name] = result.seconds
+    name = min(times, key=times.get)
+    return name, times[name]
+
+
+def samples_to_reach(agent, env, target_seconds: float, updates: int) -> tuple[int | None, float]:
+    """Train `agent` on `env` for `updates` updates; the samples it took to reach `target_seconds` (None if
+    it never did) and the best step time it reached."""
+    best, reached, samples = math.inf, None, 0
+    for _ in range(updates):
+        assignments = agent.propose(SAMPLES_PER_UPDATE)
+        seconds = []
+        for assignment in assignments:
+            result = env.target.evaluate(list(assignment))
+            samples += 1
+            seconds.append(result.seconds if result.ok else env.reward_config.failing_step_time)
+            best = min(best, seconds[-1])
+            if reached is None and best <= target_seconds:
+                reached = samples
+        agent.learn(assignments, [-math.sqrt(s) for s in seconds])
+    return reached, best
+
+
+def evaluate_held_out(policy_path: Path, graph, model: str | None, machines, args, fold: str) -> list[dict]:
+    policy, _ = load_policy(policy_path)
+    rows = []
+    for machine in machines:
+        env = PlacementEnv(model=graph, backend="simulated", devices=machine)
+        try:
+            env.reset(seed=args.seed)
+            baseline, baseline_seconds = best_baseline(env, model)
+            started = time.perf_counter()
+            zero_shot = env.target.evaluate(list(place_with_policy(policy, env.graph, env.devices, env.device_mask)))
+            placing = time.perf_counter() - started
+            row = {"fold": fold, "graph": graph.name, "machine": machine, "best_baseline": baseline,
+                   "best_baseline_ms": baseline_seconds * 1e3,
+                   "zero_shot_ms": zero_shot.seconds * 1e3 if zero_shot.ok else None,
+                   "zero_shot_vs_best_pct": 100 * (baseline_seconds - zero_shot.seconds) / baseline_seconds
+                   if zero_shot.ok else None, "placing_s": placing}
+            if args.finetune_updates:
+                fine_policy, _ = load_policy(policy_path)  # a fresh copy: each graph fine-tunes from the same start
+                fine = GraphPolicyAgent(env.graph, env.device_mask, env.devices, GraphAgentConfig(seed=args.seed),
+                                        policy=fine_policy)
+                row["finetuned_samples"], best = samples_to_reach(fine, env, baseline_seconds, args.finetune_updates)
+                row["finetuned_best_ms"] = best * 1e3
+                scratch = make_agent("hierarchical", env.graph, env.device_mask, env.devices, seed=args.seed,
+                                     options=with_preset(DEFAULT_PRESET, "hierarchical", {}))
+                row["scratch_samples"], best = samples_to_reach(scratch, env, baseline_seconds, args.finetune_updates)
+                row["scratch_best_ms"] = best * 1e3
+            row = {key: (float(value) if isinstance(value, np.floating) else value) for key, value in row.items()}
+            rows.append(row)
+            print(json.dumps(row), flush=True)  # a long run shows (and keeps, in the log) each row as it lands
+        finally:
+            env.close()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="tiny")
+    parser.add_argument("--machines", nargs="+", default=["modeled:2xV100", "modeled:4xV100"])
+    parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES),
+                        help="families held out in turn (all families are pre-trained on)")
+    parser.add_argument("--pretrain-updates", type=int, default=200)
+    parser.add_argument("--finetune-updates", type=int, default=50, help="0: zero-shot only")
+    parser.add_argument("--generated", type=int, default=2, help="generated branchy graphs, held out from every fold")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out")
+    args = parser.parse_args()
+
+    graphs = {model: build_model(model, args.size) for family in FAMILIES.values() for model in family}
+    generated = [random_branchy_graph(seed=1000 + i, size=args.size) for i in range(args.generated)]
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        for fold in args.families:
+            trained_on = [graphs[m] for family, models in FAMILIES.items() if family != fold for m in models]
+            config = PretrainConfig(models=tuple(trained_on), machines=tuple(args.machines),
+                                    updates=args.pretrain_updates, agent=GraphAgentConfig(seed=args.seed))
+            path = pretrain(config, Path(scratch_dir) / f"without-{fold}.npz").path
+            for model in FAMILIES[fold]:
+                rows += evaluate_held_out(path, graphs[model], model, args.machines, args, f"without {fold}")
+        if generated:
+            config = PretrainConfig(models=tuple(graphs.values()), machines=tuple(args.machines),
+                                    updates=args.pretrain_updates, agent=GraphAgentConfig(seed=args.seed))
+            path = pretrain(config, Path(scratch_dir) / "all-families.npz").path
+            for graph in generated:
+                rows += evaluate_held_out(path, graph, None, args.machines, args, "all families")
+    zero_shot = [r["zero_shot_vs_best_pct"] for r in rows if r["zero_shot_vs_best_pct"] is not None]
+    write_report("generalization", ["fold", "graph", "machine", "best_baseline", "best_baseline_ms", "zero_shot_ms",
+                                    "zero_shot_vs_best_pct", "placing_s", "finetuned_samples", "finetuned_best_ms",
+                                    "scratch_samples", "scratch_best_ms"], rows, args.out,
+                 size=args.size, pretrain_updates=args.pretrain_updates, finetune_updates=args.finetune_updates,
+                 samples_per_update=SAMPLES_PER_UPDATE,
+                 zero_shot_within_5pct=sum(p >= -5 for p in zero_shot), rows_count=len(rows),
+                 median_zero_shot_vs_best_pct=float(np.median(zero_shot)) if zero_shot else None)
+
+
+if __name__ == "__main__":
+    main()
