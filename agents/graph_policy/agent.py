@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
+from agents.colocation import UnitSample
 from agents.graph_policy.features import device_inputs, graph_inputs
 from agents.graph_policy.policy import GraphPlacementPolicy, GraphPolicyConfig
 from agents.policy_gradient import PolicyGradientAgent, PolicyGradientConfig
@@ -34,23 +35,11 @@ class GraphAgentConfig(PolicyGradientConfig):
                                  tanh_constant=self.tanh_constant, seed=self.seed)
 
 
-@dataclass(frozen=True)
-class UnitDevices:
-    devices: np.ndarray
-    """[U] device of each unit."""
-    noise: np.ndarray
-    """[U, D] logit noise used when sampling (zeros when there was none)."""
-
-    @property
-    def assignment(self) -> np.ndarray:
-        return self.devices
-
-
 class GraphPolicyAgent(PolicyGradientAgent):
     """Places one graph with a `GraphPlacementPolicy` (a new one, or a pre-trained one to fine-tune)."""
 
     name = "graph"
-    sample_type = UnitDevices
+    sample_type = UnitSample
 
     def __init__(self, graph: OpGraph, device_mask: np.ndarray, devices: DeviceSet,
                  config: GraphAgentConfig | None = None, policy: GraphPlacementPolicy | None = None,
@@ -74,10 +63,10 @@ class GraphPolicyAgent(PolicyGradientAgent):
         logits = self.policy.logits(self.units, self.edges, self.device_features)
         return tf.where(self.mask > 0, (logits + noise) / self.config.temperature, -1e9)
 
-    def _sample(self, greedy: bool = False) -> UnitDevices:
+    def _sample(self, greedy: bool = False) -> UnitSample:
         return self._samples(1, greedy)[0]
 
-    def _samples(self, count: int, greedy: bool = False) -> list[UnitDevices]:
+    def _samples(self, count: int, greedy: bool = False) -> list[UnitSample]:
         units, d = int(self.units.shape[0]), self.num_devices
         noise = self._noise([count, units, d], greedy)
         logits = self._masked_logits(noise)
@@ -88,7 +77,7 @@ class GraphPolicyAgent(PolicyGradientAgent):
             flat = tf.random.stateless_categorical(tf.reshape(logits, [-1, d]), 1, seed=seed, dtype=tf.int32)
             devices = tf.reshape(flat, [count, units])
         devices, noise = devices.numpy().astype(np.int64), noise.numpy()
-        return [UnitDevices(devices[i], noise[i]) for i in range(count)]
+        return [UnitSample(devices[i], noise[i]) for i in range(count)]
 
     def _log_probs(self, samples):
         noise = tf.constant(np.stack([s.noise for s in samples]), tf.float32)
@@ -100,6 +89,6 @@ class GraphPolicyAgent(PolicyGradientAgent):
             entropies = entropies / float(self.units.shape[0])
         return log_probs, entropies
 
-    def _log_prob(self, sample: UnitDevices):
+    def _log_prob(self, sample: UnitSample):
         log_probs, entropies = self._log_probs([sample])
         return log_probs[0], entropies[0]
