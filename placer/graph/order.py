@@ -99,11 +99,11 @@ def enforce_order(graph: OpGraph, chains: Sequence[OpChain]) -> OrderedGraph:
                 if not any(src in later for src in (*step[op].producers, *step[op].control_inputs)):
                     nodes[op].input.append(f"^{barrier.name}")
     imported = tf.Graph()
-    with imported.as_default():
-        tf.compat.v1.import_graph_def(graph_def, name="")
-    try:
+    try:  # TensorFlow's importer finds a cycle first, else the topological order does
+        with imported.as_default():
+            tf.compat.v1.import_graph_def(graph_def, name="")
         ordered = op_graph_from_tf_graph(imported, graph.train_op, graph.init_op, loss=graph.loss, name=graph.name)
-    except GraphBuildError as error:
+    except (GraphBuildError, ValueError) as error:
         raise OrderError(f"the order contradicts the data flow of {graph.name!r} (a link waits for ops that need it "
                          f"first): {error}") from None
     return OrderedGraph(ordered, barriers)

@@ -28,7 +28,9 @@ def two_tower_graph(size: str = "tiny", batch: int | None = None) -> OpGraph:
         outputs = []
         for tower in ("tower_a", "tower_b"):
             with tf.compat.v1.variable_scope(tower):
-                x = tf.random.uniform([batch, width], seed=1, name="synthetic_input")
+                # Each tower draws its own input: identical towers fed the same input have a loss of 0 and no
+                # gradient to train on.
+                x = tf.random.uniform([batch, width], seed=1 if tower == "tower_a" else 2, name="synthetic_input")
                 for layer in range(layers):
                     w = tf.compat.v1.get_variable(
                         f"w{layer}", [width, width], initializer=tf.compat.v1.glorot_uniform_initializer(seed=layer),

@@ -135,3 +135,15 @@ def run_schedule(measurer, scheduled: ScheduledStep, config: MeasureConfig | Non
     traced, links = traced_links(measurement.chrome_trace, scheduled.chains)
     return ScheduleRun(scheduled.plan.method, measurement, order_violations(measurement.chrome_trace, scheduled.chains),
                        traced, links, predicted)
+
+
+def profiled_template(measurer, graph: OpGraph, placement: Placement, micro_batches: int, *, steps: int = 3):
+    """The block template of `graph` (built at the micro-batch size) placed by `placement`, its spans from op
+    costs profiled on `measurer`'s target (`placer.profile.profile_costs`): what a plan predicts there."""
+    from placer.profile import profile_costs
+    from placer.schedule.from_placement import blocks_from_placement
+    from placer.simulate import Simulator, SimulatorConfig
+
+    costs = profile_costs(graph, measurer, steps=steps)
+    simulator = Simulator(graph, measurer.devices, {costs.device_kind: costs}, SimulatorConfig(cpu_slots=1))
+    return blocks_from_placement(simulator, placement, micro_batches, of_micro_batch=True)

@@ -224,3 +224,13 @@ def _rename_attrs(node, micro_batch: int, copied: set[str]) -> None:
         node.attr["_class"].list.s[:] = classes
     if node.op in _ENTER_OPS and "frame_name" in node.attr:
         node.attr["frame_name"].s = (copy_prefix(micro_batch) + node.attr["frame_name"].s.decode()).encode()
+
+
+def build_micro_batch_graph(model: str, size: str, micro_batches: int) -> OpGraph:
+    """Built-in `model` at `size` with its batch divided by `micro_batches`: the graph `micro_batched_step`
+    copies. Raises MicroBatchError if the micro-batches do not divide the batch."""
+    from placer.models import build_model, model_batch
+    from placer.schedule.from_placement import check_micro_batches
+
+    micro_batch = check_micro_batches(model_batch(model, size), micro_batches)
+    return build_model(model, size, batch=micro_batch)
