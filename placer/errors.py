@@ -65,3 +65,13 @@ class ScheduleInfeasibleError(ScheduleError):
 
 class TimelineError(PlacerError):
     """A step's timeline (a Chrome trace) cannot be read: not a trace, or no event in it."""
+
+
+class OrderError(PlacerError):
+    """An order of ops per device (placer.graph.order) names unknown ops, puts an op in two places, or
+    contradicts the graph's data flow."""
+
+
+class ScheduleMismatchError(ScheduleError):
+    """A schedule plan was made for other blocks than the step it should order (another model, placement or
+    number of micro-batches)."""

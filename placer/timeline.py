@@ -33,6 +33,8 @@ class Span:
     """"op" (computing) or "transfer" (a tensor received from another device)."""
     start: float
     duration: float
+    node: str = ""
+    """The graph node that ran, when the trace names it (TensorFlow's traces do; `name` is then its op type)."""
 
     @property
     def end(self) -> float:
@@ -95,13 +97,13 @@ def read_chrome_trace(trace: Mapping[str, Any] | str | Path) -> StepTimeline:
         op = event.get("args", {}).get("op", event.get("name"))
         received = event.get("cat") == "transfer" or op in _RECEIVES or event.get("name") in _RECEIVES
         raw.append((device, str(event.get("name")), "transfer" if received or stream == "/memcpy" else "op",
-                    float(event["ts"]), float(event.get("dur", 0.0))))
+                    float(event["ts"]), float(event.get("dur", 0.0)), str(event.get("args", {}).get("name", ""))))
     if not raw:
         raise TimelineError("the trace has no op on any device: was the step traced?")
     # Measured traces stamp events with the machine's clock: the step starts at its first event.
-    origin = min(start for _, _, _, start, _ in raw)
-    spans = tuple(Span(short_name(device), name, kind, (start - origin) / 1e6, duration / 1e6)
-                  for device, name, kind, start, duration in sorted(raw, key=lambda r: r[3]))
+    origin = min(start for _, _, _, start, _, _ in raw)
+    spans = tuple(Span(short_name(device), name, kind, (start - origin) / 1e6, duration / 1e6, node)
+                  for device, name, kind, start, duration, node in sorted(raw, key=lambda r: r[3]))
     devices = tuple(short_name(device) for device in sorted({r[0] for r in raw}, key=name_parts))
     return StepTimeline(devices, spans)
 

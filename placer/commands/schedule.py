@@ -34,6 +34,10 @@ def add_schedule_arguments(parser) -> None:
     parser.add_argument("--save", metavar="FILE", help="write the plan of the first --method (default tessel) as a "
                         "placer.schedule JSON file")
     parser.add_argument("--timeline", metavar="FILE", help="write that plan as a Chrome trace")
+    parser.add_argument("--measure", action="store_true", help="with --model and a measured --cluster (inprocess:2, "
+                        "local:2): run each plan for real as a micro-batched step (the model built at batch/M, its "
+                        "forward and backward copied per micro-batch, one update) whose devices keep the plan's order; "
+                        "print measured vs predicted step time and whether the traced step kept the order")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
@@ -45,6 +49,8 @@ def schedule_command(args) -> int:
         raise PlacerError(f"--micro-batches must be at least 1, got {args.micro_batches}")
     if (args.shape is None) == (args.model is None):
         raise PlacerError("give a shape (e.g. `placer schedule v-shape`) or --model MODEL, not both")
+    if args.measure:
+        return _measure_command(args)
     template = shape_template(args.shape, args.devices) if args.shape else _model_template(args)
     methods = args.method or list(METHODS)
     plans = {method: make_schedule(method, template, args.micro_batches, args.memory_limit, time_limit=args.time_limit)
@@ -100,3 +106,45 @@ def _model_template(args):
             placement = make_baseline(args.placement, graph, target.devices,
                                       model=args.model if is_builtin_model(args.model) else None, simulator=target.simulator)
         return blocks_from_placement(target.simulator, placement, args.micro_batches)
+
+
+def _measure_command(args) -> int:
+    """Every method's plan run for real on the measured --cluster, its spans profiled there."""
+    from placer.cost import parse_target_spec
+    from placer.measure import Measurer
+    from placer.models import expert_placement, is_builtin_model
+    from placer.schedule.execute import profiled_template, run_schedule, scheduled_step
+    from placer.schedule.methods import METHODS, make_schedule
+    from placer.schedule.micro_batch import build_micro_batch_graph, micro_batched_step
+
+    if args.model is None or not is_builtin_model(args.model):
+        raise PlacerError("--measure needs --model with a built-in model that can be built at a micro-batch size "
+                          "(two-tower, nmt-2, nmt-4, nmt-8)")
+    spec = parse_target_spec(args.cluster)
+    if spec.backend != "measured":
+        raise PlacerError(f"--measure runs the plans for real: give a measured --cluster (inprocess:2, local:2), "
+                          f"not {args.cluster}")
+    if args.placement != "expert":
+        raise PlacerError("--measure places the model with its expert placement (--placement expert)")
+    graph = build_micro_batch_graph(args.model, args.size, args.micro_batches)
+    step = micro_batched_step(graph, args.micro_batches)
+    with Measurer(spec.measured) as measurer:
+        devices = measurer.devices
+        placement = expert_placement(args.model, graph, devices)
+        template = profiled_template(measurer, graph, placement, args.micro_batches)
+        methods = args.method or list(METHODS)
+        rows = []
+        for method in methods:
+            plan = make_schedule(method, template, args.micro_batches, args.memory_limit, time_limit=args.time_limit)
+            run = run_schedule(measurer, scheduled_step(step, placement, devices, plan))
+            rows.append({"method": method, "measured_ms": run.seconds * 1e3 if run.ok else None,
+                         "predicted_ms": run.predicted * 1e3 if run.predicted is not None else None,
+                         "order_kept": run.order_kept, "violations": [v.describe() for v in run.violations],
+                         "blocks_traced": run.links_traced, "blocks": run.links,
+                         "failure": None if run.ok else run.measurement.failure.message})
+            if not args.json:
+                print(run.describe(), flush=True)
+    if args.json:
+        print(json.dumps({"model": args.model, "size": args.size, "cluster": args.cluster,
+                          "micro_batches": args.micro_batches, "template": template.to_json_dict(), "runs": rows}, indent=1))
+    return 0 if all(row["order_kept"] for row in rows) else 1

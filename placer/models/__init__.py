@@ -31,6 +31,9 @@ class ModelSpec:
     """The papers' human-expert placement of this model over a list of devices."""
     benchmark: bool = True
     """False for the small built-in models that exist for quick runs, not from the literature."""
+    batch_of: Callable[[str], int] | None = None
+    """The batch of the model at a size, for models whose builder also takes `batch` (to build one
+    micro-batch of the step); None: the batch is fixed by the size."""
 
 
 def _lazy(module: str, function: str, *bound) -> Callable:
@@ -71,13 +74,15 @@ MODELS: dict[str, ModelSpec] = {
         *(
             ModelSpec(f"nmt-{layers}", f"GNMT-style {layers}-layer encoder-decoder LSTM with attention, unrolled; "
                       "paper: LSTM 1024, batch 128, 40 tokens, 32k vocabulary",
-                      _lazy("nmt", "nmt_graph", layers), _lazy("nmt", "expert_placement"))
+                      _lazy("nmt", "nmt_graph", layers), _lazy("nmt", "expert_placement"),
+                      batch_of=_lazy("nmt", "batch_of"))
             for layers in (2, 4, 8)
         ),
         ModelSpec("transformer", "Transformer base, 6+6 layers (Keras 3 via tf.function); paper: d_model 512, "
                   "8 heads, 64x50 tokens", _lazy("transformer", "transformer_graph"), _lazy("transformer", "expert_placement")),
         ModelSpec("two-tower", "two independent dense towers joined by a loss: the smallest graph where placement pays",
-                  _lazy("two_tower", "two_tower_graph"), _two_tower_expert, benchmark=False),
+                  _lazy("two_tower", "two_tower_graph"), _two_tower_expert, benchmark=False,
+                  batch_of=_lazy("two_tower", "batch_of")),
         ModelSpec("mlp", "a small tf-keras MLP classifier for quick runs", _lazy("mlp", "mlp_graph"),
                   _single_device_expert, benchmark=False),
     ]
@@ -100,10 +105,26 @@ def require_size(name: str, size: str) -> None:
         raise GraphBuildError(f"unknown size {size!r} for model {name!r}; sizes: {', '.join(SIZES)}")
 
 
-def build_model(name: str, size: str = "tiny"):
+def build_model(name: str, size: str = "tiny", batch: int | None = None):
+    """The step of model `name` at `size`; `batch` overrides the size's batch (models with `batch_of` only)."""
     spec = model_spec(name)
     require_size(name, size)
-    return spec.build(size)
+    if batch is None:
+        return spec.build(size)
+    model_batch(name, size)  # refuses models with a fixed batch
+    if not isinstance(batch, int) or batch < 1:
+        raise GraphBuildError(f"batch must be a positive whole number, got {batch!r}")
+    return spec.build(size, batch)
+
+
+def model_batch(name: str, size: str = "tiny") -> int:
+    """The batch of built-in model `name` at `size`, for the models that can be built at another batch."""
+    spec = model_spec(name)
+    require_size(name, size)
+    if spec.batch_of is None:
+        takes = ", ".join(n for n, s in MODELS.items() if s.batch_of is not None)
+        raise GraphBuildError(f"model {name!r} cannot be built at another batch size; these can: {takes}")
+    return spec.batch_of(size)
 
 
 def expert_placement(name: str, graph, devices):

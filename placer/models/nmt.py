@@ -10,6 +10,7 @@ of 40 tokens, batch 128, LSTM size 1024), Adam with global-norm clipping. Scopes
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import tensorflow as tf
@@ -41,10 +42,15 @@ SIZES = {
 }
 
 
-def nmt_graph(layers: int, size: str = "tiny") -> OpGraph:
+def batch_of(size: str) -> int:
+    return SIZES[size].batch
+
+
+def nmt_graph(layers: int, size: str = "tiny", batch: int | None = None) -> OpGraph:
+    """The step at `size`; `batch` overrides the size's batch (e.g. one micro-batch of it)."""
     if layers not in LAYER_VARIANTS:
         raise ValueError(f"NMT comes in {LAYER_VARIANTS} layers, not {layers}")
-    s = SIZES[size]
+    s = SIZES[size] if batch is None else dataclasses.replace(SIZES[size], batch=batch)
 
     def build():
         source = SyntheticTensor((s.batch, s.source_length), "int32", maxval=s.vocabulary).make("synthetic_source")
@@ -54,7 +60,8 @@ def nmt_graph(layers: int, size: str = "tiny") -> OpGraph:
         loss = softmax_loss("softmax", outputs, target[:, 1:], s.vocabulary, seed=3)
         return _adam_with_clipping(loss), loss
 
-    return graph_from_function(build, name=f"nmt{layers}-{size}")
+    suffix = "" if s.batch == SIZES[size].batch else f"-batch{s.batch}"
+    return graph_from_function(build, name=f"nmt{layers}-{size}{suffix}")
 
 
 def _encoder(source: tf.Tensor, layers: int, s: NMTSize) -> tf.Tensor:

@@ -15,14 +15,22 @@ from placer.graph.opgraph import OpGraph
 _SIZES = {"tiny": (64, 512, 4), "small": (128, 1024, 6), "paper": (256, 2048, 8)}
 
 
-def two_tower_graph(size: str = "tiny") -> OpGraph:
-    batch, width, layers = _SIZES[size]
+def batch_of(size: str) -> int:
+    return _SIZES[size][0]
+
+
+def two_tower_graph(size: str = "tiny", batch: int | None = None) -> OpGraph:
+    """The step at `size`; `batch` overrides the size's batch (e.g. one micro-batch of it)."""
+    default, width, layers = _SIZES[size]
+    batch = default if batch is None else batch
 
     def build():
         outputs = []
         for tower in ("tower_a", "tower_b"):
             with tf.compat.v1.variable_scope(tower):
-                x = tf.random.uniform([batch, width], seed=1, name="synthetic_input")
+                # Each tower draws its own input: identical towers fed the same input have a loss of 0 and no
+                # gradient to train on.
+                x = tf.random.uniform([batch, width], seed=1 if tower == "tower_a" else 2, name="synthetic_input")
                 for layer in range(layers):
                     w = tf.compat.v1.get_variable(
                         f"w{layer}", [width, width], initializer=tf.compat.v1.glorot_uniform_initializer(seed=layer),
@@ -34,7 +42,7 @@ def two_tower_graph(size: str = "tiny") -> OpGraph:
         train_op = tf.compat.v1.train.GradientDescentOptimizer(1e-3).minimize(loss, name="train_op")
         return train_op, loss
 
-    return graph_from_function(build, name=f"two-tower-{size}")
+    return graph_from_function(build, name=f"two-tower-{size}" + ("" if batch == default else f"-batch{batch}"))
 
 
 def tower_of(op_name: str) -> str | None:

@@ -19,8 +19,13 @@ from placer.simulate.simulator import ALIAS_OP_TYPES, Simulator
 # Ops that make a step's input: their first dimension is the batch.
 INPUT_OP_TYPES = frozenset({"Placeholder", "IteratorGetNext", "RandomUniform", "RandomUniformInt",
                             "RandomStandardNormal", "TruncatedNormal"})
-# Ops that write variables: the optimizer's update, once per batch rather than per micro-batch.
-UPDATE_OP_PREFIXES = ("ResourceApply", "Apply", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp")
+# Ops that write variables: the optimizer's update, once per batch rather than per micro-batch. "Assign"
+# covers ref and resource assignments alike; the scatters are sparse updates (Adam's slots of an embedding).
+UPDATE_OP_PREFIXES = ("ResourceApply", "Apply", "ResourceSparseApply", "SparseApply", "Assign", "ResourceScatter",
+                      "ScatterAdd", "ScatterSub", "ScatterMul", "ScatterDiv", "ScatterMin", "ScatterMax",
+                      "ScatterUpdate", "ScatterNdAdd", "ScatterNdSub", "ScatterNdUpdate")
+# Sparse updates: their index inputs say which rows, so micro-batches' rows are concatenated, not averaged.
+SPARSE_UPDATE_PREFIXES = ("ResourceSparseApply", "SparseApply", "ResourceScatter", "Scatter")
 
 DEFAULT_RESOLUTION = 20
 """Time units the longest block gets when no time unit is given: enough to tell stages apart, small enough
@@ -30,7 +35,7 @@ MiB = 2**20
 
 def blocks_from_placement(
     simulator: Simulator, placement: Placement, micro_batches: int, *, batch_size: int | None = None,
-    time_unit: float | None = None, memory_unit: int = MiB,
+    time_unit: float | None = None, memory_unit: int = MiB, of_micro_batch: bool = False,
 ) -> BlockTemplate:
     """The block template of one micro-batch of the simulator's graph placed by `placement` on its devices
     (`open_target(graph, "modeled:2xV100").simulator`, or a `Simulator` of your own cost tables).
@@ -38,39 +43,39 @@ def blocks_from_placement(
     Each device that runs forward ops gets a block "f@DEVICE", each that runs backward ops "b@DEVICE"; a
     block waits for every block that feeds one of its ops. Spans are in units of `time_unit` seconds
     (default: the longest block / DEFAULT_RESOLUTION); a forward block keeps the activations its device's
-    backward block reads, in `memory_unit` bytes, and that backward frees them."""
+    backward block reads, in `memory_unit` bytes, and that backward frees them.
+
+    of_micro_batch: the graph was built at the micro-batch size (the step `placer.schedule.micro_batch`
+    runs), so its op costs and activations are one micro-batch's as they are, not 1/micro_batches of them."""
     graph, devices = simulator.graph, simulator.devices
-    batch = batch_size if batch_size is not None else infer_batch_size(graph)
-    if not isinstance(micro_batches, int) or micro_batches < 1 or batch % micro_batches:
-        raise MicroBatchError(f"{micro_batches!r} micro-batches do not divide the batch of {batch}: choose a divisor "
-                              f"({', '.join(str(d) for d in range(1, batch + 1) if batch % d == 0)})")
+    if of_micro_batch:
+        if not isinstance(micro_batches, int) or micro_batches < 1:
+            raise MicroBatchError(f"micro-batches must be a positive whole number, got {micro_batches!r}")
+        batch = micro_batches * (batch_size if batch_size is not None else infer_batch_size(graph))
+    else:
+        batch = batch_size if batch_size is not None else infer_batch_size(graph)
+        check_micro_batches(batch, micro_batches)
     if placement.graph_fingerprint != graph.fingerprint or tuple(placement.devices) != devices.names:
         raise PlacementError(f"the placement was made for another graph or other devices than {graph.name!r} on "
                              f"{devices.name!r}: place this graph on these devices")
+    share = 1 if of_micro_batch else micro_batches  # what part of the graph's costs one micro-batch has
     step = graph.step_ops
-    kind = _op_kinds(graph)
+    kind = op_kinds(graph)
     op_device = placement.op_devices(graph)
     short = {device.name: device.short_name for device in devices}
     column = {device.name: i for i, device in enumerate(devices)}
-
-    def block_of(op_name: str) -> str | None:
-        role = kind.get(op_name)
-        return None if role is None else f"{role[0]}@{short[op_device[op_name]]}"
+    membership = op_blocks(graph, placement, devices)
+    block_of = membership.get
 
     seconds: dict[str, float] = {}
     stashed: dict[str, int] = {}  # bytes per device that forward ops keep for backward ops
-    after: dict[str, set[str]] = {}
+    after = block_dependencies(graph, membership)
     consumers_in_backward = {src for op in step if kind.get(op.name) == BACKWARD for src in op.producers}
     for row, op in enumerate(step):
         block = block_of(op.name)
         if block is None:
             continue
-        seconds[block] = seconds.get(block, 0.0) + simulator.op_cost[row, column[op_device[op.name]]] / micro_batches
-        after.setdefault(block, set())
-        for src in (*op.producers, *op.control_inputs):
-            source = block_of(src)
-            if source is not None and source != block:
-                after[block].add(source)
+        seconds[block] = seconds.get(block, 0.0) + simulator.op_cost[row, column[op_device[op.name]]] / share
         if kind[op.name] == FORWARD and op.name in consumers_in_backward and op.type not in ALIAS_OP_TYPES:
             device = short[op_device[op.name]]
             stashed[device] = stashed.get(device, 0) + sum(op.output_bytes)
@@ -82,7 +87,7 @@ def blocks_from_placement(
         device = name.split("@", 1)[1]
         # What a device's forward keeps, its backward frees; a device with only one of them keeps nothing.
         both = f"f@{device}" in seconds and f"b@{device}" in seconds
-        keeps = math.ceil(stashed.get(device, 0) / micro_batches / memory_unit) if both else 0
+        keeps = math.ceil(stashed.get(device, 0) / share / memory_unit) if both else 0
         forward = name.startswith("f@")
         blocks.append(BlockSpec(name, FORWARD if forward else BACKWARD, max(1, round(seconds[name] / unit)),
                                 keeps if forward else -keeps, (device,), tuple(sorted(after[name]))))
@@ -90,7 +95,7 @@ def blocks_from_placement(
     try:
         return BlockTemplate(f"{graph.name}/{micro_batches}mb", used, tuple(blocks), unit, memory_unit,
                              {"graph": graph.name, "fingerprint": graph.fingerprint, "batch_size": batch,
-                              "micro_batches": micro_batches})
+                              "micro_batches": micro_batches, "of_micro_batch": of_micro_batch})
     except BlockTemplateError as error:
         if "cycle" not in str(error):
             raise
@@ -98,6 +103,22 @@ def blocks_from_placement(
             f"the placement does not split {graph.name!r} into stages: {error}. A pipeline schedule needs each "
             "device's forward ops to form one contiguous stage (data flows device to device in one direction); "
             "place consecutive layers together") from None
+
+
+def check_micro_batches(batch: int, micro_batches: int) -> int:
+    """The micro-batch size; raises MicroBatchError unless `micro_batches` divides `batch`."""
+    if not isinstance(micro_batches, int) or micro_batches < 1 or batch % micro_batches:
+        raise MicroBatchError(f"{micro_batches!r} micro-batches do not divide the batch of {batch}: choose a divisor "
+                              f"({', '.join(str(d) for d in range(1, batch + 1) if batch % d == 0)})")
+    return batch // micro_batches
+
+
+def op_blocks(graph: OpGraph, placement: Placement, devices: DeviceSet) -> dict[str, str]:
+    """The block of every forward and backward op of one micro-batch: "f@DEVICE" or "b@DEVICE" (the device's
+    short name). The optimizer's updates and the train op belong to no block."""
+    op_device = placement.op_devices(graph)
+    short = {device.name: device.short_name for device in devices}
+    return {name: f"{role[0]}@{short[op_device[name]]}" for name, role in op_kinds(graph).items()}
 
 
 def infer_batch_size(graph: OpGraph) -> int:
@@ -110,7 +131,21 @@ def infer_batch_size(graph: OpGraph) -> int:
     return sizes.pop()
 
 
-def _op_kinds(graph: OpGraph) -> dict[str, str]:
+def block_dependencies(graph: OpGraph, membership: dict[str, str]) -> dict[str, set[str]]:
+    """The blocks each block waits for: those that feed one of its ops (data or control)."""
+    after: dict[str, set[str]] = {block: set() for block in membership.values()}
+    for op in graph.step_ops:
+        block = membership.get(op.name)
+        if block is None:
+            continue
+        for src in (*op.producers, *op.control_inputs):
+            source = membership.get(src)
+            if source is not None and source != block:
+                after[block].add(source)
+    return after
+
+
+def op_kinds(graph: OpGraph) -> dict[str, str]:
     """forward: the loss and what it is computed from; backward: every other step op except the optimizer's
     updates and the train op. (Gradients need not descend from the loss: TensorFlow seeds them with a
     constant of its shape.)"""

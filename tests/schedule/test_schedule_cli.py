@@ -37,3 +37,24 @@ def test_placer_schedule_schedules_a_placed_model_from_the_simulators_costs(caps
 def test_placer_schedule_wants_a_shape_or_a_model(capsys):
     assert main(["schedule", "--micro-batches", "4"]) == 2
     assert "give a shape" in capsys.readouterr().err
+
+
+def test_placer_schedule_measure_runs_each_plan_for_real_and_reports_the_order_kept(capsys):
+    status = main(["schedule", "--model", "two-tower", "--micro-batches", "4", "--measure", "--cluster", "inprocess:2",
+                   "--method", "gpipe", "--method", "1f1b", "--json"])
+    assert status == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [run["method"] for run in report["runs"]] == ["gpipe", "1f1b"]
+    for run in report["runs"]:
+        assert run["order_kept"] is True and run["blocks_traced"] == run["blocks"] == 16
+        assert run["measured_ms"] > 0 and run["predicted_ms"] > 0
+
+
+def test_placer_schedule_measure_refuses_micro_batches_that_do_not_divide_the_batch(capsys):
+    assert main(["schedule", "--model", "two-tower", "--micro-batches", "3", "--measure", "--cluster", "inprocess:2"]) == 2
+    assert "3 micro-batches do not divide the batch of 64" in capsys.readouterr().err
+
+
+def test_placer_schedule_measure_needs_a_measured_cluster(capsys):
+    assert main(["schedule", "--model", "two-tower", "--measure", "--cluster", "modeled:2xV100"]) == 2
+    assert "give a measured --cluster" in capsys.readouterr().err

@@ -1,0 +1,145 @@
+"""An order of ops per device, enforced with control dependencies and checked on a traced step.
+
+A chain is a sequence of op sets (links) that one device runs one after another: no op of a link starts
+before every op of the link before it has ended. Schedules of micro-batches (`placer.schedule`) and op
+orders per device use it alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from placer.errors import GraphBuildError, OrderError
+from placer.graph.opgraph import OpGraph
+
+BARRIER_SCOPE = "placer_order/"
+"""Where the NoOps that separate links live."""
+DEFAULT_TOLERANCE = 2e-6
+"""Seconds a link's op may seem to start before the previous link ended: traces stamp whole microseconds."""
+
+
+@dataclass(frozen=True)
+class OpChain:
+    """Op sets one device runs one after another."""
+
+    device: str
+    """The device the links run on; the barriers between them go there too."""
+    links: tuple[frozenset[str], ...]
+    labels: tuple[str, ...] = ()
+    """A name per link for reports (e.g. "f@CPU:0 mb1"); default: link0, link1, ..."""
+
+    def __post_init__(self):
+        if self.labels and len(self.labels) != len(self.links):
+            raise OrderError(f"chain on {self.device} has {len(self.links)} links but {len(self.labels)} labels")
+
+    def label(self, index: int) -> str:
+        return self.labels[index] if self.labels else f"link{index}"
+
+
+@dataclass(frozen=True)
+class OrderViolation:
+    """A link whose first op started before the previous link's last op ended, on one device."""
+
+    device: str
+    before: str
+    after: str
+    early: float
+    """Seconds the later link started before the earlier one ended."""
+
+    def describe(self) -> str:
+        return f"on {self.device}, {self.after} started {self.early * 1e6:.0f} us before {self.before} ended"
+
+
+@dataclass(frozen=True)
+class OrderedGraph:
+    """A graph with chains enforced, and where its barriers must run."""
+
+    graph: OpGraph
+    barrier_devices: Mapping[str, str]
+    """Every barrier NoOp -> the device of its chain."""
+
+
+def enforce_order(graph: OpGraph, chains: Sequence[OpChain]) -> OrderedGraph:
+    """`graph` with control dependencies that make each chain's device run its links in order.
+
+    Between links k and k+1 a NoOp waits for every op of link k, and every source op of link k+1 (one with
+    no input from inside its link) waits for the NoOp; the other ops of link k+1 descend from its sources.
+    Raises OrderError if an op is in no graph, in two links, or the order contradicts the graph's edges."""
+    import tensorflow as tf
+
+    from placer.graph.build import op_graph_from_tf_graph
+
+    step = {op.name: op for op in graph.step_ops}
+    seen: dict[str, str] = {}
+    for c, chain in enumerate(chains):
+        for k, link in enumerate(chain.links):
+            unknown = sorted(op for op in link if op not in step)
+            if unknown:
+                raise OrderError(f"chain on {chain.device}, {chain.label(k)}: ops {unknown[:3]} are not ops of the "
+                                 f"training step of {graph.name!r}")
+            for op in link:
+                where = f"{chain.device} {chain.label(k)}"
+                if op in seen:
+                    raise OrderError(f"op {op!r} is in two links ({seen[op]} and {where}): give each op one place")
+                seen[op] = where
+    graph_def = tf.compat.v1.GraphDef.FromString(graph.graph_def)
+    nodes = {node.name: node for node in graph_def.node}
+    barriers: dict[str, str] = {}
+    for c, chain in enumerate(chains):
+        for k in range(1, len(chain.links)):
+            earlier, later = chain.links[k - 1], chain.links[k]
+            if not earlier or not later:
+                continue
+            barrier = graph_def.node.add(name=f"{BARRIER_SCOPE}chain{c}/after{k - 1}", op="NoOp",
+                                         input=[f"^{op}" for op in sorted(earlier)])
+            barriers[barrier.name] = chain.device
+            for op in sorted(later):
+                if not any(src in later for src in (*step[op].producers, *step[op].control_inputs)):
+                    nodes[op].input.append(f"^{barrier.name}")
+    imported = tf.Graph()
+    try:  # TensorFlow's importer finds a cycle first, else the topological order does
+        with imported.as_default():
+            tf.compat.v1.import_graph_def(graph_def, name="")
+        ordered = op_graph_from_tf_graph(imported, graph.train_op, graph.init_op, loss=graph.loss, name=graph.name)
+    except (GraphBuildError, ValueError) as error:
+        raise OrderError(f"the order contradicts the data flow of {graph.name!r} (a link waits for ops that need it "
+                         f"first): {error}") from None
+    return OrderedGraph(ordered, barriers)
+
+
+def order_violations(trace: Mapping[str, Any] | str | Path, chains: Sequence[OpChain], *,
+                     tolerance: float = DEFAULT_TOLERANCE) -> tuple[OrderViolation, ...]:
+    """Where a traced step broke a chain: per device, each link's earliest traced op must start after the
+    latest traced op of the link before it ended (`tolerance` seconds of clock granularity allowed). Ops the
+    trace lacks (grappler fused or removed them) are skipped; a link with none is compared no more."""
+    from placer.timeline import read_chrome_trace
+
+    timeline = read_chrome_trace(trace)
+    spans: dict[str, tuple[float, float]] = {}
+    for span in timeline.spans:
+        if span.kind == "op" and span.node:
+            start, end = spans.get(span.node, (span.start, span.end))
+            spans[span.node] = (min(start, span.start), max(end, span.end))
+    violations = []
+    for chain in chains:
+        previous: tuple[str, float] | None = None  # label and end of the last link with traced ops
+        for k, link in enumerate(chain.links):
+            traced = [spans[op] for op in link if op in spans]
+            if not traced:
+                continue
+            start, end = min(s for s, _ in traced), max(e for _, e in traced)
+            if previous is not None and start < previous[1] - tolerance:
+                violations.append(OrderViolation(chain.device, previous[0], chain.label(k), previous[1] - start))
+            previous = (chain.label(k), end)
+    return tuple(violations)
+
+
+def traced_links(trace: Mapping[str, Any] | str | Path, chains: Sequence[OpChain]) -> tuple[int, int]:
+    """(links with at least one traced op, all links): how much of the order a trace could check."""
+    from placer.timeline import read_chrome_trace
+
+    nodes = {span.node for span in read_chrome_trace(trace).spans if span.node}
+    links = [link for chain in chains for link in chain.links]
+    return sum(1 for link in links if nodes & link), len(links)

@@ -1,0 +1,149 @@
+"""A schedule plan executed for real: a micro-batched step whose devices run their blocks in the plan's order
+(control dependencies, `placer.graph.order`), timed by a `Measurer`, its traced step checked for that order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from placer.devices import DeviceSet
+from placer.errors import MicroBatchError, ScheduleMismatchError
+from placer.graph.opgraph import OpGraph
+from placer.graph.order import OpChain, OrderViolation, enforce_order, order_violations, traced_links
+from placer.measure.config import MeasureConfig
+from placer.measure.result import Measurement
+from placer.placement import Placement
+from placer.schedule.from_placement import block_dependencies, op_blocks
+from placer.schedule.micro_batch import MicroBatchedStep
+from placer.schedule.plan import SchedulePlan
+
+
+@dataclass(frozen=True)
+class ScheduledStep:
+    """A micro-batched step ordered by a plan, and its placement: what a `Measurer` runs."""
+
+    plan: SchedulePlan
+    step: MicroBatchedStep
+    graph: OpGraph
+    """The micro-batched step with the order's control dependencies."""
+    placement: Placement
+    """Of `graph`: each copy where its original went, each barrier on its chain's device."""
+    chains: tuple[OpChain, ...]
+    """Per device, its blocks' ops in the plan's order (links labelled "f@CPU:0 mb1")."""
+
+
+def block_chains(step: MicroBatchedStep, placement: Placement, devices: DeviceSet, plan: SchedulePlan
+                 ) -> tuple[OpChain, ...]:
+    """Per device of the plan, the ops of each (block, micro-batch) it runs, in the order the plan starts them.
+
+    `placement` places `step.micro_batch_graph`; its blocks (`op_blocks`) must be the plan's template's, with
+    the same dependencies, and the plan must have as many micro-batches as the step."""
+    if plan.micro_batches != step.micro_batches:
+        raise MicroBatchError(f"the plan orders {plan.micro_batches} micro-batches but the step has {step.micro_batches}: "
+                              "make the plan and the step with the same --micro-batches")
+    membership = op_blocks(step.micro_batch_graph, placement, devices)
+    actual = {block: tuple(sorted(after)) for block, after in block_dependencies(step.micro_batch_graph, membership).items()}
+    planned = {block.name: tuple(sorted(block.after)) for block in plan.template.blocks}
+    if set(actual) != set(planned):
+        raise ScheduleMismatchError(
+            f"the plan was made for template {plan.template.name!r} with blocks {sorted(planned)}, but "
+            f"{step.micro_batch_graph.name!r} placed this way has blocks {sorted(actual)}: make the plan from this "
+            "graph and placement (blocks_from_placement)")
+    differ = sorted(name for name in actual if actual[name] != planned[name])
+    if differ:
+        raise ScheduleMismatchError(
+            f"the plan's template {plan.template.name!r} has other dependencies than the placed graph for blocks "
+            f"{differ} (e.g. {differ[0]} waits for {list(planned[differ[0]])} in the plan, {list(actual[differ[0]])} "
+            "in the graph): make the plan from this graph and placement")
+    ops_of: dict[tuple[str, int], set[str]] = {}
+    for copy, (micro_batch, original) in step.copies.items():
+        block = membership.get(original)
+        if block is not None:
+            ops_of.setdefault((block, micro_batch), set()).add(copy)
+    chains = []
+    for device in plan.template.devices:
+        scheduled = sorted((b for b in plan.blocks if device in b.spec.devices), key=lambda b: (b.start, b.end))
+        scheduled = [b for b in scheduled if b.key in ops_of]
+        if len(scheduled) > 1:
+            chains.append(OpChain(device, tuple(frozenset(ops_of[b.key]) for b in scheduled),
+                                  tuple(f"{b.spec.name} mb{b.micro_batch}" for b in scheduled)))
+    return tuple(chains)
+
+
+def scheduled_step(step: MicroBatchedStep, placement: Placement, devices: DeviceSet, plan: SchedulePlan) -> ScheduledStep:
+    """`step` with each device running its blocks in `plan`'s order, placed as `placement` places the
+    micro-batch graph."""
+    chains = block_chains(step, placement, devices, plan)
+    ordered = enforce_order(step.graph, chains)
+    lifted = step.lift_placement(placement, devices).op_devices(step.graph)
+    short_to_full = {device.short_name: device.name for device in devices}
+    op_devices = {op.name: lifted[op.name] if op.name in lifted else short_to_full[ordered.barrier_devices[op.name]]
+                  for op in ordered.graph.ops}
+    ordered_placement = Placement.from_op_devices(ordered.graph, devices, op_devices,
+                                                  {**placement.metadata, "schedule": plan.method,
+                                                   "micro_batches": plan.micro_batches})
+    return ScheduledStep(plan, step, ordered.graph, ordered_placement, chains)
+
+
+@dataclass(frozen=True)
+class ScheduleRun:
+    """One measured run of a scheduled step: its step time, and whether the traced step kept the order."""
+
+    method: str
+    measurement: Measurement
+    violations: tuple[OrderViolation, ...] = ()
+    links_traced: int = 0
+    links: int = 0
+    predicted: float | None = None
+    """The plan's makespan in seconds, when its spans come from op costs."""
+
+    @property
+    def ok(self) -> bool:
+        return self.measurement.ok
+
+    @property
+    def seconds(self) -> float:
+        """Median measured step time (inf when the step failed)."""
+        return self.measurement.median
+
+    @property
+    def order_kept(self) -> bool | None:
+        """True if the trace shows every device's blocks in the plan's order; None when nothing was traced."""
+        if not self.ok or not self.links_traced:
+            return None
+        return not self.violations
+
+    def describe(self) -> str:
+        if not self.ok:
+            return f"{self.method}: FAILED ({self.measurement.failure.kind}): {self.measurement.failure.message}"
+        predicted = "" if self.predicted is None else f", predicted {self.predicted * 1e3:.2f} ms"
+        order = {True: "order kept", False: f"order broken {len(self.violations)} times", None: "order not traced"}
+        text = (f"{self.method}: measured {self.seconds * 1e3:.2f} ms{predicted}; {order[self.order_kept]} "
+                f"({self.links_traced}/{self.links} blocks traced)")
+        return "\n".join([text, *(f"  {v.describe()}" for v in self.violations[:5])])
+
+
+def run_schedule(measurer, scheduled: ScheduledStep, config: MeasureConfig | None = None) -> ScheduleRun:
+    """Time `scheduled` on `measurer`'s target and check the order in one traced step after the timed ones."""
+    config = config or measurer.config
+    config = dataclasses.replace(config, profile_steps=max(1, config.profile_steps))
+    measurement = measurer.measure(scheduled.graph, scheduled.placement, config)
+    predicted = scheduled.plan.seconds()
+    if not measurement.ok or not measurement.chrome_trace:
+        return ScheduleRun(scheduled.plan.method, measurement, predicted=predicted)
+    traced, links = traced_links(measurement.chrome_trace, scheduled.chains)
+    return ScheduleRun(scheduled.plan.method, measurement, order_violations(measurement.chrome_trace, scheduled.chains),
+                       traced, links, predicted)
+
+
+def profiled_template(measurer, graph: OpGraph, placement: Placement, micro_batches: int, *, steps: int = 3):
+    """The block template of `graph` (built at the micro-batch size) placed by `placement`, its spans from op
+    costs profiled on `measurer`'s target (`placer.profile.profile_costs`): what a plan predicts there."""
+    from placer.profile import profile_costs
+    from placer.schedule.from_placement import blocks_from_placement
+    from placer.simulate import Simulator, SimulatorConfig
+
+    costs = profile_costs(graph, measurer, steps=steps)
+    simulator = Simulator(graph, measurer.devices, {costs.device_kind: costs}, SimulatorConfig(cpu_slots=1))
+    return blocks_from_placement(simulator, placement, micro_batches, of_micro_batch=True)
