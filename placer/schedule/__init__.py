@@ -1,5 +1,5 @@
 """Schedules of micro-batches for a placement (Tessel): blocks, schedule plans, the baselines (sequential,
-GPipe, 1F1B) and the z3 repetend search. Modeled only: executing a plan on TensorFlow is not built yet.
+GPipe, 1F1B) and the z3 repetend search; plans executed for real as micro-batched steps (`micro_batch`, `execute`).
 """
 
 from placer.schedule.baselines import BASELINES, gpipe, list_schedule, one_f_one_b, sequential
