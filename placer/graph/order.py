@@ -60,6 +60,16 @@ class OrderedGraph:
     barrier_devices: Mapping[str, str]
     """Every barrier NoOp -> the device of its chain."""
 
+    def place(self, op_devices: Mapping[str, str], devices, metadata: Mapping[str, Any] | None = None):
+        """The `Placement` of the ordered graph that runs every original op on the device `op_devices` gives
+        it (full names) and every barrier on its chain's device (a full or a short name)."""
+        from placer.placement import Placement
+
+        full = {**{device.short_name: device.name for device in devices}, **{d.name: d.name for d in devices}}
+        placed = {op.name: op_devices[op.name] if op.name in op_devices else full[self.barrier_devices[op.name]]
+                  for op in self.graph.ops}
+        return Placement.from_op_devices(self.graph, devices, placed, dict(metadata or {}))
+
 
 def enforce_order(graph: OpGraph, chains: Sequence[OpChain]) -> OrderedGraph:
     """`graph` with control dependencies that make each chain's device run its links in order.

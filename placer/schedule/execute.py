@@ -77,12 +77,8 @@ def scheduled_step(step: MicroBatchedStep, placement: Placement, devices: Device
     chains = block_chains(step, placement, devices, plan)
     ordered = enforce_order(step.graph, chains)
     lifted = step.lift_placement(placement, devices).op_devices(step.graph)
-    short_to_full = {device.short_name: device.name for device in devices}
-    op_devices = {op.name: lifted[op.name] if op.name in lifted else short_to_full[ordered.barrier_devices[op.name]]
-                  for op in ordered.graph.ops}
-    ordered_placement = Placement.from_op_devices(ordered.graph, devices, op_devices,
-                                                  {**placement.metadata, "schedule": plan.method,
-                                                   "micro_batches": plan.micro_batches})
+    ordered_placement = ordered.place(lifted, devices, {**placement.metadata, "schedule": plan.method,
+                                                        "micro_batches": plan.micro_batches})
     return ScheduledStep(plan, step, ordered.graph, ordered_placement, chains)
 
 
