@@ -83,14 +83,21 @@ def blocks_from_placement(
         raise PlacementError(f"graph {graph.name!r} has no forward or backward ops to schedule (does it name its loss?)")
     unit = float(time_unit or max(seconds.values()) / DEFAULT_RESOLUTION or 1.0)
     blocks = []
-    for name in sorted(seconds, key=lambda b: (b[0] != "f", _device_order(b, devices))):
+    ordered = sorted(seconds, key=lambda b: (b[0] != "f", _device_order(b, devices), _phase(b)))
+    for name in ordered:
         device = name.split("@", 1)[1]
-        # What a device's forward keeps, its backward frees; a device with only one of them keeps nothing.
-        both = f"f@{device}" in seconds and f"b@{device}" in seconds
-        keeps = math.ceil(stashed.get(device, 0) / share / memory_unit) if both else 0
-        forward = name.startswith("f@")
+        # What a device's forward keeps, its backward frees: held from its first forward block to its last
+        # backward block; a device with only one of them keeps nothing.
+        forwards = [b for b in ordered if b[0] == "f" and b.endswith(f"@{device}")]
+        backwards = [b for b in ordered if b[0] == "b" and b.endswith(f"@{device}")]
+        keeps = math.ceil(stashed.get(device, 0) / share / memory_unit) if forwards and backwards else 0
+        forward = name.startswith("f")
+        if forward:
+            memory = keeps if name == forwards[0] else 0
+        else:
+            memory = -keeps if name == backwards[-1] else 0
         blocks.append(BlockSpec(name, FORWARD if forward else BACKWARD, max(1, round(seconds[name] / unit)),
-                                keeps if forward else -keeps, (device,), tuple(sorted(after[name]))))
+                                memory, (device,), tuple(sorted(after[name]))))
     used = tuple(d.short_name for d in devices if any(b.devices[0] == d.short_name for b in blocks))
     try:
         return BlockTemplate(f"{graph.name}/{micro_batches}mb", used, tuple(blocks), unit, memory_unit,
@@ -114,11 +121,46 @@ def check_micro_batches(batch: int, micro_batches: int) -> int:
 
 
 def op_blocks(graph: OpGraph, placement: Placement, devices: DeviceSet) -> dict[str, str]:
-    """The block of every forward and backward op of one micro-batch: "f@DEVICE" or "b@DEVICE" (the device's
-    short name). The optimizer's updates and the train op belong to no block."""
+    """The block of every forward and backward op of one micro-batch. A device's forward ops form one block
+    "f@DEVICE" (the device's short name), its backward ops one block "b@DEVICE", when data crosses devices
+    in one direction only, as in a pipeline. Where it comes back (NMT's layers alternate between devices, or
+    attention reads an earlier device's output), one block per device would wait for itself; each op then
+    gets a phase, the most device changes on a path of its kind's ops to it, and a device's ops of one phase
+    form a block "f2@DEVICE" (phases from 1), so blocks always wait for earlier phases only; an op joins the
+latest phase its consumers allow. The optimizer's
+    updates and the train op belong to no block."""
     op_device = placement.op_devices(graph)
     short = {device.name: device.short_name for device in devices}
-    return {name: f"{role[0]}@{short[op_device[name]]}" for name, role in op_kinds(graph).items()}
+    kinds = op_kinds(graph)
+    phase: dict[str, int] = {}
+    for op in graph.step_ops:  # topological order
+        kind = kinds.get(op.name)
+        if kind is None:
+            continue
+        phase[op.name] = max((phase[src] + (op_device[src] != op_device[op.name])
+                              for src in (*op.producers, *op.control_inputs) if kinds.get(src) == kind),
+                             default=0)
+    # Then as late as its consumers allow: ops nothing of their kind feeds (shapes, constants of the gradient)
+    # join the phase that needs them instead of opening a phase of their own.
+    consumers: dict[str, list[str]] = {name: [] for name in phase}
+    for op in graph.step_ops:
+        for src in (*op.producers, *op.control_inputs):
+            if op.name in phase and kinds.get(src) == kinds[op.name]:
+                consumers[src].append(op.name)
+    for op in reversed(graph.step_ops):
+        if op.name in phase and consumers[op.name]:
+            phase[op.name] = min(phase[c] - (op_device[c] != op_device[op.name]) for c in consumers[op.name])
+    phases: dict[tuple[str, str], set[int]] = {}
+    for name, kind in kinds.items():
+        phases.setdefault((kind, op_device[name]), set()).add(phase[name])
+    numbered = {key: {p: i + 1 for i, p in enumerate(sorted(ps))} for key, ps in phases.items()}
+
+    def block(name: str, kind: str) -> str:
+        device = op_device[name]
+        number = numbered[(kind, device)]
+        return f"{kind[0]}{number[phase[name]] if len(number) > 1 else ''}@{short[device]}"
+
+    return {name: block(name, kind) for name, kind in kinds.items()}
 
 
 def infer_batch_size(graph: OpGraph) -> int:
@@ -166,6 +208,11 @@ def op_kinds(graph: OpGraph) -> dict[str, str]:
         if name not in forward and name != graph.train_op and not op.type.startswith(UPDATE_OP_PREFIXES):
             kinds[name] = BACKWARD
     return kinds
+
+
+def _phase(block_name: str) -> int:
+    number = block_name.split("@", 1)[0][1:]
+    return int(number) if number else 0
 
 
 def _device_order(block_name: str, devices: DeviceSet) -> int:

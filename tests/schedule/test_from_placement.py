@@ -2,7 +2,7 @@
 
 import pytest
 
-from placer.errors import BlockTemplateError, MicroBatchError
+from placer.errors import MicroBatchError
 from placer.hardware import GPUS, HOST_CPU, modeled_machine
 from placer.placement import Placement
 from placer.profile import roofline_costs
@@ -63,7 +63,28 @@ def test_micro_batches_that_do_not_divide_the_batch_are_refused(two_tower, simul
         blocks_from_placement(simulator, tower_per_gpu, 3)
 
 
-def test_a_placement_that_is_not_contiguous_stages_is_refused(two_tower, machine, simulator):
+def test_a_placement_whose_data_comes_back_to_a_device_gets_a_block_per_phase(two_tower, machine, simulator):
+    from placer.schedule.baselines import one_f_one_b
+
     zigzag = Placement.round_robin(two_tower, machine)  # layers alternate between devices (and the CPU)
-    with pytest.raises(BlockTemplateError, match="does not split .* into stages"):
-        blocks_from_placement(simulator, zigzag, 4)
+    template = blocks_from_placement(simulator, zigzag, 4)  # one block per device would wait for itself
+    names = [b.name for b in template.blocks]
+    assert len(names) > 2 * len(template.devices) and any(name[1].isdigit() for name in names)
+    # every block waits for blocks of earlier phases only, so micro-batches can be scheduled
+    plan = one_f_one_b(template, 4)
+    assert plan.makespan > 0 and len(plan.blocks) == 4 * len(names)
+
+
+def test_nmt_s_layer_wise_expert_placement_is_schedulable():
+    # NMT's layers alternate between the GPUs and attention reads the encoder's outputs: data comes back to
+    # a device, which one block per device could not express
+    from placer.cost import open_target
+    from placer.models import build_model, reference_placements
+    from placer.schedule.baselines import one_f_one_b
+
+    graph = build_model("nmt-2", "tiny")
+    with open_target(graph, "modeled:2xV100") as target:
+        expert = reference_placements("nmt-2", graph, target.devices)["expert"]
+        template = blocks_from_placement(target.simulator, expert, 2)
+    assert {b.devices[0] for b in template.blocks} == {"GPU:0", "GPU:1"}
+    assert one_f_one_b(template, 2).makespan > 0
