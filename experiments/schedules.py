@@ -40,12 +40,14 @@ def memory_limit(spec: str, devices: int) -> int | None:
     return int(spec[:-1]) * devices
 
 
-def run(shapes, device_counts, micro_batch_counts, limits, time_limit: float) -> list[dict]:
+def run(shapes, device_counts, micro_batch_counts, limits, time_limit: float, inference: bool = False) -> list[dict]:
     rows = []
     for shape in shapes:
         for devices in device_counts:
             try:
                 template = shape_template(shape, devices)
+                if inference:
+                    template = template.forward_only()
             except BlockTemplateError as error:  # e.g. k-shape on an odd number of devices
                 print(f"skipped {shape} on {devices} devices: {error}", file=sys.stderr)
                 continue
@@ -132,6 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--memory-limits", nargs="+", default=["1x", "none"])
     parser.add_argument("--time-limit", type=float, default=10.0, help="seconds per Tessel search (default 10)")
     parser.add_argument("--out")
+    parser.add_argument("--inference", action="store_true", help="forward blocks only (modeled)")
     parser.add_argument("--measure", action="store_true", help="run the plans for real on --cluster")
     parser.add_argument("--cluster", default="local:2", help="with --measure: a measured target (default local:2)")
     parser.add_argument("--models", nargs="+", default=["two-tower", "nmt-2"], help="with --measure (default two-tower nmt-2)")
@@ -149,11 +152,12 @@ def main(argv: list[str] | None = None) -> None:
                      note="measured: median over rounds of the median of timed steps; predicted: plan makespan "
                           "with spans from op costs profiled on the cluster (transfers and the update left out)")
         return
-    rows = run(args.shapes, args.devices, args.micro_batches, args.memory_limits, args.time_limit)
+    rows = run(args.shapes, args.devices, args.micro_batches, args.memory_limits, args.time_limit, args.inference)
     columns = ["shape", "devices", "micro_batches", "memory_limit"]
     columns += [f"{m}_makespan" for m in METHODS] + [f"{m}_bubbles" for m in METHODS]
     columns += ["gpipe_peak", "tessel_seconds", "tessel_status", "tessel-fast_seconds"]
-    write_report("schedules", columns, rows, args.out, time_limit=args.time_limit,
+    write_report("schedules_inference" if args.inference else "schedules", columns, rows, args.out,
+                 time_limit=args.time_limit, inference=args.inference,
                  note="makespan in time units (forward 1, backward 2); bubbles: idle fraction of device time")
 
 

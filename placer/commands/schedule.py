@@ -38,6 +38,8 @@ def add_schedule_arguments(parser) -> None:
                         "local:2): run each plan for real as a micro-batched step (the model built at batch/M, its "
                         "forward and backward copied per micro-batch, one update) whose devices keep the plan's order; "
                         "print measured vs predicted step time and whether the traced step kept the order")
+    parser.add_argument("--inference", action="store_true", help="schedule forward blocks only (inference: no "
+                        "backward, no activations kept); modeled, not with --measure")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
@@ -50,8 +52,13 @@ def schedule_command(args) -> int:
     if (args.shape is None) == (args.model is None):
         raise PlacerError("give a shape (e.g. `placer schedule v-shape`) or --model MODEL, not both")
     if args.measure:
+        if args.inference:
+            raise PlacerError("--inference schedules are modeled only: running them for real is not built yet "
+                              "(drop --measure)")
         return _measure_command(args)
     template = shape_template(args.shape, args.devices) if args.shape else _model_template(args)
+    if args.inference:
+        template = template.forward_only()
     methods = args.method or list(METHODS)
     plans = {method: make_schedule(method, template, args.micro_batches, args.memory_limit, time_limit=args.time_limit)
              for method in methods}

@@ -6,6 +6,7 @@ devices they occupy and the blocks of the same micro-batch they wait for. A sche
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Mapping
@@ -123,6 +124,19 @@ class BlockTemplate:
             raise BlockTemplateError(f"the dependencies of template {self.name!r} form a cycle through {stuck}; "
                                      "a micro-batch's blocks must be orderable")
         return tuple(order)
+
+    def forward_only(self) -> BlockTemplate:
+        """The template of inference: the forward blocks alone, waiting for each other as before, keeping no
+        activations (nothing waits for a backward to free them)."""
+        forwards = [block for block in self.blocks if block.kind == FORWARD]
+        if not forwards:
+            raise BlockTemplateError(f"template {self.name!r} has no forward blocks to run for inference")
+        names = {block.name for block in forwards}
+        blocks = tuple(dataclasses.replace(block, memory=0, after=tuple(a for a in block.after if a in names))
+                       for block in forwards)
+        devices = tuple(d for d in self.devices if any(d in block.devices for block in blocks))
+        return BlockTemplate(f"{self.name}/inference", devices, blocks, self.time_unit, self.memory_unit,
+                             {**self.metadata, "inference": True})
 
     def device_load(self) -> dict[str, int]:
         """Time units each device is busy per micro-batch: no schedule repeats faster than the largest."""

@@ -58,3 +58,12 @@ def test_placer_schedule_measure_refuses_micro_batches_that_do_not_divide_the_ba
 def test_placer_schedule_measure_needs_a_measured_cluster(capsys):
     assert main(["schedule", "--model", "two-tower", "--measure", "--cluster", "modeled:2xV100"]) == 2
     assert "give a measured --cluster" in capsys.readouterr().err
+
+
+def test_placer_schedule_inference_schedules_forward_blocks_only(capsys):
+    assert main(["schedule", "v-shape", "--devices", "4", "--micro-batches", "4", "--inference", "--method", "1f1b",
+                 "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert {b["kind"] for b in printed["template"]["blocks"]} == {"forward"}
+    assert main(["schedule", "--model", "two-tower", "--inference", "--measure", "--cluster", "inprocess:2"]) == 2
+    assert "modeled only" in capsys.readouterr().err

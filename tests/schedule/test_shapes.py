@@ -33,3 +33,15 @@ def test_shapes_that_halve_the_devices_refuse_an_odd_count():
         shape_template("k-shape", 3)
     with pytest.raises(BlockTemplateError, match="unknown shape"):
         shape_template("z-shape", 4)
+
+
+def test_an_inference_template_keeps_the_forward_blocks_and_no_activations():
+    from placer.schedule.baselines import one_f_one_b, sequential
+    from placer.schedule.shapes import shape_template
+
+    training = shape_template("v-shape", 4)
+    inference = training.forward_only()
+    assert {b.kind for b in inference.blocks} == {"forward"} and all(b.memory == 0 for b in inference.blocks)
+    assert len(inference.blocks) == sum(b.kind == "forward" for b in training.blocks)
+    # forward blocks of different micro-batches overlap across devices: a pipeline beats one at a time
+    assert one_f_one_b(inference, 4).makespan < sequential(inference, 4).makespan
