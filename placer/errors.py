@@ -65,3 +65,7 @@ class ScheduleInfeasibleError(ScheduleError):
 
 class TimelineError(PlacerError):
     """A step's timeline (a Chrome trace) cannot be read: not a trace, or no event in it."""
+
+
+class OpWidthError(PlacementError):
+    """An op asks for more threads than the device it is placed on runs it with."""
