@@ -2,6 +2,8 @@
 
     python experiments/concurrency.py [--models nmt-2:small inception-v3:tiny rnnlm:small two-tower:small]
         [--rounds 3] [--warmup 3] [--repeats 10] [--out results/concurrency.json]
+        [--per-op two-tower:small placer.models.heldout:branchy_1_graph:small] [--widths local:widths=1+1]
+        [--per-op-rounds 5]
 
 Per model, on one in-process CPU device: TensorFlow's default thread pools, the recommended setting
 (intra-op = physical cores, inter-op = sockets) and every (intra, inter) pair up to the cores (the best
@@ -10,7 +12,15 @@ setting found by hand), each in its own measurement process, timed side by side 
 recommended setting, and how long the choice took. Then the setting the performance model picks
 (`placer.concurrency.choose`), fitted leave-one-out: each model's choice comes from a model fitted on the
 traced ops of the other models only (profiled at every intra-op thread count), and is read off the same
-side-by-side timings. Not here yet: per-op concurrency through workers of different widths, and an op order.
+side-by-side timings.
+
+Per-op concurrency through partitioned workers (--per-op, models that are also in --models): on the testbed
+of workers of different widths (--widths; each op runs on its worker's threads, ops on different workers
+co-run), a few placements (the expert's where the model has one, round-robin, a METIS partition of the
+colocation groups), timed side by side with the sweep's best global in-process setting in --per-op-rounds
+interleaved rounds; also each one's step as the simulator predicts it with the leave-one-out performance model
+at the devices' widths. The best placement is picked on the same rounds it is reported from (a slight
+optimism). Not here yet: an op order.
 """
 
 from __future__ import annotations
@@ -30,8 +40,16 @@ from experiments._report import write_report  # noqa: E402
 from placer.concurrency import tune, tuning_candidates  # noqa: E402
 from placer.concurrency.choose import choose_setting  # noqa: E402
 from placer.concurrency.performance_model import fit_performance_model, profile_thread_counts  # noqa: E402
+from placer.concurrency.choose import predicted_step_time  # noqa: E402
+from placer.cost import compare, open_target  # noqa: E402
+from placer.devices import Link  # noqa: E402
 from placer.measure import MeasureConfig  # noqa: E402
-from placer.models import build_model  # noqa: E402
+from placer.models import MODELS, SIZES, expert_placement, load_model  # noqa: E402
+from placer.placement import Placement  # noqa: E402
+from placer.simulate import Simulator, SimulatorConfig  # noqa: E402
+
+TESTBED_LINK = Link("", "", bandwidth=1.6e9, latency=5e-4)
+"""Roughly what `placer calibrate` measured between two testbed workers (FINDINGS.md: ~1.6 GB/s, 0.3-1.8 ms)."""
 
 DEFAULT_MODELS = ("nmt-2:small", "inception-v3:tiny", "rnnlm:small", "two-tower:small")
 """Sizes whose steps take well under a second here (FINDINGS.md's thread table used the first three)."""
@@ -44,7 +62,14 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--out", default="results/concurrency.json")
+    parser.add_argument("--per-op", nargs="*", default=[], metavar="MODEL:SIZE",
+                        help="models (also in --models) to time on partitioned workers, e.g. two-tower:small")
+    parser.add_argument("--widths", default="local:widths=1+1", help="the testbed of partitioned workers")
+    parser.add_argument("--per-op-rounds", type=int, default=5)
     args = parser.parse_args()
+    missing = sorted(set(args.per_op) - set(args.models))
+    if missing:
+        parser.error(f"--per-op {' '.join(missing)}: also give them in --models (their sweep's best is the reference)")
 
     config = MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats)
     candidates = tuning_candidates()
@@ -52,18 +77,18 @@ def main() -> None:
     default = next(name for name in candidates if "default" in name.split(" = "))
     graphs = {}
     for spec in args.models:
-        name, _, size = spec.partition(":")
-        graphs[spec] = build_model(name, size or "tiny")
+        graphs[spec] = load_model(*model_and_size(spec))
     profiles = {}
     for spec, graph in graphs.items():
         profiles[spec] = profile_thread_counts(graph)
         print(f"{graph.name}: ops profiled at {profiles[spec].threads} intra-op threads in {profiles[spec].seconds:.0f} s",
               flush=True)
     setting_names = {setting: name for name, setting in candidates.items()}
-    rows, gains, model_gaps = [], [], []
+    rows, gains, model_gaps, per_op_rows = [], [], [], []
     for spec, graph in graphs.items():
         others = [(graphs[o], profiles[o]) for o in graphs if o != spec]
-        choice = choose_setting(graph, fit_performance_model(others))
+        performance_model = fit_performance_model(others)
+        choice = choose_setting(graph, performance_model)
         print(f"{graph.name}: {len(candidates)} settings x {args.rounds} rounds", flush=True)
         result = tune(graph, candidates, rounds=args.rounds, measure_config=config)
         print(result.describe(), flush=True)
@@ -83,6 +108,9 @@ def main() -> None:
                "profiling_s": profiles[spec].seconds}
         row.update({f"{setting} ms": seconds * 1e3 for setting, seconds in result.medians.items()})
         rows.append(row)
+        if spec in args.per_op:
+            per_op_rows.append(per_op_concurrency(spec, graph, candidates[result.best], result.best, performance_model,
+                                                  args, config))
     print()
     write_report("concurrency", ["model", "recommended_ms", "default_ms", "best", "best_ms",
                                  "shorter_than_recommended_pct", "choice_s", "model_picks", "model_pick_ms",
@@ -93,9 +121,65 @@ def main() -> None:
                  command="python experiments/concurrency.py " + " ".join(sys.argv[1:]))
     print(f"best of the sweep against the recommended setting: {100 * statistics.mean(gains):.1f} % shorter steps "
           f"on average (per model: {', '.join(f'{100 * g:.1f} %' for g in gains)})")
+    if per_op_rows:
+        print()
+        write_report("concurrency_per_op", ["model", "in_process", "in_process_ms", "testbed", "best_placement",
+                                            "best_placement_ms", "against_in_process_pct"],
+                     per_op_rows, args.out.replace(".json", "_per_op.json"), rounds=args.per_op_rounds,
+                     warmup=args.warmup, repeats=args.repeats, widths=args.widths,
+                     command="python experiments/concurrency.py " + " ".join(sys.argv[1:]))
     picked = [r["model_pick_shorter_than_recommended_pct"] for r in rows]
     print(f"the performance model's pick against the recommended setting: {statistics.mean(picked):.1f} % shorter "
           f"on average; above the sweep's best by {', '.join(f'{100 * g:.1f} %' for g in model_gaps)}")
+
+
+def model_and_size(spec: str) -> tuple[str, str]:
+    """"two-tower:small" -> ("two-tower", "small"); a module:function spec keeps its colon."""
+    head, _, size = spec.rpartition(":")
+    return (head, size) if head and size in SIZES else (spec, "tiny")
+
+
+def per_op_concurrency(spec: str, graph, best_setting, best_name: str, performance_model, args, config) -> dict:
+    """A few placements on the partitioned workers against the best global setting in-process, side by side."""
+    in_process = f"in-process {best_name}"
+    opened = {}
+    try:
+        opened[in_process] = open_target(graph, best_setting.target(), measure_config=config)
+        testbed = opened[args.widths] = open_target(graph, args.widths, measure_config=config)
+        devices = testbed.devices
+        placements = {"round-robin": Placement.round_robin(graph, devices)}
+        name = model_and_size(spec)[0]
+        if name in MODELS:
+            placements["expert"] = expert_placement(name, graph, devices)
+        from agents.partitioners import unit_partition
+
+        placements["metis"] = Placement.from_assignment(graph, devices, unit_partition(graph, len(devices)) % len(devices))
+        simulator = Simulator(graph, devices, performance_model, SimulatorConfig(default_link=TESTBED_LINK))
+        predicted = {placement: simulator.simulate(p).step_time for placement, p in placements.items()}
+        # TensorFlow's default pools have one thread per core each.
+        cores = len(os.sched_getaffinity(0))
+        explicit = type(best_setting)(best_setting.intra_op_threads or cores, best_setting.inter_op_threads or cores)
+        predicted[in_process] = predicted_step_time(graph, performance_model, explicit, cores)
+        timed = {in_process: (opened[in_process], Placement.single_device(graph, opened[in_process].devices))}
+        timed.update({placement: (testbed, p) for placement, p in placements.items()})
+        print(f"{graph.name}: {in_process} against {', '.join(placements)} on {args.widths} "
+              f"({args.per_op_rounds} interleaved rounds)", flush=True)
+        compared = compare(lambda item: item[0].evaluate(item[1]), timed, args.per_op_rounds)
+    finally:
+        for cost in opened.values():
+            cost.close()
+    medians = {placement: c.median for placement, c in compared.items()}
+    best = min(placements, key=medians.get)
+    for placement in timed:
+        print(f"  {placement:<32} {medians[placement] * 1e3:8.1f} ms  (rounds "
+              f"{', '.join(f'{t * 1e3:.1f}' if t else 'failed' for t in compared[placement].rounds)}; simulated "
+              f"{predicted[placement] * 1e3:.1f} ms)", flush=True)
+    return {"model": graph.name, "in_process": best_name, "in_process_ms": medians[in_process] * 1e3,
+            "testbed": args.widths, "best_placement": best, "best_placement_ms": medians[best] * 1e3,
+            "against_in_process_pct": 100 * (medians[best] / medians[in_process] - 1),
+            "placements_ms": {p: round(medians[p] * 1e3, 2) for p in placements},
+            "predicted_ms": {p: round(float(t) * 1e3, 2) for p, t in predicted.items()},
+            "rounds_ms": {p: c.rounds for p, c in compared.items()}}
 
 
 if __name__ == "__main__":
