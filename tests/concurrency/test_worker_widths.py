@@ -165,6 +165,7 @@ def test_a_machine_file_refuses_more_threads_than_cores():
 
 @two_cores
 @pytest.mark.slow
+@pytest.mark.testbed
 def test_a_testbed_of_one_wide_worker_and_one_of_two_narrow_ones_run_a_placement_and_report_their_widths(mlp):
     from placer.measure import MeasureConfig, Measurer
     from placer.testbed import isolation_available
