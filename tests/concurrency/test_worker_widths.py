@@ -181,3 +181,24 @@ def test_a_testbed_of_one_wide_worker_and_one_of_two_narrow_ones_run_a_placement
             assert measurer.testbed_info["cores"] == cores
             result = measurer.measure(mlp, Placement.round_robin(mlp, devices))
             assert result.ok, result.describe()
+
+
+@two_cores
+@pytest.mark.slow
+@pytest.mark.testbed
+def test_each_worker_process_starts_the_thread_pools_its_spec_gives(mlp):
+    from placer.measure import Measurer
+    from placer.testbed import isolation_available
+
+    if not isolation_available():
+        pytest.skip("no private network namespace on this machine")
+    # Step times cannot show it here (on this machine's two vCPUs a matmul runs no faster on two intra-op
+    # threads than on one), so count the worker's threads: TensorFlow starts both pools with the server.
+    threads = {}
+    for intra, inter in ((1, 1), (2, 1), (1, 3)):
+        with Measurer(f"local:widths=2,intra={intra},inter={inter}") as measurer:
+            assert measurer.measure(mlp, Placement.single_device(mlp, measurer.devices)).ok
+            (pid,) = measurer.testbed_info["pids"]
+            threads[intra, inter] = len(os.listdir(f"/proc/{pid}/task"))
+    assert threads[2, 1] == threads[1, 1] + 1, threads
+    assert threads[1, 3] == threads[1, 1] + 2, threads
