@@ -36,6 +36,8 @@ FIELDS = {
     "device_kind": "(D,) int: 0 CPU, 1 GPU",
     "device_memory": "(D,) float: bytes of memory (0 when unknown)",
     "device_speed": "(D,) float: peak FLOP/s (0 when unknown)",
+    "device_threads": "(D,) int: threads an op placed there runs on, its width (0 when unknown); on workers of "
+                      "different widths (local:widths=2+1+1) choosing an op's device chooses its threads",
 }
 
 
@@ -91,6 +93,7 @@ def observation_space(shape: ObservationShape) -> spaces.Dict:
         "device_kind": spaces.Box(0, 1, (d,), np.int64),
         "device_memory": spaces.Box(0, huge, (d,), np.float32),
         "device_speed": spaces.Box(0, huge, (d,), np.float32),
+        "device_threads": spaces.Box(0, big, (d,), np.int64),
     })
 
 
@@ -111,6 +114,7 @@ def graph_observation(graph: OpGraph, devices: DeviceSet, shape: ObservationShap
         "device_kind": np.array([1 if dev.kind == "GPU" else 0 for dev in devices], np.int64),
         "device_memory": np.array([dev.memory_bytes or 0 for dev in devices], np.float32),
         "device_speed": np.array([dev.peak_flops or 0 for dev in devices], np.float32),
+        "device_threads": np.array([dev.width or 0 for dev in devices], np.int64),
     }
     out_count = np.zeros(n, np.int64)
     edge = 0

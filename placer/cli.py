@@ -27,9 +27,9 @@ def main(argv: list[str] | None = None) -> int:
                          "m-topo, m-etf, m-sct; give it several times to compare placements side by side")
     measure.add_argument("--rounds", type=int, default=1, help="with several placements: interleaved rounds, each timing "
                          "every placement once; each one's step time is the median over rounds (default 1)")
-    measure.add_argument("--cluster", default="inprocess:1", help="measured: inprocess:N, local:N (testbed), env, or a "
-                         "cluster spec (JSON or file); simulated: modeled:2xV100, modeled:4xA100-nvlink3 or a machine "
-                         "file (default inprocess:1)")
+    measure.add_argument("--cluster", default="inprocess:1", help="measured: inprocess:N, local:N or local:widths=2+1 "
+                         "(testbed; workers of different widths), env, or a cluster spec (JSON or file); simulated: "
+                         "modeled:2xV100, modeled:4xA100-nvlink3 or a machine file (default inprocess:1)")
     measure.add_argument("--warmup", type=int, default=2, help="warm-up steps discarded (default 2)")
     measure.add_argument("--repeats", type=int, default=5, help="timed steps (default 5)")
     measure.add_argument("--step-timeout", type=float, default=60.0, help="seconds before a step counts as hung (default 60)")

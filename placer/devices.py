@@ -34,6 +34,18 @@ class Device:
     """Bytes per second between the device and its memory."""
     model: str | None = None
     """Hardware model, e.g. "V100"; informative."""
+    cores: int | None = None
+    """CPU cores this device's threads run on, its own (a testbed worker's core set); None if not known or
+    shared with the other devices (logical CPU devices of one process)."""
+    intra_op_threads: int | None = None
+    """Threads one op runs on here (its width); None: TensorFlow's default (one per core)."""
+    inter_op_threads: int | None = None
+    """Ops that run here at once; None: TensorFlow's default."""
+
+    @property
+    def width(self) -> int | None:
+        """Threads an op placed here runs on: the intra-op threads, else the device's own cores, else None."""
+        return self.intra_op_threads or self.cores
 
     @property
     def short_name(self) -> str:
@@ -98,6 +110,18 @@ class DeviceSet:
             raise DeviceSpecError(f"unknown device {name!r}; the devices of {self.name!r} are: {known}")
         raise DeviceSpecError(f"device name {name!r} is ambiguous in {self.name!r} ({known}); give the job and task too")
 
+    def with_widths(self, widths) -> DeviceSet:
+        """The same devices, the i-th carrying widths[i] = (cores, intra-op threads, inter-op threads): e.g. the
+        testbed's workers, each pinned to cores of its own."""
+        from dataclasses import replace
+
+        widths = list(widths)
+        if len(widths) != len(self.devices):
+            raise DeviceSpecError(f"{len(widths)} widths for the {len(self.devices)} devices of {self.name!r}: give one each")
+        devices = tuple(replace(device, cores=cores, intra_op_threads=intra, inter_op_threads=inter)
+                        for device, (cores, intra, inter) in zip(self.devices, widths))
+        return DeviceSet(devices, self.links, self.name)
+
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "devices": [asdict(d) for d in self.devices], "links": [asdict(l) for l in self.links]}
 
@@ -116,8 +140,10 @@ def name_parts(name: str) -> tuple[str, int, str, int]:
     return _parts(name)
 
 
-def local_devices(logical_cpus: int = 1) -> DeviceSet:
-    """The devices of an in-process TensorFlow session: `logical_cpus` CPU devices, then every local GPU.
+def local_devices(logical_cpus: int = 1, intra_op_threads: int | None = None,
+                  inter_op_threads: int | None = None) -> DeviceSet:
+    """The devices of an in-process TensorFlow session: `logical_cpus` CPU devices (with the session's thread
+    pools, which they share), then every local GPU.
 
     The CPU devices share one thread pool: placement across them exercises the machinery but changes step
     time little; the local gRPC testbed (`local:N`) is where placement matters on a CPU-only machine.
@@ -126,7 +152,8 @@ def local_devices(logical_cpus: int = 1) -> DeviceSet:
 
     if logical_cpus < 1:
         raise DeviceSpecError(f"logical_cpus must be at least 1, got {logical_cpus}")
-    devices = [Device(f"/job:localhost/replica:0/task:0/device:CPU:{i}", "CPU") for i in range(logical_cpus)]
+    devices = [Device(f"/job:localhost/replica:0/task:0/device:CPU:{i}", "CPU", intra_op_threads=intra_op_threads,
+                      inter_op_threads=inter_op_threads) for i in range(logical_cpus)]
     for index, _ in enumerate(tf.config.list_physical_devices("GPU")):
         devices.append(Device(f"/job:localhost/replica:0/task:0/device:GPU:{index}", "GPU"))
     return DeviceSet(tuple(devices), name=f"local ({logical_cpus} CPU)")
@@ -188,6 +215,7 @@ def machine_from_dict(data: Any, *, source: str = "machine") -> DeviceSet:
                 peak_flops=_quantity(entry.get("peak_flops"), f"{where}.peak_flops"),
                 memory_bandwidth=_quantity(entry.get("memory_bandwidth"), f"{where}.memory_bandwidth"),
                 model=entry.get("model"),
+                **_widths(entry, where, kind),
             )
         )
     device_set = DeviceSet(tuple(devices), name=str(data.get("name", source)))
@@ -205,6 +233,25 @@ def machine_from_dict(data: Any, *, source: str = "machine") -> DeviceSet:
             )
         )
     return DeviceSet(device_set.devices, tuple(links), device_set.name)
+
+
+def _widths(entry: Mapping[str, Any], where: str, kind: str) -> dict[str, int]:
+    """A modeled CPU device's cores and thread pools (a partitioned worker), checked against each other."""
+    found = {}
+    for key in ("cores", "intra_op_threads", "inter_op_threads"):
+        value = entry.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise DeviceSpecError(f"{where}.{key} must be a positive whole number, got {value!r}")
+        found[key] = value
+    if found and kind != "CPU":
+        raise DeviceSpecError(f"{where}: cores and thread pools describe CPU devices, not {kind}")
+    cores, intra = found.get("cores"), found.get("intra_op_threads")
+    if cores is not None and intra is not None and intra > cores:
+        raise DeviceSpecError(f"{where}: intra_op_threads={intra} exceeds its {cores} cores: an op here runs on at "
+                              f"most {cores} threads")
+    return found
 
 
 def _quantity(value: Any, where: str, integer: bool = False) -> Any:

@@ -75,3 +75,7 @@ class OrderError(PlacerError):
 class ScheduleMismatchError(ScheduleError):
     """A schedule plan was made for other blocks than the step it should order (another model, placement or
     number of micro-batches)."""
+
+
+class OpWidthError(PlacementError):
+    """An op asks for more threads than the device it is placed on runs it with."""

@@ -98,6 +98,34 @@ def die_with_parent() -> None:
 
 # -- workers ----------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class WorkerLayout:
+    """One testbed worker: the cores it is pinned to and its session's thread pools. An op placed on it runs
+    on `intra_op_threads` threads (its width); `inter_op_threads` ops of it run at once."""
+
+    cores: tuple[int, ...]
+    intra_op_threads: int
+    inter_op_threads: int
+
+
+def uniform_layout(workers: int, cores_per_worker: int) -> tuple[WorkerLayout, ...]:
+    """`workers` workers of `cores_per_worker` consecutive cores each, among those this process may use
+    (wrapping around, so workers share cores when there are too few), with today's default threads."""
+    if workers < 1 or cores_per_worker < 1:
+        raise TestbedError(f"a testbed needs at least one worker and one core per worker, got {workers} x {cores_per_worker}")
+    available = sorted(os.sched_getaffinity(0))
+    return tuple(
+        WorkerLayout(tuple(available[(w * cores_per_worker + c) % len(available)] for c in range(cores_per_worker)),
+                     cores_per_worker, default_inter_op_threads(cores_per_worker))
+        for w in range(workers)
+    )
+
+
+def default_inter_op_threads(intra_op_threads: int) -> int:
+    # One inter-op thread would queue cheap Send ops behind long compute chains and serialize the devices
+    # (seen: a two-tower split gained 1.15x instead of ~2x); a second one keeps transfers flowing.
+    return intra_op_threads + 1
+
 @dataclass
 class TestbedServers:
     """Running worker processes; `close()` (or leaving the `with` block) stops them all."""
@@ -149,22 +177,26 @@ class TestbedServers:
 
 
 def start_servers(
-    workers: int, *, cores_per_worker: int = 1, isolated: bool = True, ready_timeout: float = 120.0
+    workers: int = 2, *, cores_per_worker: int = 1, layout: tuple[WorkerLayout, ...] | None = None,
+    isolated: bool = True, ready_timeout: float = 120.0,
 ) -> TestbedServers:
-    """Start `workers` gRPC worker processes on this machine, each pinned to its own cores.
+    """Start gRPC worker processes on this machine, each pinned to its own cores: `layout`'s workers, or
+    `workers` of `cores_per_worker` cores each.
 
     isolated: we are inside a private namespace (fixed ports are free); otherwise free ports are picked.
     """
-    if workers < 1 or cores_per_worker < 1:
-        raise TestbedError(f"a testbed needs at least one worker and one core per worker, got {workers} x {cores_per_worker}")
+    layout = layout or uniform_layout(workers, cores_per_worker)
+    workers = len(layout)
     available = sorted(os.sched_getaffinity(0))
     notes = []
-    if workers * cores_per_worker > len(available):
+    used = [core for worker in layout for core in worker.cores]
+    if len(used) > len(set(used)) or not set(used) <= set(available):
         notes.append(
-            f"{workers} workers x {cores_per_worker} cores exceed the {len(available)} cores available: workers "
-            "share cores, so measured step times do not reflect a machine with that many devices"
+            f"the workers' cores {[list(w.cores) for w in layout]} overlap or lie outside the {len(available)} cores "
+            f"available ({available}): workers share cores, so measured step times do not reflect a machine with "
+            "that many devices"
         )
-    cores = [[available[(w * cores_per_worker + c) % len(available)] for c in range(cores_per_worker)] for w in range(workers)]
+    cores = [list(worker.cores) for worker in layout]
     ports = [ISOLATED_BASE_PORT + w for w in range(workers)] if isolated else _free_ports(workers)
     spec = {JOB: [f"localhost:{port}" for port in ports]}
     log_dir = Path(tempfile.mkdtemp(prefix="placer-testbed-"))
@@ -173,7 +205,8 @@ def start_servers(
         log = open(log_dir / f"worker{task}.log", "wb")
         command = [
             sys.executable, "-m", "placer.testbed", "serve", "--cluster", json.dumps(spec), "--task", str(task),
-            "--cores", ",".join(map(str, cores[task])), "--threads", str(cores_per_worker),
+            "--cores", ",".join(map(str, cores[task])), "--threads", str(layout[task].intra_op_threads),
+            "--inter-threads", str(layout[task].inter_op_threads),
         ]
         processes.append(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=_quiet_env()))
         log.close()
@@ -224,15 +257,15 @@ def _quiet_env() -> dict[str, str]:
     return env
 
 
-def serve(cluster: dict, task: int, cores: list[int], threads: int) -> None:
+def serve(cluster: dict, task: int, cores: list[int], threads: int, inter_threads: int | None = None) -> None:
     """Body of one worker process: pin, then serve until killed (or until the parent dies)."""
     die_with_parent()
     os.sched_setaffinity(0, cores)
     import tensorflow as tf
 
-    # One inter-op thread would queue cheap Send ops behind long compute chains and serialize the devices
-    # (seen: a two-tower split gained 1.15x instead of ~2x); a second one keeps transfers flowing.
-    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads + 1)
+    # The server's config sizes the worker's CPU device pool (intra) and its executor's pool (inter).
+    inter_threads = inter_threads or default_inter_op_threads(threads)
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=inter_threads)
     server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=JOB, task_index=task, config=config, start=True)
     server.join()
 
@@ -265,13 +298,15 @@ def main(argv: list[str] | None = None) -> int:
     serve_parser.add_argument("--task", type=int, required=True)
     serve_parser.add_argument("--cores", required=True)
     serve_parser.add_argument("--threads", type=int, default=1)
+    serve_parser.add_argument("--inter-threads", type=int)
     up_parser = sub.add_parser("up", help="start workers here and run a command (internal: use `placer cluster up`)")
     up_parser.add_argument("--workers", type=int, default=2)
     up_parser.add_argument("--cores-per-worker", type=int, default=1)
     up_parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.action == "serve":
-        serve(json.loads(args.cluster), args.task, [int(c) for c in args.cores.split(",")], args.threads)
+        serve(json.loads(args.cluster), args.task, [int(c) for c in args.cores.split(",")], args.threads,
+              args.inter_threads)
         return 0
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     return run_up(args.workers, args.cores_per_worker, command)

@@ -1,6 +1,7 @@
 """Concurrency control (the IPDPS 2019 runtime, issue 17): how many threads run each op and how many ops run
-at once. Today: session thread settings, TensorFlow's recommended ones, and choosing one by timing them side by
-side (`placer tune`)."""
+at once: session thread settings, TensorFlow's recommended ones, and choosing one by timing them side by side
+(`placer tune`); a performance model of op time against threads (`performance_model`) and a setting chosen from
+it (`choose`); per-op threads by placement on workers of different widths (`widths`)."""
 
 from placer.concurrency.settings import (
     ThreadSetting, TuneResult, global_settings, recommended_setting, sockets, tune, tuning_candidates,

@@ -13,8 +13,7 @@ from placer.concurrency.performance_model import PerformanceModel
 from placer.concurrency.settings import ThreadSetting, global_settings
 from placer.devices import machine_from_dict
 from placer.graph.opgraph import OpGraph
-from placer.profile import CostTable
-from placer.simulate import Simulator, SimulatorConfig
+from placer.simulate import Simulator
 
 
 @dataclass(frozen=True)
@@ -27,17 +26,14 @@ class ModelChoice:
 
 
 def predicted_step_time(graph: OpGraph, model: PerformanceModel, setting: ThreadSetting, cores: int) -> float:
-    """Seconds of one step of `graph` on one CPU device under `setting` (both pools given), as simulated."""
+    """Seconds of one step of `graph` on one CPU device of `cores` cores under `setting` (both pools given),
+    as simulated with the model at the setting's width."""
     intra, inter = setting.intra_op_threads, setting.inter_op_threads
     if intra is None or inter is None:
         raise ValueError("the model predicts explicit settings: give both intra- and inter-op threads")
-    # `inter` ops of `intra` threads each on `cores` cores: past the cores, each runs that much slower.
-    oversubscribed = max(1.0, intra * inter / cores)
-    table = CostTable(graph.fingerprint, "CPU",
-                      {op.name: model.predict(graph, op, intra) * oversubscribed for op in graph.step_ops},
-                      "performance model", {"intra_op_threads": intra, "inter_op_threads": inter})
-    machine = machine_from_dict({"devices": [{"name": "CPU:0"}]})
-    return Simulator(graph, machine, table, SimulatorConfig(cpu_slots=inter)).simulate([0] * len(graph.groups)).step_time
+    machine = machine_from_dict({"devices": [{"name": "CPU:0", "cores": cores, "intra_op_threads": intra,
+                                              "inter_op_threads": inter}]})
+    return Simulator(graph, machine, model).simulate([0] * len(graph.groups)).step_time
 
 
 def choose_setting(graph: OpGraph, model: PerformanceModel, cores: int | None = None) -> ModelChoice:

@@ -6,6 +6,10 @@ FLOPs and the bytes it reads and writes, and the time at p threads follows Amdah
 their features; an op type it never saw gets the model of all ops. Profiles come from traced steps of the
 whole graph on one in-process CPU device with one inter-op thread (one op at a time, so an op's span is its
 own time at that width).
+
+A least-squares fit in log space predicts an op type's geometric mean, below the arithmetic mean that a
+step's total adds up: each type's predictions are scaled by a factor estimated on the fit set's residuals
+(`BIAS_CORRECTIONS`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ from placer.placement import Placement
 
 ANY_TYPE = "*"
 """The model of all ops, for op types the fit never saw."""
+BIAS_CORRECTIONS = ("none", "smearing", "ratio")
+"""How a type's log-space fit is scaled back: not at all; by Duan's smearing estimator, the mean of
+measured / predicted over the type's fitted ops and thread counts (unbiased per op if the log residuals do not
+depend on size); or by the ratio of their sums (the fit set's total exact, weighted towards long ops)."""
 MIN_SECONDS = 5e-6
 """Ops faster than this are left out of fits and accuracy: their traced spans are mostly timer noise."""
 
@@ -86,11 +94,13 @@ class TypeModel:
     f_intercept: float
     f_slope: float
     ops: int
+    scale: float = 1.0
+    """The bias correction's factor (`BIAS_CORRECTIONS`); 1 for none."""
 
     def seconds(self, flops: float, moved: float, threads: int) -> float:
         single = math.exp(self.intercept + self.flops_slope * math.log1p(flops) + self.bytes_slope * math.log1p(moved))
         fraction = min(max(self.f_intercept + self.f_slope * math.log1p(flops + moved), 0.0), 1.0)
-        return single * (1.0 - fraction + fraction / threads)
+        return self.scale * single * (1.0 - fraction + fraction / threads)
 
 
 @dataclass(frozen=True)
@@ -105,8 +115,12 @@ class PerformanceModel:
         return model.seconds(*op_features(graph, op), threads)
 
 
-def fit_performance_model(samples: Iterable[tuple[OpGraph, ThreadProfile]], *, min_ops: int = 4) -> PerformanceModel:
-    """Fit one `TypeModel` per op type with at least `min_ops` profiled ops (and one over all ops)."""
+def fit_performance_model(samples: Iterable[tuple[OpGraph, ThreadProfile]], *, min_ops: int = 4,
+                          bias_correction: str = "smearing") -> PerformanceModel:
+    """Fit one `TypeModel` per op type with at least `min_ops` profiled ops (and one over all ops), each
+    scaled by `bias_correction` (one of `BIAS_CORRECTIONS`), estimated on the same fitted ops."""
+    if bias_correction not in BIAS_CORRECTIONS:
+        raise ValueError(f"bias_correction must be one of {', '.join(BIAS_CORRECTIONS)}, not {bias_correction!r}")
     rows: list[tuple[str, float, float, dict[int, float]]] = []
     names = []
     for graph, profile in samples:
@@ -126,11 +140,12 @@ def fit_performance_model(samples: Iterable[tuple[OpGraph, ThreadProfile]], *, m
     by_type: dict[str, list] = {ANY_TYPE: rows}
     for row in rows:
         by_type.setdefault(row[0], []).append(row)
-    types = {name: _fit_type(group) for name, group in by_type.items() if name == ANY_TYPE or len(group) >= min_ops}
+    types = {name: _fit_type(group, bias_correction) for name, group in by_type.items()
+             if name == ANY_TYPE or len(group) >= min_ops}
     return PerformanceModel(types, tuple(names))
 
 
-def _fit_type(rows) -> TypeModel:
+def _fit_type(rows, bias_correction: str) -> TypeModel:
     flops = np.log1p([r[1] for r in rows])
     moved = np.log1p([r[2] for r in rows])
     single = np.log([r[3][1] for r in rows])
@@ -148,7 +163,16 @@ def _fit_type(rows) -> TypeModel:
         f_intercept, f_slope = np.linalg.solve(design_f.T @ design_f + 1e-3 * np.eye(2), design_f.T @ np.asarray(fractions))
     else:
         f_intercept, f_slope = 0.0, 0.0
-    return TypeModel(*map(float, coefficients), float(f_intercept), float(f_slope), len(rows))
+    model = TypeModel(*map(float, coefficients), float(f_intercept), float(f_slope), len(rows))
+    if bias_correction == "none":
+        return model
+    measured = np.array([seconds for row in rows for seconds in row[3].values()])
+    predicted = np.array([model.seconds(row[1], row[2], p) for row in rows for p in row[3]])
+    if bias_correction == "smearing":
+        scale = float(np.mean(measured / predicted))
+    else:
+        scale = float(measured.sum() / predicted.sum())
+    return replace(model, scale=scale)
 
 
 def accuracy(model: PerformanceModel, graph: OpGraph, profile: ThreadProfile) -> dict[str, dict[int, float]]:

@@ -2,8 +2,8 @@
 
 Simulated targets: "modeled:2xV100", "modeled:4xA100-nvlink3" (see `placer.hardware`), a machine file
 (YAML/JSON with "devices"), a `DeviceSet`, or "calibrated:FILE", the simulator of the real target a
-`placer calibrate` file was made on. Measured targets: "inprocess:N", "local:N" (the testbed),
-"env" ($PLACER_CLUSTER), or a TensorFlow cluster spec (JSON text or a file holding one).
+`placer calibrate` file was made on. Measured targets: "inprocess:N", "local:N" or "local:widths=2+1" (the
+testbed, with workers of different widths), "env" ($PLACER_CLUSTER), or a TensorFlow cluster spec (JSON text or a file holding one).
 """
 
 from __future__ import annotations

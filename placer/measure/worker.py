@@ -18,8 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logical-cpus", type=int)
     parser.add_argument("--intra-op-threads", type=int)
     parser.add_argument("--inter-op-threads", type=int)
-    parser.add_argument("--testbed-workers", type=int)
-    parser.add_argument("--cores-per-worker", type=int, default=1)
+    parser.add_argument("--testbed-layout", help="JSON: per worker [cores, intra-op threads, inter-op threads]")
     parser.add_argument("--isolated", action="store_true", help="we run in a fresh network namespace")
     parser.add_argument("--target")
     parser.add_argument("--cluster-spec")
@@ -40,17 +39,21 @@ def main(argv: list[str] | None = None) -> int:
         if args.logical_cpus:
             from placer.devices import local_devices
 
-            devices, target, testbed_info = local_devices(args.logical_cpus), "", {}
-        elif args.testbed_workers:
+            devices = local_devices(args.logical_cpus, args.intra_op_threads, args.inter_op_threads)
+            target, testbed_info = "", {}
+        elif args.testbed_layout:
             from placer.devices import cluster_devices
-            from placer.testbed import bring_loopback_up, only_loopback, start_servers
+            from placer.testbed import WorkerLayout, bring_loopback_up, only_loopback, start_servers
 
             if args.isolated:
                 bring_loopback_up()
                 if not only_loopback():
                     raise RuntimeError("refusing to start the testbed: the namespace has interfaces besides loopback")
-            servers = start_servers(args.testbed_workers, cores_per_worker=args.cores_per_worker, isolated=args.isolated)
-            devices, target = cluster_devices(servers.cluster_spec), servers.master
+            layout = tuple(WorkerLayout(tuple(cores), intra, inter) for cores, intra, inter in json.loads(args.testbed_layout))
+            servers = start_servers(layout=layout, isolated=args.isolated)
+            devices = cluster_devices(servers.cluster_spec).with_widths(
+                [(len(w.cores), w.intra_op_threads, w.inter_op_threads) for w in layout])
+            target = servers.master
             testbed_info = {
                 "pids": [p.pid for p in servers.processes],
                 "ports": servers.ports,

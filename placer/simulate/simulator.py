@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 
 from placer.devices import DeviceSet, Link
 from placer.errors import DeviceSpecError, PlacementError, ProfileError
-from placer.graph.opgraph import OpGraph
+from placer.graph.opgraph import OpGraph, OpNode
 from placer.placement import Placement
 from placer.profile import CostTable
 from placer.simulate.engine import EngineDevices, EngineGraph, Workspace, simulate_step
@@ -21,6 +21,22 @@ ALIAS_OP_TYPES = frozenset({
     "Const", "Identity", "IdentityN", "ReadVariableOp", "VarHandleOp", "Reshape", "Squeeze", "ExpandDims",
     "StopGradient", "PreventGradient", "Snapshot",
 })
+
+
+class OpTimeModel(Protocol):
+    """Predicts an op's compute seconds at a number of threads (`placer.concurrency.PerformanceModel`)."""
+
+    def predict(self, graph: OpGraph, op: OpNode, threads: int) -> float: ...
+
+
+def co_running_slowdown(cores: int | None, intra_op_threads: int, inter_op_threads: int) -> float:
+    """How much slower each op of a CPU device runs when `inter_op_threads` ops of `intra_op_threads` threads
+    each share its `cores`: past the cores, by their ratio (1 where the cores are not known).
+
+    Static: it assumes every inter-op thread is busy, an upper bound for a device that is often idle."""
+    if cores is None:
+        return 1.0
+    return max(1.0, intra_op_threads * inter_op_threads / cores)
 
 
 @dataclass(frozen=True)
@@ -50,9 +66,14 @@ class SimulatorConfig:
 
 
 class Simulator:
-    """Predicts the step time, memory and timeline of placements of one graph on one device set."""
+    """Predicts the step time, memory and timeline of placements of one graph on one device set.
 
-    def __init__(self, graph: OpGraph, devices: DeviceSet, costs: CostTable | Mapping[str, CostTable],
+    `costs` are measured or modeled cost tables (one for all devices, or per device model or kind), or an
+    `OpTimeModel`: then each CPU device's ops take the model's time at the device's width (`Device.width`),
+    slowed down when its ops' threads outnumber its cores (`co_running_slowdown`), and it runs its inter-op
+    threads' worth of ops at once (`SimulatorConfig.cpu_slots` where the device does not say)."""
+
+    def __init__(self, graph: OpGraph, devices: DeviceSet, costs: CostTable | Mapping[str, CostTable] | OpTimeModel,
                  config: SimulatorConfig | None = None):
         self.graph = graph
         self.devices = devices
@@ -68,8 +89,12 @@ class Simulator:
         self._names = [op.name for op in step]
         self._op_group = np.array([op.group for op in step], dtype=np.int64)
 
-        tables = [self._table_for(device, costs) for device in devices]
-        self.op_cost = np.array([[table.seconds(op.name) for table in tables] for op in step], dtype=np.float64).reshape(len(step), len(devices))
+        if hasattr(costs, "predict"):
+            self.op_cost, slots = self._modeled_costs(costs)
+        else:
+            tables = [self._table_for(device, costs) for device in devices]
+            self.op_cost = np.array([[table.seconds(op.name) for table in tables] for op in step], dtype=np.float64).reshape(len(step), len(devices))
+            slots = [config.gpu_slots if d.kind == "GPU" else config.cpu_slots for d in devices]
         self.op_alloc = np.array(
             [0 if op.type in ALIAS_OP_TYPES else sum(op.output_bytes) for op in step], dtype=np.float64
         )
@@ -103,7 +128,7 @@ class Simulator:
         self.in_degree = np.diff(self.in_ptr).astype(np.int64)
         self.tensor_bytes = np.array(tensor_bytes, dtype=np.float64).reshape(len(tensor_bytes))
 
-        self.slots = np.array([config.gpu_slots if d.kind == "GPU" else config.cpu_slots for d in devices], dtype=np.int64)
+        self.slots = np.array(slots, dtype=np.int64)
         d = len(devices)
         self.link_bandwidth = np.zeros((d, d))
         self.link_latency = np.zeros((d, d))
@@ -131,6 +156,21 @@ class Simulator:
             float(config.send_cpu_per_byte), float(config.recv_cpu), float(config.recv_cpu_per_byte),
         )
         self._work = Workspace.allocate(self._engine_graph, self._engine_devices)
+
+    def _modeled_costs(self, model: OpTimeModel) -> tuple[np.ndarray, list[int]]:
+        """Op seconds per CPU device at its width, and the ops each runs at once."""
+        step, columns, slots = self.graph.step_ops, [], []
+        for device in self.devices:
+            if device.kind != "CPU" or device.width is None:
+                raise DeviceSpecError(
+                    f"{device.short_name}: a performance model predicts CPU devices of a known width; give the "
+                    "device its cores or intra_op_threads (a machine file's `cores:`), or simulate it with a cost table"
+                )
+            inter = device.inter_op_threads or self.config.cpu_slots
+            slowdown = co_running_slowdown(device.cores, device.width, inter)
+            columns.append([model.predict(self.graph, op, device.width) * slowdown for op in step])
+            slots.append(inter)
+        return np.array(columns, dtype=np.float64).T.reshape(len(step), len(self.devices)), slots
 
     def _table_for(self, device, costs) -> CostTable:
         if isinstance(costs, CostTable):

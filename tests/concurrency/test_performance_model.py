@@ -1,5 +1,7 @@
 """The performance model of op time against intra-op threads, on profiles whose answer is known."""
 
+import math
+
 import pytest
 import tensorflow as tf
 
@@ -45,7 +47,9 @@ def amdahl_profile(graph, parallel_fraction=0.8, seconds_per_flop=1e-10):
 
 
 def test_the_model_recovers_amdahls_law_for_matmuls_it_never_profiled(seen, unseen):
-    model = fit_performance_model([(seen, amdahl_profile(seen))])
+    # Noise-free profiles leave no log-space bias to correct (a correction would only scale the model of all
+    # ops up by its misfit across types, which the ops of unseen types use here).
+    model = fit_performance_model([(seen, amdahl_profile(seen))], bias_correction="none")
     assert "MatMul" in model.types and ANY_TYPE in model.types
     for op in unseen.step_ops:
         if op.type == "MatMul":
@@ -88,3 +92,43 @@ def test_the_model_picks_two_ops_at_once_for_two_serial_matmuls_and_one_wide_op_
     choice = choose_setting(seen, parallel, cores=2)
     assert choice.predicted[ThreadSetting(2, 2)] > min(choice.predicted.values())
     assert choice.predicted[ThreadSetting(1, 1)] > choice.predicted[choice.setting]
+
+
+def noisy_profile(graph, spread=0.5):
+    """`amdahl_profile` with each op's times multiplied by exp(+spread) or exp(-spread) in turn: the log-space
+    noise is symmetric, so the geometric mean is right and the arithmetic mean is cosh(spread) above it."""
+    clean = amdahl_profile(graph)
+    sign = {op.name: (-1) ** i for i, op in enumerate(graph.step_ops)}
+    return ThreadProfile(graph.name, graph.fingerprint, {
+        p: {name: seconds * math.exp(sign[name] * spread) for name, seconds in times.items()}
+        for p, times in clean.op_seconds.items()}, 1.0)
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    """Two matmuls of each size, so that noise of opposite signs on the two cannot be fitted away."""
+    return matmuls([64, 64, 128, 128, 256, 256, 384, 384], "pairs")
+
+
+@pytest.mark.parametrize("correction", ["smearing", "ratio"])
+def test_a_bias_correction_brings_the_total_of_a_log_space_fit_back_up_to_the_measured_one(pairs, correction):
+    profile = noisy_profile(pairs)
+    uncorrected = accuracy(fit_performance_model([(pairs, profile)], bias_correction="none"), pairs, profile)
+    corrected = accuracy(fit_performance_model([(pairs, profile)], bias_correction=correction), pairs, profile)
+    # cosh(0.5) = 1.13: the geometric mean is 11 % below the arithmetic one.
+    assert uncorrected["total_error_pct"][1] < -7
+    assert abs(corrected["total_error_pct"][1]) < 5 and abs(corrected["total_error_pct"][2]) < 5
+
+
+def test_without_noise_the_bias_correction_changes_nothing(seen):
+    profile = amdahl_profile(seen)
+    plain = fit_performance_model([(seen, profile)], bias_correction="none")
+    smeared = fit_performance_model([(seen, profile)], bias_correction="smearing")
+    assert smeared.types["MatMul"].scale == pytest.approx(1.0, abs=0.02)
+    op = seen.op("matmul128")
+    assert smeared.predict(seen, op, 2) == pytest.approx(plain.predict(seen, op, 2), rel=0.02)
+
+
+def test_an_unknown_bias_correction_is_refused(seen):
+    with pytest.raises(ValueError, match="smearing"):
+        fit_performance_model([(seen, amdahl_profile(seen))], bias_correction="median")

@@ -56,6 +56,17 @@ def test_observation_describes_ops_units_edges_and_devices(env):
     assert env.observation_space.contains(obs)
 
 
+def test_the_observation_shows_each_devices_width_so_placing_an_op_chooses_its_threads(env):
+    from envs.observation import graph_observation, observation_shape
+
+    graph = env.graph
+    widths = machine_from_dict({"devices": [{"name": "/job:worker/task:0/device:CPU:0", "cores": 2},
+                                            {"name": "/job:worker/task:1/device:CPU:0", "cores": 1},
+                                            {"name": "GPU:0"}]})
+    obs = graph_observation(graph, widths, observation_shape(graph, widths))
+    assert list(obs["device_threads"]) == [2, 1, 0]
+
+
 def test_out_of_memory_placement_gets_the_failing_signal_and_ends_normally():
     tiny_memory = machine_from_dict({"devices": [
         {"name": "GPU:0", "memory": "1MB", "peak_flops": "10T", "memory_bandwidth": "500G"},
