@@ -10,18 +10,17 @@ from agents.launch import Command
 
 
 def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
-    from agents.graph_policy.pretrain import PretrainConfig
+    from agents.graph_policy import training_set as defaults
 
-    defaults = PretrainConfig()
-    parser.add_argument("--models", nargs="+", default=list(defaults.models), metavar="MODEL",
-                        help=f"models to train on (default: {' '.join(defaults.models)})")
-    parser.add_argument("--sizes", nargs="+", default=list(defaults.sizes), metavar="SIZE",
-                        help=f"every model at each size (default: {' '.join(defaults.sizes)})")
-    parser.add_argument("--machines", nargs="+", default=list(defaults.machines), metavar="TARGET",
-                        help=f"simulated targets (default: {' '.join(defaults.machines)})")
-    parser.add_argument("--updates", type=int, default=defaults.updates, help="updates in all, one graph-machine pair "
-                        f"each, in turn (default {defaults.updates})")
-    parser.add_argument("--samples-per-update", type=int, default=defaults.samples_per_update)
+    parser.add_argument("--models", nargs="+", default=list(defaults.MODELS), metavar="MODEL",
+                        help=f"models to train on (default: {' '.join(defaults.MODELS)})")
+    parser.add_argument("--sizes", nargs="+", default=list(defaults.SIZES), metavar="SIZE",
+                        help=f"every model at each size (default: {' '.join(defaults.SIZES)})")
+    parser.add_argument("--machines", nargs="+", default=list(defaults.MACHINES), metavar="TARGET",
+                        help=f"simulated targets (default: {' '.join(defaults.MACHINES)})")
+    parser.add_argument("--updates", type=int, default=defaults.UPDATES, help="updates in all, one graph-machine "
+                        f"pair each, in turn (default {defaults.UPDATES})")
+    parser.add_argument("--samples-per-update", type=int, default=defaults.SAMPLES_PER_UPDATE)
     parser.add_argument("--set", dest="agent_options", action="append", default=[], metavar="KEY=VALUE",
                         help="a GraphAgentConfig option, e.g. --set hidden_size=32 --set learning_rate=0.01")
     parser.add_argument("--seed", type=int, default=0)

@@ -16,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from agents.graph_policy import training_set
 from agents.graph_policy.agent import GraphAgentConfig, GraphPolicyAgent
 from agents.graph_policy.policy import GraphPlacementPolicy
 from agents.graph_policy.policy_file import save_policy
@@ -24,16 +25,16 @@ from placer.errors import PlacerError
 
 @dataclass(frozen=True)
 class PretrainConfig:
-    models: tuple = ("two-tower", "mlp", "rnnlm", "nmt-2")
+    models: tuple = training_set.MODELS
     """Models to train on: built-in names, module:function or file.py:function (as `placer train` takes),
     or built `OpGraph`s (their size is their own)."""
-    sizes: tuple[str, ...] = ("tiny",)
+    sizes: tuple[str, ...] = training_set.SIZES
     """Every model at each of these sizes."""
-    machines: tuple[str, ...] = ("modeled:2xV100", "modeled:4xV100")
+    machines: tuple[str, ...] = training_set.MACHINES
     """Simulated targets to train on."""
-    updates: int = 200
+    updates: int = training_set.UPDATES
     """Updates in all (each on one graph-machine pair, in turn)."""
-    samples_per_update: int = 4
+    samples_per_update: int = training_set.SAMPLES_PER_UPDATE
     agent: GraphAgentConfig = field(default_factory=GraphAgentConfig)
     progress: bool = True
 
