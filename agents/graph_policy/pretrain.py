@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -101,15 +100,6 @@ def pretrain(config: PretrainConfig, out: str | Path) -> PretrainResult:
 
 def place_with_policy(policy: GraphPlacementPolicy, graph, devices, device_mask: np.ndarray) -> np.ndarray:
     """The policy's greedy placement of `graph` on `devices`, zero-shot: [U] device per unit."""
-    agent = GraphPolicyAgent(graph, device_mask, devices, replace(GraphAgentConfig(), logits_noise_std=0.0),
+    agent = GraphPolicyAgent(graph, device_mask, devices, GraphAgentConfig(),
                              policy=policy)
     return agent.best_guess()
-
-
-def pretrained_config(record) -> GraphAgentConfig:
-    """The agent settings a policy file was pre-trained with (to fine-tune it the same way)."""
-    settings = dict(record["trained_on"].get("agent", {}))
-    return GraphAgentConfig(**settings) if settings else GraphAgentConfig()
-
-
-__all__: Sequence[str] = ("PretrainConfig", "PretrainResult", "pretrain", "place_with_policy")
