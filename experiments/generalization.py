@@ -7,7 +7,8 @@ generated branchy graphs held out from every fold, on modeled GPU machines (the 
 Per fold, the policy is pre-trained on every other family's models on every machine (`placer pretrain`),
 then, on each held-out model and machine:
 - zero-shot: the policy's greedy placement, against the best baseline (single device, expert, METIS,
-  Scotch, m-TOPO, m-ETF, m-SCT, on the same simulator);
+  Scotch, m-TOPO, m-ETF, m-SCT, on the same simulator), and against the partition prior it starts from
+  (`agents.graph_policy.agent.partition_prior`) placed as it is: what pre-training adds to it;
 - fine-tuned: the pre-trained policy trained on that graph, and the hierarchical planner from scratch (the
   default preset), each for the same number of updates of 4 samples: how many samples each needed to reach
   the best baseline (none: it did not), and the best step time each reached.
@@ -33,7 +34,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 from agents.factory import make_agent  # noqa: E402
-from agents.graph_policy.agent import GraphAgentConfig, GraphPolicyAgent  # noqa: E402
+from agents.graph_policy.agent import GraphAgentConfig, GraphPolicyAgent, partition_prior  # noqa: E402
 from agents.graph_policy.policy_file import load_policy  # noqa: E402
 from agents.graph_policy.pretrain import PretrainConfig, place_with_policy, pretrain  # noqa: E402
 from agents.presets import DEFAULT_PRESET, with_preset  # noqa: E402
@@ -97,11 +98,13 @@ def evaluate_held_out(policy_path: Path, graph, model: str | None, machines, arg
             started = time.perf_counter()
             zero_shot = env.target.evaluate(list(place_with_policy(policy, env.graph, env.devices, env.device_mask)))
             placing = time.perf_counter() - started
+            prior = env.target.evaluate(list(partition_prior(env.graph, env.devices).argmax(axis=1)))
             row = {"fold": fold, "graph": graph.name, "machine": machine, "best_baseline": baseline,
                    "best_baseline_ms": baseline_seconds * 1e3,
                    "zero_shot_ms": zero_shot.seconds * 1e3 if zero_shot.ok else None,
                    "zero_shot_vs_best_pct": 100 * (baseline_seconds - zero_shot.seconds) / baseline_seconds
-                   if zero_shot.ok else None, "placing_s": placing}
+                   if zero_shot.ok else None, "placing_s": placing,
+                   "partition_prior_ms": prior.seconds * 1e3 if prior.ok else None}
             if args.finetune_updates:
                 fine_policy, _ = load_policy(policy_path)  # a fresh copy: each graph fine-tunes from the same start
                 fine = GraphPolicyAgent(env.graph, env.device_mask, env.devices, GraphAgentConfig(seed=args.seed),
@@ -152,7 +155,7 @@ def main() -> None:
                 rows += evaluate_held_out(path, graph, None, args.machines, args, "all families")
     zero_shot = [r["zero_shot_vs_best_pct"] for r in rows if r["zero_shot_vs_best_pct"] is not None]
     write_report("generalization", ["fold", "graph", "machine", "best_baseline", "best_baseline_ms", "zero_shot_ms",
-                                    "zero_shot_vs_best_pct", "placing_s", "finetuned_samples", "finetuned_best_ms",
+                                    "zero_shot_vs_best_pct", "partition_prior_ms", "placing_s", "finetuned_samples", "finetuned_best_ms",
                                     "scratch_samples", "scratch_best_ms"], rows, args.out,
                  size=args.size, pretrain_updates=args.pretrain_updates, finetune_updates=args.finetune_updates,
                  samples_per_update=SAMPLES_PER_UPDATE,

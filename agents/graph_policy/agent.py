@@ -29,10 +29,29 @@ class GraphAgentConfig(PolicyGradientConfig):
     logits_noise_std: float = 0.0
     """No logit noise by default: the per-unit draws explore enough."""
     normalize_advantages: bool = True
+    partition_prior: bool = True
+    """Start each unit on its device in a partition of the graph over the compute devices (GraphPolicyConfig)."""
+    prior_weight: float = 2.5
+    """Initial weight of that prior in the logits (GraphPolicyConfig)."""
 
     def policy_config(self) -> GraphPolicyConfig:
         return GraphPolicyConfig(hidden_size=self.hidden_size, message_rounds=self.message_rounds,
-                                 tanh_constant=self.tanh_constant, seed=self.seed)
+                                 tanh_constant=self.tanh_constant, partition_prior=self.partition_prior,
+                                 prior_weight=self.prior_weight, seed=self.seed)
+
+
+def partition_prior(graph: OpGraph, devices: DeviceSet) -> np.ndarray:
+    """[U, D] 1 on each unit's starting device: a METIS bisection of the unit graph (from the graph alone, as
+    the hierarchical planner's partition grouping) into one part per compute device, so that neighbouring
+    units start together and the parts differ in which device they start on."""
+    from agents.partitioners import unit_partition
+    from placer.models.expert import compute_devices
+
+    targets = compute_devices(devices)
+    parts = unit_partition(graph, len(targets))
+    prior = np.zeros((len(graph.groups), len(devices)), np.float32)
+    prior[np.arange(len(graph.groups)), np.asarray(targets)[parts]] = 1.0
+    return prior
 
 
 class GraphPolicyAgent(PolicyGradientAgent):
@@ -57,10 +76,13 @@ class GraphPolicyAgent(PolicyGradientAgent):
         mask = device_mask[: inputs.num_units].astype(np.float32)
         mask[mask.sum(axis=1) == 0] = 1.0  # no device fits: leave it free, the placement fails and is charged
         self.mask = tf.constant(mask)
+        # The policy's own configuration decides (a pre-trained policy brings its own).
+        self.prior = tf.constant(partition_prior(graph, devices) if self.policy.config.partition_prior
+                                 else np.zeros((inputs.num_units, len(devices)), np.float32))
 
     def _masked_logits(self, noise: tf.Tensor) -> tf.Tensor:
         """[B, U, D] for noise [B, U, D]."""
-        logits = self.policy.logits(self.units, self.edges, self.device_features)
+        logits = self.policy.logits_with_prior(self.units, self.edges, self.device_features, self.prior)
         return tf.where(self.mask > 0, (logits + noise) / self.config.temperature, -1e9)
 
     def _sample(self, greedy: bool = False) -> UnitSample:

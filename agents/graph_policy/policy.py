@@ -5,6 +5,12 @@ producers and its consumers (means, so a unit with many inputs is not louder), w
 A device's embedding comes from its `DeviceInputs` row. The logit of placing a unit on a device is an
 additive-attention score of the two, bounded by tanh. Nothing depends on the number of units or devices,
 so one set of weights places any graph on any device set whose kinds it has seen.
+
+Devices of one kind and model look alike to that score, so on its own the policy can put a graph on one
+GPU or spread it at random, but never split it. A partition prior breaks the tie: the caller gives each
+unit a starting device (a graph-only partition over the compute devices, `agents.graph_policy.agent`), and
+the unit's embedding decides how strongly it keeps it (a learned, non-negative weight per unit), as the
+hierarchical planner's placement prior does with a fixed weight.
 """
 
 from __future__ import annotations
@@ -28,6 +34,12 @@ class GraphPolicyConfig:
     """Rounds of message passing: a unit sees this many hops of the graph around it."""
     tanh_constant: float = 2.5
     """Logits are bounded to C * tanh(score)."""
+    partition_prior: bool = True
+    """Start each unit on its device in a partition of the graph over the compute devices (see the module)."""
+    prior_weight: float = 2.5
+    """Initial weight of the partition prior in every unit's logits, learned per unit from there on. It is the
+    tuned preset's placement prior weight: among three equally scored devices, a unit keeps its partition's
+    device with probability e^2.5 / (e^2.5 + 2) = 0.86."""
     seed: int = 0
 
     def __post_init__(self):
@@ -35,6 +47,8 @@ class GraphPolicyConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+        if not self.prior_weight > 0:
+            raise ValueError(f"prior_weight must be positive, got {self.prior_weight!r}")
 
 
 def _dense(name: str, inputs: int, outputs: int, seed: int) -> tuple[tf.Variable, tf.Variable]:
@@ -59,6 +73,10 @@ class GraphPlacementPolicy(tf.Module):
         self.device_key = _dense("device_key", h, h, seed + 1002)[0]
         self.score_vector = tf.Variable(tf.keras.initializers.GlorotUniform(seed=seed + 1003)((h, 1))[:, 0],
                                         name="score_vector")
+        if c.partition_prior:
+            # softplus(h . gate + bias) starts at prior_weight for every unit: the gate starts at zero
+            self.prior_gate = tf.Variable(tf.zeros([h]), name="prior/gate")
+            self.prior_bias = tf.Variable(float(np.log(np.expm1(c.prior_weight))), name="prior/bias")
 
     @tf.function(reduce_retracing=True)
     def encode(self, units: tf.Tensor, edges: tf.Tensor) -> tf.Tensor:
@@ -79,8 +97,21 @@ class GraphPlacementPolicy(tf.Module):
 
     @tf.function(reduce_retracing=True)
     def logits(self, units: tf.Tensor, edges: tf.Tensor, devices: tf.Tensor) -> tf.Tensor:
-        """[N, D] logits of placing each unit of the batch on each device (devices: [D, K] `DeviceInputs`)."""
+        """[N, D] logits of placing each unit of the batch on each device (devices: [D, K] `DeviceInputs`),
+        without a prior."""
+        return self._scores(self.encode(units, edges), devices)
+
+    @tf.function(reduce_retracing=True)
+    def logits_with_prior(self, units: tf.Tensor, edges: tf.Tensor, devices: tf.Tensor, prior: tf.Tensor) -> tf.Tensor:
+        """[N, D] logits with the partition prior: prior [N, D] is 1 on each unit's starting device."""
         h = self.encode(units, edges)
+        scores = self._scores(h, devices)
+        if not self.config.partition_prior:
+            return scores
+        weight = tf.nn.softplus(tf.linalg.matvec(h, self.prior_gate) + self.prior_bias)
+        return scores + weight[:, None] * prior
+
+    def _scores(self, h: tf.Tensor, devices: tf.Tensor) -> tf.Tensor:
         kernel, bias = self.device_embedding
         d = tf.nn.relu(tf.matmul(devices, kernel) + bias)
         query = tf.matmul(h, self.unit_query)[:, None, :]

@@ -19,7 +19,8 @@ from placer.devices import DeviceSet
 from placer.errors import PlacerError
 
 FILE_FORMAT = "placer.graph-policy"
-FILE_VERSION = 1
+FILE_VERSION = 2
+"""2: the policy has a partition prior (GraphPolicyConfig.partition_prior) and its two weights."""
 
 
 class PolicyFileError(PlacerError):
