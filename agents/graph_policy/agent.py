@@ -41,16 +41,25 @@ class GraphAgentConfig(PolicyGradientConfig):
 
 
 def partition_prior(graph: OpGraph, devices: DeviceSet) -> np.ndarray:
-    """[U, D] 1 on each unit's starting device: a METIS bisection of the unit graph (from the graph alone, as
-    the hierarchical planner's partition grouping) into one part per compute device, so that neighbouring
-    units start together and the parts differ in which device they start on."""
-    from agents.partitioners import unit_partition
-    from placer.models.expert import compute_devices
+    """[U, D] 1 on each unit's starting device: the METIS baseline's k-way partition over the compute devices,
+    balanced by the devices' roofline op costs (a generic host CPU's or V100's where a device has no
+    hardware numbers, as on the testbed: only the costs' ratios matter to the balance). Neighbouring units
+    start together, and the parts differ in which device they start on."""
+    from agents.partitioners import metis_placement
+    from placer.cost.targets import roofline_tables
+    from placer.errors import DeviceSpecError
+    from placer.hardware import GPUS, HOST_CPU
+    from placer.profile import roofline_costs
+    from placer.simulate import Simulator
 
-    targets = compute_devices(devices)
-    parts = unit_partition(graph, len(targets))
+    try:
+        tables = roofline_tables(graph, devices)
+    except DeviceSpecError:
+        tables = {device.model or device.kind: roofline_costs(graph, HOST_CPU if device.kind == "CPU" else GPUS["V100"])
+                  for device in devices}
+    start = metis_placement(graph, devices, Simulator(graph, devices, tables)).group_device_array
     prior = np.zeros((len(graph.groups), len(devices)), np.float32)
-    prior[np.arange(len(graph.groups)), np.asarray(targets)[parts]] = 1.0
+    prior[np.arange(len(graph.groups)), start] = 1.0
     return prior
 
 
