@@ -123,7 +123,6 @@ class Simulator:
         self.out_tensor = np.array([e[2] for e in edges], dtype=np.int64).reshape(m)
         self.out_ptr = np.searchsorted(src, np.arange(n + 1)).astype(np.int64)
         by_dst = np.argsort(dst, kind="stable").astype(np.int64)
-        self.in_edge = by_dst
         self.in_ptr = np.searchsorted(dst[by_dst], np.arange(n + 1)).astype(np.int64)
         self.in_degree = np.diff(self.in_ptr).astype(np.int64)
         self.tensor_bytes = np.array(tensor_bytes, dtype=np.float64).reshape(len(tensor_bytes))
@@ -148,7 +147,8 @@ class Simulator:
         tensor_src = np.empty(len(tensor_bytes), dtype=np.int64)
         tensor_src[self.out_tensor] = src  # a tensor is one op's output: every edge carrying it has that source
         self._engine_graph = EngineGraph(
-            self.op_cost, self.op_alloc, self.out_ptr, self.out_dst, self.out_tensor, self.in_ptr, self.in_edge,
+            self.op_cost, self.op_alloc, self.out_ptr, self.out_dst, self.out_tensor, self.in_ptr, src[by_dst],
+            self.out_tensor[by_dst],
             self.edge_src, self.tensor_bytes, self.in_degree, tensor_src,
         )
         self._engine_devices = EngineDevices(
