@@ -110,6 +110,14 @@ class ScheduleRun:
             return None
         return not self.violations
 
+    def to_json_dict(self) -> dict:
+        """The run as `placer schedule --measure --json` and `placer apply --schedule --json` print it."""
+        return {"method": self.method, "measured_ms": self.seconds * 1e3 if self.ok else None,
+                "predicted_ms": self.predicted * 1e3 if self.predicted is not None else None,
+                "order_kept": self.order_kept, "violations": [v.describe() for v in self.violations],
+                "blocks_traced": self.links_traced, "blocks": self.links,
+                "failure": None if self.ok else self.measurement.failure.message}
+
     def describe(self) -> str:
         if not self.ok:
             return f"{self.method}: FAILED ({self.measurement.failure.kind}): {self.measurement.failure.message}"
