@@ -229,8 +229,9 @@ def test_cli_apply_refuses_a_binary_file_in_one_line(tmp_path):
 
 @pytest.fixture(scope="module")
 def two_tower_schedule(tmp_path_factory, cpus2):
-    """The expert placement of two-tower on two CPUs, a round-robin one, and the 1F1B plan of the expert one
-    over 4 micro-batches, as `placer schedule` saves it (spans profiled on inprocess:2)."""
+    """The expert placement of two-tower on two CPUs, a round-robin one, and the 1F1B plans (training and
+    inference) of the expert one over 4 micro-batches, as `placer schedule` saves them (spans profiled on
+    inprocess:2)."""
     from placer.cli import main
     from placer.models import expert_placement, load_model
 
@@ -238,16 +239,17 @@ def two_tower_schedule(tmp_path_factory, cpus2):
     graph = load_model("two-tower", "tiny")
     expert = expert_placement("two-tower", graph, cpus2).save(folder / "expert.json", graph)
     round_robin = Placement.round_robin(graph, cpus2).save(folder / "round-robin.json", graph)
-    plan = folder / "plan.json"
-    assert main(["schedule", "--model", "two-tower", "--placement", str(expert), "--cluster", "inprocess:2",
-                 "--micro-batches", "4", "--method", "1f1b", "--save", str(plan)]) == 0
-    return expert, round_robin, plan
+    plan, inference = folder / "plan.json", folder / "inference.json"
+    for flags, path in (([], plan), (["--inference"], inference)):
+        assert main(["schedule", "--model", "two-tower", "--placement", str(expert), "--cluster", "inprocess:2",
+                     "--micro-batches", "4", "--method", "1f1b", *flags, "--save", str(path)]) == 0
+    return expert, round_robin, plan, inference
 
 
 def test_cli_apply_runs_a_placement_with_its_schedule_and_the_traced_step_keeps_the_order(two_tower_schedule, capsys):
     from placer.cli import main
 
-    expert, _, plan = two_tower_schedule
+    expert, _, plan, _ = two_tower_schedule
     capsys.readouterr()
     status = main(["apply", str(expert), "two-tower", "--schedule", str(plan), "--cluster", "inprocess:2",
                    "--steps", "2", "--warmup", "1", "--json"])
@@ -261,7 +263,7 @@ def test_cli_apply_runs_a_placement_with_its_schedule_and_the_traced_step_keeps_
 
 
 def test_cli_apply_refuses_a_plan_for_another_placement_before_building_any_graph(two_tower_schedule):
-    _, round_robin, plan = two_tower_schedule
+    _, round_robin, plan, _ = two_tower_schedule
     run = subprocess.run([sys.executable, "-c", (
         "import sys; from placer.cli import main; status = main(sys.argv[1:]); "
         "print('tensorflow loaded' if 'tensorflow' in sys.modules else 'tensorflow not loaded'); sys.exit(status)"),
@@ -271,3 +273,16 @@ def test_cli_apply_refuses_a_plan_for_another_placement_before_building_any_grap
     errors = [line for line in run.stderr.splitlines() if line.startswith("placer: error:")]
     assert len(errors) == 1 and "made for another placement of two-tower" in errors[0], run.stderr[-2000:]
     assert "tensorflow not loaded" in run.stdout
+
+
+def test_cli_apply_runs_an_inference_plan_as_forward_only_steps(two_tower_schedule, capsys):
+    from placer.cli import main
+
+    expert, _, _, inference = two_tower_schedule
+    capsys.readouterr()
+    status = main(["apply", str(expert), "two-tower", "--schedule", str(inference), "--cluster", "inprocess:2",
+                   "--steps", "2", "--warmup", "1"])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    assert "3 inference (forward-only) steps (1 warm-up)" in printed
+    assert "order kept (8/8 blocks traced)" in printed

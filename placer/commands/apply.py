@@ -70,8 +70,9 @@ def _apply_with_schedule(args, model: str, size: str, graph, exported, plan, tar
                           **run.to_json_dict(), "result": run.measurement.to_dict()}, indent=1))
     else:
         print(graph.summary())
+        kind = "training" if plan.template.trains else "inference (forward-only)"
         print(f"placement {args.placement} with the {plan.method} schedule {args.schedule} ({plan.micro_batches} "
-              f"micro-batches) on {target}: {args.warmup + args.steps} training steps ({args.warmup} warm-up), "
-              "then one traced to check the order")
+              f"micro-batches) on {target}: {args.warmup + args.steps} {kind} steps ({args.warmup} warm-up), then one "
+              "traced to check the order")
         print(run.describe())
     return 0 if run.ok and run.order_kept else 1

@@ -42,7 +42,8 @@ def add_schedule_arguments(parser) -> None:
                         "forward and backward copied per micro-batch, one update) whose devices keep the plan's order; "
                         "print measured vs predicted step time and whether the traced step kept the order")
     parser.add_argument("--inference", action="store_true", help="schedule forward blocks only (inference: no "
-                        "backward, no activations kept); modeled, not with --measure")
+                        "backward, no activations kept); with --measure each plan runs as a forward-only micro-batched "
+                        "step (no gradients, no update)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
@@ -61,9 +62,6 @@ def schedule_command(args) -> int:
                               "(two-tower, nmt-2, nmt-4, nmt-8)")
         raise PlacerError(f"--measure runs the plans for real: give a measured --cluster (inprocess:2, local:2), "
                           f"not {args.cluster}")
-    if args.measure and args.inference:
-        raise PlacerError("--inference schedules are modeled only: running them for real is not built yet "
-                          "(drop --measure)")
     if measured:
         return _real_target_command(args)
     template, origin = (shape_template(args.shape, args.devices), None) if args.shape else _model_template(args)
@@ -158,8 +156,8 @@ def _real_target_command(args) -> int:
     from placer.cost import parse_target_spec
     from placer.measure import Measurer
     from placer.models import is_builtin_model, load_model
-    from placer.schedule.execute import profiled_template, run_schedule, scheduled_step
-    from placer.schedule.micro_batch import build_micro_batch_graph, micro_batched_step, placement_at_micro_batch
+    from placer.schedule.execute import profiled_template, run_schedule, scheduled_step, step_for_plan
+    from placer.schedule.micro_batch import build_micro_batch_graph, placement_at_micro_batch
 
     if not is_builtin_model(args.model):
         raise PlacerError(f"--cluster {args.cluster} profiles the model built at a micro-batch size, which needs a "
@@ -178,7 +176,8 @@ def _real_target_command(args) -> int:
         plans = _make_plans(args, template, origin)
         if not args.measure:
             return _report_plans(args, template, plans)
-        step = micro_batched_step(micro_batch_graph, args.micro_batches)
+        # Every plan orders the same template's blocks, so one step (training, or forward-only) serves them all.
+        step, placement = step_for_plan(next(iter(plans.values())), micro_batch_graph, placement, devices)
         rows = []
         for plan in plans.values():
             run = run_schedule(measurer, scheduled_step(step, placement, devices, plan))

@@ -1,5 +1,6 @@
-"""A schedule plan executed for real: a micro-batched step whose devices run their blocks in the plan's order
-(control dependencies, `placer.graph.order`), timed by a `Measurer`, its traced step checked for that order.
+"""A schedule plan executed for real: a micro-batched step (training, or forward-only for an inference plan)
+whose devices run their blocks in the plan's order (control dependencies, `placer.graph.order`), timed by a
+`Measurer`, its traced step checked for that order.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from placer.measure.config import MeasureConfig
 from placer.measure.result import Measurement
 from placer.placement import Placement
 from placer.schedule.from_placement import block_dependencies, op_blocks
-from placer.schedule.micro_batch import MicroBatchedStep
+from placer.schedule.inference import forward_only_graph, forward_only_placement
+from placer.schedule.micro_batch import MicroBatchedStep, micro_batched_step
 from placer.schedule.plan import SchedulePlan
 
 
@@ -69,6 +71,18 @@ def block_chains(step: MicroBatchedStep, placement: Placement, devices: DeviceSe
             chains.append(OpChain(device, tuple(frozenset(ops_of[b.key]) for b in scheduled),
                                   tuple(f"{b.spec.name} mb{b.micro_batch}" for b in scheduled)))
     return tuple(chains)
+
+
+def step_for_plan(plan: SchedulePlan, micro_batch_graph: OpGraph, placement: Placement, devices: DeviceSet
+                  ) -> tuple[MicroBatchedStep, Placement]:
+    """The micro-batched step `plan` orders, and the placement of the graph that step copies (`placement`
+    places `micro_batch_graph`): the training step, or for a plan of forward blocks only (inference) the
+    forward-only step (`placer.schedule.inference`). Give both to `scheduled_step`."""
+    if plan.template.trains:
+        return micro_batched_step(micro_batch_graph, plan.micro_batches), placement
+    forward = forward_only_graph(micro_batch_graph)
+    return (micro_batched_step(forward, plan.micro_batches),
+            forward_only_placement(placement, micro_batch_graph, forward, devices))
 
 
 def scheduled_step(step: MicroBatchedStep, placement: Placement, devices: DeviceSet, plan: SchedulePlan) -> ScheduledStep:
