@@ -132,6 +132,7 @@ def _placement(args, graph, devices, simulator=None):
 
 
 def _origin(args, graph, placement):
+    """What plans of `graph` placed by `placement` are made for, as their files record it."""
     from placer.schedule.origin import PlanOrigin
 
     return PlanOrigin.of(args.model, args.size, placement.to_file(graph, args.placement))
