@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     from placer.commands.schedule import add_schedule_arguments
 
     add_schedule_arguments(sub.add_parser("schedule", parents=[common], help="schedule micro-batches of a placement "
-                                          "shape (Tessel's z3 search, GPipe, 1F1B) on modeled devices"))
+                                          "shape or a placed model (Tessel's z3 search, GPipe, 1F1B); --measure runs "
+                                          "the plans for real"))
 
     plugins = _plugin_commands()
     for name, command in plugins.items():
@@ -77,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     dashboard.add_argument("run_dir", metavar="RUN_DIR", help="a run directory, or runs/ to compare runs")
     dashboard.add_argument("--port", type=int, default=6006, help="port on 127.0.0.1 (default 6006; 0: any free port)")
 
-    apply = sub.add_parser("apply", parents=[common], help="run real training steps of MODEL with an exported placement and compare its step time")
+    apply = sub.add_parser("apply", parents=[common], help="run real training steps of MODEL with an exported placement "
+                           "(and its schedule over micro-batches) and compare its step time")
     apply.add_argument("placement", help="a placement file (placer.placement JSON), made for MODEL at --size")
     apply.add_argument("model", nargs="?", help="a built-in model, or module:function / file.py:function returning an OpGraph "
                                                 "(default: the model `placer export` recorded in the file)")
@@ -87,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     apply.add_argument("--steps", type=int, default=10, help="timed training steps (default 10)")
     apply.add_argument("--warmup", type=int, default=2, help="untimed training steps first (default 2)")
     apply.add_argument("--step-timeout", type=float, default=60.0, help="seconds before a step counts as hung (default 60)")
+    apply.add_argument("--schedule", metavar="PLAN", help="a schedule plan (`placer schedule --model MODEL --placement PLACEMENT.json "
+                                                        "--cluster inprocess:2 --micro-batches M --save PLAN`): run the steps over its "
+                                                        "M micro-batches (the model rebuilt at batch/M, one update per step), each "
+                                                        "device running its blocks in the plan's order; print measured against the "
+                                                        "plan's predicted step time and whether the traced step kept the order. A "
+                                                        "plan made for another model, placement or micro-batch count is refused")
     apply.add_argument("--json", action="store_true", help="print the run as JSON")
     apply.add_argument("--allow-exposed-ports", action="store_true", help="run the local testbed without a private network namespace (unsafe)")
 

@@ -225,3 +225,64 @@ def test_cli_apply_refuses_a_binary_file_in_one_line(tmp_path):
     assert run.returncode == 2 and "Traceback" not in run.stderr
     errors = [line for line in run.stderr.splitlines() if line.startswith("placer: error:")]
     assert len(errors) == 1 and f"{path} is not a placement file: it holds binary data" in errors[0]
+
+
+@pytest.fixture(scope="module")
+def two_tower_schedule(tmp_path_factory, cpus2):
+    """The expert placement of two-tower on two CPUs, a round-robin one, and the 1F1B plans (training and
+    inference) of the expert one over 4 micro-batches, as `placer schedule` saves them (spans profiled on
+    inprocess:2)."""
+    from placer.cli import main
+    from placer.models import expert_placement, load_model
+
+    folder = tmp_path_factory.mktemp("apply-schedule")
+    graph = load_model("two-tower", "tiny")
+    expert = expert_placement("two-tower", graph, cpus2).save(folder / "expert.json", graph)
+    round_robin = Placement.round_robin(graph, cpus2).save(folder / "round-robin.json", graph)
+    plan, inference = folder / "plan.json", folder / "inference.json"
+    for flags, path in (([], plan), (["--inference"], inference)):
+        assert main(["schedule", "--model", "two-tower", "--placement", str(expert), "--cluster", "inprocess:2",
+                     "--micro-batches", "4", "--method", "1f1b", *flags, "--save", str(path)]) == 0
+    return expert, round_robin, plan, inference
+
+
+def test_cli_apply_runs_a_placement_with_its_schedule_and_the_traced_step_keeps_the_order(two_tower_schedule, capsys):
+    from placer.cli import main
+
+    expert, _, plan, _ = two_tower_schedule
+    capsys.readouterr()
+    status = main(["apply", str(expert), "two-tower", "--schedule", str(plan), "--cluster", "inprocess:2",
+                   "--steps", "2", "--warmup", "1", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert status == 0, report
+    assert report["method"] == "1f1b" and report["micro_batches"] == 4
+    assert report["order_kept"] is True and report["violations"] == []
+    assert report["blocks_traced"] == report["blocks"] == 16  # 2 devices x (forward, backward) x 4 micro-batches
+    assert report["result"]["ok"] and len(report["result"]["samples"]) == 2
+    assert report["measured_ms"] > 0 and report["predicted_ms"] > 0
+
+
+def test_cli_apply_refuses_a_plan_for_another_placement_before_building_any_graph(two_tower_schedule):
+    _, round_robin, plan, _ = two_tower_schedule
+    run = subprocess.run([sys.executable, "-c", (
+        "import sys; from placer.cli import main; status = main(sys.argv[1:]); "
+        "print('tensorflow loaded' if 'tensorflow' in sys.modules else 'tensorflow not loaded'); sys.exit(status)"),
+        "apply", str(round_robin), "two-tower", "--schedule", str(plan), "--cluster", "inprocess:2"],
+        capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    errors = [line for line in run.stderr.splitlines() if line.startswith("placer: error:")]
+    assert len(errors) == 1 and "made for another placement of two-tower" in errors[0], run.stderr[-2000:]
+    assert "tensorflow not loaded" in run.stdout
+
+
+def test_cli_apply_runs_an_inference_plan_as_forward_only_steps(two_tower_schedule, capsys):
+    from placer.cli import main
+
+    expert, _, _, inference = two_tower_schedule
+    capsys.readouterr()
+    status = main(["apply", str(expert), "two-tower", "--schedule", str(inference), "--cluster", "inprocess:2",
+                   "--steps", "2", "--warmup", "1"])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    assert "3 inference (forward-only) steps (1 warm-up)" in printed
+    assert "order kept (8/8 blocks traced)" in printed

@@ -6,13 +6,15 @@ mode, a graph-building function, or a TF2 step traced by `graph_from_tf_function
 those devices on the same ops of the graph your code builds. TF2 eager code places per `tf.device` scope,
 not per op name, so for a `tf.function` step the placed graph runs through placer's session route
 (`place_tf_function` + `run_training`); `placement_mapping` gives the raw op -> device mapping. The file
-itself is read by `placer.placement.read_placement_file`.
+itself is read by `placer.placement.read_placement_file`. `run_with_schedule` runs a placement over
+micro-batches in the order of a schedule plan (`placer.schedule`).
 """
 
 from placer.apply.place import (
     UNCOVERED_POLICIES, PlacementReport, UncoveredOp, as_placement_file, place_graph, place_tf_function,
 )
 from placer.apply.run import TrainingRun, run_training
+from placer.apply.scheduled import run_with_schedule
 from placer.placement import (
     PlacementFile, check_same_graph, placement_file_from_json_dict, placement_mapping, read_placement_file,
 )
@@ -26,5 +28,5 @@ __all__ = [
     "UNCOVERED_POLICIES", "ExportedPlacement", "PlacementFile", "PlacementReport", "TrainingRun", "UncoveredOp",
     "as_placement_file", "check_same_graph", "exported_placement_from_json_dict", "load_exported_placement",
     "place_graph", "place_tf_function", "placement_file_from_json_dict", "placement_mapping", "read_placement_file",
-    "run_training",
+    "run_training", "run_with_schedule",
 ]

@@ -1,5 +1,6 @@
-"""`placer apply PLACEMENT.json [MODEL]`: check a placement file against its model, run real training steps
-with it, and compare their step time with the one the file records.
+"""`placer apply PLACEMENT.json [MODEL] [--schedule PLAN.json]`: check a placement file against its model, run
+real training steps with it, and compare their step time with the one the file records; with a schedule
+plan, run them over the plan's micro-batches in its order and compare with the plan's makespan.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ import json
 from placer.apply import run_training
 from placer.errors import PlacementError
 from placer.placement import check_same_graph, read_placement_file
+from placer.schedule.origin import check_plan_fits
+from placer.schedule.plan import read_schedule_file
 
 
 def apply_command(args) -> int:
@@ -17,14 +20,21 @@ def apply_command(args) -> int:
     from placer.models import load_model
 
     exported = read_placement_file(args.placement)
+    plan = None
+    if args.schedule:
+        plan = read_schedule_file(args.schedule)
+        check_plan_fits(plan, exported, args.schedule)  # before any model is built
     model = args.model or exported.metadata.get("model")
     if not model:
         raise PlacementError(f"{exported.source} does not record its model: name it (placer apply FILE MODEL)")
-    graph = load_model(str(model), args.size or str(exported.metadata.get("size") or "tiny"))
+    size = args.size or str(exported.metadata.get("size") or "tiny")
+    graph = load_model(str(model), size)
     check_same_graph(exported, graph)
     recorded_target = str(exported.metadata.get("cluster") or exported.metadata.get("target") or "")
     default_target = recorded_target if recorded_target.startswith(("inprocess:", "local:")) else "inprocess:1"
     target = parse_target(args.cluster or default_target, allow_exposed_ports=args.allow_exposed_ports)
+    if plan is not None:
+        return _apply_with_schedule(args, str(model), size, graph, exported, plan, target)
     run = run_training(graph, exported, target, args.steps, warmup_steps=args.warmup, step_timeout=args.step_timeout)
     recorded = exported.recorded_step_time
     if args.json:
@@ -45,3 +55,24 @@ def apply_command(args) -> int:
         print(f"recorded step time {recorded * 1e3:.2f} ms" + (f" ({kind})" if kind else "")
               + (f" on {where}" if where else "") + f"; this run {run.median / recorded:.2f}x that")
     return 0 if run.ok else 1
+
+
+def _apply_with_schedule(args, model: str, size: str, graph, exported, plan, target) -> int:
+    """Run the placement over the plan's micro-batches in its order; print measured against predicted, and
+    whether the traced step kept the order. Exit status 1 unless the step ran and kept the order."""
+    from placer.apply import run_with_schedule
+
+    run = run_with_schedule(model, size, graph, exported, plan, target, args.steps, warmup_steps=args.warmup,
+                            step_timeout=args.step_timeout)
+    if args.json:
+        print(json.dumps({"graph": graph.name, "fingerprint": graph.fingerprint, "placement": str(args.placement),
+                          "schedule": str(args.schedule), "micro_batches": plan.micro_batches, "target": str(target),
+                          **run.to_json_dict(), "result": run.measurement.to_dict()}, indent=1))
+    else:
+        print(graph.summary())
+        kind = "training" if plan.template.trains else "inference (forward-only)"
+        print(f"placement {args.placement} with the {plan.method} schedule {args.schedule} ({plan.micro_batches} "
+              f"micro-batches) on {target}: {args.warmup + args.steps} {kind} steps ({args.warmup} warm-up), then one "
+              "traced to check the order")
+        print(run.describe())
+    return 0 if run.ok and run.order_kept else 1

@@ -1,6 +1,6 @@
 """`placer schedule SHAPE` or `placer schedule --model MODEL --placement P`: schedule micro-batches of one of
-Tessel's placement shapes, or of a placed model on a simulated target, with every method; print makespan,
-bubble rate and peak memory, and save a plan and its timeline.
+Tessel's placement shapes, or of a placed model (spans simulated, or profiled on a measured target), with every
+method; print makespan, bubble rate and peak memory, save a plan and its timeline; `--measure` runs the plans.
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ def add_schedule_arguments(parser) -> None:
     parser.add_argument("--devices", type=int, default=4, help="modeled devices of the shape (default 4)")
     parser.add_argument("--model", help="instead of a shape: a built-in model or module:function / file.py:function "
                         "returning an OpGraph, placed by --placement on --cluster; one forward and one backward "
-                        "block per device, spans from the simulator's op costs, memory in MiB of activations")
+                        "block per device, spans from op costs (see --cluster), memory in MiB of activations")
     parser.add_argument("--size", default="tiny", help="size of a built-in --model (default tiny)")
     parser.add_argument("--placement", default="expert", help="with --model: a placement file or a baseline name "
                         "(default expert)")
-    parser.add_argument("--cluster", default="modeled:2xV100", help="with --model: a simulated target "
-                        "(default modeled:2xV100)")
+    parser.add_argument("--cluster", default="modeled:2xV100", help="with --model: a simulated target, spans from "
+                        "the simulator's op costs (default modeled:2xV100); or a measured one (inprocess:2, local:2), "
+                        "spans from op costs profiled there on the model built at batch/M: the plan `placer apply "
+                        "PLACEMENT.json --schedule PLAN` runs there")
     parser.add_argument("--micro-batches", type=int, default=8, help="micro-batches per training step (default 8)")
     parser.add_argument("--memory-limit", type=int, help="memory units per device; a forward block keeps 1 "
                         "(default: unlimited)")
@@ -32,42 +34,66 @@ def add_schedule_arguments(parser) -> None:
     parser.add_argument("--time-limit", type=float, default=30.0, help="seconds each Tessel search may take; when "
                         "it runs out, the best plan so far is kept and marked (default 30)")
     parser.add_argument("--save", metavar="FILE", help="write the plan of the first --method (default tessel) as a "
-                        "placer.schedule JSON file")
+                        "placer.schedule JSON file; with --model it records the model and placement it was made for, "
+                        "which `placer apply --schedule` checks")
     parser.add_argument("--timeline", metavar="FILE", help="write that plan as a Chrome trace")
     parser.add_argument("--measure", action="store_true", help="with --model and a measured --cluster (inprocess:2, "
                         "local:2): run each plan for real as a micro-batched step (the model built at batch/M, its "
                         "forward and backward copied per micro-batch, one update) whose devices keep the plan's order; "
                         "print measured vs predicted step time and whether the traced step kept the order")
     parser.add_argument("--inference", action="store_true", help="schedule forward blocks only (inference: no "
-                        "backward, no activations kept); modeled, not with --measure")
+                        "backward, no activations kept); with --measure each plan runs as a forward-only micro-batched "
+                        "step (no gradients, no update)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
 def schedule_command(args) -> int:
-    from placer.schedule.methods import METHODS, make_schedule
+    from placer.cost import parse_target_spec
     from placer.schedule.shapes import shape_template
 
     if args.micro_batches < 1:
         raise PlacerError(f"--micro-batches must be at least 1, got {args.micro_batches}")
     if (args.shape is None) == (args.model is None):
         raise PlacerError("give a shape (e.g. `placer schedule v-shape`) or --model MODEL, not both")
-    if args.measure:
-        if args.inference:
-            raise PlacerError("--inference schedules are modeled only: running them for real is not built yet "
-                              "(drop --measure)")
-        return _measure_command(args)
-    template = shape_template(args.shape, args.devices) if args.shape else _model_template(args)
+    measured = args.model is not None and parse_target_spec(args.cluster).backend == "measured"
+    if args.measure and not measured:
+        if args.model is None:
+            raise PlacerError("--measure needs --model with a built-in model that can be built at a micro-batch size "
+                              "(two-tower, nmt-2, nmt-4, nmt-8)")
+        raise PlacerError(f"--measure runs the plans for real: give a measured --cluster (inprocess:2, local:2), "
+                          f"not {args.cluster}")
+    if measured:
+        return _real_target_command(args)
+    template, origin = (shape_template(args.shape, args.devices), None) if args.shape else _model_template(args)
     if args.inference:
         template = template.forward_only()
-    methods = args.method or list(METHODS)
+    plans = _make_plans(args, template, origin)
+    return _report_plans(args, template, plans)
+
+
+def _make_plans(args, template, origin) -> dict:
+    """Every --method's plan of `template`, the first one saved (--save, --timeline) with what it was made for."""
+    from placer.schedule.methods import METHODS, make_schedule
+    from placer.schedule.origin import with_origin
+
     plans = {method: make_schedule(method, template, args.micro_batches, args.memory_limit, time_limit=args.time_limit)
-             for method in methods}
-    kept = args.method[0] if args.method else "tessel"
-    first = plans[kept]
+             for method in args.method or METHODS}
+    if origin is not None:
+        plans = {method: with_origin(plan, origin) for method, plan in plans.items()}
+    first = plans[_kept(args)]
     if args.save:
         first.save(args.save)
     if args.timeline:
         first.save_chrome_trace(args.timeline)
+    return plans
+
+
+def _kept(args) -> str:
+    """The method whose plan --save and --timeline write."""
+    return args.method[0] if args.method else "tessel"
+
+
+def _report_plans(args, template, plans: dict) -> int:
     rows = [{"method": method, "makespan": plan.makespan, "bubble_rate": plan.bubble_rate,
              "peak_memory": max(plan.peak_memory().values()), "search_status": plan.search_status,
              "search_seconds": plan.search_seconds} for method, plan in plans.items()]
@@ -87,68 +113,76 @@ def schedule_command(args) -> int:
               f"peak memory {row['peak_memory']}{over}{searched}")
     for path, what in ((args.save, "plan"), (args.timeline, "timeline (chrome://tracing or https://ui.perfetto.dev)")):
         if path:
-            print(f"wrote the {kept} {what}: {path}")
+            print(f"wrote the {_kept(args)} {what}: {path}")
     return 0
 
 
-def _model_template(args):
-    """The block template of a placed model, its op costs from the simulated target's simulator."""
+def _placement(args, graph, devices, simulator=None):
+    """--placement on `devices`: a placement file made for `graph`, or a baseline's placement of it."""
     from pathlib import Path
 
     from placer.baselines import make_baseline
-    from placer.cost import open_target, parse_target_spec
-    from placer.models import is_builtin_model, load_model
+    from placer.models import is_builtin_model
     from placer.placement import load_placement
+
+    if Path(args.placement).exists():
+        return load_placement(args.placement, graph, devices)
+    return make_baseline(args.placement, graph, devices, model=args.model if is_builtin_model(args.model) else None,
+                         simulator=simulator)
+
+
+def _origin(args, graph, placement):
+    """What plans of `graph` placed by `placement` are made for, as their files record it."""
+    from placer.schedule.origin import PlanOrigin
+
+    return PlanOrigin.of(args.model, args.size, placement.to_file(graph, args.placement))
+
+
+def _model_template(args):
+    """The block template of a placed model, its op costs from the simulated target's simulator, and what
+    it was made for."""
+    from placer.cost import open_target, parse_target_spec
+    from placer.models import load_model
     from placer.schedule.from_placement import blocks_from_placement
 
-    spec = parse_target_spec(args.cluster)
-    if spec.backend != "simulated":
-        raise PlacerError(f"--cluster {args.cluster} is measured; scheduling needs op costs from a simulated target "
-                          "(modeled:2xV100, a machine file or calibrated:FILE)")
     graph = load_model(args.model, args.size)
-    with open_target(graph, spec) as target:
-        if Path(args.placement).exists():
-            placement = load_placement(args.placement, graph, target.devices)
-        else:
-            placement = make_baseline(args.placement, graph, target.devices,
-                                      model=args.model if is_builtin_model(args.model) else None, simulator=target.simulator)
-        return blocks_from_placement(target.simulator, placement, args.micro_batches)
+    with open_target(graph, parse_target_spec(args.cluster)) as target:
+        placement = _placement(args, graph, target.devices, target.simulator)
+        return blocks_from_placement(target.simulator, placement, args.micro_batches), _origin(args, graph, placement)
 
 
-def _measure_command(args) -> int:
-    """Every method's plan run for real on the measured --cluster, its spans profiled there."""
+def _real_target_command(args) -> int:
+    """Every method's plan of the model placed on the measured --cluster, its spans profiled there on the model
+    built at the micro-batch size; with --measure each plan is run there for real."""
     from placer.cost import parse_target_spec
     from placer.measure import Measurer
-    from placer.models import expert_placement, is_builtin_model
-    from placer.schedule.execute import profiled_template, run_schedule, scheduled_step
-    from placer.schedule.methods import METHODS, make_schedule
-    from placer.schedule.micro_batch import build_micro_batch_graph, micro_batched_step
+    from placer.models import is_builtin_model, load_model
+    from placer.schedule.execute import profiled_template, run_schedule, scheduled_step, step_for_plan
+    from placer.schedule.micro_batch import build_micro_batch_graph, placement_at_micro_batch
 
-    if args.model is None or not is_builtin_model(args.model):
-        raise PlacerError("--measure needs --model with a built-in model that can be built at a micro-batch size "
-                          "(two-tower, nmt-2, nmt-4, nmt-8)")
-    spec = parse_target_spec(args.cluster)
-    if spec.backend != "measured":
-        raise PlacerError(f"--measure runs the plans for real: give a measured --cluster (inprocess:2, local:2), "
-                          f"not {args.cluster}")
-    if args.placement != "expert":
-        raise PlacerError("--measure places the model with its expert placement (--placement expert)")
-    graph = build_micro_batch_graph(args.model, args.size, args.micro_batches)
-    step = micro_batched_step(graph, args.micro_batches)
-    with Measurer(spec.measured) as measurer:
+    if not is_builtin_model(args.model):
+        raise PlacerError(f"--cluster {args.cluster} profiles the model built at a micro-batch size, which needs a "
+                          f"built-in model (two-tower, nmt-2, nmt-4, nmt-8), not {args.model!r}; or schedule on a "
+                          "simulated --cluster (modeled:2xV100)")
+    graph = load_model(args.model, args.size)
+    micro_batch_graph = build_micro_batch_graph(args.model, args.size, args.micro_batches)
+    with Measurer(parse_target_spec(args.cluster).measured) as measurer:
         devices = measurer.devices
-        placement = expert_placement(args.model, graph, devices)
-        template = profiled_template(measurer, graph, placement, args.micro_batches)
-        methods = args.method or list(METHODS)
+        placement = _placement(args, graph, devices)
+        origin = _origin(args, graph, placement)
+        placement = placement_at_micro_batch(placement, graph, micro_batch_graph, devices)
+        template = profiled_template(measurer, micro_batch_graph, placement, args.micro_batches)
+        if args.inference:
+            template = template.forward_only()
+        plans = _make_plans(args, template, origin)
+        if not args.measure:
+            return _report_plans(args, template, plans)
+        # Every plan orders the same template's blocks, so one step (training, or forward-only) serves them all.
+        step, placement = step_for_plan(next(iter(plans.values())), micro_batch_graph, placement, devices)
         rows = []
-        for method in methods:
-            plan = make_schedule(method, template, args.micro_batches, args.memory_limit, time_limit=args.time_limit)
+        for plan in plans.values():
             run = run_schedule(measurer, scheduled_step(step, placement, devices, plan))
-            rows.append({"method": method, "measured_ms": run.seconds * 1e3 if run.ok else None,
-                         "predicted_ms": run.predicted * 1e3 if run.predicted is not None else None,
-                         "order_kept": run.order_kept, "violations": [v.describe() for v in run.violations],
-                         "blocks_traced": run.links_traced, "blocks": run.links,
-                         "failure": None if run.ok else run.measurement.failure.message})
+            rows.append(run.to_json_dict())
             if not args.json:
                 print(run.describe(), flush=True)
     if args.json:

@@ -125,6 +125,11 @@ class BlockTemplate:
                                      "a micro-batch's blocks must be orderable")
         return tuple(order)
 
+    @property
+    def trains(self) -> bool:
+        """True when a micro-batch has backward blocks (a training step); False for inference (`forward_only`)."""
+        return any(block.kind == BACKWARD for block in self.blocks)
+
     def forward_only(self) -> BlockTemplate:
         """The template of inference: the forward blocks alone, waiting for each other as before, keeping no
         activations (nothing waits for a backward to free them)."""

@@ -1,5 +1,6 @@
-"""A schedule plan executed for real: a micro-batched step whose devices run their blocks in the plan's order
-(control dependencies, `placer.graph.order`), timed by a `Measurer`, its traced step checked for that order.
+"""A schedule plan executed for real: a micro-batched step (training, or forward-only for an inference plan)
+whose devices run their blocks in the plan's order (control dependencies, `placer.graph.order`), timed by a
+`Measurer`, its traced step checked for that order.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from placer.measure.config import MeasureConfig
 from placer.measure.result import Measurement
 from placer.placement import Placement
 from placer.schedule.from_placement import block_dependencies, op_blocks
-from placer.schedule.micro_batch import MicroBatchedStep
+from placer.schedule.inference import forward_only_graph, forward_only_placement
+from placer.schedule.micro_batch import MicroBatchedStep, micro_batched_step
 from placer.schedule.plan import SchedulePlan
 
 
@@ -71,6 +73,18 @@ def block_chains(step: MicroBatchedStep, placement: Placement, devices: DeviceSe
     return tuple(chains)
 
 
+def step_for_plan(plan: SchedulePlan, micro_batch_graph: OpGraph, placement: Placement, devices: DeviceSet
+                  ) -> tuple[MicroBatchedStep, Placement]:
+    """The micro-batched step `plan` orders, and the placement of the graph that step copies (`placement`
+    places `micro_batch_graph`): the training step, or for a plan of forward blocks only (inference) the
+    forward-only step (`placer.schedule.inference`). Give both to `scheduled_step`."""
+    if plan.template.trains:
+        return micro_batched_step(micro_batch_graph, plan.micro_batches), placement
+    forward = forward_only_graph(micro_batch_graph)
+    return (micro_batched_step(forward, plan.micro_batches),
+            forward_only_placement(placement, micro_batch_graph, forward, devices))
+
+
 def scheduled_step(step: MicroBatchedStep, placement: Placement, devices: DeviceSet, plan: SchedulePlan) -> ScheduledStep:
     """`step` with each device running its blocks in `plan`'s order, placed as `placement` places the
     micro-batch graph."""
@@ -109,6 +123,14 @@ class ScheduleRun:
         if not self.ok or not self.links_traced:
             return None
         return not self.violations
+
+    def to_json_dict(self) -> dict:
+        """The run as `placer schedule --measure --json` and `placer apply --schedule --json` print it."""
+        return {"method": self.method, "measured_ms": self.seconds * 1e3 if self.ok else None,
+                "predicted_ms": self.predicted * 1e3 if self.predicted is not None else None,
+                "order_kept": self.order_kept, "violations": [v.describe() for v in self.violations],
+                "blocks_traced": self.links_traced, "blocks": self.links,
+                "failure": None if self.ok else self.measurement.failure.message}
 
     def describe(self) -> str:
         if not self.ok:

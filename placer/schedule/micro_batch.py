@@ -226,6 +226,21 @@ def _rename_attrs(node, micro_batch: int, copied: set[str]) -> None:
         node.attr["frame_name"].s = (copy_prefix(micro_batch) + node.attr["frame_name"].s.decode()).encode()
 
 
+def placement_at_micro_batch(placement: Placement, graph: OpGraph, micro_batch_graph: OpGraph,
+                             devices: DeviceSet) -> Placement:
+    """`placement` of `graph` (the model at its full batch) as a placement of `micro_batch_graph` (the same
+    model built at the micro-batch size): each op on its device, by name. Ops the micro-batch graph lacks
+    (a forward-only graph has no gradients) are left out; ops it has beyond the placement are refused."""
+    op_devices = placement.op_devices(graph)
+    extra = [op.name for op in micro_batch_graph.ops if op.name not in op_devices]
+    if extra:
+        raise MicroBatchError(
+            f"{micro_batch_graph.name!r} has {len(extra)} ops that {graph.name!r} does not (e.g. {extra[:3]}), so its "
+            "placement cannot be carried over by op name: build both graphs from the same model")
+    return Placement.from_op_devices(micro_batch_graph, devices, {op.name: op_devices[op.name] for op in micro_batch_graph.ops},
+                                     placement.metadata)
+
+
 def build_micro_batch_graph(model: str, size: str, micro_batches: int) -> OpGraph:
     """Built-in `model` at `size` with its batch divided by `micro_batches`: the graph `micro_batched_step`
     copies. Raises MicroBatchError if the micro-batches do not divide the batch."""

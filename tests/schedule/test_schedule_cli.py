@@ -65,5 +65,14 @@ def test_placer_schedule_inference_schedules_forward_blocks_only(capsys):
                  "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert {b["kind"] for b in printed["template"]["blocks"]} == {"forward"}
-    assert main(["schedule", "--model", "two-tower", "--inference", "--measure", "--cluster", "inprocess:2"]) == 2
-    assert "modeled only" in capsys.readouterr().err
+
+
+def test_placer_schedule_measure_runs_inference_plans_as_forward_only_steps_that_keep_the_order(capsys):
+    status = main(["schedule", "--model", "two-tower", "--inference", "--micro-batches", "4", "--measure",
+                   "--cluster", "inprocess:2", "--method", "sequential", "--method", "tessel-fast", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert status == 0, report
+    assert {b["kind"] for b in report["template"]["blocks"]} == {"forward"}
+    for run in report["runs"]:
+        assert run["order_kept"] is True and run["violations"] == []
+        assert run["blocks_traced"] == run["blocks"] == 8  # a forward block per device and micro-batch

@@ -1,5 +1,6 @@
-"""Schedules executed for real: a micro-batched two-tower step whose devices run their blocks in a plan's
-order, measured in-process on two CPU devices; the traced step shows the order."""
+"""Schedules executed for real: a micro-batched two-tower step (training, or forward-only for an inference
+plan) whose devices run their blocks in a plan's order, measured in-process on two CPU devices; the traced
+step shows the order."""
 
 import pytest
 
@@ -8,7 +9,8 @@ from placer.graph.order import order_violations
 from placer.measure import MeasureConfig, Measurer
 from placer.profile import CostTable
 from placer.schedule import gpipe, one_f_one_b, sequential, shape_template
-from placer.schedule.execute import run_schedule, scheduled_step
+from placer.schedule.execute import run_schedule, scheduled_step, step_for_plan
+from placer.schedule.from_placement import UPDATE_OP_PREFIXES
 from placer.schedule.from_placement import blocks_from_placement
 from placer.schedule.micro_batch import build_micro_batch_graph, micro_batched_step
 from placer.simulate import Simulator
@@ -80,3 +82,56 @@ def test_a_plan_with_another_number_of_micro_batches_is_refused(setup):
     graph, devices, placement, template, step = setup
     with pytest.raises(MicroBatchError, match="2 micro-batches but the step has 4"):
         scheduled_step(step, placement, devices, gpipe(template, 2))
+
+
+def test_an_inference_plan_runs_a_forward_only_step_whose_trace_keeps_the_plans_order(measurer, setup):
+    graph, devices, placement, template, _ = setup
+    plan = gpipe(template.forward_only(), MICRO_BATCHES)
+    step, forward_placement = step_for_plan(plan, graph, placement, devices)
+    ordered = scheduled_step(step, forward_placement, devices, plan)
+    run = run_schedule(measurer, ordered)
+    assert run.ok, run.describe()
+    assert run.violations == () and run.order_kept
+    assert run.links == run.links_traced == 2 * MICRO_BATCHES  # one forward block per device and micro-batch
+
+
+def test_the_forward_only_step_computes_no_gradients_and_updates_no_variable(setup):
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow.core.protobuf import config_pb2
+
+    graph, devices, placement, template, _ = setup
+    plan = sequential(template.forward_only(), MICRO_BATCHES)
+    step, forward_placement = step_for_plan(plan, graph, placement, devices)
+    step_ops = step.graph.step_ops
+    assert not [op.name for op in step_ops if op.type.startswith(UPDATE_OP_PREFIXES) or "gradients" in op.name]
+    ordered = scheduled_step(step, forward_placement, devices, plan)
+    imported = tf.Graph()
+    with imported.as_default():
+        tf.compat.v1.import_graph_def(ordered.placement.apply(ordered.graph), name="")
+        variables = [imported.get_tensor_by_name(f"{op.name}:0") for op in step_ops if op.type == "ReadVariableOp"]
+    assert len(variables) >= 8  # the towers' weights
+    config = config_pb2.ConfigProto(device_count={"CPU": 2}, allow_soft_placement=False)
+    with tf.compat.v1.Session(graph=imported, config=config) as session:
+        session.run(ordered.graph.init_op)
+        before = session.run(variables)
+        losses = [session.run([ordered.graph.train_op, ordered.graph.loss])[1] for _ in range(3)]
+        after = session.run(variables)
+    assert all(np.isfinite(losses))
+    assert all(np.array_equal(b, a) for b, a in zip(before, after))
+
+
+def test_a_training_plan_is_refused_for_the_forward_only_step(setup):
+    graph, devices, placement, template, _ = setup
+    inference = gpipe(template.forward_only(), MICRO_BATCHES)
+    step, forward_placement = step_for_plan(inference, graph, placement, devices)
+    with pytest.raises(ScheduleMismatchError, match="b@CPU:0"):
+        scheduled_step(step, forward_placement, devices, gpipe(template, MICRO_BATCHES))
+
+
+def test_an_inference_plan_of_another_placement_is_refused(setup):
+    graph, devices, placement, template, _ = setup
+    other = shape_template("pipeline", 2).forward_only()
+    step, forward_placement = step_for_plan(gpipe(template.forward_only(), MICRO_BATCHES), graph, placement, devices)
+    with pytest.raises(ScheduleMismatchError, match="blocks"):
+        scheduled_step(step, forward_placement, devices, gpipe(other, MICRO_BATCHES))

@@ -1,0 +1,58 @@
+"""Run a placement with its schedule: real steps of a built-in model over a plan's micro-batches, each device
+running its blocks in the plan's order, timed, and one traced step checked for that order (`placer apply --schedule`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from placer.errors import PlacerError
+from placer.graph.opgraph import OpGraph
+from placer.placement import PlacementFile, check_same_graph
+from placer.schedule.origin import check_plan_fits
+from placer.schedule.plan import SchedulePlan
+
+if TYPE_CHECKING:  # the measurement service (and TensorFlow) loads only when a step is run
+    from placer.measure.targets import Target
+    from placer.schedule.execute import ScheduleRun
+
+
+def run_with_schedule(
+    model: str,
+    size: str,
+    graph: OpGraph,
+    placement_file: PlacementFile,
+    plan: SchedulePlan,
+    target: str | Target = "inprocess:2",
+    steps: int = 10,
+    *,
+    warmup_steps: int = 2,
+    step_timeout: float = 60.0,
+) -> ScheduleRun:
+    """Run `warmup_steps` + `steps` real steps of built-in `model` at `size` (whose graph at the full batch is
+    `graph`, placed by `placement_file`) over `plan.micro_batches` micro-batches in `plan`'s order: training
+    steps, or forward-only steps for an inference plan (`placer schedule --inference`).
+
+    The model is rebuilt at the micro-batch size and its ops keep their devices by name. A plan made for
+    another model, placement or micro-batch count is refused before anything is built (`check_plan_fits`),
+    and its blocks are checked against the built step before a worker starts (ScheduleMismatchError)."""
+    from placer.measure import MeasureConfig, Measurer
+    from placer.models import is_builtin_model
+    from placer.schedule.execute import run_schedule, scheduled_step, step_for_plan
+    from placer.schedule.micro_batch import build_micro_batch_graph, placement_at_micro_batch
+
+    check_plan_fits(plan, placement_file)
+    if not is_builtin_model(model):
+        raise PlacerError(f"a schedule runs over micro-batches, so the model is rebuilt at the micro-batch size: "
+                          f"that needs a built-in model (placer models), not {model!r}")
+    if steps < 1 or warmup_steps < 1:
+        raise PlacerError(f"run at least one warm-up and one timed step (got warmup {warmup_steps}, steps {steps})")
+    check_same_graph(placement_file, graph)
+    micro_batch_graph = build_micro_batch_graph(model, size, plan.micro_batches)
+    config = MeasureConfig(warmup_steps=warmup_steps, timed_steps=steps, step_timeout=step_timeout)
+    with Measurer(target, config) as measurer:
+        devices = measurer.devices
+        placement = placement_at_micro_batch(placement_file.to_placement(graph, devices), graph, micro_batch_graph,
+                                             devices)
+        step, placement = step_for_plan(plan, micro_batch_graph, placement, devices)
+        return run_schedule(measurer, scheduled_step(step, placement, devices, plan), config)
