@@ -3,7 +3,7 @@
     python experiments/schedules.py [--shapes v-shape k-shape] [--devices 2 4 8] [--micro-batches 4 8 16]
                                     [--memory-limits 1x none] [--time-limit 10] [--out FILE]
     python experiments/schedules.py --measure [--cluster local:2] [--models two-tower nmt-2] [--micro-batches 4]
-                                    [--rounds 3] [--out FILE]
+                                    [--rounds 3] [--inference] [--out FILE]
 
 Per shape x devices x micro-batches x memory limit: makespan and bubble rate of each method, its peak
 memory, and the search time of Tessel and Tessel-fast. A memory limit "Nx" is N units per device for each
@@ -14,7 +14,8 @@ With --measure: per model, every method's plan run for real as a micro-batched s
 built at batch/M, one update; each device runs its blocks in the plan's order), timed side by side in
 interleaved rounds (`placer.cost.compare`); measured ms (median of the rounds' medians), predicted ms (the
 plan's makespan, spans from op costs profiled on the cluster), their ratio, and whether every traced step
-kept the order. Placements: two-tower one tower per device; NMT encoder on the first device, decoder,
+kept the order. With --inference, forward blocks only, run as forward-only steps (no gradients, no
+update). Placements: two-tower one tower per device; NMT encoder on the first device, decoder,
 attention and softmax on the second (a two-stage pipeline).
 """
 
@@ -88,23 +89,26 @@ def pipeline_placement(model: str, graph, devices):
 
 
 def run_measured(models, cluster: str, micro_batches: int, rounds: int, time_limit: float, warmup: int,
-                 steps: int) -> list[dict]:
+                 steps: int, inference: bool = False) -> list[dict]:
     from placer.cost.compare import compare
     from placer.measure import MeasureConfig, Measurer
-    from placer.schedule.execute import profiled_template, run_schedule, scheduled_step
-    from placer.schedule.micro_batch import build_micro_batch_graph, micro_batched_step
+    from placer.schedule.execute import profiled_template, run_schedule, scheduled_step, step_for_plan
+    from placer.schedule.micro_batch import build_micro_batch_graph
 
     rows = []
     with Measurer(cluster, MeasureConfig(warmup_steps=warmup, timed_steps=steps)) as measurer:
         devices = measurer.devices
         for model in models:
             graph = build_micro_batch_graph(model, "tiny", micro_batches)
-            step = micro_batched_step(graph, micro_batches)
             placement = pipeline_placement(model, graph, devices)
             template = profiled_template(measurer, graph, placement, micro_batches)
+            if inference:
+                template = template.forward_only()
             plans = {method: make_schedule(method, template, micro_batches, None, time_limit=time_limit)
                      for method in METHODS}
-            scheduled = {method: scheduled_step(step, placement, devices, plan) for method, plan in plans.items()}
+            # Every plan of one template orders the same step: the training step, or the forward-only one.
+            step, step_placement = step_for_plan(plans[METHODS[0]], graph, placement, devices)
+            scheduled = {method: scheduled_step(step, step_placement, devices, plan) for method, plan in plans.items()}
             print(f"  {model}: {len(step.graph.ops)} ops, blocks {[b.name for b in template.blocks]}", file=sys.stderr,
                   flush=True)
             compared = compare(lambda ordered: run_schedule(measurer, ordered), scheduled, rounds)
@@ -114,6 +118,7 @@ def run_measured(models, cluster: str, micro_batches: int, rounds: int, time_lim
                 predicted = plans[method].seconds()
                 kept = [run.order_kept for run in runs]
                 rows.append({"model": model, "cluster": cluster, "micro_batches": micro_batches, "method": method,
+                             "inference": inference,
                              "measured_ms": None if measured is None else round(measured * 1e3, 2),
                              "predicted_ms": round(predicted * 1e3, 2),
                              "ratio": None if measured is None else round(measured / predicted, 2),
@@ -134,7 +139,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--memory-limits", nargs="+", default=["1x", "none"])
     parser.add_argument("--time-limit", type=float, default=10.0, help="seconds per Tessel search (default 10)")
     parser.add_argument("--out")
-    parser.add_argument("--inference", action="store_true", help="forward blocks only (modeled)")
+    parser.add_argument("--inference", action="store_true", help="forward blocks only (no backward, no update); "
+                        "with --measure, forward-only steps run for real")
     parser.add_argument("--measure", action="store_true", help="run the plans for real on --cluster")
     parser.add_argument("--cluster", default="local:2", help="with --measure: a measured target (default local:2)")
     parser.add_argument("--models", nargs="+", default=["two-tower", "nmt-2"], help="with --measure (default two-tower nmt-2)")
@@ -144,10 +150,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.measure:
         micro_batches = args.micro_batches[0] if args.micro_batches != [4, 8, 16] else 4
-        rows = run_measured(args.models, args.cluster, micro_batches, args.rounds, args.time_limit, args.warmup, args.steps)
+        rows = run_measured(args.models, args.cluster, micro_batches, args.rounds, args.time_limit, args.warmup, args.steps,
+                            args.inference)
         columns = ["model", "method", "measured_ms", "predicted_ms", "ratio", "makespan", "bubbles", "order_kept",
                    "violations", "rounds_ms"]
-        write_report("schedules_measured", columns, rows, args.out, cluster=args.cluster, rounds=args.rounds,
+        write_report("schedules_inference_measured" if args.inference else "schedules_measured", columns, rows, args.out,
+                     cluster=args.cluster, rounds=args.rounds, inference=args.inference,
                      warmup=args.warmup, steps=args.steps, time_limit=args.time_limit,
                      note="measured: median over rounds of the median of timed steps; predicted: plan makespan "
                           "with spans from op costs profiled on the cluster (transfers and the update left out)")
