@@ -1,4 +1,4 @@
-"""`placer schedule SHAPE` or `placer schedule --model MODEL --placement P`: schedule micro-batches of one of
+"""`placer schedule SHAPE`, `placer schedule MODEL [--placement P]` or `placer schedule PLACEMENT.json`: schedule micro-batches of one of
 Tessel's placement shapes, or of a placed model (spans simulated, or profiled on a measured target), with every
 method; print makespan, bubble rate and peak memory, save a plan and its timeline; `--measure` runs the plans.
 """
@@ -14,13 +14,15 @@ def add_schedule_arguments(parser) -> None:
     from placer.schedule.methods import METHODS
     from placer.schedule.shapes import SHAPES
 
-    parser.add_argument("shape", nargs="?", choices=sorted(SHAPES), help="the placement shape (pipeline: stage i on "
-                        "device i); or give --model")
+    parser.add_argument("shape", nargs="?", metavar="SHAPE|MODEL|PLACEMENT.json",
+                        help=f"what to schedule: one of Tessel's placement shapes ({', '.join(sorted(SHAPES))}; "
+                        "pipeline: stage i on device i), a model (same as --model), or a placement file (same as "
+                        "--placement FILE, its model read from the file)")
     parser.add_argument("--devices", type=int, default=4, help="modeled devices of the shape (default 4)")
     parser.add_argument("--model", help="instead of a shape: a built-in model or module:function / file.py:function "
                         "returning an OpGraph, placed by --placement on --cluster; one forward and one backward "
                         "block per device, spans from op costs (see --cluster), memory in MiB of activations")
-    parser.add_argument("--size", default="tiny", help="size of a built-in --model (default tiny)")
+    parser.add_argument("--size", help="size of a built-in model (default: the placement file's, else tiny)")
     parser.add_argument("--placement", default="expert", help="with --model: a placement file or a baseline name "
                         "(default expert)")
     parser.add_argument("--cluster", default="modeled:2xV100", help="with --model: a simulated target, spans from "
@@ -30,7 +32,8 @@ def add_schedule_arguments(parser) -> None:
     parser.add_argument("--micro-batches", type=int, default=8, help="micro-batches per training step (default 8)")
     parser.add_argument("--memory-limit", type=int, help="memory units per device; a forward block keeps 1 "
                         "(default: unlimited)")
-    parser.add_argument("--method", action="append", choices=METHODS, help=f"give several times (default: all of {', '.join(METHODS)})")
+    parser.add_argument("--method", "--strategy", action="append", choices=METHODS,
+                        help=f"give several times (default: all of {', '.join(METHODS)})")
     parser.add_argument("--time-limit", type=float, default=30.0, help="seconds each Tessel search may take; when "
                         "it runs out, the best plan so far is kept and marked (default 30)")
     parser.add_argument("--save", metavar="FILE", help="write the plan of the first --method (default tessel) as a "
@@ -53,8 +56,7 @@ def schedule_command(args) -> int:
 
     if args.micro_batches < 1:
         raise PlacerError(f"--micro-batches must be at least 1, got {args.micro_batches}")
-    if (args.shape is None) == (args.model is None):
-        raise PlacerError("give a shape (e.g. `placer schedule v-shape`) or --model MODEL, not both")
+    _read_subject(args)
     measured = args.model is not None and parse_target_spec(args.cluster).backend == "measured"
     if args.measure and not measured:
         if args.model is None:
@@ -69,6 +71,36 @@ def schedule_command(args) -> int:
         template = template.forward_only()
     plans = _make_plans(args, template, origin)
     return _report_plans(args, template, plans)
+
+
+def _read_subject(args) -> None:
+    """Sorts the positional SHAPE|MODEL|PLACEMENT.json into `args.shape`, or `args.model` and `args.placement`."""
+    from pathlib import Path
+
+    from placer.models import is_builtin_model
+    from placer.placement import read_placement_file
+    from placer.schedule.shapes import SHAPES
+
+    subject = args.shape
+    if subject is not None and subject not in SHAPES:
+        if args.model is not None:
+            raise PlacerError(f"give {subject!r} or --model {args.model}, not both")
+        args.shape = None
+        if subject.endswith(".json") or Path(subject).is_file():
+            metadata = read_placement_file(subject).metadata
+            if not metadata.get("model"):
+                raise PlacerError(f"{subject} does not record its model: give it as --placement {subject} --model MODEL")
+            args.model, args.placement = str(metadata["model"]), subject
+            args.size = args.size or metadata.get("size")
+        elif is_builtin_model(subject) or ":" in subject:
+            args.model = subject
+        else:
+            raise PlacerError(f"{subject!r} is not a shape ({', '.join(sorted(SHAPES))}), a built-in model (placer "
+                              "models), module:function, file.py:function or a placement file")
+    args.size = str(args.size or "tiny")
+    if (args.shape is None) == (args.model is None):
+        raise PlacerError("give a shape (e.g. `placer schedule v-shape`) or a model (`placer schedule two-tower`, "
+                          "or --model MODEL), not both")
 
 
 def _make_plans(args, template, origin) -> dict:

@@ -76,3 +76,30 @@ def test_placer_schedule_measure_runs_inference_plans_as_forward_only_steps_that
     for run in report["runs"]:
         assert run["order_kept"] is True and run["violations"] == []
         assert run["blocks_traced"] == run["blocks"] == 8  # a forward block per device and micro-batch
+
+
+def test_placer_schedule_takes_a_model_or_a_placement_file_where_a_shape_goes(tmp_path, capsys):
+    """`placer schedule MODEL|PLACEMENT.json --strategy ...`, as the issue spells it: a model's expert placement,
+    or the model and placement a placement file records."""
+    assert main(["schedule", "two-tower", "--micro-batches", "4", "--strategy", "1f1b", "--json"]) == 0
+    by_model = json.loads(capsys.readouterr().out)
+    assert by_model["model"] == "two-tower" and [row["method"] for row in by_model["plans"]] == ["1f1b"]
+
+    from placer.baselines import make_baseline
+    from placer.cost import open_target
+    from placer.models import build_model
+
+    graph = build_model("two-tower", "tiny")
+    with open_target(graph, "modeled:2xV100") as target:
+        expert = make_baseline("expert", graph, target.devices, model="two-tower")
+    placement = tmp_path / "expert.json"
+    expert.with_metadata(model="two-tower", size="tiny").save(placement, graph)
+    assert main(["schedule", str(placement), "--micro-batches", "4", "--strategy", "1f1b", "--json"]) == 0
+    by_file = json.loads(capsys.readouterr().out)
+    assert by_file["model"] == "two-tower"
+    assert by_file["plans"][0]["makespan"] == by_model["plans"][0]["makespan"]
+
+
+def test_placer_schedule_names_what_it_takes_for_an_unknown_subject(capsys):
+    assert main(["schedule", "no-such-thing", "--micro-batches", "4"]) == 2
+    assert "is not a shape" in capsys.readouterr().err
