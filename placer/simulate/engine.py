@@ -2,7 +2,10 @@
 
 It behaves like TensorFlow's executor: an op starts when its inputs have arrived and its device has a
 free slot (inter-op threads on a CPU, one compute stream on a GPU), ready ops start in the order they
-became ready. A tensor needed on another device is sent once per destination:
+became ready. An op that costs nothing (bookkeeping ops such as Const, Identity, Reshape; ops grappler
+folded away) starts and finishes the moment its inputs are there, taking no slot and no place in the
+queue: TensorFlow's executor runs inexpensive kernels inline, in the thread that made them ready. A tensor
+needed on another device is sent once per destination:
 - Over the link between the two devices, which carries one transfer's bytes at a time in the order they
   were requested (bytes / bandwidth), while latency overlaps: it delays a transfer, it does not hold the
   link, so many small tensors in flight pay it once, not once each (probes on the gRPC testbed: 32 small
@@ -67,6 +70,7 @@ class Workspace(NamedTuple):
     pending: np.ndarray
     uses: np.ndarray           # outstanding readers of each op's outputs on its own device
     deferred: np.ndarray       # ops made ready by a same-device input, not yet queued
+    finishing: np.ndarray      # ops finishing at this instant: i, or -1 - i for a free op that starts too
     busy: np.ndarray
     free_slots: np.ndarray
     live: np.ndarray
@@ -86,9 +90,10 @@ class Workspace(NamedTuple):
     link_head: np.ndarray      # [d * d] first and last unreleased transfer of each link (-1: none)
     link_tail: np.ndarray
     next_release: np.ndarray   # [d] when the earliest unreleased sender copy of each device may go
-    ready_time: np.ndarray     # [d, capacity] each device's ready queue (a heap)
+    ready_time: np.ndarray     # [d, capacity] each device's ready queue, sorted, from ready_head[d] on
     ready_key: np.ndarray
     ready_size: np.ndarray
+    ready_head: np.ndarray
     event_time: np.ndarray     # the event heap
     event_key: np.ndarray
 
@@ -102,6 +107,7 @@ class Workspace(NamedTuple):
         return cls(
             start=np.empty(n), end=np.empty(n), pending=np.empty(n, dtype=np.int64),
             uses=np.empty(n, dtype=np.int64), deferred=np.empty(n, dtype=np.int64),
+            finishing=np.empty(n, dtype=np.int64),
             busy=np.empty(d), free_slots=np.empty(d, dtype=np.int64), live=np.empty(d), peak=np.empty(d),
             link_free=np.empty((d, d)), link_bytes=np.empty((d, d)),
             arrival=np.full((t, d), -1.0), xfer_start=np.full((t, d), -1.0), arrival_floor=np.zeros((t, d)),
@@ -111,7 +117,7 @@ class Workspace(NamedTuple):
             link_head=np.empty(d * d, dtype=np.int64), link_tail=np.empty(d * d, dtype=np.int64),
             next_release=np.empty(d),
             ready_time=np.empty((d, capacity)), ready_key=np.empty((d, capacity), dtype=np.int64),
-            ready_size=np.empty(d, dtype=np.int64),
+            ready_size=np.empty(d, dtype=np.int64), ready_head=np.empty(d, dtype=np.int64),
             event_time=np.empty(n + 4 * m + 1), event_key=np.empty(n + 4 * m + 1, dtype=np.int64),
         )
 
@@ -171,6 +177,21 @@ def _pop(heap_time, heap_key, size):
 
 
 @njit(cache=True, inline="always")
+def _queue(queue_time, queue_key, queue_head, queue_size, dev, time, key):
+    """Adds (time, key) to device `dev`'s ready queue, kept sorted in place: entries come at the current
+    instant or later, so a new one passes only same-instant entries with larger keys (few, once free ops
+    finish inline)."""
+    position = queue_head[dev] + queue_size[dev]
+    while position > queue_head[dev] and _before(time, key, queue_time[dev, position - 1], queue_key[dev, position - 1]):
+        queue_time[dev, position] = queue_time[dev, position - 1]
+        queue_key[dev, position] = queue_key[dev, position - 1]
+        position -= 1
+    queue_time[dev, position] = time
+    queue_key[dev, position] = key
+    queue_size[dev] += 1
+
+
+@njit(cache=True, inline="always")
 def _release_sent_copies(dev, now, d, uses, live, op_alloc, release_time, release_src, release_next, link_head,
                          next_release):
     """Releases the sender copies of `dev`'s transfers completed by `now` (links only), before memory grows on
@@ -226,6 +247,7 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
     d = slots.shape[0]
 
     start, end, pending, uses, deferred = work.start, work.end, work.pending, work.uses, work.deferred
+    finishing = work.finishing
     busy, free_slots, live, peak = work.busy, work.free_slots, work.live, work.peak
     link_free, link_bytes, sent = work.link_free, work.link_bytes, work.sent
     arrival, xfer_start, arrival_floor, recv_uses = work.arrival, work.xfer_start, work.arrival_floor, work.recv_uses
@@ -250,6 +272,8 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
     live[:] = persistent
     peak[:] = persistent
     ready_size[:] = 0
+    ready_head = work.ready_head
+    ready_head[:] = 0
     sent_count = 0
     missing_link = -1
 
@@ -278,19 +302,131 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
 
     send_base = n + tensor_bytes.shape[0] * d
     events = 0
+    finishing_head = 0
+    finishing_tail = 0
     for i in range(n):
         if pending[i] == 0:
             dev = op_device[i]
-            ready_size[dev] = _push(ready_time[dev], ready_key[dev], ready_size[dev], 0.0, i)
+            if op_cost[i, dev] == 0.0:
+                finishing[finishing_tail] = -1 - i
+                finishing_tail += 1
+            else:
+                _queue(ready_time, ready_key, ready_head, ready_size, dev, 0.0, i)
 
     deferred_count = 0
     now = 0.0
+    key = -1  # the event being handled: what finishes now finishes with its key, for ties with later inputs
     finished = 0
     while True:
+        # Finish the ops that finish now, in the order they did. An op that costs nothing (bookkeeping: Const,
+        # Identity, Reshape...) starts and finishes the moment its inputs are there, without waiting for a
+        # slot: TensorFlow's executor runs such inexpensive kernels inline, in the thread that made them ready.
+        while finishing_head < finishing_tail:
+            i = finishing[finishing_head]
+            finishing_head += 1
+            if i < 0:
+                i = -1 - i
+                dev = op_device[i]
+                start[i] = now
+                if op_alloc[i] > 0.0 and next_release[dev] <= now:
+                    _release_sent_copies(dev, now, d, uses, live, op_alloc, release_time, release_src, release_next,
+                                         link_head, next_release)
+                live[dev] += op_alloc[i]
+                if live[dev] > peak[dev]:
+                    peak[dev] = live[dev]
+            else:
+                dev = op_device[i]
+            end[i] = now
+            finished += 1
+            # Inputs this op was the last reader of are freed.
+            for k in range(in_ptr[i], in_ptr[i + 1]):
+                src = in_src[k]
+                if op_device[src] == dev:
+                    uses[src] -= 1
+                    if uses[src] == 0:
+                        live[dev] -= op_alloc[src]
+                else:
+                    tensor = in_tensor[k]
+                    recv_uses[tensor, dev] -= 1
+                    if recv_uses[tensor, dev] == 0:
+                        live[dev] -= tensor_bytes[tensor]
+            if uses[i] == 0:
+                live[dev] -= op_alloc[i]
+            for e in range(out_ptr[i], out_ptr[i + 1]):
+                j = out_dst[e]
+                target = op_device[j]
+                if target == dev:  # available at once, without an event round trip (most edges)
+                    pending[j] -= 1
+                    if pending[j] == 0:
+                        if last_key[j] >= 0 and _before(now, key, last_time[j], last_key[j]):
+                            # an input from another device is still on its way: ready when it lands
+                            events = _push(event_time, event_key, events, last_time[j], last_key[j])
+                        elif op_cost[j, dev] == 0.0:
+                            finishing[finishing_tail] = -1 - j
+                            finishing_tail += 1
+                        else:
+                            deferred[deferred_count] = j
+                            deferred_count += 1
+                    continue
+                tensor = out_tensor[e]
+                first = arrival[tensor, target] < 0.0
+                if on_cores:
+                    if first:  # the sender serializes it when a slot frees; the receive follows
+                        arrival[tensor, target] = np.inf
+                        send = send_base + tensor * d + target
+                        # Ahead of the ops waiting there: gRPC threads serve a tensor as soon as it exists.
+                        _queue(ready_time, ready_key, ready_head, ready_size, dev, -1.0, send)
+                    # Later consumers of the same tensor get their arrival when the receive is done.
+                    continue
+                if first:
+                    bandwidth = link_bandwidth[dev, target]
+                    if bandwidth <= 0.0:
+                        missing_link = dev * d + target
+                        bandwidth = 1e300
+                    begin = max(now, link_free[dev, target])
+                    link_free[dev, target] = begin + tensor_bytes[tensor] / bandwidth
+                    link_bytes[dev, target] += tensor_bytes[tensor]
+                    arrival[tensor, target] = link_free[dev, target] + link_latency[dev, target]
+                    xfer_start[tensor, target] = begin
+                    # The receiver holds the bytes from the transfer's start (TensorFlow allocates the
+                    # destination before it copies); the sender's copy is released when the copy is done.
+                    if next_release[target] <= now:
+                        _release_sent_copies(target, now, d, uses, live, op_alloc, release_time, release_src,
+                                             release_next, link_head, next_release)
+                    live[target] += tensor_bytes[tensor]
+                    if live[target] > peak[target]:
+                        peak[target] = live[target]
+                    link = dev * d + target
+                    release_time[sent_count] = arrival[tensor, target]
+                    release_src[sent_count] = i
+                    release_next[sent_count] = -1
+                    if link_head[link] >= 0:
+                        release_next[link_tail[link]] = sent_count
+                    else:
+                        link_head[link] = sent_count
+                    link_tail[link] = sent_count
+                    if release_time[sent_count] < next_release[dev]:
+                        next_release[dev] = release_time[sent_count]
+                    sent[sent_count] = tensor * d + target
+                    sent_count += 1
+                # No event per edge: the consumer waits for its inputs as a count, and one event makes it
+                # ready when its last input lands (keyed like that input's edge, so ties keep their order).
+                landed = arrival[tensor, target]
+                landed_key = e * 4 + EVENT_ARRIVAL
+                if last_key[j] < 0 or _before(last_time[j], last_key[j], landed, landed_key):
+                    last_time[j] = landed
+                    last_key[j] = landed_key
+                pending[j] -= 1
+                if pending[j] == 0:
+                    events = _push(event_time, event_key, events, last_time[j], last_key[j])
+        finishing_head = 0
+        finishing_tail = 0
         # Start every ready op that has a free slot on its device.
         for dev in range(d):
             while free_slots[dev] > 0 and ready_size[dev] > 0:
-                ready_at, i, ready_size[dev] = _pop(ready_time[dev], ready_key[dev], ready_size[dev])
+                i = ready_key[dev, ready_head[dev]]
+                ready_head[dev] += 1
+                ready_size[dev] -= 1
                 free_slots[dev] -= 1
                 if on_cores and i >= send_base:  # a send: serialize, and put the bytes on the link
                     tensor = (i - send_base) // d
@@ -336,7 +472,7 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
             for k in range(deferred_count):
                 j = deferred[k]
                 dev = op_device[j]
-                ready_size[dev] = _push(ready_time[dev], ready_key[dev], ready_size[dev], now, j)
+                _queue(ready_time, ready_key, ready_head, ready_size, dev, now, j)
             deferred_count = 0
             continue
         if events == 0:
@@ -349,7 +485,7 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
         elif on_cores and kind == EVENT_RECEIVED:
             i = key >> 2
             target = (i - n) % d
-            ready_size[target] = _push(ready_time[target], ready_key[target], ready_size[target], now, i)
+            _queue(ready_time, ready_key, ready_head, ready_size, target, now, i)
         elif on_cores and kind == EVENT_OP_DONE and (key >> 2) >= n:
             i = key >> 2
             tensor = (i - n) // d
@@ -363,94 +499,19 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
                     events = _push(event_time, event_key, events, there, e * 4 + EVENT_ARRIVAL)
         elif kind == EVENT_OP_DONE:
             i = key >> 2
-            dev = op_device[i]
-            end[i] = now
-            finished += 1
-            free_slots[dev] += 1
-            # Inputs this op was the last reader of are freed.
-            for k in range(in_ptr[i], in_ptr[i + 1]):
-                src = in_src[k]
-                if op_device[src] == dev:
-                    uses[src] -= 1
-                    if uses[src] == 0:
-                        live[dev] -= op_alloc[src]
-                else:
-                    tensor = in_tensor[k]
-                    recv_uses[tensor, dev] -= 1
-                    if recv_uses[tensor, dev] == 0:
-                        live[dev] -= tensor_bytes[tensor]
-            if uses[i] == 0:
-                live[dev] -= op_alloc[i]
-            for e in range(out_ptr[i], out_ptr[i + 1]):
-                j = out_dst[e]
-                target = op_device[j]
-                if target == dev:  # available at once, without an event round trip (most edges)
-                    pending[j] -= 1
-                    if pending[j] == 0:
-                        if last_key[j] >= 0 and _before(now, key, last_time[j], last_key[j]):
-                            # an input from another device is still on its way: ready when it lands
-                            events = _push(event_time, event_key, events, last_time[j], last_key[j])
-                        else:
-                            deferred[deferred_count] = j
-                            deferred_count += 1
-                    continue
-                tensor = out_tensor[e]
-                first = arrival[tensor, target] < 0.0
-                if on_cores:
-                    if first:  # the sender serializes it when a slot frees; the receive follows
-                        arrival[tensor, target] = np.inf
-                        send = send_base + tensor * d + target
-                        # Ahead of the ops waiting there: gRPC threads serve a tensor as soon as it exists.
-                        ready_size[dev] = _push(ready_time[dev], ready_key[dev], ready_size[dev], -1.0, send)
-                    # Later consumers of the same tensor get their arrival when the receive is done.
-                    continue
-                if first:
-                    bandwidth = link_bandwidth[dev, target]
-                    if bandwidth <= 0.0:
-                        missing_link = dev * d + target
-                        bandwidth = 1e300
-                    begin = max(now, link_free[dev, target])
-                    link_free[dev, target] = begin + tensor_bytes[tensor] / bandwidth
-                    link_bytes[dev, target] += tensor_bytes[tensor]
-                    arrival[tensor, target] = link_free[dev, target] + link_latency[dev, target]
-                    xfer_start[tensor, target] = begin
-                    # The receiver holds the bytes from the transfer's start (TensorFlow allocates the
-                    # destination before it copies); the sender's copy is released when the copy is done.
-                    if next_release[target] <= now:
-                        _release_sent_copies(target, now, d, uses, live, op_alloc, release_time, release_src,
-                                             release_next, link_head, next_release)
-                    live[target] += tensor_bytes[tensor]
-                    if live[target] > peak[target]:
-                        peak[target] = live[target]
-                    link = dev * d + target
-                    release_time[sent_count] = arrival[tensor, target]
-                    release_src[sent_count] = i
-                    release_next[sent_count] = -1
-                    if link_head[link] >= 0:
-                        release_next[link_tail[link]] = sent_count
-                    else:
-                        link_head[link] = sent_count
-                    link_tail[link] = sent_count
-                    if release_time[sent_count] < next_release[dev]:
-                        next_release[dev] = release_time[sent_count]
-                    sent[sent_count] = tensor * d + target
-                    sent_count += 1
-                # No event per edge: the consumer waits for its inputs as a count, and one event makes it
-                # ready when its last input lands (keyed like that input's edge, so ties keep their order).
-                landed = arrival[tensor, target]
-                landed_key = e * 4 + EVENT_ARRIVAL
-                if last_key[j] < 0 or _before(last_time[j], last_key[j], landed, landed_key):
-                    last_time[j] = landed
-                    last_key[j] = landed_key
-                pending[j] -= 1
-                if pending[j] == 0:
-                    events = _push(event_time, event_key, events, last_time[j], last_key[j])
+            free_slots[op_device[i]] += 1
+            finishing[finishing_tail] = i
+            finishing_tail += 1
         else:
             e = key >> 2
             j = out_dst[e]
             target = op_device[j]
             if not on_cores:  # links only: the op's last input landed, it is ready
-                ready_size[target] = _push(ready_time[target], ready_key[target], ready_size[target], now, j)
+                if op_cost[j, target] == 0.0:
+                    finishing[finishing_tail] = -1 - j
+                    finishing_tail += 1
+                else:
+                    _queue(ready_time, ready_key, ready_head, ready_size, target, now, j)
                 continue
             src = edge_src[e]
             if op_device[src] != target:
@@ -466,7 +527,11 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
                         live[op_device[src]] -= op_alloc[src]
             pending[j] -= 1
             if pending[j] == 0:
-                ready_size[target] = _push(ready_time[target], ready_key[target], ready_size[target], now, j)
+                if op_cost[j, target] == 0.0:
+                    finishing[finishing_tail] = -1 - j
+                    finishing_tail += 1
+                else:
+                    _queue(ready_time, ready_key, ready_head, ready_size, target, now, j)
 
     step_time = 0.0
     for i in range(n):
