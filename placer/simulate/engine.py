@@ -70,6 +70,7 @@ class Workspace(NamedTuple):
     pending: np.ndarray
     uses: np.ndarray           # outstanding readers of each op's outputs on its own device
     deferred: np.ndarray       # ops made ready by a same-device input, not yet queued
+    cost_of: np.ndarray        # [n] seconds of each op on its device in this placement
     finishing: np.ndarray      # ops finishing at this instant: i, or -1 - i for a free op that starts too
     busy: np.ndarray
     free_slots: np.ndarray
@@ -107,7 +108,7 @@ class Workspace(NamedTuple):
         return cls(
             start=np.empty(n), end=np.empty(n), pending=np.empty(n, dtype=np.int64),
             uses=np.empty(n, dtype=np.int64), deferred=np.empty(n, dtype=np.int64),
-            finishing=np.empty(n, dtype=np.int64),
+            finishing=np.empty(n, dtype=np.int64), cost_of=np.empty(n),
             busy=np.empty(d), free_slots=np.empty(d, dtype=np.int64), live=np.empty(d), peak=np.empty(d),
             link_free=np.empty((d, d)), link_bytes=np.empty((d, d)),
             arrival=np.full((t, d), -1.0), xfer_start=np.full((t, d), -1.0), arrival_floor=np.zeros((t, d)),
@@ -277,8 +278,10 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
     sent_count = 0
     missing_link = -1
 
+    cost_of = work.cost_of
     for i in range(n):
         dev = op_device[i]
+        cost_of[i] = op_cost[i, dev]
         # Only the (tensor, device) entries a cross-device edge uses are reset: the [t, d] tables are the
         # workspace's largest, and a placement touches a few of their entries. A tensor's edges all leave its
         # producer, so its entries are reset before they are counted below.
@@ -307,7 +310,7 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
     for i in range(n):
         if pending[i] == 0:
             dev = op_device[i]
-            if op_cost[i, dev] == 0.0:
+            if cost_of[i] == 0.0:
                 finishing[finishing_tail] = -1 - i
                 finishing_tail += 1
             else:
@@ -361,7 +364,7 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
                         if last_key[j] >= 0 and _before(now, key, last_time[j], last_key[j]):
                             # an input from another device is still on its way: ready when it lands
                             events = _push(event_time, event_key, events, last_time[j], last_key[j])
-                        elif op_cost[j, dev] == 0.0:
+                        elif cost_of[j] == 0.0:
                             finishing[finishing_tail] = -1 - j
                             finishing_tail += 1
                         else:
@@ -457,7 +460,7 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
                     events = _push(event_time, event_key, events, now + cost, i * 4 + EVENT_OP_DONE)
                     continue
                 start[i] = now
-                cost = op_cost[i, dev]
+                cost = cost_of[i]
                 busy[dev] += cost
                 if op_alloc[i] > 0.0 and next_release[dev] <= now:
                     _release_sent_copies(dev, now, d, uses, live, op_alloc, release_time, release_src, release_next,
@@ -507,7 +510,7 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
             j = out_dst[e]
             target = op_device[j]
             if not on_cores:  # links only: the op's last input landed, it is ready
-                if op_cost[j, target] == 0.0:
+                if cost_of[j] == 0.0:
                     finishing[finishing_tail] = -1 - j
                     finishing_tail += 1
                 else:
@@ -527,7 +530,7 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
                         live[op_device[src]] -= op_alloc[src]
             pending[j] -= 1
             if pending[j] == 0:
-                if op_cost[j, target] == 0.0:
+                if cost_of[j] == 0.0:
                     finishing[finishing_tail] = -1 - j
                     finishing_tail += 1
                 else:
