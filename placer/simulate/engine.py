@@ -214,6 +214,31 @@ def _release_sent_copies(dev, now, d, uses, live, op_alloc, release_time, releas
     next_release[dev] = earliest
 
 
+@njit(cache=True)
+def place_ops(group_devices, op_group, variable_groups, variable_bytes, op_device, persistent):
+    """Fills `op_device` (each op's device, from its colocation group's) and `persistent` (variable bytes resident
+    on each device) for a placement given as one device per group. Returns (devices that run ops, the first
+    group whose device index is out of range or -1): one pass in compiled code, where numpy's gather, bincounts
+    and range checks cost a tenth of a simulation."""
+    d = persistent.shape[0]
+    bad = -1
+    for g in range(group_devices.shape[0]):
+        if group_devices[g] < 0 or group_devices[g] >= d:
+            bad = g
+            break
+    if bad >= 0:
+        return 0, bad
+    used = np.zeros(d, dtype=np.bool_)
+    for g in range(group_devices.shape[0]):
+        used[group_devices[g]] = True
+    for i in range(op_group.shape[0]):
+        op_device[i] = group_devices[op_group[i]]
+    persistent[:] = 0.0
+    for v in range(variable_groups.shape[0]):
+        persistent[group_devices[variable_groups[v]]] += variable_bytes[v]
+    return int(used.sum()), -1
+
+
 def simulate_step(graph, devices, op_device, persistent, work):
     """Simulates one step of `graph` with op i on device `op_device[i]` and `persistent[d]` bytes resident on
     device d, in `work` (a `Workspace`). Returns (step time, ops finished, missing link as source * d + target

@@ -12,7 +12,7 @@ from placer.errors import DeviceSpecError, PlacementError, ProfileError
 from placer.graph.opgraph import OpGraph, OpNode
 from placer.placement import Placement
 from placer.profile import CostTable
-from placer.simulate.engine import EngineDevices, EngineGraph, Workspace, simulate_step
+from placer.simulate.engine import EngineDevices, EngineGraph, Workspace, place_ops, simulate_step
 from placer.simulate.result import SimResult, SimulatedOp, SimulatedTransfer
 
 # Outputs of these ops alias memory that already exists (a variable, a constant, their input), so
@@ -156,6 +156,9 @@ class Simulator:
             float(config.send_cpu_per_byte), float(config.recv_cpu), float(config.recv_cpu_per_byte),
         )
         self._work = Workspace.allocate(self._engine_graph, self._engine_devices)
+        self._op_device = np.empty(len(step), dtype=np.int64)
+        self._persistent = np.empty(len(devices), dtype=np.float64)
+        self._capacity_list = self.capacity.tolist()
 
     def _modeled_costs(self, model: OpTimeModel) -> tuple[np.ndarray, list[int]]:
         """Op seconds per CPU device at its width, and the ops each runs at once."""
@@ -190,9 +193,12 @@ class Simulator:
     def simulate(self, placement: Placement | Sequence[int], *, timeline: bool = False) -> SimResult:
         """Simulate one training step. `placement` is a Placement or one device index per colocation group."""
         group_devices = self._group_devices(placement)
-        op_device = group_devices[self._op_group]
-        persistent = np.bincount(group_devices[self._variable_groups], weights=self._variable_bytes,
-                                 minlength=len(self.devices)).astype(np.float64)
+        op_device, persistent = self._op_device, self._persistent
+        devices_used, bad_group = place_ops(group_devices, self._op_group, self._variable_groups, self._variable_bytes,
+                                            op_device, persistent)
+        if bad_group >= 0:
+            raise PlacementError(f"device indices must be in 0..{len(self.devices) - 1}, got "
+                                 f"{int(group_devices[bad_group])} for group {bad_group}")
         work = self._work
         step_time, finished, missing_link, transfers_made = simulate_step(
             self._engine_graph, self._engine_devices, op_device, persistent, work)
@@ -218,14 +224,16 @@ class Simulator:
                                   int(self.tensor_bytes[t]))
                 for t, d in (divmod(int(k), len(names)) for k in np.sort(work.sent[:transfers_made]))
             )
-        peak_memory = {name: int(p) for name, p in zip(names, peak)}
+        # Through lists: converting numpy scalars one by one cost more than the rest of this method.
+        peak_bytes = peak.tolist()
+        sources, targets = np.nonzero(link_bytes)
         return SimResult(
             step_time=float(step_time) + self.config.step_overhead
-            + self.config.spanning_overhead * max(np.count_nonzero(np.bincount(group_devices, minlength=len(names))) - 1, 0),
-            device_busy={name: float(b) for name, b in zip(names, busy)},
-            peak_memory=peak_memory,
-            link_bytes={(names[a], names[b]): int(link_bytes[a, b]) for a, b in np.argwhere(link_bytes > 0)},
-            out_of_memory=tuple(name for name, p, c in zip(names, peak, self.capacity) if p > c),
+            + self.config.spanning_overhead * max(devices_used - 1, 0),
+            device_busy=dict(zip(names, busy.tolist())),
+            peak_memory={name: int(p) for name, p in zip(names, peak_bytes)},
+            link_bytes={(names[a], names[b]): int(link_bytes[a, b]) for a, b in zip(sources.tolist(), targets.tolist())},
+            out_of_memory=tuple(name for name, p, c in zip(names, peak_bytes, self._capacity_list) if p > c),
             ops=result_ops,
             transfers=transfers,
         )
@@ -242,9 +250,7 @@ class Simulator:
         group_devices = np.asarray(assignment, dtype=np.int64)
         if group_devices.shape != (len(self.graph.groups),):
             raise PlacementError(f"give one device index per colocation group ({len(self.graph.groups)}), got shape {group_devices.shape}")
-        if group_devices.min() < 0 or group_devices.max() >= len(self.devices):
-            raise PlacementError(f"device indices must be in 0..{len(self.devices) - 1}")
-        return group_devices
+        return group_devices  # the range of each index is checked where the placement is read (place_ops)
 
 
 def _transfer_start(recorded: float) -> float:
