@@ -119,6 +119,41 @@ def test_constants_are_left_free_because_grappler_drops_their_control_edges(long
     assert order.left_free_counts()[CONSTANT] >= len(constants) and CONSTANT in order.describe()
 
 
+def test_a_time_threshold_orders_only_the_long_ops_and_the_trace_keeps_their_order(long_and_short):
+    from placer.graph.order import order_violations, traced_links
+
+    seconds = _seconds(long_and_short)
+    placement = Placement.single_device(long_and_short, _devices())
+    everything = order_ops(long_and_short, placement, seconds, "critical-path")
+    order = order_ops(long_and_short, placement, seconds, "critical-path", min_op_seconds=1e-4)
+    ordered = {op for chain in order.chains for link in chain.links for op in link}
+    matmuls = {op.name for op in long_and_short.step_ops if op.type == "MatMul"}
+    assert ordered == matmuls  # the 1 ms ops; the 10 us ones run when ready
+    assert order.links < everything.links / 2
+    short = {op.name for op in long_and_short.step_ops} - set(everything.left_free) - matmuls
+    assert {name for name, why in order.left_free.items() if why == "shorter than 100 us"} == short
+    step, measurement = _measure_ordered(long_and_short, "critical-path", min_op_seconds=1e-4)
+    assert measurement.ok, measurement.describe()
+    assert traced_links(measurement.chrome_trace, step.order.chains) == (order.links, order.links)
+    assert order_violations(measurement.chrome_trace, step.order.chains) == ()
+
+
+def test_the_longest_ops_per_device_are_the_only_ones_ordered(long_and_short):
+    seconds = {**_seconds(long_and_short), "mm2": 5e-3, "mm0": 4e-3}
+    placement = Placement.single_device(long_and_short, _devices())
+    order = order_ops(long_and_short, placement, seconds, "critical-path", corun=1, longest=2)
+    assert [set(link) for chain in order.chains for link in chain.links] == [{"mm0"}, {"mm2"}]
+    assert order.left_free["mm1"] == "not among its device's 2 longest"
+
+
+def test_bad_thresholds_are_refused(long_and_short):
+    placement = Placement.single_device(long_and_short, _devices())
+    with pytest.raises(OrderError, match="min_op_seconds must be 0 or more"):
+        order_ops(long_and_short, placement, {}, "critical-path", min_op_seconds=-1e-6)
+    with pytest.raises(OrderError, match="longest must be a whole number of ops per device, at least 1"):
+        order_ops(long_and_short, placement, {}, "critical-path", longest=0)
+
+
 def _measure_ordered(graph, strategy, **options):
     from placer.measure import MeasureConfig, Measurer, parse_target
 
