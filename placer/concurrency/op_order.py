@@ -2,7 +2,7 @@
 
 Stock TensorFlow runs any ready op; here a strategy fixes the order with control dependencies
 (`placer.graph.order`). One priority list over the whole step gives a topological order; each device's
-ops, in that order, are cut into links of up to `corun` ops that do not feed each other, and a device
+ops, in that order, are cut into links of up to `corun` ops none of which waits for another, and a device
 starts a link only when the previous one has ended. Since every link follows the ones before it in one
 global topological order, the chains of different devices cannot wait for each other in a cycle.
 
