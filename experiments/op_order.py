@@ -1,12 +1,14 @@
 """Operation scheduling on one CPU device: TensorFlow's own order against enforced op orders (issue 17).
 
     python experiments/op_order.py [--models nmt-2 rnnlm inception-v3 two-tower] [--size tiny]
-        [--target inprocess:1,intra=1,inter=2] [--corun 2] [--rounds 5] [--out results/op_order.json]
+        [--target inprocess:1,intra=1,inter=2] [--corun 2] [--min-op-us 0] [--longest N] [--rounds 5]
+        [--out results/op_order.json]
 
 Per model: op times are profiled on the target (whole step on its device), then each strategy of
 `placer.concurrency.op_order` (default, critical-path, complementary) orders the step's ops, and the
 ordered steps are timed side by side in interleaved rounds. The traced step after the timed ones says
 whether the order was kept. Two inter-op threads let TensorFlow co-run ops, which the order then decides.
+--min-op-us and --longest order only the long ops (every link costs a barrier); the rest run when ready.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ def main() -> None:
     parser.add_argument("--size", default="tiny")
     parser.add_argument("--target", default="inprocess:1,intra=1,inter=2")
     parser.add_argument("--corun", type=int, default=2, help="ops per link (ops a device may run side by side)")
+    parser.add_argument("--min-op-us", type=float, default=0.0,
+                        help="order only ops whose profiled time is at least this many microseconds")
+    parser.add_argument("--longest", type=int, help="order only each device's N longest ops")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
@@ -50,33 +55,35 @@ def main() -> None:
             placement = Placement.single_device(graph, devices)
             costs = profile_costs(graph, measurer, steps=3)
             seconds = dict(costs.op_seconds)
-            steps = {}
-            for strategy in STRATEGIES:
-                ordered, ordered_placement, chains = ordered_step(graph, placement, devices, seconds, strategy,
-                                                                  args.corun)
-                steps[strategy] = (ordered.graph, ordered_placement, chains)
+            steps = {strategy: ordered_step(graph, placement, devices, seconds, strategy, args.corun,
+                                            min_op_seconds=args.min_op_us * 1e-6, longest=args.longest)
+                     for strategy in STRATEGIES}
 
-            def evaluate(item) -> StepTime:
-                ordered_graph, ordered_placement, _ = item
-                result = measurer.measure(ordered_graph, ordered_placement)
+            def evaluate(step) -> StepTime:
+                result = measurer.measure(step.graph, step.placement)
                 if not result.ok:
                     return StepTime.failed(result.failure.kind, result.failure.message, "measured", args.target)
                 return StepTime(result.median, "measured", args.target)
 
             compared = compare(evaluate, steps, args.rounds)
             default = compared["default"].median
-            for strategy, (ordered_graph, ordered_placement, chains) in steps.items():
-                traced = measurer.measure(ordered_graph, ordered_placement,
+            for strategy, step in steps.items():
+                chains = step.order.chains
+                traced = measurer.measure(step.graph, step.placement,
                                           dataclasses.replace(config, timed_steps=1, profile_steps=1))
                 kept = None if not chains or not traced.chrome_trace else not order_violations(traced.chrome_trace, chains)
                 result = compared[strategy]
-                rows.append({"model": model, "strategy": strategy, "links": sum(len(c.links) for c in chains),
+                rows.append({"model": model, "strategy": strategy, "links": step.order.links,
+                             "ordered_ops": step.order.ordered_ops, "left_free": len(step.order.left_free),
                              "median_ms": result.median * 1e3 if result.ok else None,
                              "vs_default_pct": 100 * (default - result.median) / default if result.ok else None,
-                             "order_kept": kept})
+                             "order_kept": kept, "failure": None if result.ok else result.failure.message})
+                print(step.order.describe(), flush=True)
             print(rows[-3:], flush=True)
-    write_report("op_order", ["model", "strategy", "links", "median_ms", "vs_default_pct", "order_kept"], rows,
-                 args.out, size=args.size, target=args.target, corun=args.corun, rounds=args.rounds,
+    write_report("op_order", ["model", "strategy", "links", "ordered_ops", "left_free", "median_ms", "vs_default_pct",
+                              "order_kept", "failure"], rows,
+                 args.out, size=args.size, target=args.target, corun=args.corun, min_op_us=args.min_op_us,
+                 longest=args.longest, rounds=args.rounds,
                  warmup=args.warmup, repeats=args.repeats)
 
 

@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _measure(args) -> int:
     """One placement costed on the target (measured, or simulated on a modeled machine), or several compared."""
+    from placer.commands.placement_option import check_placement_name, placement_named
     from placer.cost import open_target, parse_target_spec
     from placer.models import load_model
 
@@ -147,10 +148,10 @@ def _measure(args) -> int:
         raise PlacerError(f"--rounds must be at least 1, got {args.rounds}")
     spec = parse_target_spec(args.cluster, allow_exposed_ports=args.allow_exposed_ports)  # refuse a bad target early
     for name in names:
-        _check_placement_name(name, args.model, spec.backend)
+        check_placement_name(name, args.model, spec.backend)
     graph = load_model(args.model, args.size)
     with open_target(graph, spec, measure_config=_measure_config(args)) as target:
-        placements = [_placement_named(name, args.model, graph, target) for name in names]
+        placements = [placement_named(name, args.model, graph, target.devices, target.simulator) for name in names]
         if len(names) > 1:
             return _compare(args, names, placements, graph, target)
         placement = placements[0]
@@ -205,29 +206,6 @@ def _compare(args, names: list[str], placements: list, graph, target) -> int:
             rounds = ", ".join(f"{t * 1e3:.2f}" for t in row["rounds"])
             print(f"  {row['placement']}: median {row['median'] * 1e3:.2f} ms{ratio}  (rounds: {rounds})")
     return 0 if all(row["ok"] for row in rows) else 1
-
-
-def _check_placement_name(name: str, model: str, backend: str) -> None:
-    """Refuse a baseline that cannot be made here before building the graph or starting a worker."""
-    from placer.baselines import ALIASES, baselines, check_baseline
-    from placer.models import is_builtin_model
-
-    if name in baselines() or name in ALIASES:
-        check_baseline(name, builtin_model=is_builtin_model(model), simulator=backend == "simulated")
-    elif not Path(name).exists():
-        raise PlacerError(f"--placement {name!r} is neither a placement file nor a baseline "
-                          f"({', '.join(baselines())})")
-
-
-def _placement_named(name: str, model: str, graph, target):
-    from placer.baselines import ALIASES, baselines, make_baseline
-    from placer.models import is_builtin_model
-    from placer.placement import load_placement
-
-    if name in baselines() or name in ALIASES:
-        return make_baseline(name, graph, target.devices, model=model if is_builtin_model(model) else None,
-                             simulator=target.simulator)
-    return load_placement(name, graph, target.devices)
 
 
 def _calibrate(args) -> int:

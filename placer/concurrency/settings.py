@@ -3,11 +3,13 @@
 TensorFlow's performance guide recommends intra-op threads = physical cores and inter-op threads = sockets.
 On this project's 2-core machine that setting is 40 % slower than the best one on NMT-2 (FINDINGS.md), so it
 is worth timing the alternatives: each setting runs in its own measurement process (TensorFlow fixes its
-thread pools once per process) and all are timed side by side in interleaved rounds.
+thread pools once per process) and all are timed side by side in interleaved rounds. On the local testbed
+a setting applies to every worker, and each setting gets a testbed of its own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -15,9 +17,14 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from placer.cost import StepTime, compare, open_target
+from placer.devices import DeviceSet
+from placer.errors import DeviceSpecError
 from placer.graph.opgraph import OpGraph
-from placer.measure import InProcess, MeasureConfig
+from placer.measure import InProcess, LocalTestbed, MeasureConfig
 from placer.placement import Placement
+
+TunableTarget = InProcess | LocalTestbed
+"""Targets whose thread pools placer sets: the in-process session, and the local testbed's workers."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,21 @@ class ThreadSetting:
     def target(self, logical_cpus: int = 1) -> InProcess:
         """The in-process target with these pools (refuses more threads than cores)."""
         return InProcess(logical_cpus, self.intra_op_threads, self.inter_op_threads)
+
+    def on(self, target: TunableTarget) -> TunableTarget:
+        """`target` with these pools. On the testbed every worker gets them; None there keeps the worker's
+        own default (intra: its cores; inter: one more). Refuses more threads than a worker's cores, naming them."""
+        if isinstance(target, InProcess):
+            return InProcess(target.logical_cpus, self.intra_op_threads, self.inter_op_threads)
+        if not isinstance(target, LocalTestbed):
+            raise DeviceSpecError(f"placer sets the thread pools of inprocess:N and local:... targets, not of {target}")
+        from placer.testbed import default_inter_op_threads
+
+        workers = target.layout()
+        intra = tuple(self.intra_op_threads or len(w.cores) for w in workers)
+        inter = tuple(self.inter_op_threads or default_inter_op_threads(i) for i in intra)
+        return dataclasses.replace(target, worker_cores=tuple(w.cores for w in workers), intra_op_threads=intra,
+                                   inter_op_threads=inter)
 
     def __str__(self) -> str:
         if self.intra_op_threads is None and self.inter_op_threads is None:
@@ -71,14 +93,32 @@ def global_settings(cores: int | None = None) -> list[ThreadSetting]:
     return [ThreadSetting(intra, inter) for intra in range(1, cores + 1) for inter in range(1, cores + 1)]
 
 
-def tuning_candidates(cores: int | None = None) -> dict[str, ThreadSetting]:
+def tuning_candidates(cores: int | None = None, *, on: TunableTarget | None = None) -> dict[str, ThreadSetting]:
     """TensorFlow's default, the recommended setting and the sweep, named; a setting that is two of these is
-    timed once, under a name that says both."""
-    named: dict[ThreadSetting, list[str]] = {ThreadSetting(): ["default"]}
-    named.setdefault(recommended_setting(), []).append("recommended")
-    for setting in global_settings(cores):
-        named.setdefault(setting, []).append(f"intra {setting.intra_op_threads} / inter {setting.inter_op_threads}")
-    return {" = ".join(names): setting for setting, names in named.items()}
+    timed once, under a name that says both.
+
+    on: a testbed (`LocalTestbed`) to tune instead of the in-process session. Its default is the testbed's
+    (each worker: its cores, and one inter-op thread more); the recommended setting gives each worker its own
+    cores and one inter-op thread per socket; the sweep goes up to the narrowest worker's cores (inter-op: one
+    more, as the testbed allows for transfers)."""
+    if isinstance(on, LocalTestbed):
+        narrowest = min(len(worker.cores) for worker in on.layout())
+        sweep = [ThreadSetting(intra, inter) for intra in range(1, narrowest + 1) for inter in range(1, narrowest + 2)]
+        recommended = ThreadSetting(None, sockets())
+    else:
+        sweep, recommended = global_settings(cores), recommended_setting()
+    named: dict[object, tuple[ThreadSetting, list[str]]] = {}
+
+    def add(setting: ThreadSetting, name: str) -> None:
+        # Two settings are one candidate when they start the same target (e.g. the testbed's default and its twin).
+        key = str(setting.on(on)) if on is not None else setting
+        named.setdefault(key, (setting, []))[1].append(name)
+
+    add(ThreadSetting(), "default")
+    add(recommended, "recommended")
+    for setting in sweep:
+        add(setting, f"intra {setting.intra_op_threads} / inter {setting.inter_op_threads}")
+    return {" = ".join(names): setting for setting, names in named.values()}
 
 
 @dataclass(frozen=True)
@@ -93,6 +133,8 @@ class TuneResult:
     failures: Mapping[str, StepTime]
     seconds: float
     """Wall time of the whole choice: starting a measurement process per setting, and the timings."""
+    targets: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """The target spec each setting ran on, e.g. "local:widths=1+1,intra=1+1,inter=2+2"."""
 
     @property
     def best(self) -> str:
@@ -115,26 +157,32 @@ class TuneResult:
             versus = ""
             if reference and name != reference:
                 versus = f"  {100 * (seconds / self.medians[reference] - 1):+.1f}% step time vs recommended"
-            lines.append(f"  {name:<{width}}  {seconds * 1e3:9.2f} ms{versus}{mark}")
+            where = f"  ({self.targets[name]})" if name in self.targets else ""
+            lines.append(f"  {name:<{width}}  {seconds * 1e3:9.2f} ms{versus}{mark}{where}")
         lines.append(f"  chosen in {self.seconds:.0f} s")
         return "\n".join(lines)
 
 
 def tune(graph: OpGraph, settings: Mapping[str, ThreadSetting] | None = None, *, rounds: int = 3,
-         measure_config: MeasureConfig | None = None,
+         measure_config: MeasureConfig | None = None, on: TunableTarget | None = None,
+         place: Callable[[OpGraph, DeviceSet], Placement] | None = None,
          progress: Callable[[Iterable[int]], Iterable[int]] | None = None) -> TuneResult:
-    """Time `graph` on one in-process CPU device under each thread setting, side by side in interleaved rounds.
+    """Time `graph` under each thread setting, side by side in interleaved rounds.
 
-    Every setting gets its own measurement process (started before any timing, so a setting that cannot
-    start fails first); the graph is placed on the single CPU device."""
-    settings = dict(settings or tuning_candidates())
-    targets = {name: setting.target() for name, setting in settings.items()}  # refuses impossible settings now
+    on: where (default: one in-process CPU device; a `LocalTestbed` gives each setting a testbed of its
+    own, every worker with the setting's pools). place: the placement on each setting's devices (default:
+    all on the first device). Every setting gets its own measurement process (started before any timing, so
+    a setting that cannot start fails first)."""
+    on = on or InProcess(1)
+    settings = dict(settings or tuning_candidates(on=on))
+    targets = {name: setting.on(on) for name, setting in settings.items()}  # refuses impossible settings now
+    place = place or (lambda graph, devices: Placement.single_device(graph, devices))
     started = time.perf_counter()
     opened = {}
     try:
         for name, target in targets.items():
             opened[name] = open_target(graph, target, measure_config=measure_config)
-        placements = {name: Placement.single_device(graph, cost.devices) for name, cost in opened.items()}
+        placements = {name: place(graph, cost.devices) for name, cost in opened.items()}
         compared = compare(lambda name: opened[name].evaluate(placements[name]), {name: name for name in opened},
                            rounds, progress=progress)
     finally:
@@ -147,4 +195,5 @@ def tune(graph: OpGraph, settings: Mapping[str, ThreadSetting] | None = None, *,
         rounds={name: tuple(c.rounds) for name, c in compared.items()},
         failures={name: c.failure for name, c in compared.items() if c.failure is not None},
         seconds=time.perf_counter() - started,
+        targets={name: str(target) for name, target in targets.items()},
     )

@@ -3,6 +3,9 @@
 A chain is a sequence of op sets (links) that one device runs one after another: no op of a link starts
 before every op of the link before it has ended. Schedules of micro-batches (`placer.schedule`) and op
 orders per device use it alike.
+
+Not every op can be held by an order (`unorderable_ops`): ops the initializer runs too would make
+initialization wait for the step, and grappler drops the control edges out of constants.
 """
 
 from __future__ import annotations
@@ -71,17 +74,68 @@ class OrderedGraph:
         return Placement.from_op_devices(self.graph, devices, placed, dict(metadata or {}))
 
 
+INITIALIZER_RUNS_IT = "the initializer runs it too"
+CONSTANT = "a constant: grappler computes it before the step and drops its control edges"
+
+
+def unorderable_ops(graph: OpGraph) -> dict[str, str]:
+    """Step ops an order cannot hold, each with why:
+
+    - ops the initializer runs too (variable handles, shapes of initial values): a barrier before one would
+      make initializing the variables wait for a training step, which reads them uninitialized;
+    - constants, and ops computed from constants alone: grappler's dependency optimizer drops every control
+      edge out of a constant with no inputs ("always executed early"), so a barrier waiting for one no longer
+      waits, and constant folding turns the others into constants."""
+    initializer = initializer_ops(graph)
+    constant: set[str] = set()
+    reasons: dict[str, str] = {}
+    for op in graph.ops:  # topological order: an op's producers come first
+        if op.type == "Const" or (op.data_inputs and not op.control_inputs and not _is_stateful(op.type)
+                                  and all(p in constant for p in op.producers)):
+            constant.add(op.name)
+        if not op.in_step:
+            continue
+        if op.name in initializer:
+            reasons[op.name] = INITIALIZER_RUNS_IT
+        elif op.name in constant:
+            reasons[op.name] = CONSTANT
+    return reasons
+
+
+def initializer_ops(graph: OpGraph) -> frozenset[str]:
+    """The initializer op and every op it waits for."""
+    needed = {graph.init_op}
+    for op in reversed(graph.ops):  # topological order reversed: consumers before their producers
+        if op.name in needed:
+            needed.update(op.producers)
+            needed.update(op.control_inputs)
+    return frozenset(needed)
+
+
+def _is_stateful(op_type: str) -> bool:
+    """Whether TensorFlow may give `op_type` a new value each run (random ops, variable reads); an op type
+    it does not know (a function call) counts as stateful."""
+    from tensorflow.python.framework import op_def_registry
+
+    op_def = op_def_registry.get(op_type)
+    return op_def is None or op_def.is_stateful
+
+
 def enforce_order(graph: OpGraph, chains: Sequence[OpChain]) -> OrderedGraph:
     """`graph` with control dependencies that make each chain's device run its links in order.
 
-    Between links k and k+1 a NoOp waits for every op of link k, and every source op of link k+1 (one with
-    no input from inside its link) waits for the NoOp; the other ops of link k+1 descend from its sources.
-    Raises OrderError if an op is in no graph, in two links, or the order contradicts the graph's edges."""
+    Between links k and k+1 a NoOp waits for every op of link k and for the NoOp before it, and every source
+    op of link k+1 (one with no input from inside its link) waits for the NoOp; the other ops of link k+1
+    descend from its sources. The NoOps wait for each other so that the chain holds even where grappler
+    removes a whole link's ops (folds them into constants, drops identities).
+    Raises OrderError if an op is in no graph, in two links, is one the initializer runs too and not in a
+    chain's first link, or the order contradicts the graph's edges."""
     import tensorflow as tf
 
     from placer.graph.build import op_graph_from_tf_graph
 
     step = {op.name: op for op in graph.step_ops}
+    initializer = initializer_ops(graph)
     seen: dict[str, str] = {}
     for c, chain in enumerate(chains):
         for k, link in enumerate(chain.links):
@@ -94,17 +148,24 @@ def enforce_order(graph: OpGraph, chains: Sequence[OpChain]) -> OrderedGraph:
                 if op in seen:
                     raise OrderError(f"op {op!r} is in two links ({seen[op]} and {where}): give each op one place")
                 seen[op] = where
+            waits = sorted(op for op in link if op in initializer) if k > 0 else []
+            if waits:
+                raise OrderError(f"chain on {chain.device}, {chain.label(k)}: the initializer runs {waits[:3]} too, so "
+                                 "making them wait for an earlier link would make initialization wait for the "
+                                 "training step: leave them out of the chains (unorderable_ops lists such ops)")
     graph_def = tf.compat.v1.GraphDef.FromString(graph.graph_def)
     nodes = {node.name: node for node in graph_def.node}
     barriers: dict[str, str] = {}
     for c, chain in enumerate(chains):
+        previous_barrier: str | None = None
         for k in range(1, len(chain.links)):
             earlier, later = chain.links[k - 1], chain.links[k]
             if not earlier or not later:
                 continue
-            barrier = graph_def.node.add(name=f"{BARRIER_SCOPE}chain{c}/after{k - 1}", op="NoOp",
-                                         input=[f"^{op}" for op in sorted(earlier)])
+            waits_for = [f"^{op}" for op in sorted(earlier)] + ([f"^{previous_barrier}"] if previous_barrier else [])
+            barrier = graph_def.node.add(name=f"{BARRIER_SCOPE}chain{c}/after{k - 1}", op="NoOp", input=waits_for)
             barriers[barrier.name] = chain.device
+            previous_barrier = barrier.name
             for op in sorted(later):
                 if not any(src in later for src in (*step[op].producers, *step[op].control_inputs)):
                     nodes[op].input.append(f"^{barrier.name}")

@@ -379,5 +379,15 @@ def _failed(kind: str, message: str, overhead: Mapping[str, float], target: str)
 
 
 def _first_line(error: Exception) -> str:
-    text = getattr(error, "message", None) or str(error)
-    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    """The line of a TensorFlow error that says what went wrong, and at which node.
+
+    A session's errors start with "Graph execution error:" and where the node was defined; the runtime's
+    own cause comes after a "Node: 'name'" line, so that is the line a failure record needs."""
+    lines = [line.strip() for line in (getattr(error, "message", None) or str(error)).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    if lines[0] == "Graph execution error:":
+        for line, cause in zip(lines, lines[1:]):
+            if line.startswith("Node: "):
+                return f"{cause} (at node {line[len('Node: '):]})"
+    return lines[0]

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from placer.errors import OrderError
-from placer.graph.order import OpChain, enforce_order, order_violations
+from placer.graph.order import CONSTANT, INITIALIZER_RUNS_IT, OpChain, enforce_order, order_violations, unorderable_ops
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +37,25 @@ def test_the_later_link_s_sources_wait_on_a_barrier_that_waits_on_the_earlier_li
     assert barrier in ordered.graph.op("a1/RandomUniform").control_inputs  # a source of the later link
     assert barrier not in ordered.graph.op("a2").control_inputs  # waits through a1 already
     assert ordered.graph.op(barrier).in_step
+
+
+def test_each_barrier_waits_for_the_one_before_so_a_link_grappler_removes_breaks_no_chain(two_chains):
+    links = (frozenset({"a1/RandomUniform"}), frozenset({"a2"}), frozenset({"b1/RandomUniform"}))
+    ordered = enforce_order(two_chains, [OpChain("CPU:0", links)])
+    first, second = sorted(ordered.barrier_devices)
+    assert first in ordered.graph.op(second).control_inputs
+
+
+def test_unorderable_ops_are_the_initializer_s_and_the_constants(two_chains):
+    reasons = unorderable_ops(two_chains)
+    assert reasons["v"] == INITIALIZER_RUNS_IT  # the variable's handle
+    assert reasons["a1/shape"] == CONSTANT
+    assert "a1/RandomUniform" not in reasons and "a2" not in reasons  # random: a new value every step
+
+
+def test_a_chain_that_makes_the_initializer_wait_for_the_step_is_refused(two_chains):
+    with pytest.raises(OrderError, match=r"the initializer runs \['v'\] too"):
+        enforce_order(two_chains, [OpChain("CPU:0", (a("a"), frozenset({"v"})))])
 
 
 def test_an_order_against_the_data_flow_is_refused(two_chains):

@@ -199,3 +199,17 @@ def test_session_left_open_for_the_answer_is_closed_before_the_next_placement(ml
     left_open = loaded._unclosed
     second = loaded.measure(Placement.single_device(mlp, cpus2).op_devices(mlp), "", QUICK, 2)
     assert second.ok and left_open._closed and loaded._unclosed is None
+
+
+def test_a_session_error_is_summed_up_by_its_cause_and_node_not_by_its_header():
+    from placer.measure.runner import _first_line
+
+    error = tf.errors.NotFoundError(None, None, "Graph execution error:\n\n"
+                                    "Detected at node 'lookup' defined at (most recent call last):\n"
+                                    '  File "model.py", line 3, in build\n'
+                                    "Node: 'lookup'\n"
+                                    "Container localhost does not exist. (Could not find resource: localhost/table)\n"
+                                    "\t [[{{node lookup}}]]\n")
+    assert _first_line(error) == ("Container localhost does not exist. (Could not find resource: localhost/table) "
+                                  "(at node 'lookup')")
+    assert _first_line(tf.errors.InternalError(None, None, "plain message\nmore")) == "plain message"
