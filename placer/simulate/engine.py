@@ -214,6 +214,19 @@ def _release_sent_copies(dev, now, d, uses, live, op_alloc, release_time, releas
     next_release[dev] = earliest
 
 
+@njit(cache=True, inline="always")
+def _allocate_outputs(i, dev, now, d, uses, live, peak, op_alloc, release_time, release_src, release_next, link_head,
+                      next_release):
+    """Op `i` starts on `dev` at `now`: its outputs take memory there, after the sender copies whose transfers
+    are done by now are released (links only), so that the peak sees them gone."""
+    if op_alloc[i] > 0.0 and next_release[dev] <= now:
+        _release_sent_copies(dev, now, d, uses, live, op_alloc, release_time, release_src, release_next, link_head,
+                             next_release)
+    live[dev] += op_alloc[i]
+    if live[dev] > peak[dev]:
+        peak[dev] = live[dev]
+
+
 @njit(cache=True)
 def place_ops(group_devices, op_group, variable_groups, variable_bytes, op_device, persistent):
     """Fills `op_device` (each op's device, from its colocation group's) and `persistent` (variable bytes resident
@@ -356,12 +369,8 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
                 i = -1 - i
                 dev = op_device[i]
                 start[i] = now
-                if op_alloc[i] > 0.0 and next_release[dev] <= now:
-                    _release_sent_copies(dev, now, d, uses, live, op_alloc, release_time, release_src, release_next,
-                                         link_head, next_release)
-                live[dev] += op_alloc[i]
-                if live[dev] > peak[dev]:
-                    peak[dev] = live[dev]
+                _allocate_outputs(i, dev, now, d, uses, live, peak, op_alloc, release_time, release_src, release_next,
+                                  link_head, next_release)
             else:
                 dev = op_device[i]
             end[i] = now
@@ -487,12 +496,8 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
                 start[i] = now
                 cost = cost_of[i]
                 busy[dev] += cost
-                if op_alloc[i] > 0.0 and next_release[dev] <= now:
-                    _release_sent_copies(dev, now, d, uses, live, op_alloc, release_time, release_src, release_next,
-                                         link_head, next_release)
-                live[dev] += op_alloc[i]
-                if live[dev] > peak[dev]:
-                    peak[dev] = live[dev]
+                _allocate_outputs(i, dev, now, d, uses, live, peak, op_alloc, release_time, release_src, release_next,
+                                  link_head, next_release)
                 events = _push(event_time, event_key, events, now + cost, i * 4 + EVENT_OP_DONE)
         if deferred_count > 0:
             # Ops an op just made ready join the queue only after the ops already waiting had their chance
