@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from placer.commands.placement_option import placement_named
 from placer.errors import PlacerError
 
 
@@ -149,20 +150,6 @@ def _report_plans(args, template, plans: dict) -> int:
     return 0
 
 
-def _placement(args, graph, devices, simulator=None):
-    """--placement on `devices`: a placement file made for `graph`, or a baseline's placement of it."""
-    from pathlib import Path
-
-    from placer.baselines import make_baseline
-    from placer.models import is_builtin_model
-    from placer.placement import load_placement
-
-    if Path(args.placement).exists():
-        return load_placement(args.placement, graph, devices)
-    return make_baseline(args.placement, graph, devices, model=args.model if is_builtin_model(args.model) else None,
-                         simulator=simulator)
-
-
 def _origin(args, graph, placement):
     """What plans of `graph` placed by `placement` are made for, as their files record it."""
     from placer.schedule.origin import PlanOrigin
@@ -179,7 +166,7 @@ def _model_template(args):
 
     graph = load_model(args.model, args.size)
     with open_target(graph, parse_target_spec(args.cluster)) as target:
-        placement = _placement(args, graph, target.devices, target.simulator)
+        placement = placement_named(args.placement, args.model, graph, target.devices, target.simulator)
         return blocks_from_placement(target.simulator, placement, args.micro_batches), _origin(args, graph, placement)
 
 
@@ -200,7 +187,7 @@ def _real_target_command(args) -> int:
     micro_batch_graph = build_micro_batch_graph(args.model, args.size, args.micro_batches)
     with Measurer(parse_target_spec(args.cluster).measured) as measurer:
         devices = measurer.devices
-        placement = _placement(args, graph, devices)
+        placement = placement_named(args.placement, args.model, graph, devices)
         origin = _origin(args, graph, placement)
         placement = placement_at_micro_batch(placement, graph, micro_batch_graph, devices)
         template = profiled_template(measurer, micro_batch_graph, placement, args.micro_batches)
