@@ -14,10 +14,12 @@ step's total adds up: each type's predictions are scaled by a factor estimated o
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -33,6 +35,8 @@ BIAS_CORRECTIONS = ("none", "smearing", "ratio")
 """How a type's log-space fit is scaled back: not at all; by Duan's smearing estimator, the mean of
 measured / predicted over the type's fitted ops and thread counts (unbiased per op if the log residuals do not
 depend on size); or by the ratio of their sums (the fit set's total exact, weighted towards long ops)."""
+PROFILE_FORMAT = 1
+"""Version of the thread-profile file `ThreadProfile.save` writes."""
 MIN_SECONDS = 5e-6
 """Ops faster than this are left out of fits and accuracy: their traced spans are mostly timer noise."""
 
@@ -47,10 +51,43 @@ class ThreadProfile:
     """Thread count -> op name -> median seconds over the traced steps."""
     seconds: float
     """Wall time of the profiling: starting a measurement process per thread count, and the steps."""
+    machine: Mapping[str, object] = field(default_factory=dict)
+    """`placer.calibrate.this_machine()` where it was profiled (processor, cores): op times are that machine's."""
 
     @property
     def threads(self) -> tuple[int, ...]:
         return tuple(sorted(self.op_seconds))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps({
+            "format": PROFILE_FORMAT, "graph": self.graph, "fingerprint": self.fingerprint, "seconds": self.seconds,
+            "machine": dict(self.machine),
+            "op_seconds": {str(p): dict(times) for p, times in self.op_seconds.items()}}, indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ThreadProfile":
+        """Read a profile `save` wrote; one made on another machine (processor or cores) is refused, since its
+        op times are that machine's."""
+        from placer.calibrate import this_machine
+
+        try:
+            record = json.loads(Path(path).read_text())
+            profile = cls(str(record["graph"]), str(record["fingerprint"]),
+                          {int(p): {str(op): float(t) for op, t in times.items()}
+                           for p, times in record["op_seconds"].items()},
+                          float(record["seconds"]), dict(record["machine"]))
+            made_in = record["format"]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            raise ProfileError(f"{path} is not a thread profile (`ThreadProfile.save` writes them): {error}") from None
+        if made_in != PROFILE_FORMAT:
+            raise ProfileError(f"{path} is a thread profile of format {made_in!r}, this placer reads {PROFILE_FORMAT}: "
+                               "profile again (profile_thread_counts)")
+        here = this_machine()
+        if profile.machine != here:
+            raise ProfileError(f"{path} was profiled on another machine ({_machine_name(profile.machine)}), not this "
+                               f"one ({_machine_name(here)}): its op times are that machine's; profile again here "
+                               "(profile_thread_counts)")
+        return profile
 
 
 def profile_thread_counts(graph: OpGraph, threads: Sequence[int] | None = None, *, steps: int = 3,
@@ -63,6 +100,8 @@ def profile_thread_counts(graph: OpGraph, threads: Sequence[int] | None = None, 
                      profile_cores=1)
     step_names = {op.name for op in graph.step_ops}
     started = time.perf_counter()
+    from placer.calibrate import this_machine
+
     op_seconds = {}
     for p, target in targets.items():
         with Measurer(target, config) as measurer:
@@ -70,7 +109,11 @@ def profile_thread_counts(graph: OpGraph, threads: Sequence[int] | None = None, 
         if not result.ok:
             raise ProfileError(f"profiling {graph.name!r} at {p} intra-op threads failed: {result.describe()}")
         op_seconds[p] = {name: t.seconds for name, t in result.op_times.items() if name in step_names}
-    return ThreadProfile(graph.name, graph.fingerprint, op_seconds, time.perf_counter() - started)
+    return ThreadProfile(graph.name, graph.fingerprint, op_seconds, time.perf_counter() - started, this_machine())
+
+
+def _machine_name(machine: Mapping[str, object]) -> str:
+    return f"{machine.get('processor') or 'an unknown processor'}, {machine.get('cores', '?')} cores"
 
 
 def op_features(graph: OpGraph, op: OpNode) -> tuple[float, float]:
@@ -109,8 +152,14 @@ class PerformanceModel:
 
     types: Mapping[str, TypeModel]
     trained_on: tuple[str, ...] = field(default=())
+    max_threads: int | None = None
+    """The widest thread count every profile it was fitted on covers; None: not known (no limit)."""
 
     def predict(self, graph: OpGraph, op: OpNode, threads: int) -> float:
+        if self.max_threads is not None and threads > self.max_threads:
+            raise ProfileError(
+                f"the performance model was fitted on ops profiled at up to {self.max_threads} intra-op threads, so it "
+                f"does not predict a width of {threads}: profile at that width on a machine with the cores for it")
         model = self.types.get(op.type) or self.types[ANY_TYPE]
         return model.seconds(*op_features(graph, op), threads)
 
@@ -122,11 +171,17 @@ def fit_performance_model(samples: Iterable[tuple[OpGraph, ThreadProfile]], *, m
     if bias_correction not in BIAS_CORRECTIONS:
         raise ValueError(f"bias_correction must be one of {', '.join(BIAS_CORRECTIONS)}, not {bias_correction!r}")
     rows: list[tuple[str, float, float, dict[int, float]]] = []
-    names = []
+    names, widest, machines = [], [], {}
     for graph, profile in samples:
         if profile.fingerprint != graph.fingerprint:
             raise ProfileError(f"the thread profile of {profile.graph!r} was made for another graph than {graph.name!r}")
+        machines.setdefault(json.dumps(dict(profile.machine), sort_keys=True), profile.graph)
+        if len(machines) > 1:
+            first, other = list(machines.values())[:2]
+            raise ProfileError(f"the thread profiles of {first!r} and {other!r} were made on different machines: "
+                               "fit a performance model on profiles of one machine")
         names.append(graph.name)
+        widest.append(max(profile.threads))
         single = profile.op_seconds.get(1)
         if single is None:
             raise ProfileError(f"the thread profile of {profile.graph!r} has no single-thread times to fit")
@@ -142,7 +197,7 @@ def fit_performance_model(samples: Iterable[tuple[OpGraph, ThreadProfile]], *, m
         by_type.setdefault(row[0], []).append(row)
     types = {name: _fit_type(group, bias_correction) for name, group in by_type.items()
              if name == ANY_TYPE or len(group) >= min_ops}
-    return PerformanceModel(types, tuple(names))
+    return PerformanceModel(types, tuple(names), min(widest))
 
 
 def _fit_type(rows, bias_correction: str) -> TypeModel:

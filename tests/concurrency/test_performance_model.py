@@ -132,3 +132,42 @@ def test_without_noise_the_bias_correction_changes_nothing(seen):
 def test_an_unknown_bias_correction_is_refused(seen):
     with pytest.raises(ValueError, match="smearing"):
         fit_performance_model([(seen, amdahl_profile(seen))], bias_correction="median")
+
+
+def test_a_thread_profile_saves_and_loads_on_the_machine_it_was_made_on(seen, tmp_path):
+    from placer.calibrate import this_machine
+
+    profile = ThreadProfile(seen.name, seen.fingerprint, amdahl_profile(seen).op_seconds, 1.0, this_machine())
+    profile.save(tmp_path / "profile.json")
+    assert ThreadProfile.load(tmp_path / "profile.json") == profile
+
+
+def test_a_thread_profile_made_on_another_machine_is_refused_naming_both(seen, tmp_path):
+    stranger = ThreadProfile(seen.name, seen.fingerprint, amdahl_profile(seen).op_seconds, 1.0,
+                             {"processor": "some-other-cpu", "cores": 64})
+    stranger.save(tmp_path / "profile.json")
+    with pytest.raises(ProfileError, match=r"another machine \(some-other-cpu, 64 cores\).*profile again"):
+        ThreadProfile.load(tmp_path / "profile.json")
+
+
+def test_a_file_that_is_not_a_thread_profile_is_refused(tmp_path):
+    (tmp_path / "profile.json").write_text('{"graph": "x"}')
+    with pytest.raises(ProfileError, match="is not a thread profile"):
+        ThreadProfile.load(tmp_path / "profile.json")
+
+
+def test_the_model_refuses_a_width_it_was_not_profiled_at(seen):
+    model = fit_performance_model([(seen, amdahl_profile(seen))])
+    assert model.max_threads == 2
+    op = seen.op("matmul128")
+    assert model.predict(seen, op, 2) > 0
+    with pytest.raises(ProfileError, match="up to 2 intra-op threads.*width of 4"):
+        model.predict(seen, op, 4)
+
+
+def test_profiles_of_two_machines_are_not_fitted_together(seen, unseen):
+    here = ThreadProfile(seen.name, seen.fingerprint, amdahl_profile(seen).op_seconds, 1.0, {"processor": "a", "cores": 2})
+    there = ThreadProfile(unseen.name, unseen.fingerprint, amdahl_profile(unseen).op_seconds, 1.0,
+                          {"processor": "b", "cores": 8})
+    with pytest.raises(ProfileError, match="different machines"):
+        fit_performance_model([(seen, here), (unseen, there)])
