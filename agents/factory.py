@@ -64,10 +64,20 @@ def check_agent_options(agent: str, options: Mapping[str, Any], *, seed: int = 0
 def make_agent(agent: str, graph, device_mask: np.ndarray, devices=None, *, options: Mapping[str, Any] | None = None,
                seed: int = 0, init: str | None = None):
     """Agent `agent` for `graph`: device_mask is [units, devices] (`PlacementEnv.device_mask`). init: a
-    pre-trained policy file (`placer pretrain`) the graph agent starts from."""
-    config = check_agent_options(agent, options or {}, seed=seed)
+    pre-trained policy file (`placer pretrain`) the graph agent starts from, with the head it was trained
+    with unless `options` name one."""
     if init is not None and agent != "graph":
         raise AgentOptionError(f"a pre-trained policy ({init}) starts the graph agent, not {agent}: use --agent graph")
+    if agent == "graph" and devices is None:
+        raise AgentOptionError("the graph policy scores units against the devices' features: give devices=")
+    policy = None
+    if init is not None:
+        from agents.graph_policy.policy_file import check_devices, load_policy
+
+        policy, record = load_policy(init)
+        check_devices(record, devices, source=str(init))
+        options = {**record["head"], **(options or {})}
+    config = check_agent_options(agent, options or {}, seed=seed)
     if agent == "hierarchical":
         from agents.reinforce import HierarchicalPlanner
 
@@ -79,14 +89,6 @@ def make_agent(agent: str, graph, device_mask: np.ndarray, devices=None, *, opti
     if agent == "graph":
         from agents.graph_policy.agent import GraphPolicyAgent
 
-        if devices is None:
-            raise AgentOptionError("the graph policy scores units against the devices' features: give devices=")
-        policy = None
-        if init is not None:
-            from agents.graph_policy.policy_file import check_devices, load_policy
-
-            policy, record = load_policy(init)
-            check_devices(record, devices, source=str(init))
         return GraphPolicyAgent(graph, device_mask, devices, config, policy=policy)
     from agents.search import CrossEntropyMethod, RandomSearch
 

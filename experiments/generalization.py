@@ -2,7 +2,8 @@
 generated branchy graphs held out from every fold, on modeled GPU machines (the simulator).
 
     python experiments/generalization.py [--size tiny] [--machines modeled:2xV100 modeled:4xV100]
-        [--pretrain-updates 200] [--finetune-updates 50] [--families ...] [--generated 2] [--out FILE]
+        [--pretrain-updates 200] [--finetune-updates 50] [--families ...] [--generated 2]
+        [--head one-shot|moves] [--moves-per-sample 8] [--out FILE]
 
 Per fold, the policy is pre-trained on every other family's models on every machine (`placer pretrain`),
 then, on each held-out model and machine:
@@ -12,6 +13,8 @@ then, on each held-out model and machine:
 - fine-tuned: the pre-trained policy trained on that graph, and the hierarchical planner from scratch (the
   default preset), each for the same number of updates of 4 samples: how many samples each needed to reach
   the best baseline (none: it did not), and the best step time each reached.
+The policy is pre-trained and fine-tuned with one head (`--head`, `GraphAgentConfig.head`): "moves" samples
+a few moved units of the best placement found, "one-shot" every unit's device at once.
 The generated graphs (placer.models.branchy, seeds 1000, 1001, ...) are placed by the policy of the last fold
 and by one pre-trained on every family. Aims (issue 20): zero-shot within 5 % of the best baseline on held-out
 families; fine-tuning reaching it with at least 5x fewer samples than from scratch.
@@ -34,7 +37,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 from agents.factory import make_agent  # noqa: E402
-from agents.graph_policy.agent import GraphAgentConfig, GraphPolicyAgent, partition_prior  # noqa: E402
+from agents.graph_policy.agent import HEADS, GraphAgentConfig, GraphPolicyAgent, partition_prior  # noqa: E402
 from agents.graph_policy.policy_file import load_policy  # noqa: E402
 from agents.graph_policy.pretrain import PretrainConfig, place_with_policy, pretrain  # noqa: E402
 from agents.presets import DEFAULT_PRESET, with_preset  # noqa: E402
@@ -87,6 +90,11 @@ def samples_to_reach(agent, env, target_seconds: float, updates: int) -> tuple[i
     return reached, best
 
 
+def agent_config(args) -> GraphAgentConfig:
+    """The graph agent's configuration, for pre-training and for fine-tuning."""
+    return GraphAgentConfig(seed=args.seed, head=args.head, moves_per_sample=args.moves_per_sample)
+
+
 def evaluate_held_out(policy_path: Path, graph, model: str | None, machines, args, fold: str) -> list[dict]:
     policy, _ = load_policy(policy_path)
     rows = []
@@ -107,8 +115,7 @@ def evaluate_held_out(policy_path: Path, graph, model: str | None, machines, arg
                    "partition_prior_ms": prior.seconds * 1e3 if prior.ok else None}
             if args.finetune_updates:
                 fine_policy, _ = load_policy(policy_path)  # a fresh copy: each graph fine-tunes from the same start
-                fine = GraphPolicyAgent(env.graph, env.device_mask, env.devices, GraphAgentConfig(seed=args.seed),
-                                        policy=fine_policy)
+                fine = GraphPolicyAgent(env.graph, env.device_mask, env.devices, agent_config(args), policy=fine_policy)
                 row["finetuned_samples"], best = samples_to_reach(fine, env, baseline_seconds, args.finetune_updates)
                 row["finetuned_best_ms"] = best * 1e3
                 scratch = make_agent("hierarchical", env.graph, env.device_mask, env.devices, seed=args.seed,
@@ -132,6 +139,10 @@ def main() -> None:
     parser.add_argument("--pretrain-updates", type=int, default=200)
     parser.add_argument("--finetune-updates", type=int, default=50, help="0: zero-shot only")
     parser.add_argument("--generated", type=int, default=2, help="generated branchy graphs, held out from every fold")
+    parser.add_argument("--head", default="one-shot", choices=HEADS, help="the graph policy's head, pre-trained and "
+                        "fine-tuned (default one-shot)")
+    parser.add_argument("--moves-per-sample", type=int, default=GraphAgentConfig.moves_per_sample,
+                        help="the moves head: units moved per sample")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -143,13 +154,13 @@ def main() -> None:
         for fold in args.families:
             trained_on = [graphs[m] for family, models in FAMILIES.items() if family != fold for m in models]
             config = PretrainConfig(models=tuple(trained_on), machines=tuple(args.machines),
-                                    updates=args.pretrain_updates, agent=GraphAgentConfig(seed=args.seed))
+                                    updates=args.pretrain_updates, agent=agent_config(args))
             path = pretrain(config, Path(scratch_dir) / f"without-{fold}.npz").path
             for model in FAMILIES[fold]:
                 rows += evaluate_held_out(path, graphs[model], model, args.machines, args, f"without {fold}")
         if generated:
             config = PretrainConfig(models=tuple(graphs.values()), machines=tuple(args.machines),
-                                    updates=args.pretrain_updates, agent=GraphAgentConfig(seed=args.seed))
+                                    updates=args.pretrain_updates, agent=agent_config(args))
             path = pretrain(config, Path(scratch_dir) / "all-families.npz").path
             for graph in generated:
                 rows += evaluate_held_out(path, graph, None, args.machines, args, "all families")
@@ -158,6 +169,7 @@ def main() -> None:
                                     "zero_shot_vs_best_pct", "partition_prior_ms", "placing_s", "finetuned_samples", "finetuned_best_ms",
                                     "scratch_samples", "scratch_best_ms"], rows, args.out,
                  size=args.size, pretrain_updates=args.pretrain_updates, finetune_updates=args.finetune_updates,
+                 head=args.head, moves_per_sample=args.moves_per_sample if args.head == "moves" else None,
                  samples_per_update=SAMPLES_PER_UPDATE,
                  zero_shot_within_5pct=sum(p >= -5 for p in zero_shot), rows_count=len(rows),
                  median_zero_shot_vs_best_pct=float(np.median(zero_shot)) if zero_shot else None)

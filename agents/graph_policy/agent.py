@@ -1,5 +1,7 @@
 """The generalizing policy as an agent for one graph on one device set, trained by the shared policy-gradient
-loop: every unit's device is drawn at once from the policy's logits (one-shot, as GDP places)."""
+loop. Two heads draw its samples: "one-shot" draws every unit's device at once from the policy's logits (as
+GDP places); "moves" moves a few units of an anchor placement (`agents.graph_policy.moves`), the anchor
+being the agent's start and then the best placement it has found, so that its search climbs."""
 
 from __future__ import annotations
 
@@ -9,11 +11,14 @@ import numpy as np
 import tensorflow as tf
 
 from agents.colocation import UnitSample
+from agents.graph_policy import moves
 from agents.graph_policy.features import device_inputs, graph_inputs
-from agents.graph_policy.policy import GraphPlacementPolicy, GraphPolicyConfig
+from agents.graph_policy.policy import MOVE_VARIABLES_PREFIX, GraphPlacementPolicy, GraphPolicyConfig
 from agents.policy_gradient import PolicyGradientAgent, PolicyGradientConfig
 from placer.devices import DeviceSet
 from placer.graph.opgraph import OpGraph
+
+HEADS = ("one-shot", "moves")
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,23 @@ class GraphAgentConfig(PolicyGradientConfig):
     """Start each unit on its device in a partition of the graph over the compute devices (GraphPolicyConfig)."""
     prior_weight: float = 2.5
     """Initial weight of that prior in the logits (GraphPolicyConfig)."""
+    head: str = "one-shot"
+    """How a sample is drawn: "one-shot" draws every unit's device at once; "moves" moves `moves_per_sample`
+    units of the anchor (the start, then the best placement found), so fine-tuning searches near its start.
+    Both start from the same greedy placement. With --init, the head the policy was pre-trained with."""
+    moves_per_sample: int = 8
+    """The "moves" head: units moved per sample."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.head not in HEADS:
+            raise ValueError(f"unknown head {self.head!r}: {' or '.join(repr(h) for h in HEADS)}")
+        if not isinstance(self.moves_per_sample, int) or self.moves_per_sample < 1:
+            raise ValueError(f"moves_per_sample must be a whole number of at least 1, got {self.moves_per_sample!r}")
+
+    def head_options(self) -> dict:
+        """The options that make the head, as a policy file records them."""
+        return {"head": self.head, "moves_per_sample": self.moves_per_sample}
 
     def policy_config(self) -> GraphPolicyConfig:
         return GraphPolicyConfig(hidden_size=self.hidden_size, message_rounds=self.message_rounds,
@@ -88,16 +110,57 @@ class GraphPolicyAgent(PolicyGradientAgent):
         # The policy's own configuration decides (a pre-trained policy brings its own).
         self.prior = tf.constant(partition_prior(graph, devices) if self.policy.config.partition_prior
                                  else np.zeros((inputs.num_units, len(devices)), np.float32))
+        if c.head == "moves":
+            if c.moves_per_sample > inputs.num_units:
+                from agents.factory import AgentOptionError
+
+                raise AgentOptionError(f"moves_per_sample={c.moves_per_sample} is more than the {inputs.num_units} "
+                                       f"units of {graph.name}: give at most {inputs.num_units}")
+            self.sample_type = moves.MoveSample
+            self.edges_array = inputs.edges
+            # The greedy one-shot placement (the partition prior's, unless pre-training moved units off it):
+            # both heads start from it, so `placer place` gives the same placement whichever head is asked.
+            self.start = self._one_shot_samples(1, greedy=True)[0].devices
+
+    @property
+    def anchor(self) -> np.ndarray:
+        """The "moves" head: the placement samples move units of, the best one found (or the start)."""
+        return self.start if self._best_sample is None else self._best_sample.assignment
 
     def _masked_logits(self, noise: tf.Tensor) -> tf.Tensor:
         """[B, U, D] for noise [B, U, D]."""
         logits = self.policy.logits_with_prior(self.units, self.edges, self.device_features, self.prior)
-        return tf.where(self.mask > 0, (logits + noise) / self.config.temperature, -1e9)
+        return self._masked(logits, noise)
 
-    def _sample(self, greedy: bool = False) -> UnitSample:
+    def _masked(self, logits: tf.Tensor, noise: tf.Tensor) -> tf.Tensor:
+        return tf.where(self.mask > 0, (logits + noise) / self.config.temperature, moves.MASKED)
+
+    def _sample(self, greedy: bool = False):
         return self._samples(1, greedy)[0]
 
-    def _samples(self, count: int, greedy: bool = False) -> list[UnitSample]:
+    def _samples(self, count: int, greedy: bool = False) -> list:
+        if self.config.head == "moves":
+            return self._move_samples(count, greedy)
+        return self._one_shot_samples(count, greedy)
+
+    def _log_probs(self, samples):
+        if self.config.head == "moves":
+            return self._move_log_probs(samples)
+        return self._one_shot_log_probs(samples)
+
+    def _log_prob(self, sample):
+        log_probs, entropies = self._log_probs([sample])
+        return log_probs[0], entropies[0]
+
+    def _parameter_groups(self):
+        variables = list(self.policy.trainable_variables)
+        if self.config.head == "one-shot":  # it never reads the move scorer, so no gradient reaches it
+            variables = [v for v in variables if not v.name.startswith(MOVE_VARIABLES_PREFIX)]
+        return [(variables, self.optimizer, self.config.learning_rate)]
+
+    # -- one-shot: every unit's device at once -------------------------------------------------------
+
+    def _one_shot_samples(self, count: int, greedy: bool = False) -> list[UnitSample]:
         units, d = int(self.units.shape[0]), self.num_devices
         noise = self._noise([count, units, d], greedy)
         logits = self._masked_logits(noise)
@@ -110,7 +173,7 @@ class GraphPolicyAgent(PolicyGradientAgent):
         devices, noise = devices.numpy().astype(np.int64), noise.numpy()
         return [UnitSample(devices[i], noise[i]) for i in range(count)]
 
-    def _log_probs(self, samples):
+    def _one_shot_log_probs(self, samples: list[UnitSample]):
         noise = tf.constant(np.stack([s.noise for s in samples]), tf.float32)
         chosen = tf.constant(np.stack([s.devices for s in samples]), tf.int32)
         log_softmax = tf.nn.log_softmax(self._masked_logits(noise))  # [B, U, D]
@@ -120,6 +183,37 @@ class GraphPolicyAgent(PolicyGradientAgent):
             entropies = entropies / float(self.units.shape[0])
         return log_probs, entropies
 
-    def _log_prob(self, sample: UnitSample):
-        log_probs, entropies = self._log_probs([sample])
-        return log_probs[0], entropies[0]
+    # -- moves: a few units of the anchor --------------------------------------------------------------
+
+    def _move_logits(self, noise: tf.Tensor, anchors: np.ndarray) -> tuple[tf.Tensor, tf.Tensor]:
+        """[B, U] move logits and [B, U, D] destination logits of B anchors [B, U] under noise [B, U, D]."""
+        logits, move_bias = self.policy.logits_and_move_bias(self.units, self.edges, self.device_features, self.prior)
+        cut = tf.constant(moves.cut_shares(self.edges_array, anchors))
+        move_logits, away = moves.move_and_away_logits(self.policy, move_bias, self._masked(logits, noise),
+                                                       tf.constant(anchors, tf.int32), cut)
+        return move_logits / self.config.temperature, away
+
+    def _move_samples(self, count: int, greedy: bool = False) -> list[moves.MoveSample]:
+        k, anchor = self.config.moves_per_sample, self.anchor
+        noise = self._noise([count, int(self.units.shape[0]), self.num_devices], greedy)
+        if greedy:  # the best placement found: applying the likeliest moves would be a placement nobody timed
+            return [moves.MoveSample.unmoved(anchor, k, n) for n in noise.numpy()]
+        move_logits, away = self._move_logits(noise, np.tile(anchor, (count, 1)))
+        units, devices = moves.draw_moves(move_logits, away, k, self._seeds(2))
+        noise = noise.numpy()
+        samples = [moves.MoveSample(anchor.copy(), units[i], devices[i], noise[i]) for i in range(count)]
+        if self._best_sample is None:
+            # The start's own step time comes back with the first rewards, so the anchor leaves it only for
+            # a placement that beats it (its log-probability is 0: it teaches the policy nothing).
+            samples[0] = moves.MoveSample.unmoved(anchor, k, noise[0])
+        return samples
+
+    def _move_log_probs(self, samples: list[moves.MoveSample]):
+        noise = tf.constant(np.stack([s.noise for s in samples]), tf.float32)
+        move_logits, away = self._move_logits(noise, np.stack([s.anchor for s in samples]))
+        log_probs, entropies = moves.move_log_probs(move_logits, away,
+                                                    tf.constant(np.stack([s.units for s in samples]), tf.int32),
+                                                    tf.constant(np.stack([s.devices for s in samples]), tf.int32))
+        if self.config.entropy_normalization == "per-decision":
+            entropies = entropies / float(2 * self.config.moves_per_sample)
+        return log_probs, entropies

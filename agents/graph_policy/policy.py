@@ -11,6 +11,11 @@ GPU or spread it at random, but never split it. A partition prior breaks the tie
 unit a starting device (a graph-only partition over the compute devices, `agents.graph_policy.agent`), and
 the unit's embedding decides how strongly it keeps it (a learned, non-negative weight per unit), as the
 hierarchical planner's placement prior does with a fixed weight.
+
+A move scorer serves the "moves" head (`agents.graph_policy.moves`), which changes a few units of a
+placement per sample: it scores how worth moving each unit is, from its embedding and two facts about the
+placement it sits in (the share of its edges that cross to another device, and how much more its device
+logits favour the other devices than its own). Every policy has it, whichever head samples from it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ import tensorflow as tf
 from agents.graph_policy.features import DEVICE_KINDS, OP_TYPE_BUCKETS
 
 UNIT_FEATURES = OP_TYPE_BUCKETS + 6
+INITIAL_MOVE_CUT_WEIGHT = 3.0
+MOVE_VARIABLES_PREFIX = "move/"
+"""The move scorer's variables are named under it (policy files of version 2 have none)."""
 DEVICE_FEATURES = len(DEVICE_KINDS) + 4
 
 
@@ -77,6 +85,12 @@ class GraphPlacementPolicy(tf.Module):
             # softplus(h . gate + bias) starts at prior_weight for every unit: the gate starts at zero
             self.prior_gate = tf.Variable(tf.zeros([h]), name="prior/gate")
             self.prior_bias = tf.Variable(float(np.log(np.expm1(c.prior_weight))), name="prior/bias")
+        # Before any training, a unit on the boundary between two devices' parts is e^CUT_WEIGHT times as
+        # likely to be moved as one inside a part (moving boundary units is how Kernighan-Lin refines a cut),
+        # and the gate starts at zero, so the embedding has no say until it learns one.
+        self.move_gate = tf.Variable(tf.zeros([h]), name="move/gate")
+        self.move_cut_weight = tf.Variable(INITIAL_MOVE_CUT_WEIGHT, name="move/cut_weight")
+        self.move_regret_weight = tf.Variable(1.0, name="move/regret_weight")
 
     @tf.function(reduce_retracing=True)
     def encode(self, units: tf.Tensor, edges: tf.Tensor) -> tf.Tensor:
@@ -105,7 +119,23 @@ class GraphPlacementPolicy(tf.Module):
     def logits_with_prior(self, units: tf.Tensor, edges: tf.Tensor, devices: tf.Tensor, prior: tf.Tensor) -> tf.Tensor:
         """[N, D] logits with the partition prior: prior [N, D] is 1 on each unit's starting device."""
         h = self.encode(units, edges)
-        scores = self._scores(h, devices)
+        return self._with_prior(h, self._scores(h, devices), prior)
+
+    @tf.function(reduce_retracing=True)
+    def logits_and_move_bias(self, units: tf.Tensor, edges: tf.Tensor, devices: tf.Tensor,
+                             prior: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """`logits_with_prior` [N, D], and [N] each unit's learned share of its move logit (`move_logits`),
+        from one pass of the encoder."""
+        h = self.encode(units, edges)
+        return self._with_prior(h, self._scores(h, devices), prior), tf.linalg.matvec(h, self.move_gate)
+
+    def move_logits(self, move_bias: tf.Tensor, cut_shares: tf.Tensor, regrets: tf.Tensor) -> tf.Tensor:
+        """[B, N] logits of choosing each unit to move, for B placements: move_bias [N] from
+        `logits_and_move_bias`; cut_shares [B, N] the share of each unit's edges that cross to another
+        device; regrets [B, N] the log-odds of the unit's other devices against its own."""
+        return move_bias[None, :] + self.move_cut_weight * cut_shares + self.move_regret_weight * regrets
+
+    def _with_prior(self, h: tf.Tensor, scores: tf.Tensor, prior: tf.Tensor) -> tf.Tensor:
         if not self.config.partition_prior:
             return scores
         weight = tf.nn.softplus(tf.linalg.matvec(h, self.prior_gate) + self.prior_bias)
@@ -123,8 +153,10 @@ class GraphPlacementPolicy(tf.Module):
         """Every weight, in a fixed order (what a policy file holds)."""
         return [v.numpy() for v in self._ordered_variables()]
 
-    def set_weights(self, values: list[np.ndarray]) -> None:
-        variables = self._ordered_variables()
+    def set_weights(self, values: list[np.ndarray], *, missing_prefixes: tuple[str, ...] = ()) -> None:
+        """values: `weights()` of a policy of the same configuration; missing_prefixes: names of variables
+        the values lack (an older policy file), which keep their initial values."""
+        variables = [v for v in self._ordered_variables() if not v.name.startswith(missing_prefixes)]
         if len(values) != len(variables) or any(v.shape != np.shape(x) for v, x in zip(variables, values)):
             raise ValueError("these weights are of another network (other sizes): build the policy with the "
                              "configuration it was saved with")

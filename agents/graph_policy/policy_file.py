@@ -14,13 +14,17 @@ from typing import Any, Mapping
 import numpy as np
 
 from agents.graph_policy.features import FEATURES_VERSION
-from agents.graph_policy.policy import GraphPlacementPolicy, GraphPolicyConfig
+from agents.graph_policy.policy import MOVE_VARIABLES_PREFIX, GraphPlacementPolicy, GraphPolicyConfig
 from placer.devices import DeviceSet
 from placer.errors import PlacerError
 
 FILE_FORMAT = "placer.graph-policy"
-FILE_VERSION = 2
-"""2: the policy has a partition prior (GraphPolicyConfig.partition_prior) and its two weights."""
+FILE_VERSION = 3
+"""2: the policy has a partition prior (GraphPolicyConfig.partition_prior) and its two weights.
+3: the policy has a move scorer (its three weights) and the record says which head it was trained with."""
+READABLE_VERSIONS = (2, 3)
+ONE_SHOT_HEAD = {"head": "one-shot"}
+"""The head of a policy whose file does not say (version 2: the only head there was)."""
 
 
 class PolicyFileError(PlacerError):
@@ -28,13 +32,16 @@ class PolicyFileError(PlacerError):
 
 
 def save_policy(policy: GraphPlacementPolicy, path: str | Path, *, trained_on: Mapping[str, Any],
-                device_kinds: set[str] | tuple[str, ...], max_devices: int) -> Path:
+                device_kinds: set[str] | tuple[str, ...], max_devices: int,
+                head: Mapping[str, Any] = ONE_SHOT_HEAD) -> Path:
     """Write `policy` to `path` (.npz). trained_on: what a reader needs to trust it (models, machines,
-    samples, ...); device_kinds and max_devices: the device sets it learned to place on."""
+    samples, ...); device_kinds and max_devices: the device sets it learned to place on; head: the graph
+    agent's options that make the head it was trained with (`GraphAgentConfig.head_options`), which
+    fine-tuning it uses unless told otherwise."""
     path = Path(path)
     record = {"format": FILE_FORMAT, "version": FILE_VERSION, "features_version": FEATURES_VERSION,
               "config": dataclasses.asdict(policy.config), "trained_on": dict(trained_on),
-              "device_kinds": sorted(device_kinds), "max_devices": int(max_devices)}
+              "device_kinds": sorted(device_kinds), "max_devices": int(max_devices), "head": dict(head)}
     arrays = {f"weight_{i}": w for i, w in enumerate(policy.weights())}
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez(tmp, record=np.array(json.dumps(record)), **arrays)
@@ -55,13 +62,15 @@ def load_policy(path: str | Path) -> tuple[GraphPlacementPolicy, dict[str, Any]]
         raise PolicyFileError(f"{path} is not a placer policy file ({error})") from None
     if not isinstance(record, dict) or record.get("format") != FILE_FORMAT:
         raise PolicyFileError(f"{path} is not a placer policy file (no \"format\": \"{FILE_FORMAT}\")")
-    if record.get("version") != FILE_VERSION or record.get("features_version") != FEATURES_VERSION:
+    if record.get("version") not in READABLE_VERSIONS or record.get("features_version") != FEATURES_VERSION:
         raise PolicyFileError(f"{path} was written by another placer version (file version {record.get('version')}, "
                               f"features version {record.get('features_version')}; this one reads "
-                              f"{FILE_VERSION} and {FEATURES_VERSION}): pre-train it again")
+                              f"{' or '.join(map(str, READABLE_VERSIONS))} and {FEATURES_VERSION}): pre-train it again")
+    record.setdefault("head", dict(ONE_SHOT_HEAD))
     try:
         policy = GraphPlacementPolicy(GraphPolicyConfig(**record["config"]))
-        policy.set_weights(weights)
+        # a version-2 policy gets an untrained move scorer: the "moves" head can fine-tune it from there
+        policy.set_weights(weights, missing_prefixes=(MOVE_VARIABLES_PREFIX,) if record["version"] == 2 else ())
     except (TypeError, ValueError) as error:
         raise PolicyFileError(f"{path} is damaged: {error}") from None
     return policy, record

@@ -91,7 +91,8 @@ def pretrain(config: PretrainConfig, out: str | Path) -> PretrainResult:
         max_devices = max(len(env.devices) for env in envs.values())
         trained_on = {"pairs": keys, "updates": config.updates, "samples": samples,
                       "agent": {k: v for k, v in vars(config.agent).items()}}
-        path = save_policy(policy, out, trained_on=trained_on, device_kinds=kinds, max_devices=max_devices)
+        path = save_policy(policy, out, trained_on=trained_on, device_kinds=kinds, max_devices=max_devices,
+                           head=config.agent.head_options())
     finally:
         for env in envs.values():
             env.close()

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from agents.colocation import ColocationConfig, ColocationPlacer
+from agents.graph_policy.agent import GraphAgentConfig, GraphPolicyAgent
 from agents.policy_gradient import standardized
 from agents.reinforce import HierarchicalConfig, HierarchicalPlanner
 from agents.search import CrossEntropyMethod, RandomSearch
@@ -132,7 +133,10 @@ def test_training_improves_on_the_first_samples_and_writes_the_best_placement(en
     # self-imitation keeps the best sample in the agent: a resumed run must imitate the same one
     lambda env: HierarchicalPlanner(env.graph, device_mask(env), replace(SMALL, imitation_weight=0.5)),
     lambda env: ColocationPlacer(env.graph, device_mask(env), replace(SMALL_COLOCATION, imitation_weight=0.5)),
-], ids=["hierarchical", "colocation", "cem", "hierarchical-imitation", "colocation-imitation"])
+    # the moves head climbs from its best sample: a resumed run must move units of the same anchor
+    lambda env: GraphPolicyAgent(env.graph, device_mask(env), env.devices,
+                                 GraphAgentConfig(hidden_size=16, message_rounds=2, head="moves", moves_per_sample=3)),
+], ids=["hierarchical", "colocation", "cem", "hierarchical-imitation", "colocation-imitation", "graph-moves"])
 def test_killed_training_resumes_where_it_stopped(env, tmp_path, make_agent):
     straight = train(make_agent(env), env, tmp_path / "straight", TrainingConfig(updates=5, progress=False))
 
