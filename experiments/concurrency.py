@@ -20,7 +20,10 @@ co-run), a few placements (the expert's where the model has one, round-robin, a 
 colocation groups), timed side by side with the sweep's two best global in-process settings in
 --per-op-rounds interleaved rounds; also each one's step as the simulator predicts it with the leave-one-out
 performance model at the devices' widths. The best placement and the best setting are each picked on the
-same rounds they are reported from (the same slight optimism for both). Not here yet: an op order.
+same rounds they are reported from (the same slight optimism for both). With --order STRATEGY, the expert's
+placement (METIS's for a model without one) also runs with that op order per worker (`placer.concurrency.
+op_order`) over its ops of at least --order-min-op-us (op times: the 1-thread profile), as its own graph on
+its own testbed of the same widths.
 """
 
 from __future__ import annotations
@@ -66,6 +69,10 @@ def main() -> None:
                         help="models (also in --models) to time on partitioned workers, e.g. two-tower:small")
     parser.add_argument("--widths", default="local:widths=1+1", help="the testbed of partitioned workers")
     parser.add_argument("--per-op-rounds", type=int, default=5)
+    parser.add_argument("--order", choices=["critical-path", "complementary"],
+                        help="with --per-op: also time the expert's (or METIS's) placement with this op order")
+    parser.add_argument("--order-min-op-us", type=float, default=50.0,
+                        help="with --order: order only ops of at least this many microseconds (default 50)")
     parser.add_argument("--fit-only", nargs="*", default=[], metavar="MODEL:SIZE",
                         help="models profiled only to fit the performance model (never timed)")
     args = parser.parse_args()
@@ -112,7 +119,7 @@ def main() -> None:
         if spec in args.per_op:
             fastest = sorted((name for name in result.medians if name not in result.failures), key=result.medians.get)
             per_op_rows.append(per_op_concurrency(spec, graph, {name: candidates[name] for name in fastest[:2]},
-                                                  performance_model, args, config))
+                                                  performance_model, args, config, profiles[spec]))
     print()
     write_report("concurrency", ["model", "recommended_ms", "default_ms", "best", "best_ms",
                                  "shorter_than_recommended_pct", "choice_s", "model_picks", "model_pick_ms",
@@ -142,7 +149,7 @@ def model_and_size(spec: str) -> tuple[str, str]:
     return (head, size) if head and size in SIZES else (spec, "tiny")
 
 
-def per_op_concurrency(spec: str, graph, settings: dict, performance_model, args, config) -> dict:
+def per_op_concurrency(spec: str, graph, settings: dict, performance_model, args, config, profile) -> dict:
     """A few placements on the partitioned workers against the sweep's best global settings in-process (the
     `settings`, by name), all side by side; the best of each kind is picked on the same rounds."""
     cores = len(os.sched_getaffinity(0))
@@ -167,6 +174,20 @@ def per_op_concurrency(spec: str, graph, settings: dict, performance_model, args
         simulator = Simulator(graph, devices, performance_model, SimulatorConfig(default_link=TESTBED_LINK))
         predicted.update({placement: simulator.simulate(p).step_time for placement, p in placements.items()})
         timed.update({placement: (testbed, p) for placement, p in placements.items()})
+        if args.order:
+            from placer.concurrency.op_order import ordered_step
+
+            base = "expert" if "expert" in placements else "metis"
+            ordered = ordered_step(graph, placements[base], devices, profile.op_seconds[min(profile.threads)],
+                                   args.order, min_op_seconds=args.order_min_op_us * 1e-6)
+            label = f"{base} + {args.order} order"
+            opened[label] = open_target(ordered.graph, args.widths, measure_config=config)
+            timed[label] = (opened[label], ordered.placement)
+            placements[label] = ordered.placement
+            ordered_simulator = Simulator(ordered.graph, devices, performance_model,
+                                          SimulatorConfig(default_link=TESTBED_LINK))
+            predicted[label] = ordered_simulator.simulate(ordered.placement).step_time
+            print(f"{graph.name}: {label}: {ordered.order.describe()}", flush=True)
         print(f"{graph.name}: {', '.join(timed)} on {args.widths} ({args.per_op_rounds} interleaved rounds)", flush=True)
         compared = compare(lambda item: item[0].evaluate(item[1]), timed, args.per_op_rounds)
     finally:
