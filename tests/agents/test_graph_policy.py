@@ -242,6 +242,26 @@ def test_moves_are_drawn_as_often_as_their_log_prob_says():
         assert count / 20000 == pytest.approx(expected[tuple(draw)], abs=0.01)
 
 
+def test_the_moves_head_starts_from_the_partition_even_where_the_one_shot_greedy_has_drifted(two_tower_env):
+    """Pre-training with the moves head never trains the one-shot distribution, so its greedy placement drifts;
+    the moves head's start (and so its zero-shot placement) is the partition's all the same."""
+    from agents.graph_policy.agent import partition_prior
+
+    agent = _moves_agent(two_tower_env)
+    partition = partition_prior(two_tower_env.graph, two_tower_env.devices).argmax(axis=1)
+    np.testing.assert_array_equal(agent.start, partition)
+    policy = agent.policy
+    policy.prior_bias.assign(-20.0)  # the prior's weight ~0: the one-shot greedy follows the scores alone
+    policy.score_vector.assign(policy.score_vector * 0.0 + 1.0)
+    drifted = _moves_agent(two_tower_env)
+    drifted.policy.set_weights(policy.weights())
+    drifted.__init__(two_tower_env.graph, two_tower_env.device_mask, two_tower_env.devices, drifted.config,
+                     policy=drifted.policy)
+    assert (drifted._one_shot_samples(1, greedy=True)[0].devices != partition).any()
+    np.testing.assert_array_equal(drifted.start, partition)
+    np.testing.assert_array_equal(drifted.best_guess(), partition)
+
+
 def test_the_anchor_follows_the_best_placement_found(two_tower_env):
     agent = _moves_agent(two_tower_env, moves_per_sample=2)
     assignments = agent.propose(4)
