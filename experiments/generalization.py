@@ -104,7 +104,8 @@ def evaluate_held_out(policy_path: Path, graph, model: str | None, machines, arg
             env.reset(seed=args.seed)
             baseline, baseline_seconds = best_baseline(env, model)
             started = time.perf_counter()
-            zero_shot = env.target.evaluate(list(place_with_policy(policy, env.graph, env.devices, env.device_mask)))
+            zero_shot = env.target.evaluate(list(place_with_policy(policy, env.graph, env.devices, env.device_mask,
+                                                                          args.head)))
             placing = time.perf_counter() - started
             prior = env.target.evaluate(list(partition_prior(env.graph, env.devices).argmax(axis=1)))
             row = {"fold": fold, "graph": graph.name, "machine": machine, "best_baseline": baseline,

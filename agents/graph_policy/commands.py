@@ -71,7 +71,8 @@ def place_command_run(args: argparse.Namespace) -> int:
     try:
         check_devices(record, env.devices, source=args.policy)
         started = time.perf_counter()
-        assignment = place_with_policy(policy, env.graph, env.devices, env.device_mask)
+        assignment = place_with_policy(policy, env.graph, env.devices, env.device_mask,
+                                       str(record["head"].get("head", "one-shot")))
         seconds = time.perf_counter() - started
         result = env.target.evaluate(list(assignment))
         placement = Placement.from_assignment(env.graph, env.devices, assignment, {

@@ -99,8 +99,11 @@ def pretrain(config: PretrainConfig, out: str | Path) -> PretrainResult:
     return PretrainResult(Path(path), samples, time.monotonic() - started, best)
 
 
-def place_with_policy(policy: GraphPlacementPolicy, graph, devices, device_mask: np.ndarray) -> np.ndarray:
-    """The policy's greedy placement of `graph` on `devices`, zero-shot: [U] device per unit."""
-    agent = GraphPolicyAgent(graph, device_mask, devices, GraphAgentConfig(),
-                             policy=policy)
-    return agent.best_guess()
+def place_with_policy(policy: GraphPlacementPolicy, graph, devices, device_mask: np.ndarray,
+                      head: str = "one-shot") -> np.ndarray:
+    """The policy's greedy placement of `graph` on `devices`, zero-shot, with the head it was trained with (a
+    policy file's record says which): [U] device per unit. The moves head's is its start, the partition's:
+    that head never trains the one-shot distribution, whose greedy placement then means nothing."""
+    # Zero-shot places the start, so how many units a sample would move does not matter (1 fits any graph).
+    config = GraphAgentConfig(head=head, moves_per_sample=1)
+    return GraphPolicyAgent(graph, device_mask, devices, config, policy=policy).best_guess()

@@ -260,6 +260,12 @@ def test_the_moves_head_starts_from_the_partition_even_where_the_one_shot_greedy
     assert (drifted._one_shot_samples(1, greedy=True)[0].devices != partition).any()
     np.testing.assert_array_equal(drifted.start, partition)
     np.testing.assert_array_equal(drifted.best_guess(), partition)
+    # zero-shot (`placer place`) with the head the policy was trained with
+    from agents.graph_policy.pretrain import place_with_policy
+
+    env = two_tower_env
+    np.testing.assert_array_equal(place_with_policy(drifted.policy, env.graph, env.devices, env.device_mask, "moves"),
+                                  partition)
 
 
 def test_the_anchor_follows_the_best_placement_found(two_tower_env):
