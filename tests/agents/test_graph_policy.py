@@ -253,10 +253,10 @@ def test_the_moves_head_starts_from_the_partition_even_where_the_one_shot_greedy
     policy = agent.policy
     policy.prior_bias.assign(-20.0)  # the prior's weight ~0: the one-shot greedy follows the scores alone
     policy.score_vector.assign(policy.score_vector * 0.0 + 1.0)
-    drifted = _moves_agent(two_tower_env)
-    drifted.policy.set_weights(policy.weights())
-    drifted.__init__(two_tower_env.graph, two_tower_env.device_mask, two_tower_env.devices, drifted.config,
-                     policy=drifted.policy)
+    from agents.graph_policy.agent import GraphPolicyAgent
+
+    drifted = GraphPolicyAgent(two_tower_env.graph, two_tower_env.device_mask, two_tower_env.devices, agent.config,
+                               policy=policy)
     assert (drifted._one_shot_samples(1, greedy=True)[0].devices != partition).any()
     np.testing.assert_array_equal(drifted.start, partition)
     np.testing.assert_array_equal(drifted.best_guess(), partition)
