@@ -17,7 +17,15 @@ cancels in their difference. The probe families separate where a transfer's time
 The fit (Theil-Sen lines: the median of pairwise slopes, so one disturbed probe moves it little) gives the
 step overhead, the overhead of spanning a second worker, the sender's and the receiver's core time per
 transfer and per byte, the in-flight latency and, where the free probes need it, a wire bandwidth; each with
-a bootstrap interval over rounds, and every probe's residual. `Calibration.apply(devices, config)` turns it
+a bootstrap interval over rounds, and every probe's residual.
+
+Where the workers are local processes (`local:N`), the cores' costs come from the CPU time each worker used
+per step in the free probes (`Measurement.worker_cpu`), the sender's and the receiver's separately: the
+kernel counts that time whatever the VM's steal or a neighbour's load does to the step's wall time. The busy
+families then check, on wall time, that this core time delays a busy core's work as the model has it. On
+2026-11-25 this VM's step times swung 20 % between measurements, so a busy chain of 8-40 ms buried the
+0.1-3 ms its transfers add; the CPU time of one 4 MB receive held within 10 % over three rounds. Elsewhere
+(a remote cluster) the busy families' wall time is all there is, and the core costs are fitted from it. `Calibration.apply(devices, config)` turns it
 into links and a `SimulatorConfig` for those devices (see `placer.simulate.engine` for how they are used).
 """
 
@@ -45,12 +53,23 @@ PARAMETERS = ("step_overhead", "spanning_overhead", "send_cpu", "send_cpu_per_by
 FAMILIES = ("free", "sender-busy", "receiver-busy", "ping-pong", "both-ways")
 CHECK_FAMILIES = ("both-ways",)
 """Probes the fit does not use: their residuals test the model on a case it was not fitted to."""
+CORE_FITS = ("busy-probes", "cpu-time")
+"""Where the cores' transfer costs came from: the busy families' step times, or the free probes' CPU time
+per worker (then the busy families are checks too)."""
 POOR_FIT = 0.25
 """A probe whose fitted cost misses its measured one by more than this share of the probe's step time
 makes the calibration a poor fit: predictions from it are flagged."""
-BUSY_CHAIN_MATMULS = 80
-"""Matmuls of 256 x 256 in a busy probe's chain: about 20 ms on one core here, longer than the largest
-probe transfer, so the chain stays the step's critical path and absorbs the transfer's core time."""
+BUSY_CHAIN_BASE = 8
+BUSY_CHAIN_PER_MB = 6.0
+BUSY_CHAIN_PER_TENSOR = 0.5
+"""A busy probe's chain has BASE + PER_MB * megabytes sent + PER_TENSOR * tensors sent matmuls of 256 x 256
+(0.25-0.5 ms each on one core here): about 4x the core time the probe's transfers take (up to 1 ms per MB and
+0.1 ms per tensor measured here), so the chain stays the step's critical path and absorbs that time, and no
+longer. A fixed chain long enough for the largest probe (80 matmuls, 40 ms on 2026-11-25) buried the small
+probes' 0.1-3 ms under its own noise: block-to-block swings of 20 % on this VM, 8 ms against a 1 ms signal."""
+SHORT_CHAIN = 1.2
+"""A busy probe whose reference step (about its chain) is shorter than this times its transfers' fitted time
+on the busy core may have let the transfers outlast the chain."""
 
 
 def this_machine() -> dict:
@@ -89,14 +108,20 @@ class Calibration:
     rounds: int = 0
     machine: Mapping[str, object] = field(default_factory=dict)
     """`this_machine()` where it was made: another processor or core count makes it a stranger's fit."""
+    core_fit: str = "busy-probes"
+    """Where the cores' costs came from (`CORE_FITS`); files made before the CPU-time fit are "busy-probes"."""
+
+    @property
+    def check_families(self) -> tuple[str, ...]:
+        return CHECK_FAMILIES + (("sender-busy", "receiver-busy") if self.core_fit == "cpu-time" else ())
 
     @property
     def fitted_residuals(self) -> dict[str, float]:
-        return {name: r for name, r in self.residuals.items() if name.split()[0] not in CHECK_FAMILIES}
+        return {name: r for name, r in self.residuals.items() if name.split()[0] not in self.check_families}
 
     @property
     def check_residuals(self) -> dict[str, float]:
-        return {name: r for name, r in self.residuals.items() if name.split()[0] in CHECK_FAMILIES}
+        return {name: r for name, r in self.residuals.items() if name.split()[0] in self.check_families}
 
     @property
     def poor_fit(self) -> bool:
@@ -155,7 +180,9 @@ class Calibration:
         units = {"step_overhead": (1e3, "ms"), "spanning_overhead": (1e3, "ms"), "send_cpu": (1e6, "us"),
                  "send_cpu_per_byte": (1e9 * 1e3, "us/MB"), "recv_cpu": (1e6, "us"),
                  "recv_cpu_per_byte": (1e9 * 1e3, "us/MB"), "latency": (1e6, "us"), "bandwidth": (1e-9, "GB/s")}
-        lines = [f"calibration of {self.target or 'a target'} ({self.rounds} interleaved rounds)"]
+        source = "the workers' CPU time" if self.core_fit == "cpu-time" else "busy-core probes"
+        lines = [f"calibration of {self.target or 'a target'} ({self.rounds} interleaved rounds; "
+                 f"core costs from {source})"]
         for name in PARAMETERS:
             scale, unit = units[name]
             low, high = self.intervals.get(name, (math.nan, math.nan))
@@ -201,6 +228,8 @@ def load_calibration(path: str | Path) -> Calibration:
                            + (f"no number for {', '.join(missing)}" if missing else
                               f"unknown field(s) {', '.join(sorted(set(data) - known))}")
                            + "; calibrate again")
+    if data.get("core_fit", CORE_FITS[0]) not in CORE_FITS:
+        raise ProfileError(f"{path} is a damaged calibration: unknown core_fit {data['core_fit']!r}; calibrate again")
     data["devices"] = tuple(data.get("devices") or ())
     data["intervals"] = {k: tuple(math.inf if x is None else x for x in v) for k, v in (data.get("intervals") or {}).items()}
     return Calibration(**data)
@@ -243,6 +272,7 @@ def default_probes(sizes: Sequence[int] = (1_000, 100_000, 1_000_000, 4_000_000)
 class _ProbeTiming:
     seconds: float
     ok: bool
+    worker_cpu: tuple[float, ...] = ()
 
 
 def calibrate(
@@ -281,11 +311,15 @@ def calibrate(
         result = measurer.measure(graph, placement, config)
         if not result.ok:
             raise ProfileError(f"a calibration probe ({graph.name}) failed: {result.describe()}")
-        return _ProbeTiming(result.median, True)
+        return _ProbeTiming(result.median, True, tuple(result.worker_cpu[:2]))
 
     compared = compare(evaluate, placements, rounds, progress=progress)
-    timings = {probe.name: {side: [t.seconds for t in compared[(probe.name, side)].timings]
-                            for side in ("reference", "probe")} for probe in probes}
+    timings = {}
+    for probe in probes:
+        sides = {side: compared[(probe.name, side)].timings for side in ("reference", "probe")}
+        timings[probe.name] = {side: [t.seconds for t in runs] for side, runs in sides.items()}
+        if all(len(t.worker_cpu) == 2 for runs in sides.values() for t in runs):
+            timings[probe.name].update({f"{side}_cpu": [list(t.worker_cpu) for t in runs] for side, runs in sides.items()})
     return fit_calibration(probes, timings, target=str(getattr(measurer, "target", "")),
                            devices=tuple(devices.names), seed=seed, machine=this_machine())
 
@@ -315,7 +349,9 @@ def fit_calibration(probes: Sequence[Probe], timings: Mapping[str, Mapping[str, 
                     target: str = "", devices: tuple[str, ...] = (), seed: int = 0, resamples: int = 200,
                     machine: Mapping[str, object] | None = None) -> Calibration:
     """The calibration from probe timings: `timings` maps each probe's name to each round's "reference" and
-    "probe" seconds. A pure function, so the fit can be checked on timings whose answer is known."""
+    "probe" seconds and, where the workers' CPU time was measured, each round's "reference_cpu" and
+    "probe_cpu" seconds per step of workers 0 and 1. With those for every free probe, the cores' costs are
+    fitted from them. A pure function, so the fit can be checked on timings whose answer is known."""
     probes = list(probes)
     names = [probe.name for probe in probes]
     try:
@@ -329,29 +365,46 @@ def fit_calibration(probes: Sequence[Probe], timings: Mapping[str, Mapping[str, 
     def family(name: str, *, sizes: bool) -> list[int]:
         return [i for i, p in enumerate(probes) if p.family == name and (p.tensors == 1) == sizes]
 
-    needed = {"sizes": ("free", "sender-busy", "receiver-busy"), "counts": ("sender-busy", "receiver-busy")}
-    for what, families in needed.items():
+    nbytes = np.array([p.nbytes for p in probes])
+    tensors = np.array([float(p.tensors) for p in probes])
+    frees = [i for i, q in enumerate(probes) if q.family == "free"]
+    cpu = None  # [probe, round, worker] CPU seconds per step, probe minus reference, where measured
+    if all({"reference_cpu", "probe_cpu"} <= set(timings[names[i]]) for i in frees):
+        cpu = np.zeros(reference.shape + (2,))
+        for i in frees:
+            sides = [np.array(timings[names[i]][f"{side}_cpu"], dtype=float) for side in ("reference", "probe")]
+            if sides[0].shape != (reference.shape[1], 2) or sides[1].shape != sides[0].shape:
+                raise ProfileError(f"probe {names[i]} needs two workers' CPU seconds in each of its {reference.shape[1]} rounds")
+            cpu[i] = sides[1] - sides[0]
+
+    busy = ("sender-busy", "receiver-busy") if cpu is None else ()
+    for what, families in {"sizes": ("free",) + busy, "counts": ("free",) if cpu is not None else busy}.items():
         for name in families:
             if len(family(name, sizes=what == "sizes")) < 2:
                 raise ProfileError(f"calibrating needs at least two {name} probes of different {what[:-1]}s")
     pingpong = [i for i, p in enumerate(probes) if p.family == "ping-pong"]
     if len(pingpong) < 2:
         raise ProfileError("calibrating needs at least two ping-pong probes of different hop counts")
-    nbytes = np.array([p.nbytes for p in probes])
-    tensors = np.array([float(p.tensors) for p in probes])
 
     def core_costs(extra: np.ndarray, name: str) -> tuple[float, float]:
-        """Fixed and per-byte core seconds from a busy family: sizes give the slope per byte, counts per tensor."""
+        """Fixed and per-byte core seconds from a family: sizes give the slope per byte, counts (with the one
+        tensor of the counts' size) the slope per tensor."""
         sizes, counts = family(name, sizes=True), family(name, sizes=False)
+        counts += [i for i in sizes if probes[i].elements == probes[counts[0]].elements]
         per_byte = max(_theil_sen(nbytes[sizes], extra[sizes])[0], 0.0)
         per_tensor = _theil_sen(tensors[counts], extra[counts])[0]
-        return max(per_tensor - per_byte * nbytes[counts].mean(), 0.0), per_byte
+        return max(per_tensor - per_byte * probes[counts[0]].nbytes, 0.0), per_byte
 
     def fit(rounds: np.ndarray) -> dict[str, float]:
         extra = np.median(placed[:, rounds] - reference[:, rounds], axis=1)  # paired within a round: drift cancels
         p = {"step_overhead": float(np.min(np.median(reference[:, rounds], axis=1)))}
-        p["send_cpu"], p["send_cpu_per_byte"] = core_costs(extra, "sender-busy")
-        p["recv_cpu"], p["recv_cpu_per_byte"] = core_costs(extra, "receiver-busy")
+        if cpu is not None:  # each side's own CPU time in the free probes
+            worker_extra = np.median(cpu[:, rounds], axis=1)
+            p["send_cpu"], p["send_cpu_per_byte"] = core_costs(worker_extra[:, 0], "free")
+            p["recv_cpu"], p["recv_cpu_per_byte"] = core_costs(worker_extra[:, 1], "free")
+        else:
+            p["send_cpu"], p["send_cpu_per_byte"] = core_costs(extra, "sender-busy")
+            p["recv_cpu"], p["recv_cpu_per_byte"] = core_costs(extra, "receiver-busy")
         core_per_byte = max(p["send_cpu_per_byte"], p["recv_cpu_per_byte"])
         free = family("free", sizes=True)
         free_per_byte = _theil_sen(nbytes[free], extra[free])[0]
@@ -360,7 +413,6 @@ def fit_calibration(probes: Sequence[Probe], timings: Mapping[str, Mapping[str, 
         hop = _theil_sen(tensors[pingpong], extra[pingpong])[0]
         p["latency"] = 0.0
         p["latency"] = max(hop - modeled_extra(Probe("ping-pong", 1, 1), {**p, "spanning_overhead": 0.0}), 0.0)
-        frees = [i for i, q in enumerate(probes) if q.family == "free"]
         p["spanning_overhead"] = max(float(np.median(
             [extra[i] - modeled_extra(probes[i], {**p, "spanning_overhead": 0.0}) for i in frees])), 0.0)
         return p
@@ -372,13 +424,31 @@ def fit_calibration(probes: Sequence[Probe], timings: Mapping[str, Mapping[str, 
     intervals = {name: _interval([d[name] for d in draws]) for name in PARAMETERS}
     extra = np.median(placed - reference, axis=1)
     step = np.median(placed, axis=1)
+    _warn_short_chains(probes, np.median(reference, axis=1), best)
     residuals = {probe.name: float((extra[i] - modeled_extra(probe, best)) / step[i]) for i, probe in enumerate(probes)}
+    recorded = ("reference", "probe", "reference_cpu", "probe_cpu")
     return Calibration(
         **{name: float(best[name]) for name in PARAMETERS},
-        samples={n: {side: list(map(float, timings[n][side])) for side in ("reference", "probe")} for n in names},
+        samples={n: {side: [np.asarray(x, dtype=float).tolist() for x in timings[n][side]]
+                     for side in recorded if side in timings[n]} for n in names},
         target=target, devices=tuple(devices), intervals=intervals, residuals=residuals,
-        rounds=reference.shape[1], machine=dict(machine or {}),
+        rounds=reference.shape[1], machine=dict(machine or {}), core_fit="cpu-time" if cpu is not None else "busy-probes",
     )
+
+
+def _warn_short_chains(probes: Sequence[Probe], reference: np.ndarray, p: Mapping[str, float]) -> None:
+    """Warn about busy probes whose chain may not have outlasted their transfers' time on the busy core (as
+    fitted): what the transfers add is then underestimated, and with a fit from busy probes, so are the costs."""
+    def core_time(probe: Probe) -> float:
+        side = "send" if probe.family == "sender-busy" else "recv"
+        return probe.tensors * (p[f"{side}_cpu"] + p[f"{side}_cpu_per_byte"] * probe.nbytes)
+
+    short = [probe.name for i, probe in enumerate(probes) if probe.family in ("sender-busy", "receiver-busy")
+             and reference[i] < SHORT_CHAIN * core_time(probe)]
+    if short:
+        warnings.warn(f"the busy chain of {', '.join(short)} was shorter than {SHORT_CHAIN:g}x its transfers' "
+                      "core time, which it may then underestimate: raise placer.calibrate.BUSY_CHAIN_PER_MB",
+                      RuntimeWarning, stacklevel=3)
 
 
 def _interval(values: Sequence[float]) -> tuple[float, float]:
@@ -422,6 +492,12 @@ def probe_placements(probe: Probe, devices: DeviceSet):
                                                              for op in graph.ops}) for side in (0, 1))
 
 
+def busy_chain_matmuls(probe: Probe) -> int:
+    """Matmuls in a busy probe's chain: sized to outlast its transfers' core time (see BUSY_CHAIN_BASE)."""
+    return BUSY_CHAIN_BASE + math.ceil(BUSY_CHAIN_PER_MB * probe.nbytes * probe.tensors / 1e6
+                                       + BUSY_CHAIN_PER_TENSOR * probe.tensors)
+
+
 def _probe_graph(probe: Probe):
     import tensorflow as tf
 
@@ -431,7 +507,9 @@ def _probe_graph(probe: Probe):
         made = []
         for i in range(probe.tensors):
             with tf.name_scope(f"{prefix}_{i}"):
-                made.append(tf.random.uniform([probe.elements], seed=seed + i))
+                # Filled, not drawn at random: drawing 16 MB costs its core 25 ms, whose jitter swamped
+                # the sender's CPU time for the transfer; a fill is a memset.
+                made.append(tf.fill([probe.elements], tf.random.uniform([], seed=seed + i)))
         return made
 
     def read(prefix: str, made: list):
@@ -457,7 +535,7 @@ def _probe_graph(probe: Probe):
                     trigger = made[0][0]
                 with tf.name_scope("chain"):
                     h = tf.random.uniform([256, 256], seed=7) + 0.0 * trigger
-                    for _ in range(BUSY_CHAIN_MATMULS):
+                    for _ in range(busy_chain_matmuls(probe)):
                         h = tf.tanh(tf.matmul(h, h) * 0.01)
                     outputs.append(h[0, 0])
             if probe.family == "both-ways":

@@ -35,6 +35,51 @@ def _timings(rounds=5, noise=0.02, seed=0, disturb=None, drift=0.3, truth=TRUTH)
     return timings
 
 
+def _with_cpu(timings, noise=0.03, seed=1, truth=TRUTH, participation=1e-3):
+    """The free probes' CPU seconds per step of workers 0 and 1 that `truth`'s cores would show: the sender
+    serializes, the receiver deserializes and pays `participation` for joining the step at all."""
+    rng = np.random.default_rng(seed)
+    for probe in PROBES:
+        if probe.family != "free":
+            continue
+        rounds = len(timings[probe.name]["reference"])
+        maker = 0.3e-3 + probe.nbytes * probe.tensors * 0.1e-9  # filling the tensors, on worker 0 either way
+        k, b = probe.tensors, probe.nbytes
+        send = k * (truth["send_cpu"] + truth["send_cpu_per_byte"] * b)
+        recv = participation + k * (truth["recv_cpu"] + truth["recv_cpu_per_byte"] * b)
+        jitter = lambda: 1 + noise * rng.standard_normal()  # noqa: E731
+        timings[probe.name]["reference_cpu"] = [[maker * jitter(), 0.0] for _ in range(rounds)]
+        timings[probe.name]["probe_cpu"] = [[(maker + send) * jitter(), recv * jitter()] for _ in range(rounds)]
+    return timings
+
+
+def test_the_cores_costs_come_from_the_workers_cpu_time_where_it_was_measured():
+    # step times swinging 20 % between measurements bury the busy probes' signal; the CPU time does not swing
+    noisy = _timings(noise=0.2, seed=3)
+    from_busy = fit_calibration(PROBES, noisy)
+    from_cpu = fit_calibration(PROBES, _with_cpu(noisy))
+    assert from_busy.core_fit == "busy-probes" and from_cpu.core_fit == "cpu-time"
+    for name in ("send_cpu_per_byte", "recv_cpu_per_byte"):
+        assert getattr(from_cpu, name) == pytest.approx(TRUTH[name], rel=0.1), name
+    assert from_cpu.recv_cpu == pytest.approx(TRUTH["recv_cpu"], abs=20e-6)
+    assert from_cpu.send_cpu == pytest.approx(TRUTH["send_cpu"], abs=20e-6)
+    assert abs(from_busy.recv_cpu_per_byte / TRUTH["recv_cpu_per_byte"] - 1) > 0.1  # what it replaces
+    # the busy families then check the model on wall time instead of being fitted
+    assert {name.split()[0] for name in from_cpu.check_residuals} == {"both-ways", "sender-busy", "receiver-busy"}
+    assert "CPU time" in from_cpu.describe()
+
+
+def test_a_cpu_time_calibration_round_trips_and_an_unknown_core_fit_is_refused(tmp_path):
+    calibration = fit_calibration(PROBES, _with_cpu(_timings()))
+    loaded = load_calibration(calibration.save(tmp_path / "c.json"))
+    assert loaded.core_fit == "cpu-time" and loaded.recv_cpu_per_byte == calibration.recv_cpu_per_byte
+    assert loaded.samples["free 1000x4"]["probe_cpu"] == calibration.samples["free 1000x4"]["probe_cpu"]
+    damaged = (tmp_path / "c.json").read_text().replace('"cpu-time"', '"guesswork"')
+    (tmp_path / "d.json").write_text(damaged)
+    with pytest.raises(ProfileError, match="core_fit"):
+        load_calibration(tmp_path / "d.json")
+
+
 def test_the_fit_recovers_known_transfer_costs_with_intervals_that_cover_them():
     calibration = fit_calibration(PROBES, _timings(noise=0.002, drift=0.0))
     for name in ("send_cpu_per_byte", "recv_cpu_per_byte", "recv_cpu", "spanning_overhead"):
@@ -198,3 +243,30 @@ def test_a_calibration_from_an_older_placer_or_another_machine_says_what_to_reru
     path.write_text(json.dumps(old))
     with pytest.raises(ProfileError, match="older placer.*calibrate again"):
         load_calibration(path)
+
+
+def test_a_busy_chain_grows_with_what_its_probe_sends():
+    from placer.calibrate import Probe, busy_chain_matmuls
+
+    small, many, large = (busy_chain_matmuls(Probe("sender-busy", e, k)) for e, k in ((1_000, 1), (1_000, 32), (4_000_000, 1)))
+    assert small < many < large
+    assert large >= 4 * small  # 16 MB needs a chain several times that of 4 KB, which would drown in it
+
+
+def test_a_busy_probe_whose_chain_the_transfer_outlasted_is_flagged():
+    timings = _timings()
+    assert not [w for w in _fit_warnings(timings) if "busy chain" in w]
+    # the 16 MB receiver-busy probe's chain was shorter than the receiving core's time for 16 MB
+    name = "receiver-busy 4000000x1"
+    timings = _with_cpu(timings)
+    timings[name] = {side: [t - 19e-3 for t in values] for side, values in timings[name].items()}
+    assert [w for w in _fit_warnings(timings) if "busy chain" in w and name in w]
+
+
+def _fit_warnings(timings) -> list[str]:
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit_calibration(PROBES, timings)
+    return [str(w.message) for w in caught]

@@ -75,6 +75,11 @@ class Measurement:
     chrome_trace: str = ""
     """The last profiled step as a Chrome trace (JSON for chrome://tracing or Perfetto); empty unless
     `MeasureConfig.profile_steps` > 0."""
+    worker_cpu: tuple[float, ...] = ()
+    """Seconds of CPU each testbed worker process used per timed step (all its threads, from the kernel's
+    scheduler accounting), in the order of the cluster's workers; empty where the workers are not local
+    processes (in-process devices, remote clusters). Unlike step times, VM steal and a neighbour's load do not
+    show in it: `placer.calibrate` fits the cores' transfer costs from it."""
 
     @property
     def ok(self) -> bool:

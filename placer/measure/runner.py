@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import json
+import math
+import os
 import statistics
 import time
 from typing import Mapping, Sequence
@@ -112,7 +114,7 @@ class LoadedGraph:
 
     def measure(self, op_devices: Mapping[str, str], target: str, config: MeasureConfig,
                 local_cpus: int | None = None, threads: tuple[int | None, int | None] = (None, None),
-                close_later: bool = False) -> Measurement:
+                close_later: bool = False, worker_pids: Sequence[int] = ()) -> Measurement:
         """Run init, W warm-up and K timed steps of this graph placed by `op_devices` on `target`.
 
         local_cpus: for an in-process target, how many CPU devices the session gets. TF1 sessions ignore
@@ -121,6 +123,7 @@ class LoadedGraph:
         threads: for an in-process target, its (intra-op, inter-op) thread pools; None for TensorFlow's default.
         close_later: leave the session of a successful measurement open until `close_session` (or the next
         measurement), so that the caller gets its answer before TensorFlow tears the session down.
+        worker_pids: the testbed's worker processes, whose CPU time over the timed steps is recorded.
         """
         self.close_session()  # before the shared graph's devices change under it
         overhead: dict[str, float] = {}
@@ -173,10 +176,13 @@ class LoadedGraph:
                     overhead["first_step"] = time.perf_counter() - started
 
             samples = []
+            cpu_before = [process_cpu_seconds(pid) for pid in worker_pids]
             for _ in range(config.timed_steps):
                 started = time.perf_counter()
                 session.run(self.train_op, options=step_options)
                 samples.append(time.perf_counter() - started)
+            worker_cpu = tuple((process_cpu_seconds(pid) - before) / max(config.timed_steps, 1)
+                               for pid, before in zip(worker_pids, cpu_before))
 
             traces = []
             for _ in range(config.profile_steps):
@@ -212,6 +218,7 @@ class LoadedGraph:
             target=target,
             op_times=op_times,
             chrome_trace=chrome_trace,
+            worker_cpu=worker_cpu,
         )
 
 
@@ -228,6 +235,24 @@ def run_placed_step(
 ) -> Measurement:
     """One placement of a graph measured on its own (`LoadedGraph.measure`, nothing kept for the next)."""
     return LoadedGraph(graph_def, train_op, init_op, step_ops).measure(op_devices, target, config, local_cpus, threads)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds a process's threads have run, from the scheduler's nanosecond accounting
+    (/proc/PID/task/*/schedstat; /proc/PID/stat counts in 10 ms ticks, coarser than a step). Threads that
+    exited are not counted: the workers' thread pools live as long as the workers."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return math.nan
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as stat:
+                total += int(stat.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended while we read
+    return total / 1e9
 
 
 @functools.lru_cache(maxsize=None)

@@ -108,7 +108,9 @@ def _serve(channel_in: int, channel_out: int, target: str, servers, local_cpus: 
                 except Exception as error:
                     channel.send(channel_out, Measurement(failure=Failure("crash", str(error)), target=target))
                     return  # the caller restarts us, and with us the testbed
-            result = graphs[key].measure(op_devices, target, config, local_cpus, threads, close_later=True)
+            pids = [process.pid for process in servers.processes] if servers is not None else []
+            result = graphs[key].measure(op_devices, target, config, local_cpus, threads, close_later=True,
+                                         worker_pids=pids)
             channel.send(channel_out, result)
             graphs[key].close_session()
         else:
