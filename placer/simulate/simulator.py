@@ -87,7 +87,7 @@ class Simulator:
         step = graph.step_ops
         index = {op.name: i for i, op in enumerate(step)}
         self._names = [op.name for op in step]
-        self._op_group = np.array([op.group for op in step], dtype=np.int64)
+        self._op_group = np.array([op.group for op in step], dtype=np.int32)
 
         if hasattr(costs, "predict"):
             self.op_cost, slots = self._modeled_costs(costs)
@@ -116,18 +116,18 @@ class Simulator:
         self._tensor_names = [f"{src}:{port}" for src, port in tensor_ids]
         edges.sort()
         n, m = len(step), len(edges)
-        src = np.array([e[0] for e in edges], dtype=np.int64).reshape(m)
-        dst = np.array([e[1] for e in edges], dtype=np.int64).reshape(m)
+        src = np.array([e[0] for e in edges], dtype=np.int32).reshape(m)
+        dst = np.array([e[1] for e in edges], dtype=np.int32).reshape(m)
         self.edge_src = src
         self.out_dst = dst
-        self.out_tensor = np.array([e[2] for e in edges], dtype=np.int64).reshape(m)
-        self.out_ptr = np.searchsorted(src, np.arange(n + 1)).astype(np.int64)
-        by_dst = np.argsort(dst, kind="stable").astype(np.int64)
-        self.in_ptr = np.searchsorted(dst[by_dst], np.arange(n + 1)).astype(np.int64)
-        self.in_degree = np.diff(self.in_ptr).astype(np.int64)
+        self.out_tensor = np.array([e[2] for e in edges], dtype=np.int32).reshape(m)
+        self.out_ptr = np.searchsorted(src, np.arange(n + 1)).astype(np.int32)
+        by_dst = np.argsort(dst, kind="stable").astype(np.int32)
+        self.in_ptr = np.searchsorted(dst[by_dst], np.arange(n + 1)).astype(np.int32)
+        self.in_degree = np.diff(self.in_ptr).astype(np.int32)
         self.tensor_bytes = np.array(tensor_bytes, dtype=np.float64).reshape(len(tensor_bytes))
 
-        self.slots = np.array(slots, dtype=np.int64)
+        self.slots = np.array(slots, dtype=np.int32)
         d = len(devices)
         self.link_bandwidth = np.zeros((d, d))
         self.link_latency = np.zeros((d, d))
@@ -139,12 +139,12 @@ class Simulator:
             self.link_bandwidth[a, b] = link.bandwidth
             self.link_latency[a, b] = link.latency
         # Variables stay resident on their group's device all step; parameters count optimizer slots too.
-        self._variable_groups = np.array([op.group for op in graph.ops if op.parameters], dtype=np.int64)
+        self._variable_groups = np.array([op.group for op in graph.ops if op.parameters], dtype=np.int32)
         self._variable_bytes = np.array(
             [op.parameters * config.bytes_per_parameter for op in graph.ops if op.parameters], dtype=np.float64
         )
         self.capacity = np.array([d.memory_bytes or np.inf for d in devices], dtype=np.float64)
-        tensor_src = np.empty(len(tensor_bytes), dtype=np.int64)
+        tensor_src = np.empty(len(tensor_bytes), dtype=np.int32)
         tensor_src[self.out_tensor] = src  # a tensor is one op's output: every edge carrying it has that source
         self._engine_graph = EngineGraph(
             self.op_cost, self.op_alloc, self.out_ptr, self.out_dst, self.out_tensor, self.in_ptr, src[by_dst],
@@ -156,7 +156,7 @@ class Simulator:
             float(config.send_cpu_per_byte), float(config.recv_cpu), float(config.recv_cpu_per_byte),
         )
         self._work = Workspace.allocate(self._engine_graph, self._engine_devices)
-        self._op_device = np.empty(len(step), dtype=np.int64)
+        self._op_device = np.empty(len(step), dtype=np.int32)
         self._persistent = np.empty(len(devices), dtype=np.float64)
         self._capacity_list = self.capacity.tolist()
 
