@@ -3,6 +3,7 @@ generated branchy graphs held out from every fold, on modeled GPU machines (the 
 
     python experiments/generalization.py [--size tiny] [--machines modeled:2xV100 modeled:4xV100]
         [--pretrain-updates 200] [--finetune-updates 50] [--families ...] [--generated 2]
+        [--pretrain-generated 2]
         [--head one-shot|moves] [--moves-per-sample 8] [--out FILE]
 
 Per fold, the policy is pre-trained on every other family's models on every machine (`placer pretrain`),
@@ -15,8 +16,9 @@ then, on each held-out model and machine:
   the best baseline (none: it did not), and the best step time each reached.
 The policy is pre-trained and fine-tuned with one head (`--head`, `GraphAgentConfig.head`): "moves" samples
 a few moved units of the best placement found, "one-shot" every unit's device at once.
-The generated graphs (placer.models.branchy, seeds 1000, 1001, ...) are placed by the policy of the last fold
-and by one pre-trained on every family. Aims (issue 20): zero-shot within 5 % of the best baseline on held-out
+Every pre-training also trains on `--pretrain-generated` generated graphs (seeds 0, 1, ...). The held-out
+generated graphs (placer.models.branchy, seeds 1000, 1001, ...) are placed by a policy pre-trained on every
+family. Aims (issue 20): zero-shot within 5 % of the best baseline on held-out
 families; fine-tuning reaching it with at least 5x fewer samples than from scratch.
 """
 
@@ -37,6 +39,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 from agents.factory import make_agent  # noqa: E402
+from agents.graph_policy import training_set  # noqa: E402
 from agents.graph_policy.agent import HEADS, GraphAgentConfig, GraphPolicyAgent, partition_prior  # noqa: E402
 from agents.graph_policy.policy_file import load_policy  # noqa: E402
 from agents.graph_policy.pretrain import PretrainConfig, place_with_policy, pretrain  # noqa: E402
@@ -140,6 +143,8 @@ def main() -> None:
     parser.add_argument("--pretrain-updates", type=int, default=200)
     parser.add_argument("--finetune-updates", type=int, default=50, help="0: zero-shot only")
     parser.add_argument("--generated", type=int, default=2, help="generated branchy graphs, held out from every fold")
+    parser.add_argument("--pretrain-generated", type=int, default=training_set.GENERATED,
+                        help="generated branchy graphs (seeds 0, 1, ...) every pre-training also trains on")
     parser.add_argument("--head", default="one-shot", choices=HEADS, help="the graph policy's head, pre-trained and "
                         "fine-tuned (default one-shot)")
     parser.add_argument("--moves-per-sample", type=int, default=GraphAgentConfig.moves_per_sample,
@@ -149,19 +154,21 @@ def main() -> None:
     args = parser.parse_args()
 
     graphs = {model: build_model(model, args.size) for family in FAMILIES.values() for model in family}
-    generated = [random_branchy_graph(seed=1000 + i, size=args.size) for i in range(args.generated)]
+    generated = [random_branchy_graph(seed=training_set.HELD_OUT_SEED + i, size=args.size) for i in range(args.generated)]
     rows = []
     with tempfile.TemporaryDirectory() as scratch_dir:
         for fold in args.families:
             trained_on = [graphs[m] for family, models in FAMILIES.items() if family != fold for m in models]
-            config = PretrainConfig(models=tuple(trained_on), machines=tuple(args.machines),
-                                    updates=args.pretrain_updates, agent=agent_config(args))
+            config = PretrainConfig(models=tuple(trained_on), machines=tuple(args.machines), sizes=(args.size,),
+                                    generated=args.pretrain_generated, updates=args.pretrain_updates,
+                                    agent=agent_config(args))
             path = pretrain(config, Path(scratch_dir) / f"without-{fold}.npz").path
             for model in FAMILIES[fold]:
                 rows += evaluate_held_out(path, graphs[model], model, args.machines, args, f"without {fold}")
         if generated:
-            config = PretrainConfig(models=tuple(graphs.values()), machines=tuple(args.machines),
-                                    updates=args.pretrain_updates, agent=agent_config(args))
+            config = PretrainConfig(models=tuple(graphs.values()), machines=tuple(args.machines), sizes=(args.size,),
+                                    generated=args.pretrain_generated, updates=args.pretrain_updates,
+                                    agent=agent_config(args))
             path = pretrain(config, Path(scratch_dir) / "all-families.npz").path
             for graph in generated:
                 rows += evaluate_held_out(path, graph, None, args.machines, args, "all families")
@@ -170,7 +177,8 @@ def main() -> None:
                                     "zero_shot_vs_best_pct", "partition_prior_ms", "placing_s", "finetuned_samples", "finetuned_best_ms",
                                     "scratch_samples", "scratch_best_ms"], rows, args.out,
                  size=args.size, pretrain_updates=args.pretrain_updates, finetune_updates=args.finetune_updates,
-                 head=args.head, moves_per_sample=args.moves_per_sample if args.head == "moves" else None,
+                 pretrain_generated=args.pretrain_generated, head=args.head,
+                 moves_per_sample=args.moves_per_sample if args.head == "moves" else None,
                  samples_per_update=SAMPLES_PER_UPDATE,
                  zero_shot_within_5pct=sum(p >= -5 for p in zero_shot), rows_count=len(rows),
                  median_zero_shot_vs_best_pct=float(np.median(zero_shot)) if zero_shot else None)

@@ -18,6 +18,9 @@ def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"every model at each size (default: {' '.join(defaults.SIZES)})")
     parser.add_argument("--machines", nargs="+", default=list(defaults.MACHINES), metavar="TARGET",
                         help=f"simulated targets (default: {' '.join(defaults.MACHINES)})")
+    parser.add_argument("--generated", type=int, default=defaults.GENERATED, metavar="N",
+                        help=f"also train on N generated branchy graphs, seeds 0..N-1 at each size (default "
+                        f"{defaults.GENERATED}; seeds from {defaults.HELD_OUT_SEED} on are held out for evaluation)")
     parser.add_argument("--updates", type=int, default=defaults.UPDATES, help="updates in all, one graph-machine "
                         f"pair each, in turn (default {defaults.UPDATES})")
     parser.add_argument("--samples-per-update", type=int, default=defaults.SAMPLES_PER_UPDATE)
@@ -36,7 +39,8 @@ def pretrain_command_run(args: argparse.Namespace) -> int:
     options = dict(parse_override(o) for o in args.agent_options)
     agent = check_agent_options("graph", options, seed=args.seed)
     config = PretrainConfig(models=tuple(args.models), sizes=tuple(args.sizes), machines=tuple(args.machines),
-                            updates=args.updates, samples_per_update=args.samples_per_update, agent=agent,
+                            generated=args.generated, updates=args.updates,
+                            samples_per_update=args.samples_per_update, agent=agent,
                             progress=not args.no_progress)
     result = pretrain(config, args.out)
     print(f"wrote {result.path}: {result.samples} placements over {len(result.best_step_times)} graph-machine "

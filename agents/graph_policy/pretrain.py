@@ -31,15 +31,24 @@ class PretrainConfig:
     """Every model at each of these sizes."""
     machines: tuple[str, ...] = training_set.MACHINES
     """Simulated targets to train on."""
+    generated: int = training_set.GENERATED
+    """Generated branchy graphs to train on besides `models`: seeds 0 .. generated - 1, at each of `sizes`
+    (seeds from `training_set.HELD_OUT_SEED` on are left for evaluation)."""
     updates: int = training_set.UPDATES
     """Updates in all (each on one graph-machine pair, in turn)."""
     samples_per_update: int = training_set.SAMPLES_PER_UPDATE
     agent: GraphAgentConfig = field(default_factory=GraphAgentConfig)
     progress: bool = True
 
+    def __post_init__(self):
+        if not isinstance(self.generated, int) or not 0 <= self.generated <= training_set.HELD_OUT_SEED:
+            raise PlacerError(f"generated must be a whole number from 0 to {training_set.HELD_OUT_SEED}, "
+                              f"got {self.generated!r}")
+
     def pairs(self) -> list[tuple[str, str, str]]:
-        """(model, size, machine) of every pair trained on."""
-        return [(model, size, machine) for model in self.models
+        """(model, size, machine) of every pair trained on; a generated graph's model is "branchy:SEED"."""
+        models = list(self.models) + [f"branchy:{seed}" for seed in range(self.generated)]
+        return [(model, size, machine) for model in models
                 for size in (self.sizes if isinstance(model, str) else (None,)) for machine in self.machines]
 
 
@@ -61,7 +70,14 @@ def pretrain(config: PretrainConfig, out: str | Path) -> PretrainResult:
     envs, agents = {}, {}
     policy = GraphPlacementPolicy(config.agent.policy_config())
     optimizer = None
+    generated = {}
     for model, size, machine in config.pairs():
+        if isinstance(model, str) and model.startswith("branchy:"):
+            from placer.models.branchy import random_branchy_graph
+
+            if (model, size) not in generated:  # built once for all machines
+                generated[(model, size)] = random_branchy_graph(seed=int(model.split(":")[1]), size=size)
+            model, size = generated[(model, size)], None
         env = PlacementEnv(model=model, size=size or "tiny", backend="simulated", devices=machine)
         env.reset(seed=config.agent.seed)
         agent = GraphPolicyAgent(env.graph, env.device_mask, env.devices, config.agent, policy=policy,

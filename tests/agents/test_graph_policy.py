@@ -118,7 +118,7 @@ def test_a_short_pre_training_places_a_graph_it_never_saw_better_than_an_untrain
     from envs.placement import PlacementEnv
 
     # Without the partition prior, whose start already places rnnlm as well as 12 updates can learn to
-    config = PretrainConfig(models=("two-tower", "mlp"), machines=("modeled:2xV100",), updates=12,
+    config = PretrainConfig(models=("two-tower", "mlp"), machines=("modeled:2xV100",), generated=0, updates=12,
                             agent=GraphAgentConfig(hidden_size=32, message_rounds=3, partition_prior=False),
                             progress=False)
     result = pretrain(config, tmp_path / "policy.npz")
@@ -146,9 +146,10 @@ def test_pretrain_place_and_fine_tune_from_the_command_line(tmp_path, capsys):
     from placer.cli import main
 
     policy = tmp_path / "policy.npz"
-    assert main(["pretrain", "--models", "two-tower", "--machines", "modeled:2xV100", "--updates", "2",
+    assert main(["pretrain", "--models", "two-tower", "--machines", "modeled:2xV100", "--updates", "2", "--generated", "1",
                  "--set", "hidden_size=16", "--set", "message_rounds=2", "--out", str(policy), "--no-progress"]) == 0
-    assert "two-tower:tiny@modeled:2xV100" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "two-tower:tiny@modeled:2xV100" in printed and "branchy-0-tiny@modeled:2xV100" in printed  # a generated graph
     placement = tmp_path / "mlp.json"
     assert main(["place", "mlp", "--policy", str(policy), "--out", str(placement), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
@@ -363,7 +364,7 @@ def test_pretrain_with_the_moves_head_then_fine_tune_and_place_from_the_command_
     from placer.cli import main
 
     policy = tmp_path / "moves.npz"
-    assert main(["pretrain", "--models", "two-tower", "--machines", "modeled:2xV100", "--updates", "3",
+    assert main(["pretrain", "--models", "two-tower", "--machines", "modeled:2xV100", "--updates", "3", "--generated", "0",
                  "--set", "hidden_size=16", "--set", "message_rounds=2", "--set", "head=moves",
                  "--set", "moves_per_sample=4", "--out", str(policy), "--no-progress"]) == 0
     capsys.readouterr()
@@ -383,3 +384,15 @@ def test_pretrain_with_the_moves_head_then_fine_tune_and_place_from_the_command_
     # a bad head is refused before any work, saying what to give
     assert main(["train", "mlp", "--init", str(policy), "--set", "head=sideways", "--runs", str(runs)]) == 2
     assert "unknown head 'sideways'" in capsys.readouterr().err
+
+
+def test_pretraining_refuses_a_generated_count_that_would_reach_the_held_out_seeds():
+    from agents.graph_policy import training_set
+    from agents.graph_policy.pretrain import PretrainConfig
+    from placer.errors import PlacerError
+
+    for bad in (-1, training_set.HELD_OUT_SEED + 1, 1.5):
+        with pytest.raises(PlacerError, match="generated"):
+            PretrainConfig(generated=bad)
+    assert PretrainConfig(models=("mlp",), machines=("modeled:2xV100",), generated=2).pairs()[-1] == (
+        "branchy:1", "tiny", "modeled:2xV100")
