@@ -107,8 +107,18 @@ def test_every_registered_model_has_a_description_and_an_expert():
         assert spec.description and callable(spec.expert)
 
 
-@pytest.mark.parametrize("size", [s for s in SIZES if s != "tiny"])
-@pytest.mark.parametrize("name", BENCHMARKS)
+def _larger_sizes():
+    """Every benchmark at every size above tiny. The builds that take 15-45 s each (paper sizes but NMT-2's,
+    the Transformer's small) run with `-m slow`, to keep the default run near 20 minutes on 2 cores."""
+    for name in BENCHMARKS:
+        for size in SIZES:
+            if size == "tiny":
+                continue
+            slow = (size == "paper" and name != "nmt-2") or (name, size) == ("transformer", "small")
+            yield pytest.param(name, size, marks=pytest.mark.slow) if slow else (name, size)
+
+
+@pytest.mark.parametrize("name, size", list(_larger_sizes()))
 def test_larger_sizes_build_with_the_structure_of_the_tiny_model(name, size):
     graph = build_model(name, size)
     assert {op.type for op in graph.step_ops} == {op.type for op in tiny(name).step_ops}
