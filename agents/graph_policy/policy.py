@@ -132,8 +132,12 @@ class GraphPlacementPolicy(tf.Module):
     def move_logits(self, move_bias: tf.Tensor, cut_shares: tf.Tensor, regrets: tf.Tensor) -> tf.Tensor:
         """[B, N] logits of choosing each unit to move, for B placements: move_bias [N] from
         `logits_and_move_bias`; cut_shares [B, N] the share of each unit's edges that cross to another
-        device; regrets [B, N] the log-odds of the unit's other devices against its own."""
-        return move_bias[None, :] + self.move_cut_weight * cut_shares + self.move_regret_weight * regrets
+        device; regrets [B, N] the log-odds of the unit's other devices against its own. Bounded to
+        +-tanh_constant, as the device scores are: unbounded, 200 pre-training updates collapsed the draw onto a
+        few units (nmt-2 tiny: 92 % of the probability on 8 of 2,239 units, entropy 1.1 against 7.7 uniform),
+        and fine-tuning then never moved anything else and never improved on its start."""
+        raw = move_bias[None, :] + self.move_cut_weight * cut_shares + self.move_regret_weight * regrets
+        return self.config.tanh_constant * tf.tanh(raw / self.config.tanh_constant)
 
     def _with_prior(self, h: tf.Tensor, scores: tf.Tensor, prior: tf.Tensor) -> tf.Tensor:
         if not self.config.partition_prior:

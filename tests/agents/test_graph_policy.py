@@ -396,3 +396,16 @@ def test_pretraining_refuses_a_generated_count_that_would_reach_the_held_out_see
             PretrainConfig(generated=bad)
     assert PretrainConfig(models=("mlp",), machines=("modeled:2xV100",), generated=2).pairs()[-1] == (
         "branchy:1", "tiny", "modeled:2xV100")
+
+
+def test_move_logits_are_bounded_so_that_no_few_units_take_every_draw():
+    import tensorflow as tf
+
+    policy = GraphPlacementPolicy(GraphPolicyConfig(hidden_size=8, message_rounds=1))
+    units = 2_000
+    move_bias = tf.constant(np.r_[np.full(8, 1e3), np.zeros(units - 8)], tf.float32)  # a scorer gone extreme
+    zeros = tf.zeros([1, units])
+    logits = policy.move_logits(move_bias, zeros, zeros)
+    assert float(tf.reduce_max(tf.abs(logits))) <= policy.config.tanh_constant + 1e-6
+    top8 = float(tf.reduce_sum(tf.sort(tf.nn.softmax(logits[0]))[-8:]))
+    assert top8 < 0.5  # the other units keep being drawn, so fine-tuning can still find a better move
