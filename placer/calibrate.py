@@ -24,8 +24,9 @@ per step in the free probes (`Measurement.worker_cpu`), the sender's and the rec
 kernel counts that time whatever the VM's steal or a neighbour's load does to the step's wall time. The busy
 families then check, on wall time, that this core time delays a busy core's work as the model has it. On
 2026-11-25 this VM's step times swung 20 % between measurements, so a busy chain of 8-40 ms buried the
-0.1-3 ms its transfers add; the CPU time of one 4 MB receive held within 10 % over three rounds. Elsewhere
-(a remote cluster) the busy families' wall time is all there is, and the core costs are fitted from it. `Calibration.apply(devices, config)` turns it
+0.1-3 ms its transfers add (one 4 MB receive: -8.7 to +4.9 ms over six rounds), while the receiving
+worker's CPU time for it was 3.6-4.4 ms over three. Elsewhere (a remote cluster) the busy families' wall
+time is all there is, and the core costs are fitted from it. `Calibration.apply(devices, config)` turns it
 into links and a `SimulatorConfig` for those devices (see `placer.simulate.engine` for how they are used).
 """
 
@@ -63,8 +64,8 @@ BUSY_CHAIN_BASE = 8
 BUSY_CHAIN_PER_MB = 6.0
 BUSY_CHAIN_PER_TENSOR = 0.5
 """A busy probe's chain has BASE + PER_MB * megabytes sent + PER_TENSOR * tensors sent matmuls of 256 x 256
-(0.25-0.5 ms each on one core here): about 4x the core time the probe's transfers take (up to 1 ms per MB and
-0.1 ms per tensor measured here), so the chain stays the step's critical path and absorbs that time, and no
+(0.25-0.5 ms each on one core here): 1.5-3 ms per MB and 0.13-0.25 ms per tensor, against the transfers'
+core time of up to 1 ms per MB and 0.1-0.2 ms per tensor measured here, so the chain stays the step's critical path and absorbs that time, and no
 longer. A fixed chain long enough for the largest probe (80 matmuls, 40 ms on 2026-11-25) buried the small
 probes' 0.1-3 ms under its own noise: block-to-block swings of 20 % on this VM, 8 ms against a 1 ms signal."""
 SHORT_CHAIN = 1.2
