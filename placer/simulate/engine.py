@@ -46,6 +46,7 @@ class EngineGraph(NamedTuple):
     tensor_bytes: np.ndarray  # [t] bytes of each tensor
     in_degree: np.ndarray    # [n] input edges per op
     tensor_src: np.ndarray   # [t] producer op of each tensor
+    tensor_control: np.ndarray  # [t] True where the "tensor" is a control edge's (no bytes, only an order)
 
 
 class EngineDevices(NamedTuple):
@@ -82,6 +83,8 @@ class Workspace(NamedTuple):
     xfer_start: np.ndarray     # [t, d] when its transfer started (-2 - start once its memory is counted)
     arrival_floor: np.ndarray  # [t, d] a received tensor is there no earlier than its last byte
     recv_uses: np.ndarray      # [t, d] outstanding readers of a received tensor
+    control_pending: np.ndarray  # [n, d] cross-device control inputs of op i from device d not yet done
+    control_grouped: np.ndarray  # [m] a cross-device control edge whose order another edge's transfer carries
     sent: np.ndarray           # [t * d] tensor * d + target of each transfer, in the order they started
     last_time: np.ndarray      # [n] links only: the latest input arrival of each op from another device...
     last_key: np.ndarray       # ... and its event key (-1: none), the event that makes the op ready
@@ -120,6 +123,7 @@ class Workspace(NamedTuple):
             link_free=np.empty((d, d)), link_bytes=np.empty((d, d)),
             arrival=np.full((t, d), -1.0), xfer_start=np.full((t, d), -1.0), arrival_floor=np.zeros((t, d)),
             recv_uses=np.zeros((t, d), dtype=np.int32), sent=np.empty(t * d, dtype=np.int32),
+            control_pending=np.zeros((n, d), dtype=np.int32), control_grouped=np.zeros(m, dtype=np.bool_),
             last_time=np.empty(n), last_key=np.empty(n, dtype=np.int32), release_time=np.empty(t * d),
             release_src=np.empty(t * d, dtype=np.int32), release_next=np.empty(t * d, dtype=np.int32),
             link_head=np.empty(d * d, dtype=np.int32), link_tail=np.empty(d * d, dtype=np.int32),
@@ -286,6 +290,7 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
     op_cost, op_alloc, tensor_bytes = graph.op_cost, graph.op_alloc, graph.tensor_bytes
     out_ptr, out_dst, out_tensor, edge_src = graph.out_ptr, graph.out_dst, graph.out_tensor, graph.edge_src
     in_ptr, in_src, in_tensor, tensor_src = graph.in_ptr, graph.in_src, graph.in_tensor, graph.tensor_src
+    tensor_control = graph.tensor_control
     slots, link_bandwidth, link_latency = devices.slots, devices.link_bandwidth, devices.link_latency
     send_fixed, send_per_byte = devices.send_fixed, devices.send_per_byte
     recv_fixed, recv_per_byte = devices.recv_fixed, devices.recv_per_byte
@@ -297,6 +302,7 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
     busy, free_slots, live, peak = work.busy, work.free_slots, work.live, work.peak
     link_free, link_bytes, sent = work.link_free, work.link_bytes, work.sent
     arrival, xfer_start, arrival_floor, recv_uses = work.arrival, work.xfer_start, work.arrival_floor, work.recv_uses
+    control_pending, control_grouped = work.control_pending, work.control_grouped  # all 0 between calls
     ready_time, ready_key, ready_size = work.ready_time, work.ready_key, work.ready_size
     event_time, event_key = work.event_time, work.event_key
 
@@ -337,14 +343,17 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
                 arrival[tensor, target] = -1.0
                 xfer_start[tensor, target] = -1.0
                 recv_uses[tensor, target] = 0
-        # Readers that keep memory alive: same-device consumers and each distinct transfer.
+                control_grouped[e] = False
+        # Readers that keep memory alive: same-device consumers and each distinct transfer of data.
         for e in range(out_ptr[i], out_ptr[i + 1]):
             target = op_device[out_dst[e]]
             if target == dev:
                 uses[i] += 1
             else:
                 tensor = out_tensor[e]
-                if recv_uses[tensor, target] == 0:
+                if tensor_control[tensor]:
+                    control_pending[out_dst[e], dev] += 1
+                elif recv_uses[tensor, target] == 0:
                     uses[i] += 1
                 recv_uses[tensor, target] += 1
 
@@ -413,6 +422,14 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
                             deferred_count += 1
                     continue
                 tensor = out_tensor[e]
+                if tensor_control[tensor]:
+                    # Grappler groups an op's control inputs from one other device behind a NoOp there, so one
+                    # transfer orders them all: the last of them to finish carries it, the others only count.
+                    control_pending[j, dev] -= 1
+                    if control_pending[j, dev] > 0:
+                        control_grouped[e] = True
+                        pending[j] -= 1  # never the last: the carrying edge is still to come
+                        continue
                 first = arrival[tensor, target] < 0.0
                 if on_cores:
                     if first:  # the sender serializes it when a slot frees; the receive follows
@@ -434,23 +451,24 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
                     xfer_start[tensor, target] = begin
                     # The receiver holds the bytes from the transfer's start (TensorFlow allocates the
                     # destination before it copies); the sender's copy is released when the copy is done.
-                    if next_release[target] <= now:
-                        _release_sent_copies(target, now, d, uses, live, op_alloc, release_time, release_src,
-                                             release_next, link_head, next_release)
-                    live[target] += tensor_bytes[tensor]
-                    if live[target] > peak[target]:
-                        peak[target] = live[target]
-                    link = dev * d + target
-                    release_time[sent_count] = arrival[tensor, target]
-                    release_src[sent_count] = i
-                    release_next[sent_count] = -1
-                    if link_head[link] >= 0:
-                        release_next[link_tail[link]] = sent_count
-                    else:
-                        link_head[link] = sent_count
-                    link_tail[link] = sent_count
-                    if release_time[sent_count] < next_release[dev]:
-                        next_release[dev] = release_time[sent_count]
+                    if not tensor_control[tensor]:
+                        if next_release[target] <= now:
+                            _release_sent_copies(target, now, d, uses, live, op_alloc, release_time, release_src,
+                                                 release_next, link_head, next_release)
+                        live[target] += tensor_bytes[tensor]
+                        if live[target] > peak[target]:
+                            peak[target] = live[target]
+                        link = dev * d + target
+                        release_time[sent_count] = arrival[tensor, target]
+                        release_src[sent_count] = i
+                        release_next[sent_count] = -1
+                        if link_head[link] >= 0:
+                            release_next[link_tail[link]] = sent_count
+                        else:
+                            link_head[link] = sent_count
+                        link_tail[link] = sent_count
+                        if release_time[sent_count] < next_release[dev]:
+                            next_release[dev] = release_time[sent_count]
                     sent[sent_count] = tensor * d + target
                     sent_count += 1
                 # No event per edge: the consumer waits for its inputs as a count, and one event makes it
@@ -536,6 +554,9 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
             src = tensor_src[tensor]
             for e in range(out_ptr[src], out_ptr[src + 1]):
                 if out_tensor[e] == tensor and op_device[out_dst[e]] == target:
+                    if control_grouped[e]:  # counted when its source finished
+                        control_grouped[e] = False
+                        continue
                     events = _push(event_time, event_key, events, there, e * 4 + EVENT_ARRIVAL)
         elif kind == EVENT_OP_DONE:
             i = key >> 2
@@ -559,12 +580,13 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
                 # The sender's copy is released once the transfer is done (first arrival event of it).
                 if xfer_start[tensor, target] >= 0.0:
                     xfer_start[tensor, target] = -2.0 - xfer_start[tensor, target]  # mark counted, keep start
-                    live[target] += tensor_bytes[tensor]
-                    if live[target] > peak[target]:
-                        peak[target] = live[target]
-                    uses[src] -= 1
-                    if uses[src] == 0:
-                        live[op_device[src]] -= op_alloc[src]
+                    if not tensor_control[tensor]:
+                        live[target] += tensor_bytes[tensor]
+                        if live[target] > peak[target]:
+                            peak[target] = live[target]
+                        uses[src] -= 1
+                        if uses[src] == 0:
+                            live[op_device[src]] -= op_alloc[src]
             pending[j] -= 1
             if pending[j] == 0:
                 if cost_of[j] == 0.0:
@@ -573,6 +595,8 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores):
                 else:
                     _queue(ready_time, ready_key, ready_head, ready_size, target, now, j)
 
+    if finished < n:  # ops that never ran left counts behind; the next call expects zeros
+        control_pending[:, :] = 0
     step_time = 0.0
     for i in range(n):
         if end[i] > step_time:

@@ -10,6 +10,7 @@ import numpy as np
 from placer.devices import DeviceSet, Link
 from placer.errors import DeviceSpecError, PlacementError, ProfileError
 from placer.graph.opgraph import OpGraph, OpNode
+from placer.graph.control import kept_control_inputs
 from placer.placement import Placement
 from placer.profile import CostTable
 from placer.simulate.engine import EngineDevices, EngineGraph, Workspace, place_ops, simulate_step
@@ -102,9 +103,11 @@ class Simulator:
         tensor_ids: dict[tuple[str, str], int] = {}
         tensor_bytes: list[float] = []
         edges: list[tuple[int, int, int]] = []  # (src, dst, tensor)
+        # Only the control edges grappler keeps order anything at run time (`placer.graph.control`).
+        control_inputs = kept_control_inputs(graph)
         for j, op in enumerate(step):
             sources = [(t.rsplit(":", 1)[0], t.rsplit(":", 1)[1]) for t in op.data_inputs]
-            sources += [(c, "control") for c in op.control_inputs]
+            sources += [(c, "control") for c in control_inputs.get(op.name, ())]
             for src, port in sources:
                 i = index[src]
                 key = (src, port)
@@ -146,10 +149,11 @@ class Simulator:
         self.capacity = np.array([d.memory_bytes or np.inf for d in devices], dtype=np.float64)
         tensor_src = np.empty(len(tensor_bytes), dtype=np.int32)
         tensor_src[self.out_tensor] = src  # a tensor is one op's output: every edge carrying it has that source
+        tensor_control = np.array([port == "control" for _, port in tensor_ids], dtype=np.bool_).reshape(len(tensor_ids))
         self._engine_graph = EngineGraph(
             self.op_cost, self.op_alloc, self.out_ptr, self.out_dst, self.out_tensor, self.in_ptr, src[by_dst],
             self.out_tensor[by_dst],
-            self.edge_src, self.tensor_bytes, self.in_degree, tensor_src,
+            self.edge_src, self.tensor_bytes, self.in_degree, tensor_src, tensor_control,
         )
         self._engine_devices = EngineDevices(
             self.slots, self.link_bandwidth, self.link_latency, float(config.send_cpu),

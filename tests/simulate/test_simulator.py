@@ -242,3 +242,71 @@ def test_a_transfer_holds_memory_on_both_ends_while_in_flight(transfer_during_ot
     # (10 ms at 100 MB/s; 0.1 ms at 10 GB/s).
     slow = bandwidth == "1e8"
     assert result.peak_memory[devices[1].name] == pytest.approx((5 if slow else 4) * megabyte, abs=64)
+
+
+@pytest.fixture(scope="module")
+def control_fan_in():
+    """`d0/gated` waits for three ops of device 1 through control edges only; `d1/producer` feeds `d0/reader`,
+    and its control edge to `d0/after` is implied by producer -> reader -> after."""
+    def build():
+        with tf.name_scope("d1"):
+            waited = [tf.sqrt(tf.random.uniform([1000], seed=s), name=f"waited{s}") for s in (1, 2, 3)]
+            producer = tf.sqrt(tf.random.uniform([ELEMENTS], seed=4), name="producer")
+        with tf.name_scope("d0"):
+            seed = tf.random.uniform([4], seed=5)
+            with tf.control_dependencies(waited):
+                gated = tf.sqrt(seed, name="gated")
+            reader = tf.square(producer, name="reader")
+            after = tf.reduce_sum(reader, name="after")
+            after.op._add_control_input(producer.op)
+            # Fetched as data: grappler removes stateless ops whose outputs only control others.
+            return tf.add(tf.reduce_sum(gated), after, name="train_op")
+
+    return graph_from_function(build, name="control-fan-in")
+
+
+FAN_IN_COSTS = {"d1/waited1": 1, "d1/waited2": 3, "d1/waited3": 2, "d1/producer": 1, "d0/gated": 1, "d0/reader": 1,
+                "d0/after": 1, "d0/train_op": 1}
+
+
+@pytest.mark.parametrize("on_cores", [False, True])
+def test_control_inputs_from_one_device_cost_one_transfer_and_implied_ones_none(control_fan_in, on_cores):
+    """Grappler drops the implied control edge and groups the three control inputs of `gated` behind one
+    NoOp on device 1: the step sends the producer's tensor and one control message, which leaves when the
+    last of the three is done."""
+    graph = control_fan_in
+    devices = two_devices(latency=0.5 * MS)
+    config = SimulatorConfig(send_cpu=0.1 * MS, recv_cpu=0.1 * MS) if on_cores else SimulatorConfig()
+    result = Simulator(graph, devices, costs(graph, FAN_IN_COSTS), config).simulate(
+        place(graph, devices, **{"d1/": 1}), timeline=True)
+    assert sorted(t.tensor.rsplit(":", 1)[1] for t in result.transfers) == ["0", "control"]
+    (control,) = [t for t in result.transfers if t.tensor.endswith(":control")]
+    ends = {op.name: op.end for op in result.ops}
+    last_waited = max(ends[f"d1/waited{s}"] for s in (1, 2, 3))
+    assert control.start >= last_waited - 1e-12
+    start_of_gated = next(op.start for op in result.ops if op.name == "d0/gated")
+    assert start_of_gated >= last_waited + 0.5 * MS - 1e-12
+
+
+def test_the_simulator_sends_what_the_partitioned_graph_tensorflow_runs_receives(control_fan_in, cpus2):
+    """TensorFlow's own count: `_Recv` nodes of the partition graphs of a real step with this placement."""
+    from tensorflow.core.protobuf import config_pb2
+
+    from placer.measure.runner import LoadedGraph, session_config_for
+    from placer.measure import MeasureConfig
+
+    graph = control_fan_in
+    placement = place(graph, cpus2, **{"d1/": 1})
+    loaded = LoadedGraph(tf.compat.v1.GraphDef.FromString(graph.graph_def), graph.train_op, graph.init_op)
+    placed = loaded.placed_graph(placement.op_devices(graph))
+    metadata = config_pb2.RunMetadata()
+    with tf.compat.v1.Session(graph=placed, config=session_config_for(MeasureConfig(), local_cpus=2)) as session:
+        session.run(graph.init_op)
+        session.run(graph.train_op, options=config_pb2.RunOptions(output_partition_graphs=True),
+                    run_metadata=metadata)
+    received = [node for partition in metadata.partition_graphs for node in partition.node if node.op == "_Recv"]
+
+    devices = two_devices()
+    simulated = Simulator(graph, devices, costs(graph, FAN_IN_COSTS)).simulate(
+        place(graph, devices, **{"d1/": 1}), timeline=True)
+    assert len(received) == len(simulated.transfers) == 2
