@@ -8,6 +8,8 @@ roofline estimate uses each op's FLOPs and bytes and the device's peaks (`placer
 from __future__ import annotations
 
 import json
+import statistics
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -82,9 +84,15 @@ def load_cost_table(path: str | Path, graph: OpGraph | None = None) -> CostTable
     return table
 
 
+PROFILE_ROUNDS = 3
+"""Separate measurements a profile takes its medians over."""
+PROFILE_SPREAD_WARNING = 0.25
+"""Rounds whose untraced step times differ by more than this share of their median are warned about."""
+
+
 def profile_costs(
-    graph: OpGraph, measurer, *, device: str | int = 0, steps: int = 5, cores: int = 1, step_overhead: float = 0.0,
-    label: str | None = None,
+    graph: OpGraph, measurer, *, device: str | int = 0, steps: int = 5, rounds: int = PROFILE_ROUNDS, cores: int = 1,
+    step_overhead: float = 0.0, label: str | None = None,
 ) -> CostTable:
     """Profile every op of `graph` with the whole graph on one device of `measurer`.
 
@@ -95,28 +103,52 @@ def profile_costs(
     graph of thousands of small ops is a large part of the step. What the untraced step time has beyond
     `step_overhead` (the fixed cost of a step, see `placer.calibrate`) and the ops' compute is spread
     evenly over the ops that ran, as `dispatch_seconds` per op.
-    The median over `steps` traced steps is kept per op. Ops grappler fused into another node cost 0 and
-    the fused node carries their time; time of nodes grappler created (with names the graph lacks) is
-    reported in the table's metadata as `unattributed_seconds`.
+
+    The graph is measured in `rounds` separate measurements of `steps` traced steps each; each op keeps the
+    median of its per-round medians, and the step time the median of the rounds'. One round taken while
+    the machine was slow therefore moves nothing: on 2026-11-25 a single round of the held-out branchy
+    graphs came out 1.5-2.6x slower than every later measurement of them, and every prediction carried it.
+    Rounds further apart than `PROFILE_SPREAD_WARNING` are warned about. Ops grappler fused into another node
+    cost 0 and the fused node carries their time; time of nodes grappler created (with names the graph
+    lacks) is reported in the table's metadata as `unattributed_seconds`.
     """
     from placer.placement import Placement
 
+    if rounds < 1 or steps < 1:
+        raise ProfileError(f"profiling needs at least one round of one step, not {rounds} rounds of {steps}")
     devices = measurer.devices
     placement = Placement.single_device(graph, devices, device)
-    result = measurer.measure(graph, placement, replace(measurer.config, profile_steps=steps, profile_cores=cores))
-    if not result.ok:
-        raise ProfileError(f"profiling {graph.name!r} failed: {result.describe()}")
-    step_names = {op.name for op in graph.step_ops}
-    op_seconds = {name: t.seconds for name, t in result.op_times.items() if name in step_names}
-    unattributed = sum(t.seconds for name, t in result.op_times.items() if name not in step_names and name not in graph)
-    ran = len(result.op_times)
-    compute = sum(t.seconds for t in result.op_times.values())
-    dispatch = max(result.median - step_overhead - compute * (1 if cores == 1 else 1 / cores), 0.0) / max(ran, 1)
-    op_seconds = {name: seconds + dispatch for name, seconds in op_seconds.items()}
+    config = replace(measurer.config, profile_steps=steps, profile_cores=cores)
+    step_medians: list[float] = []
+    per_op: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        result = measurer.measure(graph, placement, config)
+        if not result.ok:
+            raise ProfileError(f"profiling {graph.name!r} failed: {result.describe()}")
+        step_medians.append(result.median)
+        for name, op_time in result.op_times.items():
+            per_op.setdefault(name, []).append(op_time.seconds)
+    traced = {name: statistics.median(values) for name, values in per_op.items()}
+    step_median = statistics.median(step_medians)
+    spread = (max(step_medians) - min(step_medians)) / step_median if step_median > 0 else 0.0
     target_device = devices[placement.group_devices[0]]
+    if spread > PROFILE_SPREAD_WARNING:
+        warnings.warn(
+            f"profiling {graph.name!r} on {target_device.name}: its step took "
+            f"{', '.join(f'{t * 1e3:.3g}' for t in step_medians)} ms in {rounds} rounds ({spread:.0%} apart); the "
+            "machine was busy or drifting, so its op costs may be off: profile it again on a quiet machine",
+            stacklevel=2)
+    step_names = {op.name for op in graph.step_ops}
+    op_seconds = {name: seconds for name, seconds in traced.items() if name in step_names}
+    unattributed = sum(seconds for name, seconds in traced.items() if name not in step_names and name not in graph)
+    ran = len(traced)
+    compute = sum(traced.values())
+    dispatch = max(step_median - step_overhead - compute * (1 if cores == 1 else 1 / cores), 0.0) / max(ran, 1)
+    op_seconds = {name: seconds + dispatch for name, seconds in op_seconds.items()}
     return CostTable(
         graph.fingerprint, label or target_device.kind, op_seconds, "profiled",
-        {"graph": graph.name, "device": target_device.name, "steps": steps, "cores": cores, "step_time_median": result.median,
+        {"graph": graph.name, "device": target_device.name, "steps": steps, "rounds": rounds, "cores": cores,
+         "step_time_median": step_median, "round_step_medians": step_medians, "round_spread": spread,
          "unattributed_seconds": unattributed, "ops_traced": len(op_seconds), "step_ops": len(step_names),
          "dispatch_seconds": dispatch},
     )

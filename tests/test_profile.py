@@ -52,3 +52,33 @@ def test_modeled_machine_joins_every_pair_of_devices():
     assert gpu_link.bandwidth == LINKS["nvlink3"].bandwidth
     with pytest.raises(DeviceSpecError, match="unknown device model"):
         modeled_machine(gpus=2, gpu="TPU")
+
+
+class _RoundsMeasurer:
+    """Answers each profiling round with the next of `slowdowns`: every op and step that much slower."""
+
+    def __init__(self, graph, devices, slowdowns):
+        from placer.measure import MeasureConfig
+
+        self.devices, self.config, self.graph = devices, MeasureConfig(), graph
+        self.slowdowns = list(slowdowns)
+
+    def measure(self, graph, placement, config):
+        from placer.measure.result import Measurement, OpTime
+
+        slow = self.slowdowns.pop(0)
+        ops = {op.name: OpTime(self.devices[0].name, 1e-4 * slow) for op in graph.step_ops}
+        return Measurement(samples=(len(ops) * 1e-4 * slow,) * 3, op_times=ops)
+
+
+def test_one_slow_profiling_round_moves_no_op_cost_and_is_warned_about(mlp, cpus2):
+    steady = profile_costs(mlp, _RoundsMeasurer(mlp, cpus2, [1, 1, 1]))
+    with pytest.warns(UserWarning, match="profile it again on a quiet machine"):
+        slow_once = profile_costs(mlp, _RoundsMeasurer(mlp, cpus2, [1, 2.5, 1]))
+    assert slow_once.op_seconds == steady.op_seconds
+    assert slow_once.metadata["round_step_medians"][1] == pytest.approx(2.5 * steady.metadata["step_time_median"])
+
+
+def test_a_profile_of_no_rounds_is_refused(mlp, cpus2):
+    with pytest.raises(ProfileError, match="at least one round"):
+        profile_costs(mlp, _RoundsMeasurer(mlp, cpus2, []), rounds=0)
