@@ -12,7 +12,9 @@ cancels in their difference. The probe families separate where a transfer's time
 - receiver-busy: the same with the chain on worker 1: the receiving core's time;
 - ping-pong: one scalar bounced h times between the workers: each hop's in-flight latency;
 - both-ways: tensors sent in both directions at once. Not fitted: a check of the model on a case it was
-  not fitted to (each core then sends and receives).
+  not fitted to (each core then sends and receives);
+- remote: one small graph wholly on worker 1 against wholly on worker 0: what a step costs beyond its ops
+  when the worker hosting the session's master runs none of it (the master reaches its workers by RPC).
 
 The fit (Theil-Sen lines: the median of pairwise slopes, so one disturbed probe moves it little) gives the
 step overhead, the overhead of spanning a second worker, the sender's and the receiver's core time per
@@ -51,7 +53,7 @@ FILE_VERSION = 2
 """Version 2: transfers cost core time on both workers (version 1 had one receive cost and a serial link)."""
 PARAMETERS = ("step_overhead", "spanning_overhead", "send_cpu", "send_cpu_per_byte", "recv_cpu",
               "recv_cpu_per_byte", "latency", "bandwidth")
-FAMILIES = ("free", "sender-busy", "receiver-busy", "ping-pong", "both-ways")
+FAMILIES = ("free", "sender-busy", "receiver-busy", "ping-pong", "both-ways", "remote")
 CHECK_FAMILIES = ("both-ways",)
 """Probes the fit does not use: their residuals test the model on a case it was not fitted to."""
 CORE_FITS = ("busy-probes", "cpu-time")
@@ -111,6 +113,9 @@ class Calibration:
     """`this_machine()` where it was made: another processor or core count makes it a stranger's fit."""
     core_fit: str = "busy-probes"
     """Where the cores' costs came from (`CORE_FITS`); files made before the CPU-time fit are "busy-probes"."""
+    remote_overhead: float = 0.0
+    """Seconds a step costs beyond its ops when device 0 (the master's worker) runs none of it, over one
+    that runs on device 0 alone; 0 in files made before the remote probes."""
 
     @property
     def check_families(self) -> tuple[str, ...]:
@@ -169,6 +174,7 @@ class Calibration:
         config = config or SimulatorConfig()
         return (DeviceSet(devices.devices, self.links(devices), devices.name),
                 replace(config, step_overhead=self.step_overhead, spanning_overhead=self.spanning_overhead,
+                        remote_overhead=self.remote_overhead,
                         send_cpu=self.send_cpu, send_cpu_per_byte=self.send_cpu_per_byte, recv_cpu=self.recv_cpu,
                         recv_cpu_per_byte=self.recv_cpu_per_byte))
 
@@ -178,13 +184,14 @@ class Calibration:
 
     def describe(self) -> str:
         """The fit and its quality, for a person."""
-        units = {"step_overhead": (1e3, "ms"), "spanning_overhead": (1e3, "ms"), "send_cpu": (1e6, "us"),
+        units = {"step_overhead": (1e3, "ms"), "spanning_overhead": (1e3, "ms"), "remote_overhead": (1e3, "ms"),
+                 "send_cpu": (1e6, "us"),
                  "send_cpu_per_byte": (1e9 * 1e3, "us/MB"), "recv_cpu": (1e6, "us"),
                  "recv_cpu_per_byte": (1e9 * 1e3, "us/MB"), "latency": (1e6, "us"), "bandwidth": (1e-9, "GB/s")}
         source = "the workers' CPU time" if self.core_fit == "cpu-time" else "busy-core probes"
         lines = [f"calibration of {self.target or 'a target'} ({self.rounds} interleaved rounds; "
                  f"core costs from {source})"]
-        for name in PARAMETERS:
+        for name in PARAMETERS + ("remote_overhead",) * bool(self.intervals.get("remote_overhead")):
             scale, unit = units[name]
             low, high = self.intervals.get(name, (math.nan, math.nan))
             lines.append(f"  {name:<18} {getattr(self, name) * scale:10.3f} {unit:<5}  90% interval "
@@ -266,6 +273,7 @@ def default_probes(sizes: Sequence[int] = (1_000, 100_000, 1_000_000, 4_000_000)
         probes += [Probe(family, n, 1) for n in sizes] + [Probe(family, 1_000, k) for k in counts]
     probes += [Probe("ping-pong", 1, h) for h in hops]
     probes += [Probe("both-ways", 1_000_000, 1), Probe("both-ways", 1_000, 16)]
+    probes += [Probe("remote", 1_000, 1)]
     return probes
 
 
@@ -333,6 +341,8 @@ def modeled_extra(probe: Probe, p: Mapping[str, float]) -> float:
         return max(p["send_cpu"] + p["send_cpu_per_byte"] * nbytes, p["recv_cpu"] + p["recv_cpu_per_byte"] * nbytes, wire)
 
     b, k = probe.nbytes, probe.tensors
+    if probe.family == "remote":  # the same ops and no transfer, on the worker without the master
+        return p.get("remote_overhead", 0.0)
     if probe.family == "free":  # k transfers pipelined behind one latency, on a second worker
         return p["spanning_overhead"] + p["latency"] + k * one(b)
     if probe.family == "sender-busy":  # k sends in the chain's way; the reference sends one scalar
@@ -384,6 +394,7 @@ def fit_calibration(probes: Sequence[Probe], timings: Mapping[str, Mapping[str, 
             if len(family(name, sizes=what == "sizes")) < 2:
                 raise ProfileError(f"calibrating needs at least two {name} probes of different {what[:-1]}s")
     pingpong = [i for i, p in enumerate(probes) if p.family == "ping-pong"]
+    remotes = [i for i, p in enumerate(probes) if p.family == "remote"]
     if len(pingpong) < 2:
         raise ProfileError("calibrating needs at least two ping-pong probes of different hop counts")
 
@@ -416,13 +427,15 @@ def fit_calibration(probes: Sequence[Probe], timings: Mapping[str, Mapping[str, 
         p["latency"] = max(hop - modeled_extra(Probe("ping-pong", 1, 1), {**p, "spanning_overhead": 0.0}), 0.0)
         p["spanning_overhead"] = max(float(np.median(
             [extra[i] - modeled_extra(probes[i], {**p, "spanning_overhead": 0.0}) for i in frees])), 0.0)
+        p["remote_overhead"] = max(float(np.median(extra[remotes])), 0.0) if remotes else 0.0
         return p
 
     all_rounds = np.arange(reference.shape[1])
     best = fit(all_rounds)
     rng = np.random.default_rng(seed)
     draws = [fit(rng.choice(all_rounds, size=len(all_rounds))) for _ in range(resamples)]
-    intervals = {name: _interval([d[name] for d in draws]) for name in PARAMETERS}
+    fitted = PARAMETERS + (("remote_overhead",) if remotes else ())
+    intervals = {name: _interval([d[name] for d in draws]) for name in fitted}
     extra = np.median(placed - reference, axis=1)
     step = np.median(placed, axis=1)
     _warn_short_chains(probes, np.median(reference, axis=1), best)
@@ -434,6 +447,7 @@ def fit_calibration(probes: Sequence[Probe], timings: Mapping[str, Mapping[str, 
                      for side in recorded if side in timings[n]} for n in names},
         target=target, devices=tuple(devices), intervals=intervals, residuals=residuals,
         rounds=reference.shape[1], machine=dict(machine or {}), core_fit="cpu-time" if cpu is not None else "busy-probes",
+        remote_overhead=float(best["remote_overhead"]),
     )
 
 
@@ -473,6 +487,7 @@ _ROLES = {
     "receiver-busy": {"maker": (0, 0), "trigger": (0, 0), "chain": (1, 1), "reader": (0, 1), "total": (1, 1)},
     "ping-pong": {"maker": (0, 0), "total": (0, 0)},  # hop i runs on worker i % 2 in the probe
     "both-ways": {"maker": (0, 0), "reader": (0, 1), "backmaker": (0, 1), "backreader": (0, 0), "total": (0, 0)},
+    "remote": {"total": (0, 1)},  # the free probe's graph, all of it on one worker
 }
 
 

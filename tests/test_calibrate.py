@@ -92,6 +92,31 @@ def test_the_fit_recovers_known_transfer_costs_with_intervals_that_cover_them():
     assert not calibration.poor_fit
 
 
+def test_a_step_away_from_the_masters_worker_costs_the_fitted_remote_overhead(tmp_path, mlp):
+    import json
+
+    from placer.placement import Placement
+    from placer.profile import CostTable
+    from placer.simulate import Simulator
+
+    truth = {**TRUTH, "remote_overhead": 0.6e-3}
+    devices = local_devices(logical_cpus=2)
+    calibration = fit_calibration(PROBES, _timings(noise=0.002, drift=0.0, truth=truth), devices=devices.names)
+    assert calibration.remote_overhead == pytest.approx(0.6e-3, rel=0.1)
+    assert "remote_overhead" in calibration.describe()
+    linked, config = calibration.apply(devices)
+    costs = CostTable(mlp.fingerprint, "CPU", {op.name: 1e-4 for op in mlp.step_ops}, "hand-made")
+    simulator = Simulator(mlp, linked, costs, config)
+    on_first, on_second = (simulator.simulate(Placement.single_device(mlp, linked, d)).step_time for d in (0, 1))
+    assert on_second - on_first == pytest.approx(calibration.remote_overhead)
+    # a file from before the remote probes loads with none
+    path = calibration.save(tmp_path / "calibration.json")
+    older = json.loads(path.read_text())
+    older.pop("remote_overhead")
+    path.write_text(json.dumps(older))
+    assert load_calibration(path).remote_overhead == 0.0
+
+
 def test_a_wire_slower_than_both_cores_is_found():
     truth = {**TRUTH, "bandwidth": 0.5e9}  # 2 ns per byte, slower than either core
     calibration = fit_calibration(PROBES, _timings(noise=0.002, drift=0.0, truth=truth))

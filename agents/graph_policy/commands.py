@@ -17,7 +17,9 @@ def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", nargs="+", default=list(defaults.SIZES), metavar="SIZE",
                         help=f"every model at each size (default: {' '.join(defaults.SIZES)})")
     parser.add_argument("--machines", nargs="+", default=list(defaults.MACHINES), metavar="TARGET",
-                        help=f"simulated targets (default: {' '.join(defaults.MACHINES)})")
+                        help="simulated targets: modeled machines, or calibrated:FILE, the simulator of a real target "
+                        "(`placer calibrate`; each graph's op costs are profiled there on first use and cached) "
+                        f"(default: {' '.join(defaults.MACHINES)})")
     parser.add_argument("--generated", type=int, default=defaults.GENERATED, metavar="N",
                         help=f"also train on N generated branchy graphs, seeds 0..N-1 at each size (default "
                         f"{defaults.GENERATED}; seeds from {defaults.HELD_OUT_SEED} on are held out for evaluation)")

@@ -51,6 +51,10 @@ class SimulatorConfig:
     """Fixed seconds added to every step (session.run and RPC round trips), from calibration."""
     spanning_overhead: float = 0.0
     """Fixed seconds added per device beyond the first that a step runs ops on (one more worker)."""
+    remote_overhead: float = 0.0
+    """Fixed seconds added to a step that runs nothing on device 0, the worker whose master the session talks
+    to: the master then reaches every worker it runs on by RPC (from calibration; on 2026-11-25 the testbed's
+    small graphs ran 0.5-0.7 ms slower on worker 1 alone than on worker 0 alone)."""
     send_cpu: float = 0.0
     """Seconds of the sending device's compute slot each outgoing transfer takes: on a gRPC worker pinned to
     one core, serializing a tensor competes with the ops (from calibration; 0 on modeled GPUs, whose copy
@@ -231,9 +235,10 @@ class Simulator:
         # Through lists: converting numpy scalars one by one cost more than the rest of this method.
         peak_bytes = peak.tolist()
         sources, targets = np.nonzero(link_bytes)
+        remote = self.config.remote_overhead if self.config.remote_overhead and not (group_devices == 0).any() else 0.0
         return SimResult(
             step_time=float(step_time) + self.config.step_overhead
-            + self.config.spanning_overhead * max(devices_used - 1, 0),
+            + self.config.spanning_overhead * max(devices_used - 1, 0) + remote,
             device_busy=dict(zip(names, busy.tolist())),
             peak_memory={name: int(p) for name, p in zip(names, peak_bytes)},
             link_bytes={(names[a], names[b]): int(link_bytes[a, b]) for a, b in zip(sources.tolist(), targets.tolist())},

@@ -166,6 +166,31 @@ def test_pretrain_place_and_fine_tune_from_the_command_line(tmp_path, capsys):
     assert config["agent"] == "graph" and config["init"] == str(policy.resolve())
 
 
+def test_pretraining_on_a_calibrated_target_beside_modeled_gpus_then_placing_there(tmp_path, capsys):
+    """The training distribution's real machine: the simulator of a calibrated target (here in-process CPU
+    devices, calibrated by hand; the op costs are profiled there on first use)."""
+    import json
+
+    from placer.calibrate import Calibration, this_machine
+    from placer.cli import main
+
+    calibration = tmp_path / "calibration.json"
+    Calibration(step_overhead=2e-4, spanning_overhead=1e-4, send_cpu=2e-5, send_cpu_per_byte=1e-10, recv_cpu=2e-5,
+                recv_cpu_per_byte=1e-10, latency=1e-5, bandwidth=float("inf"), samples={}, target="inprocess:2",
+                devices=("/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1"),
+                rounds=2, machine=this_machine()).save(calibration)
+    policy = tmp_path / "policy.npz"
+    calibrated = f"calibrated:{calibration}"
+    assert main(["pretrain", "--models", "mlp", "--machines", "modeled:2xV100", calibrated, "--updates", "2",
+                 "--generated", "0", "--set", "hidden_size=16", "--set", "message_rounds=2", "--out", str(policy),
+                 "--no-progress"]) == 0
+    assert f"mlp:tiny@{calibrated}" in capsys.readouterr().out
+    _, record = load_policy(policy)
+    assert set(record["device_kinds"]) == {"CPU", "GPU"}
+    assert main(["place", "two-tower", "--policy", str(policy), "--cluster", calibrated, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_time"] > 0
+
+
 # -- the "moves" head: a few units of an anchor placement per sample ------------------------------------
 
 
