@@ -21,6 +21,7 @@ from placer.graph.opgraph import OpGraph
 # frame nodes (or out of a Merge) runs, so it neither removes their control edges nor counts paths through them.
 FRAME_OP_TYPES = frozenset({"Enter", "RefEnter", "Exit", "RefExit", "NextIteration", "RefNextIteration"})
 MERGE_OP_TYPES = frozenset({"Merge", "RefMerge"})
+_NOT_WALKED_FROM = FRAME_OP_TYPES | MERGE_OP_TYPES
 
 
 def kept_control_inputs(graph: OpGraph) -> dict[str, tuple[str, ...]]:
@@ -37,14 +38,14 @@ def kept_control_inputs(graph: OpGraph) -> dict[str, tuple[str, ...]]:
         walkable_into = op.type not in FRAME_OP_TYPES
         for src in producers:
             i = index[src]
-            if walkable_into and step[i].type not in FRAME_OP_TYPES | MERGE_OP_TYPES:
+            if walkable_into and step[i].type not in _NOT_WALKED_FROM:
                 walk_src.append(i)
                 walk_dst.append(j)
         for src in dict.fromkeys(op.control_inputs):
             if src in producers:
                 continue  # a control input that repeats a data input is dropped (CleanControlInputs)
             i = index[src]
-            if walkable_into and step[i].type not in FRAME_OP_TYPES | MERGE_OP_TYPES:
+            if walkable_into and step[i].type not in _NOT_WALKED_FROM:
                 walk_src.append(i)
                 walk_dst.append(j)
                 control_src.append(i)
