@@ -105,10 +105,11 @@ def profile_costs(
     evenly over the ops that ran, as `dispatch_seconds` per op.
 
     The graph is measured in `rounds` separate measurements of `steps` traced steps each; each op keeps the
-    median of its per-round medians, and the step time the median of the rounds'. One round taken while
-    the machine was slow therefore moves nothing: on 2026-11-25 a single round of the held-out branchy
-    graphs came out 1.5-2.6x slower than every later measurement of them, and every prediction carried it.
-    Rounds further apart than `PROFILE_SPREAD_WARNING` are warned about. Ops grappler fused into another node
+    median of its per-round medians, and the step time the median of the rounds'. One disturbed round
+    therefore moves nothing; rounds further apart than `PROFILE_SPREAD_WARNING` are warned about. The rounds
+    follow each other within seconds, so a slow minute still shows: in a fidelity run on 2026-11-25 all three
+    rounds of a 2 ms held-out graph were 2.6-3.8x the step measured later (RESULTS.md), and every prediction of
+    a model carries its profile's level. Ops grappler fused into another node
     cost 0 and the fused node carries their time; time of nodes grappler created (with names the graph
     lacks) is reported in the table's metadata as `unattributed_seconds`.
     """
