@@ -17,7 +17,8 @@ cancels in their difference. The probe families separate where a transfer's time
   when the worker hosting the session's master runs none of it (the master reaches its workers by RPC).
 
 The fit (Theil-Sen lines: the median of pairwise slopes, so one disturbed probe moves it little) gives the
-step overhead, the overhead of spanning a second worker, the sender's and the receiver's core time per
+step overhead, the overhead of spanning a second worker, that of a step away from the master's worker
+(where the remote probes were run), the sender's and the receiver's core time per
 transfer and per byte, the in-flight latency and, where the free probes need it, a wire bandwidth; each with
 a bootstrap interval over rounds, and every probe's residual.
 

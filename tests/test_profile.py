@@ -57,10 +57,10 @@ def test_modeled_machine_joins_every_pair_of_devices():
 class _RoundsMeasurer:
     """Answers each profiling round with the next of `slowdowns`: every op and step that much slower."""
 
-    def __init__(self, graph, devices, slowdowns):
+    def __init__(self, devices, slowdowns):
         from placer.measure import MeasureConfig
 
-        self.devices, self.config, self.graph = devices, MeasureConfig(), graph
+        self.devices, self.config = devices, MeasureConfig()
         self.slowdowns = list(slowdowns)
 
     def measure(self, graph, placement, config):
@@ -72,13 +72,13 @@ class _RoundsMeasurer:
 
 
 def test_one_slow_profiling_round_moves_no_op_cost_and_is_warned_about(mlp, cpus2):
-    steady = profile_costs(mlp, _RoundsMeasurer(mlp, cpus2, [1, 1, 1]))
+    steady = profile_costs(mlp, _RoundsMeasurer(cpus2, [1, 1, 1]))
     with pytest.warns(UserWarning, match="profile it again on a quiet machine"):
-        slow_once = profile_costs(mlp, _RoundsMeasurer(mlp, cpus2, [1, 2.5, 1]))
+        slow_once = profile_costs(mlp, _RoundsMeasurer(cpus2, [1, 2.5, 1]))
     assert slow_once.op_seconds == steady.op_seconds
     assert slow_once.metadata["round_step_medians"][1] == pytest.approx(2.5 * steady.metadata["step_time_median"])
 
 
 def test_a_profile_of_no_rounds_is_refused(mlp, cpus2):
     with pytest.raises(ProfileError, match="at least one round"):
-        profile_costs(mlp, _RoundsMeasurer(mlp, cpus2, []), rounds=0)
+        profile_costs(mlp, _RoundsMeasurer(cpus2, []), rounds=0)

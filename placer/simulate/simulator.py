@@ -9,8 +9,8 @@ import numpy as np
 
 from placer.devices import DeviceSet, Link
 from placer.errors import DeviceSpecError, PlacementError, ProfileError
-from placer.graph.opgraph import OpGraph, OpNode
 from placer.graph.control import kept_control_inputs
+from placer.graph.opgraph import OpGraph, OpNode
 from placer.placement import Placement
 from placer.profile import CostTable
 from placer.simulate.engine import EngineDevices, EngineGraph, Workspace, place_ops, simulate_step
@@ -53,8 +53,8 @@ class SimulatorConfig:
     """Fixed seconds added per device beyond the first that a step runs ops on (one more worker)."""
     remote_overhead: float = 0.0
     """Fixed seconds added to a step that runs nothing on device 0, the worker whose master the session talks
-    to: the master then reaches every worker it runs on by RPC (from calibration; on 2026-11-25 the testbed's
-    small graphs ran 0.5-0.7 ms slower on worker 1 alone than on worker 0 alone)."""
+    to: the master then reaches every worker it runs on by RPC (from calibration; in two fidelity runs on
+    2026-11-25 the testbed's small graphs ran 0.5-1.6 ms slower on worker 1 alone than on worker 0 alone)."""
     send_cpu: float = 0.0
     """Seconds of the sending device's compute slot each outgoing transfer takes: on a gRPC worker pinned to
     one core, serializing a tensor competes with the ops (from calibration; 0 on modeled GPUs, whose copy

@@ -1,0 +1,76 @@
+"""Does the simulator send what TensorFlow sends? Transfers per placement against the `_Recv` nodes of the
+graphs TensorFlow partitioned for one real step.
+
+    python experiments/partition_transfers.py [--model transformer] [--size tiny] [--out FILE]
+
+Each placement of the fidelity set (`experiments/simulator_fidelity.py`: extremes, splits, baselines) runs one
+step on two in-process CPU devices with `RunOptions(output_partition_graphs=True)`; its `_Recv` nodes are what
+TensorFlow moved between the devices, after grappler. The simulator of the same devices (roofline op costs:
+which tensors cross does not depend on them) reports its transfers, data and control apart. Not a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from experiments._report import write_report  # noqa: E402
+from experiments.simulator_fidelity import fidelity_placements  # noqa: E402
+from placer.models import build_model  # noqa: E402
+
+KINDS = ("extreme", "split", "baseline")
+
+
+def received_in_partitions(graph, op_devices) -> int:
+    """`_Recv` nodes of the partition graphs of one real step of `graph` placed by `op_devices`."""
+    import tensorflow as tf
+    from tensorflow.core.protobuf import config_pb2
+
+    from placer.measure import MeasureConfig
+    from placer.measure.runner import LoadedGraph, session_config_for
+
+    loaded = LoadedGraph(tf.compat.v1.GraphDef.FromString(graph.graph_def), graph.train_op, graph.init_op)
+    placed = loaded.placed_graph(op_devices)
+    metadata = config_pb2.RunMetadata()
+    with tf.compat.v1.Session(graph=placed, config=session_config_for(MeasureConfig(), local_cpus=2)) as session:
+        session.run(graph.init_op)
+        session.run(graph.train_op, options=config_pb2.RunOptions(output_partition_graphs=True), run_metadata=metadata)
+    return sum(node.op == "_Recv" for partition in metadata.partition_graphs for node in partition.node)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="transformer")
+    parser.add_argument("--size", default="tiny")
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+
+    from placer.cost import open_target
+    from placer.devices import Link, local_devices
+    from placer.hardware import HOST_CPU
+    from placer.profile import roofline_costs
+    from placer.simulate import SimulatorConfig
+
+    graph = build_model(args.model, args.size)
+    config = SimulatorConfig(default_link=Link("", "", bandwidth=1e9, latency=50e-6))
+    target = open_target(graph, local_devices(logical_cpus=2), costs={"CPU": roofline_costs(graph, HOST_CPU)},
+                         simulator_config=config)
+    candidates = [c for c in fidelity_placements(graph, target.devices, model=args.model, simulator=target.simulator)
+                  if c.kind in KINDS]
+    rows = []
+    for candidate in candidates:
+        simulated = target.simulator.simulate(candidate.placement, timeline=True)
+        control = sum(t.tensor.endswith(":control") for t in simulated.transfers)
+        received = received_in_partitions(graph, candidate.placement.op_devices(graph))
+        rows.append({"placement": candidate.label, "tf_recv": received, "simulated": len(simulated.transfers),
+                     "simulated_data": len(simulated.transfers) - control, "simulated_control": control})
+    write_report("partition_transfers", ["placement", "tf_recv", "simulated", "simulated_data", "simulated_control"],
+                 rows, args.out, model=args.model, size=args.size, command=" ".join(["python", *sys.argv]))
+
+
+if __name__ == "__main__":
+    main()
