@@ -9,6 +9,7 @@ import numpy as np
 
 from placer.devices import DeviceSet, Link
 from placer.errors import DeviceSpecError, PlacementError, ProfileError
+from placer.graph.constants import replicated_tensors
 from placer.graph.control import kept_control_inputs
 from placer.graph.opgraph import OpGraph, OpNode
 from placer.placement import Placement
@@ -109,8 +110,12 @@ class Simulator:
         edges: list[tuple[int, int, int]] = []  # (src, dst, tensor)
         # Only the control edges grappler keeps order anything at run time (`placer.graph.control`).
         control_inputs = kept_control_inputs(graph)
+        # Small constants are copied to every CPU that reads them (`placer.graph.constants`): their readers
+        # need not wait for them, and nothing is sent. Between GPUs, or a CPU and a GPU, they still move.
+        all_cpus = all(device.kind == "CPU" for device in devices)
+        replicated = replicated_tensors(graph, control_inputs) if all_cpus else frozenset()
         for j, op in enumerate(step):
-            sources = [(t.rsplit(":", 1)[0], t.rsplit(":", 1)[1]) for t in op.data_inputs]
+            sources = [(t.rsplit(":", 1)[0], t.rsplit(":", 1)[1]) for t in op.data_inputs if t not in replicated]
             sources += [(c, "control") for c in control_inputs.get(op.name, ())]
             for src, port in sources:
                 i = index[src]

@@ -104,12 +104,33 @@ def test_a_send_takes_the_sender_s_core_from_its_other_ops(towers):
     free = Simulator(towers, devices, table).simulate(placement, timeline=True)
     busy = Simulator(towers, devices, table, SimulatorConfig(send_cpu=5e-3)).simulate(placement, timeline=True)
     sent_by_cpu0 = [t for t in busy.transfers if t.source == devices[0].name]
-    assert {t.tensor for t in sent_by_cpu0} == {"a/square:0", "Const:0"}  # the sum's axis is a constant on CPU:0
-    # Each send holds CPU:0 for 5 ms: its busy time grows by 10 ms, and a's square, which waits behind the
-    # constant's send (sends go first), reaches the join 10 ms later than with free sends.
-    assert busy.device_busy[devices[0].name] == pytest.approx(free.device_busy[devices[0].name] + 10 * MS)
+    assert {t.tensor for t in sent_by_cpu0} == {"a/square:0"}  # the sum's axis is a constant: copied, not sent
+    # The send holds CPU:0 for 5 ms: its busy time grows by 5 ms, and a's square reaches the join 5 ms later
+    # than with free sends.
+    assert busy.device_busy[devices[0].name] == pytest.approx(free.device_busy[devices[0].name] + 5 * MS)
     join = {o.name: o for o in busy.ops}["join"].start - {o.name: o for o in free.ops}["join"].start
-    assert join == pytest.approx(10 * MS, rel=1e-3)
+    assert join == pytest.approx(5 * MS, rel=1e-3)
+
+
+def test_a_send_goes_ahead_of_the_ops_waiting_for_the_sender_s_core():
+    """gRPC serves a tensor as soon as it exists: `producer`'s send takes CPU:0's one slot before `waiting`,
+    which has been ready since the step began."""
+    def build():
+        producer = tf.sqrt(tf.random.uniform([4], seed=1), name="producer")
+        waiting = tf.sqrt(tf.random.uniform([4], seed=2), name="waiting")
+        with tf.name_scope("d1"):
+            remote = tf.sqrt(producer, name="remote")
+        return tf.add(tf.reduce_sum(remote), tf.reduce_sum(waiting), name="train_op")
+
+    graph = graph_from_function(build, name="send-first")
+    devices = two_devices(bandwidth="1e12", latency=0.0)
+    table = costs(graph, {"producer": 1, "waiting": 1, "d1/remote": 1})
+    result = Simulator(graph, devices, table, SimulatorConfig(send_cpu=5e-3)).simulate(
+        place(graph, devices, **{"d1/": 1}), timeline=True)
+    starts = {op.name: op.start for op in result.ops}
+    assert starts["producer"] == 0.0
+    assert starts["d1/remote"] == pytest.approx(6 * MS, rel=1e-6)  # the send runs 1-6 ms
+    assert starts["waiting"] == pytest.approx(6 * MS, rel=1e-6)
 
 
 def test_latency_overlaps_when_many_tensors_are_in_flight_at_once():
@@ -245,6 +266,52 @@ def test_a_transfer_holds_memory_on_both_ends_while_in_flight(transfer_during_ot
 
 
 @pytest.fixture(scope="module")
+def shared_constants():
+    """`scale` (4 elements), `table` (32) and the size folded from `x`'s static shape are made on device 0
+    and read on both devices; device 1's result is summed on device 0."""
+    def build():
+        x = tf.random.uniform([8, 4], seed=1, name="x")
+        scale = tf.constant([2.0, 3.0, 4.0, 5.0], name="scale")
+        table = tf.constant([[1.0] * 4] * 8, name="table")
+        size = tf.reduce_prod(tf.shape(x), keepdims=True, name="size")
+        here = tf.reshape(x * scale + table, size, name="here")
+        with tf.name_scope("d1"):
+            y = tf.random.uniform([8, 4], seed=2, name="y")
+            there = tf.reshape(y * scale + table, size, name="there")
+        return tf.add(tf.reduce_sum(here), tf.reduce_sum(there), name="train_op")
+
+    return graph_from_function(build, name="shared-constants")
+
+
+def partition_receives(graph, placement):
+    """TensorFlow's own count: the `_Recv` nodes of the partition graphs of a real step with `placement`."""
+    from tensorflow.core.protobuf import config_pb2
+
+    from placer.measure import MeasureConfig
+    from placer.measure.runner import LoadedGraph, session_config_for
+
+    loaded = LoadedGraph(tf.compat.v1.GraphDef.FromString(graph.graph_def), graph.train_op, graph.init_op)
+    placed = loaded.placed_graph(placement.op_devices(graph))
+    metadata = config_pb2.RunMetadata()
+    with tf.compat.v1.Session(graph=placed, config=session_config_for(MeasureConfig(), local_cpus=2)) as session:
+        session.run(graph.init_op)
+        session.run(graph.train_op, options=config_pb2.RunOptions(output_partition_graphs=True),
+                    run_metadata=metadata)
+    return [node for partition in metadata.partition_graphs for node in partition.node if node.op == "_Recv"]
+
+
+def test_small_constants_are_not_sent_between_cpus_as_in_the_partitioned_graph(shared_constants, cpus2):
+    """TensorFlow copies `scale` and the folded size to device 1 instead of sending them; `table` is too
+    large for that, and device 1's result must come back."""
+    graph = shared_constants
+    received = partition_receives(graph, place(graph, cpus2, **{"d1/": 1}))
+    devices = two_devices()
+    simulated = Simulator(graph, devices, costs(graph)).simulate(place(graph, devices, **{"d1/": 1}), timeline=True)
+    assert sorted(t.tensor for t in simulated.transfers) == ["d1/there:0", "table:0"]
+    assert len(received) == len(simulated.transfers)
+
+
+@pytest.fixture(scope="module")
 def control_fan_in():
     """`d0/gated` waits for three ops of device 1 through control edges only; `d1/producer` feeds `d0/reader`,
     and its control edge to `d0/after` is implied by producer -> reader -> after."""
@@ -289,22 +356,8 @@ def test_control_inputs_from_one_device_cost_one_transfer_and_implied_ones_none(
 
 
 def test_the_simulator_sends_what_the_partitioned_graph_tensorflow_runs_receives(control_fan_in, cpus2):
-    """TensorFlow's own count: `_Recv` nodes of the partition graphs of a real step with this placement."""
-    from tensorflow.core.protobuf import config_pb2
-
-    from placer.measure.runner import LoadedGraph, session_config_for
-    from placer.measure import MeasureConfig
-
     graph = control_fan_in
-    placement = place(graph, cpus2, **{"d1/": 1})
-    loaded = LoadedGraph(tf.compat.v1.GraphDef.FromString(graph.graph_def), graph.train_op, graph.init_op)
-    placed = loaded.placed_graph(placement.op_devices(graph))
-    metadata = config_pb2.RunMetadata()
-    with tf.compat.v1.Session(graph=placed, config=session_config_for(MeasureConfig(), local_cpus=2)) as session:
-        session.run(graph.init_op)
-        session.run(graph.train_op, options=config_pb2.RunOptions(output_partition_graphs=True),
-                    run_metadata=metadata)
-    received = [node for partition in metadata.partition_graphs for node in partition.node if node.op == "_Recv"]
+    received = partition_receives(graph, place(graph, cpus2, **{"d1/": 1}))
 
     devices = two_devices()
     simulated = Simulator(graph, devices, costs(graph, FAN_IN_COSTS)).simulate(
