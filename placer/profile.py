@@ -88,11 +88,15 @@ PROFILE_ROUNDS = 3
 """Separate measurements a profile takes its medians over."""
 PROFILE_SPREAD_WARNING = 0.25
 """Rounds whose untraced step times differ by more than this share of their median are warned about."""
+PROFILE_WARMUP_ROUNDS = 1
+"""Untraced measurements made and discarded before the rounds. A graph's first measurement on a testbed is
+slower than its later ones, warm-up steps and all: on `local:2` on 2026-11-25, two-tower 22.2 ms and
+Inception-V3 166.6 ms against 18.8-19.8 and 139-160 ms in the seven rounds after (the Transformer +5 %)."""
 
 
 def profile_costs(
     graph: OpGraph, measurer, *, device: str | int = 0, steps: int = 5, rounds: int = PROFILE_ROUNDS, cores: int = 1,
-    step_overhead: float = 0.0, label: str | None = None,
+    step_overhead: float = 0.0, label: str | None = None, warmup_rounds: int = PROFILE_WARMUP_ROUNDS,
 ) -> CostTable:
     """Profile every op of `graph` with the whole graph on one device of `measurer`.
 
@@ -109,17 +113,23 @@ def profile_costs(
     therefore moves nothing; rounds further apart than `PROFILE_SPREAD_WARNING` are warned about. The rounds
     follow each other within seconds, so a slow minute still shows: in a fidelity run on 2026-11-25 all three
     rounds of a 2 ms held-out graph were 2.6-3.8x the step measured later (RESULTS.md), and every prediction of
-    a model carries its profile's level. Ops grappler fused into another node
+    a model carries its profile's level. Before the rounds, `warmup_rounds` untraced measurements are thrown
+    away (see `PROFILE_WARMUP_ROUNDS`). Ops grappler fused into another node
     cost 0 and the fused node carries their time; time of nodes grappler created (with names the graph
     lacks) is reported in the table's metadata as `unattributed_seconds`.
     """
     from placer.placement import Placement
 
-    if rounds < 1 or steps < 1:
-        raise ProfileError(f"profiling needs at least one round of one step, not {rounds} rounds of {steps}")
+    if rounds < 1 or steps < 1 or warmup_rounds < 0:
+        raise ProfileError(f"profiling needs at least one round of one step and no negative warm-up, not {rounds} "
+                           f"rounds of {steps} after {warmup_rounds}")
     devices = measurer.devices
     placement = Placement.single_device(graph, devices, device)
     config = replace(measurer.config, profile_steps=steps, profile_cores=cores)
+    for _ in range(warmup_rounds):
+        result = measurer.measure(graph, placement, replace(measurer.config, profile_steps=0))
+        if not result.ok:
+            raise ProfileError(f"profiling {graph.name!r} failed: {result.describe()}")
     step_medians: list[float] = []
     per_op: dict[str, list[float]] = {}
     for _ in range(rounds):
@@ -148,7 +158,8 @@ def profile_costs(
     op_seconds = {name: seconds + dispatch for name, seconds in op_seconds.items()}
     return CostTable(
         graph.fingerprint, label or target_device.kind, op_seconds, "profiled",
-        {"graph": graph.name, "device": target_device.name, "steps": steps, "rounds": rounds, "cores": cores,
+        {"graph": graph.name, "device": target_device.name, "steps": steps, "rounds": rounds,
+         "warmup_rounds": warmup_rounds, "cores": cores,
          "step_time_median": step_median, "round_step_medians": step_medians, "round_spread": spread,
          "unattributed_seconds": unattributed, "ops_traced": len(op_seconds), "step_ops": len(step_names),
          "dispatch_seconds": dispatch},
