@@ -266,17 +266,12 @@ class Probe:
 
 
 def default_probes(sizes: Sequence[int] = (1_000, 100_000, 1_000_000, 4_000_000), counts: Sequence[int] = (4, 16, 32),
-                   hops: Sequence[int] = (2, 8, 16), many: Sequence[int] = (128, 512)) -> list[Probe]:
+                   hops: Sequence[int] = (2, 8, 16)) -> list[Probe]:
     """Sizes of one tensor and counts of 1,000-element tensors for the free and busy families, ping-pong
-    hops, and two both-ways checks. `many`: larger counts for the free family alone, the regime of the
-    models' cuts (hundreds to thousands of small tensors a step). Per tensor, 512 cost the testbed 49 us of
-    wall time against 93 us for 32 and 280 us for 4 (2026-11-25): counts up to 32 alone over-charged a
-    Transformer's scattered placement by half. Busy chains long enough to outlast 512 transfers would make the
-    calibration much longer, and on `local:N` the cores' costs come from the free probes' CPU time anyway."""
+    hops, and two both-ways checks."""
     probes = []
     for family in ("free", "sender-busy", "receiver-busy"):
         probes += [Probe(family, n, 1) for n in sizes] + [Probe(family, 1_000, k) for k in counts]
-    probes += [Probe("free", 1_000, k) for k in many]
     probes += [Probe("ping-pong", 1, h) for h in hops]
     probes += [Probe("both-ways", 1_000_000, 1), Probe("both-ways", 1_000, 16)]
     probes += [Probe("remote", 1_000, 1)]
