@@ -20,26 +20,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from experiments._report import write_report  # noqa: E402
 from experiments.simulator_fidelity import fidelity_placements  # noqa: E402
+from placer.measure.partitions import partition_receives  # noqa: E402
 from placer.models import build_model  # noqa: E402
 
 KINDS = ("extreme", "split", "baseline")
-
-
-def received_in_partitions(graph, op_devices) -> int:
-    """`_Recv` nodes of the partition graphs of one real step of `graph` placed by `op_devices`."""
-    import tensorflow as tf
-    from tensorflow.core.protobuf import config_pb2
-
-    from placer.measure import MeasureConfig
-    from placer.measure.runner import LoadedGraph, session_config_for
-
-    loaded = LoadedGraph(tf.compat.v1.GraphDef.FromString(graph.graph_def), graph.train_op, graph.init_op)
-    placed = loaded.placed_graph(op_devices)
-    metadata = config_pb2.RunMetadata()
-    with tf.compat.v1.Session(graph=placed, config=session_config_for(MeasureConfig(), local_cpus=2)) as session:
-        session.run(graph.init_op)
-        session.run(graph.train_op, options=config_pb2.RunOptions(output_partition_graphs=True), run_metadata=metadata)
-    return sum(node.op == "_Recv" for partition in metadata.partition_graphs for node in partition.node)
 
 
 def main(argv=None) -> None:
@@ -65,7 +49,7 @@ def main(argv=None) -> None:
     for candidate in candidates:
         simulated = target.simulator.simulate(candidate.placement, timeline=True)
         control = sum(t.tensor.endswith(":control") for t in simulated.transfers)
-        received = received_in_partitions(graph, candidate.placement.op_devices(graph))
+        received = len(partition_receives(graph, candidate.placement.op_devices(graph)))
         rows.append({"placement": candidate.label, "tf_recv": received, "simulated": len(simulated.transfers),
                      "simulated_data": len(simulated.transfers) - control, "simulated_control": control})
     write_report("partition_transfers", ["placement", "tf_recv", "simulated", "simulated_data", "simulated_control"],

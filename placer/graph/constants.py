@@ -5,7 +5,7 @@ what needs no input from the step (constants, and shape arithmetic on statically
 `BroadcastGradientArgs`, the `StridedSlice` of a shape...) and puts the result in a `Const`. Then
 `ReplicateConstantsPass` (TensorFlow >= 2.13; `replicate_constants_pass.cc`) gives every CPU device that
 reads a constant of at most 16 elements its own copy, so no `_Send`/`_Recv` pair carries it. On the
-Transformer at `tiny` placed by m-ETF over two CPUs, these were 2,800 of the simulator's 5,041 cut data
+Transformer at `tiny` placed by m-ETF over two CPUs, these were 2,797 of the simulator's 5,041 cut data
 tensors, and TensorFlow's partitioned graphs received none of them (`experiments/partition_transfers.py`).
 """
 
@@ -64,8 +64,9 @@ def replicated_tensors(graph: OpGraph, control_inputs: Mapping[str, tuple[str, .
         inputs_small = all(tensor in small for tensor in op.data_inputs)
         for port, shape in enumerate(op.output_shapes):
             elements = _elements(shape)
-            if elements is not None and elements <= REPLICATED_MAX_ELEMENTS or elements is None and op.data_inputs \
-                    and inputs_small:
+            known_small = elements is not None and elements <= REPLICATED_MAX_ELEMENTS
+            derived_small = elements is None and bool(op.data_inputs) and inputs_small
+            if known_small or derived_small:
                 small.add(f"{op.name}:{port}")
     return frozenset(small)
 

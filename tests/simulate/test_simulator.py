@@ -9,6 +9,7 @@ import tensorflow as tf
 from placer.devices import machine_from_dict
 from placer.errors import DeviceSpecError, ProfileError
 from placer.graph import graph_from_function
+from placer.measure.partitions import partition_receives
 from placer.placement import Placement
 from placer.profile import CostTable
 from placer.simulate import Simulator, SimulatorConfig
@@ -283,28 +284,11 @@ def shared_constants():
     return graph_from_function(build, name="shared-constants")
 
 
-def partition_receives(graph, placement):
-    """TensorFlow's own count: the `_Recv` nodes of the partition graphs of a real step with `placement`."""
-    from tensorflow.core.protobuf import config_pb2
-
-    from placer.measure import MeasureConfig
-    from placer.measure.runner import LoadedGraph, session_config_for
-
-    loaded = LoadedGraph(tf.compat.v1.GraphDef.FromString(graph.graph_def), graph.train_op, graph.init_op)
-    placed = loaded.placed_graph(placement.op_devices(graph))
-    metadata = config_pb2.RunMetadata()
-    with tf.compat.v1.Session(graph=placed, config=session_config_for(MeasureConfig(), local_cpus=2)) as session:
-        session.run(graph.init_op)
-        session.run(graph.train_op, options=config_pb2.RunOptions(output_partition_graphs=True),
-                    run_metadata=metadata)
-    return [node for partition in metadata.partition_graphs for node in partition.node if node.op == "_Recv"]
-
-
 def test_small_constants_are_not_sent_between_cpus_as_in_the_partitioned_graph(shared_constants, cpus2):
     """TensorFlow copies `scale` and the folded size to device 1 instead of sending them; `table` is too
     large for that, and device 1's result must come back."""
     graph = shared_constants
-    received = partition_receives(graph, place(graph, cpus2, **{"d1/": 1}))
+    received = partition_receives(graph, place(graph, cpus2, **{"d1/": 1}).op_devices(graph))
     devices = two_devices()
     simulated = Simulator(graph, devices, costs(graph)).simulate(place(graph, devices, **{"d1/": 1}), timeline=True)
     assert sorted(t.tensor for t in simulated.transfers) == ["d1/there:0", "table:0"]
@@ -357,7 +341,7 @@ def test_control_inputs_from_one_device_cost_one_transfer_and_implied_ones_none(
 
 def test_the_simulator_sends_what_the_partitioned_graph_tensorflow_runs_receives(control_fan_in, cpus2):
     graph = control_fan_in
-    received = partition_receives(graph, place(graph, cpus2, **{"d1/": 1}))
+    received = partition_receives(graph, place(graph, cpus2, **{"d1/": 1}).op_devices(graph))
 
     devices = two_devices()
     simulated = Simulator(graph, devices, costs(graph, FAN_IN_COSTS)).simulate(
