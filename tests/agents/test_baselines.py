@@ -1,5 +1,7 @@
 """Baechi's heuristics on hand-built graphs whose best placement is known."""
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -159,3 +161,18 @@ def test_m_sct_lp_makes_each_chain_link_a_favorite_and_gives_a_parent_at_most_on
             assert favorite[graph.op(add).group] == graph.op(f"t{t}/op{i - 1}").group
     parents = favorite[favorite >= 0]
     assert len(parents) == len(set(parents.tolist()))
+
+
+def test_scotch_gives_the_same_partition_for_the_same_seed(monkeypatch):
+    """Scotch's threads made its partition of a real model change from call to call with one seed."""
+    pytest.importorskip("pyscotch")
+    from agents.partitioners import scotch_placement
+    from placer.cost import open_target
+    from placer.models import build_model
+
+    monkeypatch.delenv("SCOTCH_DETERMINISTIC", raising=False)
+    graph = build_model("rnnlm", "tiny")
+    target = open_target(graph, "modeled:2xV100")
+    placements = {scotch_placement(graph, target.devices, target.simulator, seed=0).group_devices for _ in range(5)}
+    assert len(placements) == 1
+    assert "SCOTCH_DETERMINISTIC" not in os.environ  # set for the call only
