@@ -7,7 +7,9 @@ Each calibration starts its own testbed (`local:2`) and probes it as `placer cal
 costs are profiled once, and a fixed set of its placements (one worker, the expert, round-robin,
 contiguous splits at 25/50/75 %) is predicted with every calibration. Reported: each parameter per
 calibration, its largest deviation from the median over calibrations (aim: within 20 %), and each
-placement's predictions and their largest deviation from their median (aim: within 10 %).
+placement's predictions and their largest deviation from their median (aim: within 10 %). With `--out`,
+each calibration is also saved beside the report (`NAME.calibration-K.json`, its raw probe timings included),
+so that what moved a parameter can be read afterwards.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import os
 import statistics
 import sys
+from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
@@ -64,6 +67,9 @@ def main() -> None:
         with Measurer(LocalTestbed(workers=2)) as measurer:  # a fresh testbed each time: independent
             calibration = calibrate(measurer, rounds=args.rounds, seed=index)
             print(calibration.describe(), flush=True)
+            if args.out:
+                out = Path(args.out)
+                print(f"saved {calibration.save(out.with_name(f'{out.stem}.calibration-{index}.json'))}", flush=True)
             calibrations.append(calibration)
             devices = measurer.devices
             if costs is None:
