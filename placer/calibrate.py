@@ -17,7 +17,7 @@ cancels in their difference. The probe families separate where a transfer's time
   when the worker hosting the session's master runs none of it (the master reaches its workers by RPC).
 
 The fit (Theil-Sen lines: the median of pairwise slopes, so one disturbed probe moves it little) gives the
-step overhead, the overhead of spanning a second worker, that of a step away from the master's worker
+step overhead (the median of the light probes' reference steps), the overhead of spanning a second worker, that of a step away from the master's worker
 (where the remote probes were run), the sender's and the receiver's core time per
 transfer and per byte, the in-flight latency and, where the free probes need it, a wire bandwidth; each with
 a bootstrap interval over rounds, and every probe's residual.
@@ -58,6 +58,9 @@ FAMILIES = ("free", "sender-busy", "receiver-busy", "ping-pong", "both-ways", "r
 CHECK_FAMILIES = ("both-ways",)
 """Probes the fit does not use: their residuals test the model on a case it was not fitted to."""
 CORE_FITS = ("busy-probes", "cpu-time")
+LIGHT_PROBE_BYTES = 512 * 1024
+"""Probes without a busy chain whose tensors total at most this are light: their reference step is the step
+overhead alone (filling 512 KB takes well under a tenth of a millisecond)."""
 """Where the cores' transfer costs came from: the busy families' step times, or the free probes' CPU time
 per worker (then the busy families are checks too)."""
 POOR_FIT = 0.25
@@ -268,13 +271,14 @@ class Probe:
 def default_probes(sizes: Sequence[int] = (1_000, 100_000, 1_000_000, 4_000_000), counts: Sequence[int] = (4, 16, 32),
                    hops: Sequence[int] = (2, 8, 16)) -> list[Probe]:
     """Sizes of one tensor and counts of 1,000-element tensors for the free and busy families, ping-pong
-    hops, and two both-ways checks."""
+    hops, two both-ways checks, and three remote probes (their median is the remote overhead: one probe's
+    difference of two ~1.3 ms steps ranged 0.8-2.7 ms over its five rounds on 2026-11-25)."""
     probes = []
     for family in ("free", "sender-busy", "receiver-busy"):
         probes += [Probe(family, n, 1) for n in sizes] + [Probe(family, 1_000, k) for k in counts]
     probes += [Probe("ping-pong", 1, h) for h in hops]
     probes += [Probe("both-ways", 1_000_000, 1), Probe("both-ways", 1_000, 16)]
-    probes += [Probe("remote", 1_000, 1)]
+    probes += [Probe("remote", 1_000, 1), Probe("remote", 1_000, 16), Probe("remote", 100_000, 1)]
     return probes
 
 
@@ -395,6 +399,8 @@ def fit_calibration(probes: Sequence[Probe], timings: Mapping[str, Mapping[str, 
             if len(family(name, sizes=what == "sizes")) < 2:
                 raise ProfileError(f"calibrating needs at least two {name} probes of different {what[:-1]}s")
     pingpong = [i for i, p in enumerate(probes) if p.family == "ping-pong"]
+    light = [i for i, p in enumerate(probes)
+             if "busy" not in p.family and p.nbytes * p.tensors <= LIGHT_PROBE_BYTES] or list(range(len(probes)))
     remotes = [i for i, p in enumerate(probes) if p.family == "remote"]
     if len(pingpong) < 2:
         raise ProfileError("calibrating needs at least two ping-pong probes of different hop counts")
@@ -410,7 +416,10 @@ def fit_calibration(probes: Sequence[Probe], timings: Mapping[str, Mapping[str, 
 
     def fit(rounds: np.ndarray) -> dict[str, float]:
         extra = np.median(placed[:, rounds] - reference[:, rounds], axis=1)  # paired within a round: drift cancels
-        p = {"step_overhead": float(np.min(np.median(reference[:, rounds], axis=1)))}
+        # The median over the light probes' reference steps, each of which is the overhead alone: their
+        # minimum, used before, picked whichever probe had a lucky run (0.94-1.24 ms over four calibrations
+        # on 2026-11-25, where the median moved 1.15-1.29 ms).
+        p = {"step_overhead": float(np.median(np.median(reference[light][:, rounds], axis=1)))}
         if cpu is not None:  # each side's own CPU time in the free probes
             worker_extra = np.median(cpu[:, rounds], axis=1)
             p["send_cpu"], p["send_cpu_per_byte"] = core_costs(worker_extra[:, 0], "free")

@@ -295,3 +295,20 @@ def _fit_warnings(timings) -> list[str]:
         warnings.simplefilter("always")
         fit_calibration(PROBES, timings)
     return [str(w.message) for w in caught]
+
+
+def test_one_probe_with_lucky_fast_steps_does_not_set_the_step_overhead():
+    timings = _timings(noise=0.002, drift=0.0)
+    lucky = timings["ping-pong 1x8"]  # every round of one light probe's reference ran at half the overhead
+    lucky["reference"] = [t - TRUTH["step_overhead"] / 2 for t in lucky["reference"]]
+    lucky["probe"] = [t - TRUTH["step_overhead"] / 2 for t in lucky["probe"]]
+    calibration = fit_calibration(PROBES, timings)
+    assert calibration.step_overhead == pytest.approx(TRUTH["step_overhead"], rel=0.05)
+
+
+def test_one_disturbed_remote_probe_does_not_set_the_remote_overhead():
+    truth = {**TRUTH, "remote_overhead": 0.6e-3}
+    calibration = fit_calibration(PROBES, _timings(noise=0.002, drift=0.0, truth=truth,
+                                                   disturb=("remote 1000x1", 1.5e-3)))
+    assert sum(probe.family == "remote" for probe in PROBES) >= 3
+    assert calibration.remote_overhead == pytest.approx(0.6e-3, rel=0.1)
