@@ -272,7 +272,7 @@ def default_probes(sizes: Sequence[int] = (1_000, 100_000, 1_000_000, 4_000_000)
                    hops: Sequence[int] = (2, 8, 16)) -> list[Probe]:
     """Sizes of one tensor and counts of 1,000-element tensors for the free and busy families, ping-pong
     hops, two both-ways checks, and three remote probes (their median is the remote overhead: one probe's
-    difference of two ~1.3 ms steps ranged 0.8-2.7 ms over its five rounds on 2026-11-25)."""
+    difference of two ~1.3 ms steps ranged 0.8-2.7 ms over the rounds of three calibrations on 2026-11-25)."""
     probes = []
     for family in ("free", "sender-busy", "receiver-busy"):
         probes += [Probe(family, n, 1) for n in sizes] + [Probe(family, 1_000, k) for k in counts]
