@@ -4,6 +4,8 @@
         [--calibration FILE] [--rounds 3] [--warmup 3 --repeats 10] [--placements RUN_PLACEMENT.json ...]
         [--out results/simulator_fidelity.json] [--plot results/simulator_fidelity.png]
         [--limit-placements N] [--dry-run]
+    python experiments/simulator_fidelity.py --replay results/simulator_fidelity.json [--calibration FILE]
+        --out results/simulator_fidelity_replayed.json
 
 On `local:2` (two gRPC workers pinned to one core each). Without --calibration the testbed is calibrated
 first (into results/simulator_fidelity/calibration.json). Per model: the simulated twin
@@ -15,6 +17,11 @@ share of clearly different pairs (> 5 %) predicted in the right order, per model
 held-out models (`placer.models.heldout`, when present) apart; median error per kind of placement and the
 worst placements. JSON via experiments/_report.py; a scatter plot (PNG) when matplotlib is installed.
 --dry-run builds the placement sets and prints the measuring budget without running anything.
+
+--replay predicts a finished run's placements again, with today's simulator and the run's calibration (or
+--calibration, whose op costs must be cached beside it), against the run's measurements: nothing is measured.
+On this VM the machine's speed moves 20-50 % between runs, so two versions of the simulator compare fairly
+only on the same measurements. Each row keeps its placement's assignment for this.
 """
 
 from __future__ import annotations
@@ -302,7 +309,8 @@ def fidelity_row(plan: ModelPlan, candidate: Candidate, compared) -> dict[str, A
            "on_worker_1": candidate.on_worker_1, "measured_ms": None,
            "predicted_ms": predicted.seconds * 1e3 if predicted.ok else None, "error_pct": None,
            "spread_pct": None, "rounds_ms": [None if r is None else r * 1e3 for r in compared.rounds],
-           "aliases": list(candidate.aliases), "failure": None}
+           "aliases": list(candidate.aliases), "failure": None,
+           "assignment": [int(d) for d in candidate.placement.group_devices]}  # for --replay
     if not compared.ok:
         row["failure"] = compared.failure.describe()
         return row
@@ -415,6 +423,46 @@ def print_report(rows, summary, by_kind, worst) -> None:
             print(f"  {r['model']} {r['placement']}: {r['failure']}")
 
 
+# -- replaying a finished run -----------------------------------------------------------------------
+
+def replay_rows(report: dict[str, Any], calibration: str, size: str) -> list[dict[str, Any]]:
+    """The report's rows with their predictions made again by the `calibrated:` simulator of `calibration`
+    (op costs from its cache, so nothing is profiled or measured); measurements and failures kept."""
+    from placer.cost.calibrated import cost_cache
+
+    rows = report.get("rows") or []
+    if not rows:
+        raise SystemExit("the report has no rows to replay")
+    missing = sorted({r["model"] for r in rows if "assignment" not in r})
+    if missing:
+        raise SystemExit(f"the report's rows for {', '.join(missing)} have no assignments (a run from before "
+                         "--replay existed): run the benchmark again to replay it later")
+    fingerprints = report.get("graphs") or {}
+    heldout = {r["model"]: r["heldout"] for r in rows}
+    builders = model_builders([m for m, h in heldout.items() if not h], [m for m, h in heldout.items() if h])
+    replayed = []
+    for name, is_heldout, build in builders:
+        graph = build(size)
+        if fingerprints.get(name, graph.fingerprint) != graph.fingerprint:
+            raise SystemExit(f"{name}'s graph has changed since the run (fingerprint {fingerprints[name][:12]}, now "
+                             f"{graph.fingerprint[:12]}): its placements cannot be replayed")
+        if not cost_cache(calibration, graph).exists():
+            raise SystemExit(f"no op costs of {graph.name} cached for {calibration}: a replay profiles nothing; "
+                             "replay with the calibration the run used, or run the benchmark with this one")
+        simulated = open_target(graph, f"calibrated:{calibration}")
+        for row in (r for r in rows if r["model"] == name):
+            placement = Placement.from_assignment(graph, simulated.devices, row["assignment"])
+            predicted = simulated.evaluate(placement)
+            new = dict(row, predicted_ms=predicted.seconds * 1e3 if predicted.ok else None, error_pct=None)
+            if new["measured_ms"] is not None and predicted.ok:
+                new["error_pct"] = 100 * (predicted.seconds * 1e3 - new["measured_ms"]) / new["measured_ms"]
+                new["failure"] = None
+            elif new["measured_ms"] is not None:
+                new["failure"] = f"predicted {predicted.describe()}"
+            replayed.append(new)
+    return replayed
+
+
 # -- the run ---------------------------------------------------------------------------------------
 
 def calibrate_testbed(path: str) -> None:
@@ -454,6 +502,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--plot", default="results/simulator_fidelity.png")
     parser.add_argument("--dry-run", action="store_true",
                         help="build the placement sets and print the budget; measure nothing, start nothing")
+    parser.add_argument("--replay", metavar="REPORT",
+                        help="predict a finished run's placements again (with --calibration, or the run's), "
+                             "against its measurements; measures nothing")
     return parser.parse_args(argv)
 
 
@@ -464,6 +515,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.calibration and not Path(args.calibration).is_file():
         raise SystemExit(f"no calibration file {args.calibration}: make one with `placer calibrate --cluster "
                          f"{MEASURED_TARGET} --out FILE`, or leave --calibration out to calibrate now")
+    if args.replay:
+        replay(args)
+        return
     builders = model_builders(args.models, args.heldout)
     if not args.dry_run and not args.calibration:
         args.calibration = DEFAULT_CALIBRATION
@@ -481,17 +535,44 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"{plan.name}: {len(usable)} of {len(plan.candidates)} placements measured and predicted"
               + (f", median |error| {statistics.median(errors):.1f} %" if errors else ""), flush=True)
 
-    summary = summaries(rows, [p.name for p in plans])
+    report(rows, args, graphs={p.name: p.graph.fingerprint for p in plans}, rounds=args.rounds,
+           warmup=args.warmup, repeats=args.repeats, seed=args.seed)
+
+
+def replay(args) -> None:
+    """--replay: the finished run's placements predicted again, reported like a run."""
+    import json
+
+    source = Path(args.replay)
+    if not source.is_file():
+        raise SystemExit(f"no report {source} to replay")
+    if Path(args.out).resolve() == source.resolve():
+        raise SystemExit(f"--out {args.out} is the report being replayed: give the replay its own file")
+    measured = json.loads(source.read_text())
+    calibration = args.calibration or measured.get("calibration")
+    if not calibration or not Path(calibration).is_file():
+        raise SystemExit(f"the run's calibration {calibration!r} is not there: give --calibration FILE")
+    rows = replay_rows(measured, calibration, measured.get("size", args.size))
+    report(rows, args, calibration=calibration, graphs=measured.get("graphs"), replayed=str(source),
+           measured_on=measured.get("date"), rounds=measured.get("rounds"), warmup=measured.get("warmup"),
+           repeats=measured.get("repeats"), seed=measured.get("seed"), size=measured.get("size", args.size))
+
+
+def report(rows: list[dict[str, Any]], args, **facts: Any) -> None:
+    """Metrics, the JSON report and the scatter plot of a run's (or a replay's) rows."""
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    summary = summaries(rows, models)
     by_kind = errors_by_kind(rows)
     worst = worst_placements(rows)
+    facts = {"calibration": args.calibration, "size": args.size, **facts}
     write_report("simulator_fidelity", ["model", "heldout", "kind", "placement", "on_worker_1", "measured_ms",
                                         "predicted_ms", "error_pct", "spread_pct", "failure"],
-                 rows, args.out, target=MEASURED_TARGET, calibration=args.calibration, size=args.size,
-                 rounds=args.rounds, warmup=args.warmup, repeats=args.repeats, seed=args.seed,
+                 rows, args.out, target=MEASURED_TARGET, **facts,
                  summary=[_json_safe(s) for s in summary], by_kind=by_kind, worst=worst,
                  command=" ".join(["python", *sys.argv]))
     print_report(rows, summary, by_kind, worst)
-    scatter(rows, args.plot)
+    if args.plot:
+        scatter(rows, args.plot)
 
 
 def _duration(seconds: float) -> str:

@@ -180,3 +180,57 @@ def test_a_measured_failure_is_a_row_with_its_message_left_out_of_the_metrics(tw
     for row in fidelity.scored(rows):
         assert row["error_pct"] == pytest.approx(100 * (1 / 1.1 - 1)) and row["spread_pct"] == 0
     assert fidelity.summaries(rows, ["two-tower"])[0]["placements"] == 3
+    # each row keeps its assignment, so that --replay can predict it again later
+    assert [tuple(r["assignment"]) for r in rows] == [c.placement.group_devices for c in chosen]
+
+
+def test_a_replay_predicts_the_runs_placements_again_against_its_measurements(two_tower, tmp_path):
+    """A finished run's rows keep their assignments; a replay predicts them with the calibration it is
+    given (op costs from its cache) and recomputes the errors against the run's measurements."""
+    import experiments.simulator_fidelity as fidelity
+    from placer.calibrate import Calibration, this_machine
+    from placer.cost import open_target
+    from placer.cost.calibrated import cost_cache
+    from placer.profile import CostTable
+
+    def calibration(path, spanning):
+        Calibration(step_overhead=2e-4, spanning_overhead=spanning, send_cpu=2e-5, send_cpu_per_byte=1e-10,
+                    recv_cpu=2e-5, recv_cpu_per_byte=1e-10, latency=1e-5, bandwidth=float("inf"), samples={},
+                    target="inprocess:2", rounds=2, machine=this_machine(),
+                    devices=tuple(f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(2))).save(path)
+        costs = CostTable(two_tower.fingerprint, "CPU", {op.name: 1e-4 for op in two_tower.step_ops}, "hand-made")
+        costs.save(cost_cache(path, two_tower))
+        return path
+
+    used = calibration(tmp_path / "run.json", spanning=1e-4)
+    other = calibration(tmp_path / "other.json", spanning=5e-3)  # a step spanning both workers costs 5 ms more
+    target = open_target(two_tower, f"calibrated:{used}")
+    groups = len(two_tower.groups)
+    split = [0] * (groups // 2) + [1] * (groups - groups // 2)
+    rows = [{"model": "two-tower", "heldout": False, "kind": kind, "placement": label, "on_worker_1": share,
+             "measured_ms": measured, "predicted_ms": None, "error_pct": None, "spread_pct": 0.0, "rounds_ms": [],
+             "aliases": [], "failure": None, "assignment": assignment}
+            for kind, label, share, measured, assignment in [("extreme", "worker 0", 0.0, 2.0, [0] * groups),
+                                                             ("split", "split 0.50", 0.5, 9.0, split)]]
+    report = tmp_path / "measured.json"
+    report.write_text(json.dumps({"calibration": str(used), "size": "tiny", "rows": rows,
+                                  "graphs": {"two-tower": two_tower.fingerprint}}))
+
+    out = tmp_path / "replayed.json"
+    fidelity.main(["--replay", str(report), "--calibration", str(other), "--out", str(out), "--plot", ""])
+    replayed = {r["placement"]: r for r in json.loads(out.read_text())["rows"]}
+    with_other = open_target(two_tower, f"calibrated:{other}")
+    for label, assignment in (("worker 0", [0] * groups), ("split 0.50", split)):
+        expected = with_other.evaluate(Placement.from_assignment(two_tower, with_other.devices, assignment)).seconds
+        assert replayed[label]["predicted_ms"] == pytest.approx(expected * 1e3)
+        assert replayed[label]["error_pct"] == pytest.approx(100 * (expected * 1e3 / replayed[label]["measured_ms"] - 1))
+    split_with_run = target.evaluate(Placement.from_assignment(two_tower, target.devices, split)).seconds
+    assert replayed["split 0.50"]["predicted_ms"] == pytest.approx(split_with_run * 1e3 + 4.9)  # the extra spanning
+
+    with pytest.raises(SystemExit, match="its own file"):
+        fidelity.main(["--replay", str(report), "--out", str(report)])
+    for row in rows:
+        del row["assignment"]
+    report.write_text(json.dumps({"calibration": str(used), "size": "tiny", "rows": rows}))
+    with pytest.raises(SystemExit, match="no assignments"):
+        fidelity.main(["--replay", str(report), "--out", str(out)])
