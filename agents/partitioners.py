@@ -115,11 +115,12 @@ def metis_placement(graph: OpGraph, devices: DeviceSet, simulator, *, seed: int 
 
 def scotch_placement(graph: OpGraph, devices: DeviceSet, simulator, *, seed: int = 0) -> Placement:
     try:
-        import contextlib
         import io
 
-        with contextlib.redirect_stdout(io.StringIO()):  # pyscotch announces its library on import
+        # pyscotch announces itself on import and when it loads its library (on stderr, two lines per process)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             import pyscotch
+            import pyscotch.libscotch  # noqa: F401  (loaded here, not at the first call)
     except ImportError:
         raise PlacerError("the Scotch baseline needs the pyscotch library: pip install pyscotch (or placer[baselines])") from None
 
