@@ -17,10 +17,10 @@ cancels in their difference. The probe families separate where a transfer's time
   when the worker hosting the session's master runs none of it (the master reaches its workers by RPC).
 
 The fit (Theil-Sen lines: the median of pairwise slopes, so one disturbed probe moves it little) gives the
-step overhead (the median of the light probes' reference steps), the overhead of spanning a second worker, that of a step away from the master's worker
-(where the remote probes were run), the sender's and the receiver's core time per
-transfer and per byte, the in-flight latency and, where the free probes need it, a wire bandwidth; each with
-a bootstrap interval over rounds, and every probe's residual.
+step overhead (the median of the light probes' reference steps), the overhead of spanning a second worker,
+that of a step away from the master's worker (where the remote probes were run), the sender's and the
+receiver's core time per transfer and per byte, the in-flight latency and, where the free probes need it, a
+wire bandwidth; each with a bootstrap interval over rounds, and every probe's residual.
 
 Where the workers are local processes (`local:N`), the cores' costs come from the CPU time each worker used
 per step in the free probes (`Measurement.worker_cpu`), the sender's and the receiver's separately: the
@@ -58,11 +58,11 @@ FAMILIES = ("free", "sender-busy", "receiver-busy", "ping-pong", "both-ways", "r
 CHECK_FAMILIES = ("both-ways",)
 """Probes the fit does not use: their residuals test the model on a case it was not fitted to."""
 CORE_FITS = ("busy-probes", "cpu-time")
+"""Where the cores' transfer costs came from: the busy families' step times, or the free probes' CPU time
+per worker (then the busy families are checks too)."""
 LIGHT_PROBE_BYTES = 512 * 1024
 """Probes without a busy chain whose tensors total at most this are light: their reference step is the step
 overhead alone (filling 512 KB takes well under a tenth of a millisecond)."""
-"""Where the cores' transfer costs came from: the busy families' step times, or the free probes' CPU time
-per worker (then the busy families are checks too)."""
 POOR_FIT = 0.25
 """A probe whose fitted cost misses its measured one by more than this share of the probe's step time
 makes the calibration a poor fit: predictions from it are flagged."""
