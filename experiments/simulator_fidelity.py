@@ -2,7 +2,7 @@
 
     python experiments/simulator_fidelity.py [--models rnnlm nmt-2 ...] [--heldout NAME ...] [--size tiny]
         [--calibration FILE] [--rounds 3] [--warmup 3 --repeats 10] [--placements RUN_PLACEMENT.json ...]
-        [--out results/simulator_fidelity.json] [--plot results/simulator_fidelity.png]
+        [--out results/simulator_fidelity.json] [--plot PNG, default beside --out]
         [--limit-placements N] [--dry-run]
     python experiments/simulator_fidelity.py --replay results/simulator_fidelity.json [--calibration FILE]
         --out results/simulator_fidelity_replayed.json
@@ -14,8 +14,10 @@ first (into results/simulator_fidelity/calibration.json). Per model: the simulat
 applicable baseline, learned placements from --placements); the testbed times the same set side by side
 in interleaved rounds. Reported: every pair, Spearman, Kendall's tau-b, median and p90 |error| and the
 share of clearly different pairs (> 5 %) predicted in the right order, per model and for the zoo and the
-held-out models (`placer.models.heldout`, when present) apart; median error per kind of placement and the
-worst placements. JSON via experiments/_report.py; a scatter plot (PNG) when matplotlib is installed.
+held-out models (`placer.models.heldout`, when present) apart; median error per kind of placement, the
+worst placements, and per model the sources of its error (the profile's level, the split placements' own
+error, the testbed's round-to-round repeatability). JSON via experiments/_report.py; a scatter plot (PNG,
+beside the JSON unless --plot says where) when matplotlib is installed.
 --dry-run builds the placement sets and prints the measuring budget without running anything.
 
 --replay predicts a finished run's placements again, with today's simulator and the run's calibration (or
@@ -364,6 +366,51 @@ def errors_by_kind(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return result
 
 
+def error_sources(rows: Sequence[dict[str, Any]], models: Sequence[str]) -> list[dict[str, Any]]:
+    """Per model, how much of its error is its profile's level, how much the split placements' own, and how
+    well the testbed repeats itself.
+
+    A model's level is the median of measured / predicted over its single-worker placements: those run
+    what the profile timed, so they miss only by how much faster or slower the testbed ran while profiling
+    than while measuring. The split placements' errors are then given as predicted and with their
+    predictions scaled by that level. A diagnostic, not an aim: the scaling uses measurements of the same
+    run, so the aims stay on the errors as predicted.
+
+    The testbed's repeatability is the median, over the model's placements, of how far one round's time is
+    from the mean of the placement's other rounds: the error a prediction would have that knew every other
+    round exactly. Errors near it are at the measurement's floor."""
+    usable = scored(rows)
+    result = []
+    for name in models:
+        subset = [r for r in usable if r["model"] == name]
+        single = [r["measured_ms"] / r["predicted_ms"] for r in subset if r["on_worker_1"] in (0.0, 1.0)]
+        split = [r for r in subset if r["on_worker_1"] not in (0.0, 1.0)]
+        row: dict[str, Any] = {"model": name, "heldout": bool(subset and subset[0]["heldout"]),
+                               "single_worker": len(single), "split": len(split), "level_pct": None,
+                               "split_median_abs_error_pct": None, "split_level_scaled_pct": None,
+                               "round_repeat_pct": _round_repeatability(subset)}
+        if single:
+            level = statistics.median(single)
+            row["level_pct"] = 100 * (1 / level - 1)  # how far the profile's level is off: its error on them
+            if split:
+                row["split_median_abs_error_pct"] = statistics.median(abs(r["error_pct"]) for r in split)
+                row["split_level_scaled_pct"] = statistics.median(
+                    100 * abs(r["predicted_ms"] * level - r["measured_ms"]) / r["measured_ms"] for r in split)
+        result.append(row)
+    return result
+
+
+def _round_repeatability(rows: Sequence[dict[str, Any]]) -> float | None:
+    misses = []
+    for row in rows:
+        rounds = [r for r in row["rounds_ms"] if r is not None]
+        if len(rounds) >= 2:
+            total = sum(rounds)
+            misses.append(statistics.median(
+                100 * abs((total - r) / (len(rounds) - 1) - r) / r for r in rounds))
+    return statistics.median(misses) if misses else None
+
+
 def worst_placements(rows: Sequence[dict[str, Any]], count: int = 5) -> list[dict[str, Any]]:
     return sorted(scored(rows), key=lambda r: abs(r["error_pct"]), reverse=True)[:count]
 
@@ -406,13 +453,19 @@ def scatter(rows: Sequence[dict[str, Any]], path: str) -> None:
     print(f"wrote {path}")
 
 
-def print_report(rows, summary, by_kind, worst) -> None:
+def print_report(rows, summary, by_kind, worst, sources) -> None:
     print("\nfidelity (errors in %, pair order over pairs measured more than 5 % apart)")
     print_table(["models", "placements", "spearman", "kendall_tau", "median_abs_error_pct", "p90_abs_error_pct",
                  "pair_order", "pairs"], summary)
     print("\nwhere the error comes from: median |error| (%) per kind of placement")
     print_table(["kind", "zoo_placements", "zoo_median_abs_error_pct", "heldout_placements",
                  "heldout_median_abs_error_pct"], by_kind)
+    if sources:
+        print("\nerror sources (%): the profile's level (its error on single-worker placements); the split placements' "
+              "median |error| as predicted and scaled by that level; how far one round is from the mean of the "
+              "others (the testbed's repeatability). A diagnostic: the aims are on the errors as predicted")
+        print_table(["model", "heldout", "single_worker", "level_pct", "split", "split_median_abs_error_pct",
+                     "split_level_scaled_pct", "round_repeat_pct"], sources)
     print(f"\nthe {len(worst)} placements predicted worst")
     print_table(["model", "kind", "placement", "on_worker_1", "measured_ms", "predicted_ms", "error_pct",
                  "spread_pct"], worst)
@@ -499,7 +552,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--limit-placements", type=int, metavar="N", help="keep the first N placements per model")
     parser.add_argument("--seed", type=int, default=0, help="seeds the perturbations and random placements")
     parser.add_argument("--out", default="results/simulator_fidelity.json")
-    parser.add_argument("--plot", default="results/simulator_fidelity.png")
+    parser.add_argument("--plot", help="the scatter plot (PNG); default: beside --out; '' for none")
     parser.add_argument("--dry-run", action="store_true",
                         help="build the placement sets and print the budget; measure nothing, start nothing")
     parser.add_argument("--replay", metavar="REPORT",
@@ -564,15 +617,17 @@ def report(rows: list[dict[str, Any]], args, **facts: Any) -> None:
     summary = summaries(rows, models)
     by_kind = errors_by_kind(rows)
     worst = worst_placements(rows)
+    sources = error_sources(rows, models)
     facts = {"calibration": args.calibration, "size": args.size, **facts}
     write_report("simulator_fidelity", ["model", "heldout", "kind", "placement", "on_worker_1", "measured_ms",
                                         "predicted_ms", "error_pct", "spread_pct", "failure"],
                  rows, args.out, target=MEASURED_TARGET, **facts,
-                 summary=[_json_safe(s) for s in summary], by_kind=by_kind, worst=worst,
+                 summary=[_json_safe(s) for s in summary], by_kind=by_kind, worst=worst, error_sources=sources,
                  command=" ".join(["python", *sys.argv]))
-    print_report(rows, summary, by_kind, worst)
-    if args.plot:
-        scatter(rows, args.plot)
+    print_report(rows, summary, by_kind, worst, sources)
+    plot = str(Path(args.out).with_suffix(".png")) if args.plot is None else args.plot
+    if plot:
+        scatter(rows, plot)
 
 
 def _duration(seconds: float) -> str:

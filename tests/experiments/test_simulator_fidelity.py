@@ -134,6 +134,28 @@ def test_zoo_and_heldout_are_summarized_apart_and_failures_left_out():
     assert summary["held-out (all)"]["pair_order"] == 0.0
 
 
+def test_error_sources_split_the_profiles_level_from_the_split_placements_own_error():
+    """Single-worker placements measured 25 % slower than predicted are the profile's level; scaled by it,
+    the split placements are off by their own 5 %. The rounds' repeatability is one round against the
+    mean of the others."""
+    from experiments.simulator_fidelity import error_sources
+
+    def row(share, measured, predicted, rounds=(10.0, 11.0, 9.0)):
+        return {"model": "a", "heldout": False, "on_worker_1": share, "measured_ms": measured,
+                "predicted_ms": predicted, "error_pct": measured and 100 * (predicted / measured - 1),
+                "rounds_ms": list(rounds)}
+
+    rows = [row(0.0, 10.0, 8.0), row(1.0, 12.5, 10.0), row(0.5, 20.0, 16.0 * 1.05), row(0.25, 30.0, 24.0 * 0.95),
+            row(0.5, 40.0, 32.0 * 1.05), row(0.5, None, 5.0, rounds=(None,))]
+    (source,) = error_sources(rows, ["a"])
+    assert source["single_worker"] == 2 and source["split"] == 3
+    assert source["level_pct"] == pytest.approx(-20.0)
+    assert source["split_median_abs_error_pct"] == pytest.approx(16.0)
+    assert source["split_level_scaled_pct"] == pytest.approx(5.0)
+    # rounds 10, 11, 9: against the others' means 0 %, 13.6 %, 16.7 %
+    assert source["round_repeat_pct"] == pytest.approx(100 * 1.5 / 11)
+
+
 class FakeTestbed:
     """Stands in for local:2: every placement takes its predicted time plus 10 %, and `fails` runs out of memory."""
 
