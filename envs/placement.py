@@ -105,7 +105,7 @@ class PlacementProblemEnv(gym.Env):
             "ok": result.ok,
             "failure": result.failure,
             "failure_message": result.message,
-            "peak_memory": dict(result.peak_memory),
+            "peak_memory": result.peak_memory,  # simulated: computed when read (`DeferredPeaks`)
             "moved_ops": len(result.moved_ops),
             "tensorflow_moved_ops": bool(result.moved_ops),
             "samples": list(result.samples),

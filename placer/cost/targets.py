@@ -105,8 +105,8 @@ class SimulatedCost(CostTarget):
 
     def _evaluate(self, placement: Placement) -> StepTime:
         result = self.simulator.simulate(placement.group_device_array)
-        details = {"samples": (result.step_time,), "peak_memory": dict(result.peak_memory),
-                   "busy": dict(result.device_busy)}
+        # The peaks as the simulator gives them: deferred (computed if read) where no device can run out.
+        details = {"samples": (result.step_time,), "peak_memory": result.peak_memory, "busy": result.device_busy}
         if not result.ok:
             return StepTime.failed("oom", f"out of memory on {', '.join(result.out_of_memory)}", self.backend,
                                    str(self.spec), **details)

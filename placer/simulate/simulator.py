@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
+from typing import Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -14,7 +14,7 @@ from placer.graph.control import kept_control_inputs
 from placer.graph.opgraph import OpGraph, OpNode
 from placer.placement import Placement
 from placer.profile import CostTable
-from placer.simulate.engine import EngineDevices, EngineGraph, Workspace, place_ops, simulate_step
+from placer.simulate.engine import EngineDevices, EngineGraph, Workspace, memory_fits, place_ops, simulate_step
 from placer.simulate.result import SimResult, SimulatedOp, SimulatedTransfer
 
 # Outputs of these ops alias memory that already exists (a variable, a constant, their input), so
@@ -172,6 +172,7 @@ class Simulator:
         self._op_device = np.empty(len(step), dtype=np.int32)
         self._persistent = np.empty(len(devices), dtype=np.float64)
         self._capacity_list = self.capacity.tolist()
+        self._memory_bound = np.empty(len(devices), dtype=np.float64)
 
     def _modeled_costs(self, model: OpTimeModel) -> tuple[np.ndarray, list[int]]:
         """Op seconds per CPU device at its width, and the ops each runs at once."""
@@ -207,14 +208,14 @@ class Simulator:
         """Simulate one training step. `placement` is a Placement or one device index per colocation group."""
         group_devices = self._group_devices(placement)
         op_device, persistent = self._op_device, self._persistent
-        devices_used, bad_group = place_ops(group_devices, self._op_group, self._variable_groups, self._variable_bytes,
-                                            op_device, persistent)
-        if bad_group >= 0:
-            raise PlacementError(f"device indices must be in 0..{len(self.devices) - 1}, got "
-                                 f"{int(group_devices[bad_group])} for group {bad_group}")
+        devices_used = self._place(group_devices)
         work = self._work
+        # Peak memory is a third of a simulation. Where no device can run out whatever happens, it is left to
+        # be computed if and when someone reads it (`DeferredPeaks`); a timeline tracks it anyway.
+        track_memory = timeline or not memory_fits(self._engine_graph, op_device, persistent, self.capacity,
+                                                   self._memory_bound)
         step_time, finished, missing_link, transfers_made = simulate_step(
-            self._engine_graph, self._engine_devices, op_device, persistent, work)
+            self._engine_graph, self._engine_devices, op_device, persistent, work, track_memory)
         if missing_link >= 0:
             a, b = divmod(int(missing_link), len(self.devices))
             raise DeviceSpecError(
@@ -238,19 +239,39 @@ class Simulator:
                 for t, d in (divmod(int(k), len(names)) for k in np.sort(work.sent[:transfers_made]))
             )
         # Through lists: converting numpy scalars one by one cost more than the rest of this method.
-        peak_bytes = peak.tolist()
+        if track_memory:
+            peak_bytes = peak.tolist()
+            peak_memory: Mapping[str, int] = {name: int(p) for name, p in zip(names, peak_bytes)}
+            out_of_memory = tuple(name for name, p, c in zip(names, peak_bytes, self._capacity_list) if p > c)
+        else:
+            peak_memory, out_of_memory = DeferredPeaks(self, group_devices.copy()), ()
         sources, targets = np.nonzero(link_bytes)
         remote = self.config.remote_overhead if self.config.remote_overhead and not (group_devices == 0).any() else 0.0
         return SimResult(
             step_time=float(step_time) + self.config.step_overhead
             + self.config.spanning_overhead * max(devices_used - 1, 0) + remote,
             device_busy=dict(zip(names, busy.tolist())),
-            peak_memory={name: int(p) for name, p in zip(names, peak_bytes)},
+            peak_memory=peak_memory,
             link_bytes={(names[a], names[b]): int(link_bytes[a, b]) for a, b in zip(sources.tolist(), targets.tolist())},
-            out_of_memory=tuple(name for name, p, c in zip(names, peak_bytes, self._capacity_list) if p > c),
+            out_of_memory=out_of_memory,
             ops=result_ops,
             transfers=transfers,
         )
+
+    def peak_memory(self, placement: Placement | Sequence[int]) -> dict[str, int]:
+        """Largest live bytes per device in a step of `placement`: its step simulated with memory tracked."""
+        self._place(self._group_devices(placement))
+        simulate_step(self._engine_graph, self._engine_devices, self._op_device, self._persistent, self._work, True)
+        return {name: int(p) for name, p in zip(self.devices.names, self._work.peak.tolist())}
+
+    def _place(self, group_devices: np.ndarray) -> int:
+        """Fills the op devices and resident bytes of a placement; returns how many devices it uses."""
+        devices_used, bad_group = place_ops(group_devices, self._op_group, self._variable_groups, self._variable_bytes,
+                                            self._op_device, self._persistent)
+        if bad_group >= 0:
+            raise PlacementError(f"device indices must be in 0..{len(self.devices) - 1}, got "
+                                 f"{int(group_devices[bad_group])} for group {bad_group}")
+        return devices_used
 
     def _group_devices(self, placement) -> np.ndarray:
         if isinstance(placement, Placement):
@@ -270,3 +291,35 @@ class Simulator:
 def _transfer_start(recorded: float) -> float:
     """The event loop marks a transfer whose bytes it counted on the receiver as -2 - start."""
     return float(-2.0 - recorded if recorded <= -2.0 else recorded)
+
+
+class DeferredPeaks(Mapping[str, int]):
+    """A simulated step's peak memory per device, computed on first read: `Simulator.simulate` proved that no
+    device can run out (`memory_fits`), so the exact peaks were not tracked. Reading one simulates the step
+    again with memory tracked (its placement is kept, so later simulations do not change the answer)."""
+
+    def __init__(self, simulator: Simulator, group_devices: np.ndarray):
+        self._simulator: Simulator | None = simulator
+        self._group_devices = group_devices
+        self._peaks: dict[str, int] | None = None
+
+    def _load(self) -> dict[str, int]:
+        if self._peaks is None:
+            self._peaks = self._simulator.peak_memory(self._group_devices)
+            self._simulator = None  # the simulator's arrays need not outlive it for this result's sake
+        return self._peaks
+
+    def __getitem__(self, device: str) -> int:
+        return self._load()[device]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def __repr__(self) -> str:
+        return repr(self._load())
+
+    def __reduce__(self):  # pickled (e.g. to another process) as the plain dict it stands for
+        return dict, (self._load(),)

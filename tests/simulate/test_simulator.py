@@ -188,6 +188,32 @@ def test_peak_memory_counts_live_tensors_and_a_too_small_device_is_out_of_memory
     assert "OUT OF MEMORY" in result.describe()
 
 
+@pytest.mark.parametrize("on_cores", [False, True], ids=["links", "cores"])
+def test_peaks_not_tracked_where_memory_fits_are_exact_when_read(two_tower, on_cores):
+    """Where no device can run out whatever the order, a simulation leaves peak memory to be computed when
+    read; read after other placements ran on the same simulator, the peaks equal those of a tracked
+    simulation (a timeline tracks them), and a result pickles with them as a plain dict."""
+    import pickle
+
+    from placer.simulate.simulator import DeferredPeaks
+
+    devices = two_devices(latency=1e-5)
+    rng = np.random.default_rng(1)
+    table = CostTable(two_tower.fingerprint, "CPU", {op.name: float(rng.random()) * MS for op in two_tower.step_ops}, "random")
+    config = SimulatorConfig(cpu_slots=2, **({"send_cpu": 2e-5, "send_cpu_per_byte": 1e-10, "recv_cpu": 2e-5,
+                                              "recv_cpu_per_byte": 1e-10} if on_cores else {}))
+    simulator = Simulator(two_tower, devices, table, config)
+    assignments = rng.integers(0, 2, size=(6, len(two_tower.groups)))
+    results = [simulator.simulate(a) for a in assignments]
+    assert all(isinstance(r.peak_memory, DeferredPeaks) and r.ok for r in results)
+    tracked = [simulator.simulate(a, timeline=True) for a in assignments]
+    assert len({tuple(t.peak_memory.values()) for t in tracked}) > 1  # the placements differ in memory
+    for result, exact in zip(results, tracked):
+        assert dict(result.peak_memory) == exact.peak_memory and result.step_time == exact.step_time
+    copied = pickle.loads(pickle.dumps(results[0]))
+    assert type(copied.peak_memory) is dict and copied.peak_memory == tracked[0].peak_memory
+
+
 def test_same_inputs_give_the_same_result(two_tower):
     devices = two_devices(latency=1e-5)
     rng = np.random.default_rng(0)
