@@ -381,20 +381,22 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
                 xfer_start[tensor, target] = -1.0
                 recv_uses[tensor, target] = 0
                 control_grouped[e] = False
+                if not track_memory and tensor_control[tensor]:  # nothing else to count: one pass
+                    control_pending[out_dst[e], dev] += 1
+        if not track_memory:
+            continue
         # Readers that keep memory alive: same-device consumers and each distinct transfer of data.
         for e in range(out_ptr[i], out_ptr[i + 1]):
             target = op_device[out_dst[e]]
             if target == dev:
-                if track_memory:
-                    uses[i] += 1
+                uses[i] += 1
             else:
                 tensor = out_tensor[e]
                 if tensor_control[tensor]:
                     control_pending[out_dst[e], dev] += 1
-                elif track_memory and recv_uses[tensor, target] == 0:
+                elif recv_uses[tensor, target] == 0:
                     uses[i] += 1
-                if track_memory:
-                    recv_uses[tensor, target] += 1
+                recv_uses[tensor, target] += 1
 
     send_base = n + tensor_bytes.shape[0] * d
     events = 0
