@@ -150,8 +150,11 @@ class Placement:
         """Raise if an op is placed on a device type for which TensorFlow has no kernel for it."""
         assigned = self.group_device_array
         for kind in {device.kind for device in devices}:
-            of_kind = [i for i, device in enumerate(devices) if device.kind == kind]
-            misplaced = graph.groups_without_kernel(kind) & np.isin(assigned, of_kind)
+            lacking = graph.groups_without_kernel(kind)
+            if not lacking.any():  # usually so for CPUs: no check per group (agents make placements per sample)
+                continue
+            is_kind = np.array([device.kind == kind for device in devices])
+            misplaced = lacking & is_kind[assigned]
             if not misplaced.any():
                 continue
             group = graph.groups[int(np.argmax(misplaced))]
