@@ -321,5 +321,7 @@ class DeferredPeaks(Mapping[str, int]):
     def __repr__(self) -> str:
         return repr(self._load())
 
-    def __reduce__(self):  # pickled (e.g. to another process) as the plain dict it stands for
+    def __reduce__(self):
+        # Pickled as the plain dict it stands for, so pickling computes the peaks: an async vector env, which
+        # sends each step's info to the main process, pays a second simulation per step for them.
         return dict, (self._load(),)
