@@ -176,3 +176,18 @@ def test_scotch_gives_the_same_partition_for_the_same_seed(monkeypatch):
     placements = {scotch_placement(graph, target.devices, target.simulator, seed=0).group_devices for _ in range(5)}
     assert len(placements) == 1
     assert "SCOTCH_DETERMINISTIC" not in os.environ  # set for the call only
+
+
+def test_earliest_task_first_places_each_unit_where_it_can_start_first_counting_transfers():
+    from agents.baselines import UnitProblem, _list_schedule
+
+    # a diamond 0 -> {1, 2} -> 3 on two devices; a transfer costs 0.5 s (latency; the bytes are free)
+    problem = UnitProblem(compute=np.array([[1.0, 1.0], [2.0, 2.0], [2.0, 2.0], [1.0, 1.0]]), memory=np.zeros(4),
+                          edges=np.array([[0, 1, 1.0], [0, 2, 1.0], [1, 3, 1.0], [2, 3, 1.0]]),
+                          bandwidth=np.full((2, 2), 1e30), latency=np.full((2, 2), 0.5), capacity=np.full(2, np.inf))
+    # 0 on device 0 (a tie: the lower device); 1 after it there (starts at 1, against 1.5 across); 2 across at
+    # 1.5 (device 0 is busy until 3); 3 on device 1 at 3.5, where 1's output arrives at 3.5 and 2's is local
+    np.testing.assert_array_equal(_list_schedule(None, problem), [0, 0, 1, 1])
+    # with transfers dearer than waiting, the whole diamond stays on one device
+    dear = UnitProblem(**{**problem.__dict__, "latency": np.full((2, 2), 5.0)})
+    np.testing.assert_array_equal(_list_schedule(None, dear), [0, 0, 0, 0])
