@@ -43,6 +43,7 @@ from agents.graph_policy import training_set  # noqa: E402
 from agents.graph_policy.agent import HEADS, GraphAgentConfig, GraphPolicyAgent, partition_prior  # noqa: E402
 from agents.graph_policy.policy_file import load_policy  # noqa: E402
 from agents.graph_policy.pretrain import PretrainConfig, place_with_policy, pretrain  # noqa: E402
+from agents.graph_policy.priors import align_to, heuristic_placements  # noqa: E402
 from agents.presets import DEFAULT_PRESET, with_preset  # noqa: E402
 from envs.placement import PlacementEnv  # noqa: E402
 from experiments._report import write_report  # noqa: E402
@@ -95,7 +96,8 @@ def samples_to_reach(agent, env, target_seconds: float, updates: int) -> tuple[i
 
 def agent_config(args) -> GraphAgentConfig:
     """The graph agent's configuration, for pre-training and for fine-tuning."""
-    return GraphAgentConfig(seed=args.seed, head=args.head, moves_per_sample=args.moves_per_sample)
+    return GraphAgentConfig(seed=args.seed, head=args.head, moves_per_sample=args.moves_per_sample,
+                            prior_heuristics=tuple(args.prior_heuristics))
 
 
 def evaluate_held_out(policy_path: Path, graph, model: str | None, machines, args, fold: str) -> list[dict]:
@@ -107,16 +109,24 @@ def evaluate_held_out(policy_path: Path, graph, model: str | None, machines, arg
             env.reset(seed=args.seed)
             baseline, baseline_seconds = best_baseline(env, model)
             started = time.perf_counter()
-            zero_shot = env.target.evaluate(list(place_with_policy(policy, env.graph, env.devices, env.device_mask,
-                                                                          args.head)))
+            zero_shot_assignment = place_with_policy(policy, env.graph, env.devices, env.device_mask, args.head)
+            zero_shot = env.target.evaluate(list(zero_shot_assignment))
             placing = time.perf_counter() - started
             prior = env.target.evaluate(list(partition_prior(env.graph, env.devices).argmax(axis=1)))
+            # which voting heuristic the zero-shot placement follows most closely (labels aligned to its own)
+            heuristics = policy.config.prior_heuristics if policy.config.partition_prior else ()
+            placed = np.asarray(zero_shot_assignment)
+            agreement = {name: float(np.mean(align_to(p, placed, env.devices) == placed))
+                         for name, p in zip(heuristics, heuristic_placements(env.graph, env.devices, heuristics))
+                         } if heuristics else {}
+            follows = max(agreement, key=agreement.get) if agreement else None
             row = {"fold": fold, "graph": graph.name, "machine": machine, "best_baseline": baseline,
                    "best_baseline_ms": baseline_seconds * 1e3,
                    "zero_shot_ms": zero_shot.seconds * 1e3 if zero_shot.ok else None,
                    "zero_shot_vs_best_pct": 100 * (baseline_seconds - zero_shot.seconds) / baseline_seconds
                    if zero_shot.ok else None, "placing_s": placing,
-                   "partition_prior_ms": prior.seconds * 1e3 if prior.ok else None}
+                   "partition_prior_ms": prior.seconds * 1e3 if prior.ok else None,
+                   "zero_shot_follows": follows, "zero_shot_agreement": agreement.get(follows)}
             if args.finetune_updates:
                 fine_policy, _ = load_policy(policy_path)  # a fresh copy: each graph fine-tunes from the same start
                 fine = GraphPolicyAgent(env.graph, env.device_mask, env.devices, agent_config(args), policy=fine_policy)
@@ -141,6 +151,10 @@ def main() -> None:
     parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES),
                         help="families held out in turn (all families are pre-trained on)")
     parser.add_argument("--pretrain-updates", type=int, default=200)
+    parser.add_argument("--imitation-updates", type=int, default=training_set.IMITATION_UPDATES,
+                        help="updates of imitating each training pair's best voting heuristic before pre-training")
+    parser.add_argument("--prior-heuristics", nargs="+", default=list(GraphAgentConfig.prior_heuristics),
+                        help="baselines whose placements vote for each unit's device, the first leading")
     parser.add_argument("--finetune-updates", type=int, default=50, help="0: zero-shot only")
     parser.add_argument("--generated", type=int, default=2, help="generated branchy graphs, held out from every fold")
     parser.add_argument("--pretrain-generated", type=int, default=training_set.GENERATED,
@@ -161,22 +175,24 @@ def main() -> None:
             trained_on = [graphs[m] for family, models in FAMILIES.items() if family != fold for m in models]
             config = PretrainConfig(models=tuple(trained_on), machines=tuple(args.machines), sizes=(args.size,),
                                     generated=args.pretrain_generated, updates=args.pretrain_updates,
-                                    agent=agent_config(args))
+                                    imitation_updates=args.imitation_updates, agent=agent_config(args))
             path = pretrain(config, Path(scratch_dir) / f"without-{fold}.npz").path
             for model in FAMILIES[fold]:
                 rows += evaluate_held_out(path, graphs[model], model, args.machines, args, f"without {fold}")
         if generated:
             config = PretrainConfig(models=tuple(graphs.values()), machines=tuple(args.machines), sizes=(args.size,),
                                     generated=args.pretrain_generated, updates=args.pretrain_updates,
-                                    agent=agent_config(args))
+                                    imitation_updates=args.imitation_updates, agent=agent_config(args))
             path = pretrain(config, Path(scratch_dir) / "all-families.npz").path
             for graph in generated:
                 rows += evaluate_held_out(path, graph, None, args.machines, args, "all families")
     zero_shot = [r["zero_shot_vs_best_pct"] for r in rows if r["zero_shot_vs_best_pct"] is not None]
     write_report("generalization", ["fold", "graph", "machine", "best_baseline", "best_baseline_ms", "zero_shot_ms",
-                                    "zero_shot_vs_best_pct", "partition_prior_ms", "placing_s", "finetuned_samples", "finetuned_best_ms",
+                                    "zero_shot_vs_best_pct", "partition_prior_ms", "zero_shot_follows",
+                                    "zero_shot_agreement", "placing_s", "finetuned_samples", "finetuned_best_ms",
                                     "scratch_samples", "scratch_best_ms"], rows, args.out,
                  size=args.size, pretrain_updates=args.pretrain_updates, finetune_updates=args.finetune_updates,
+                 imitation_updates=args.imitation_updates, prior_heuristics=args.prior_heuristics,
                  pretrain_generated=args.pretrain_generated, head=args.head,
                  moves_per_sample=args.moves_per_sample if args.head == "moves" else None,
                  samples_per_update=SAMPLES_PER_UPDATE,

@@ -14,6 +14,7 @@ from agents.colocation import UnitSample
 from agents.graph_policy import moves
 from agents.graph_policy.features import device_inputs, graph_inputs
 from agents.graph_policy.policy import MOVE_VARIABLES_PREFIX, GraphPlacementPolicy, GraphPolicyConfig
+from agents.graph_policy.priors import PRIOR_HEURISTICS, heuristic_votes
 from agents.policy_gradient import PolicyGradientAgent, PolicyGradientConfig
 from placer.devices import DeviceSet
 from placer.graph.opgraph import OpGraph
@@ -38,6 +39,8 @@ class GraphAgentConfig(PolicyGradientConfig):
     """Start each unit on its device in a partition of the graph over the compute devices (GraphPolicyConfig)."""
     prior_weight: float = 2.5
     """Initial weight of that prior in the logits (GraphPolicyConfig)."""
+    prior_heuristics: tuple[str, ...] = PRIOR_HEURISTICS
+    """Baselines whose placements vote for each unit's device, the first leading (GraphPolicyConfig)."""
     head: str = "one-shot"
     """How a sample is drawn: "one-shot" draws every unit's device at once; "moves" moves `moves_per_sample`
     units of the anchor (the start, then the best placement found), so fine-tuning searches near its start.
@@ -51,6 +54,16 @@ class GraphAgentConfig(PolicyGradientConfig):
             raise ValueError(f"unknown head {self.head!r}: {' or '.join(repr(h) for h in HEADS)}")
         if not isinstance(self.moves_per_sample, int) or self.moves_per_sample < 1:
             raise ValueError(f"moves_per_sample must be a whole number of at least 1, got {self.moves_per_sample!r}")
+        if isinstance(self.prior_heuristics, str):
+            object.__setattr__(self, "prior_heuristics", (self.prior_heuristics,))
+        object.__setattr__(self, "prior_heuristics", tuple(self.prior_heuristics))
+        from placer.baselines import BaselineError, check_baseline
+
+        for name in self.prior_heuristics:
+            try:  # every graph the policy meets is a user's graph to it: no expert placement
+                check_baseline(name, builtin_model=False, simulator=True)
+            except BaselineError as error:
+                raise ValueError(f"prior_heuristics: {error}") from None
 
     def head_options(self) -> dict:
         """The options that make the head, as a policy file records them."""
@@ -59,30 +72,14 @@ class GraphAgentConfig(PolicyGradientConfig):
     def policy_config(self) -> GraphPolicyConfig:
         return GraphPolicyConfig(hidden_size=self.hidden_size, message_rounds=self.message_rounds,
                                  tanh_constant=self.tanh_constant, partition_prior=self.partition_prior,
-                                 prior_weight=self.prior_weight, seed=self.seed)
+                                 prior_weight=self.prior_weight, prior_heuristics=self.prior_heuristics,
+                                 seed=self.seed)
 
 
 def partition_prior(graph: OpGraph, devices: DeviceSet) -> np.ndarray:
-    """[U, D] 1 on each unit's starting device: the METIS baseline's k-way partition over the compute devices,
-    balanced by the devices' roofline op costs (a generic host CPU's or V100's where a device has no
-    hardware numbers, as on the testbed: only the costs' ratios matter to the balance). Neighbouring units
-    start together, and the parts differ in which device they start on."""
-    from agents.partitioners import metis_placement
-    from placer.cost.targets import roofline_tables
-    from placer.errors import DeviceSpecError
-    from placer.hardware import GPUS, HOST_CPU
-    from placer.profile import roofline_costs
-    from placer.simulate import Simulator
-
-    try:
-        tables = roofline_tables(graph, devices)
-    except DeviceSpecError:
-        tables = {device.model or device.kind: roofline_costs(graph, HOST_CPU if device.kind == "CPU" else GPUS["V100"])
-                  for device in devices}
-    start = metis_placement(graph, devices, Simulator(graph, devices, tables)).group_device_array
-    prior = np.zeros((len(graph.groups), len(devices)), np.float32)
-    prior[np.arange(len(graph.groups)), start] = 1.0
-    return prior
+    """[U, D] 1 on each unit's device in the METIS baseline's k-way partition over the compute devices,
+    balanced by the devices' roofline op costs: the first heuristic's vote (`agents.graph_policy.priors`)."""
+    return heuristic_votes(graph, devices, ("metis",))[0]
 
 
 class GraphPolicyAgent(PolicyGradientAgent):
@@ -108,8 +105,9 @@ class GraphPolicyAgent(PolicyGradientAgent):
         mask[mask.sum(axis=1) == 0] = 1.0  # no device fits: leave it free, the placement fails and is charged
         self.mask = tf.constant(mask)
         # The policy's own configuration decides (a pre-trained policy brings its own).
-        self.prior = tf.constant(partition_prior(graph, devices) if self.policy.config.partition_prior
-                                 else np.zeros((inputs.num_units, len(devices)), np.float32))
+        heuristics = self.policy.config.prior_heuristics
+        self.prior = tf.constant(heuristic_votes(graph, devices, heuristics) if self.policy.config.partition_prior
+                                 else np.zeros((len(heuristics), inputs.num_units, len(devices)), np.float32))
         if c.head == "moves":
             if c.moves_per_sample > inputs.num_units:
                 from agents.factory import AgentOptionError
@@ -118,15 +116,36 @@ class GraphPolicyAgent(PolicyGradientAgent):
                                        f"units of {graph.name}: give at most {inputs.num_units}")
             self.sample_type = moves.MoveSample
             self.edges_array = inputs.edges
-            # The partition prior's placement where there is one: this head never trains the one-shot
-            # distribution, so after pre-training with it the greedy one-shot placement drifts far from anything
-            # sampled (two-tower tiny: 2.28 ms against the partition's 0.28 ms). Units whose partition device is
-            # masked, and graphs without the prior, start where the greedy one-shot placement puts them.
+            # The heuristics' weighted vote where there is one: this head never trains the one-shot scores, so
+            # after pre-training with it the greedy one-shot placement drifts far from anything sampled
+            # (two-tower tiny: 2.28 ms against the partition's 0.28 ms). Units whose voted device is masked,
+            # and graphs without the prior, start where the greedy one-shot placement puts them.
             start = self._one_shot_samples(1, greedy=True)[0].devices
             if self.policy.config.partition_prior:
-                partition = np.argmax(self.prior.numpy(), axis=1)
-                start = np.where(mask[np.arange(inputs.num_units), partition] > 0, partition, start)
+                voted = self.voted_placement()
+                start = np.where(mask[np.arange(inputs.num_units), voted] > 0, voted, start)
             self.start = start
+
+    def voted_placement(self) -> np.ndarray:
+        """[U] each unit's device by the heuristics' votes, each weighted as the policy trusts it for that unit
+        (ties to the lower device index)."""
+        weights = self.policy.prior_weights(self.units, self.edges)
+        return tf.argmax(tf.einsum("nk,knd->nd", weights, self.prior), axis=1).numpy().astype(np.int64)
+
+    def imitate(self, target: np.ndarray) -> float:
+        """One gradient step towards placing as `target` [U] does (cross-entropy of every unit's device
+        logits, mean over units), with this agent's optimizer and learning rate: a warm start before
+        rewards, as DOPPLER imitates a heuristic first. Returns the loss before the step."""
+        target_t = tf.constant(np.asarray(target, np.int32))
+        variables = [v for v in self.policy.trainable_variables if not v.name.startswith(MOVE_VARIABLES_PREFIX)]
+        with tf.GradientTape() as tape:
+            logits = self._masked_logits(tf.zeros([1, int(self.units.shape[0]), self.num_devices]))[0]
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=target_t, logits=logits))
+        gradients = tape.gradient(loss, variables)
+        pairs = [(g, v) for g, v in zip(gradients, variables) if g is not None]
+        clipped, _ = tf.clip_by_global_norm([g for g, _ in pairs], self.config.grad_bound)
+        self.optimizer.apply_gradients(zip(clipped, [v for _, v in pairs]))
+        return float(loss)
 
     @property
     def anchor(self) -> np.ndarray:

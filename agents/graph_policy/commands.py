@@ -26,6 +26,9 @@ def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--updates", type=int, default=defaults.UPDATES, help="updates in all, one graph-machine "
                         f"pair each, in turn (default {defaults.UPDATES})")
     parser.add_argument("--samples-per-update", type=int, default=defaults.SAMPLES_PER_UPDATE)
+    parser.add_argument("--imitation-updates", type=int, default=defaults.IMITATION_UPDATES, metavar="N",
+                        help="first, N updates of imitating each pair's best voting heuristic, one pair each, in turn "
+                        f"(default {defaults.IMITATION_UPDATES})")
     parser.add_argument("--set", dest="agent_options", action="append", default=[], metavar="KEY=VALUE",
                         help="a GraphAgentConfig option, e.g. --set hidden_size=32 --set learning_rate=0.01")
     parser.add_argument("--seed", type=int, default=0)
@@ -42,13 +45,15 @@ def pretrain_command_run(args: argparse.Namespace) -> int:
     agent = check_agent_options("graph", options, seed=args.seed)
     config = PretrainConfig(models=tuple(args.models), sizes=tuple(args.sizes), machines=tuple(args.machines),
                             generated=args.generated, updates=args.updates,
-                            samples_per_update=args.samples_per_update, agent=agent,
+                            samples_per_update=args.samples_per_update, imitation_updates=args.imitation_updates,
+                            agent=agent,
                             progress=not args.no_progress)
     result = pretrain(config, args.out)
     print(f"wrote {result.path}: {result.samples} placements over {len(result.best_step_times)} graph-machine "
           f"pairs in {result.seconds:.0f} s; best sampled step times:")
     for pair, seconds in result.best_step_times.items():
-        print(f"  {pair:<40} {seconds * 1e3:10.3f} ms")
+        imitated = f"   (imitated {result.imitated[pair]})" if pair in result.imitated else ""
+        print(f"  {pair:<40} {seconds * 1e3:10.3f} ms{imitated}")
     return 0
 
 

@@ -7,10 +7,12 @@ additive-attention score of the two, bounded by tanh. Nothing depends on the num
 so one set of weights places any graph on any device set whose kinds it has seen.
 
 Devices of one kind and model look alike to that score, so on its own the policy can put a graph on one
-GPU or spread it at random, but never split it. A partition prior breaks the tie: the caller gives each
-unit a starting device (a graph-only partition over the compute devices, `agents.graph_policy.agent`), and
-the unit's embedding decides how strongly it keeps it (a learned, non-negative weight per unit), as the
-hierarchical planner's placement prior does with a fixed weight.
+GPU or spread it at random, but never split it. Heuristics' votes break the tie (`agents.graph_policy.priors`):
+the caller gives each unit the device each heuristic puts it on, and the policy weighs each vote per unit
+(a learned, non-negative weight from the unit's embedding and from the mean embedding of its graph), as the
+hierarchical planner's placement prior does with one fixed weight. The first heuristic (METIS) starts at
+`prior_weight`, the others nearly silent, so an untrained policy places as METIS does; pre-training learns
+which vote to follow where (imitation of the best heuristic, then rewards).
 
 A move scorer serves the "moves" head (`agents.graph_policy.moves`), which changes a few units of a
 placement per sample: it scores how worth moving each unit is, from its embedding and two facts about the
@@ -31,6 +33,8 @@ UNIT_FEATURES = OP_TYPE_BUCKETS + 6
 INITIAL_MOVE_CUT_WEIGHT = 3.0
 MOVE_VARIABLES_PREFIX = "move/"
 """The move scorer's variables are named under it (policy files of version 2 have none)."""
+GRAPH_PRIOR_VARIABLES_PREFIX = "prior/graph/"
+"""The graph-level share of the votes' weights (policy files before version 4 have none)."""
 DEVICE_FEATURES = len(DEVICE_KINDS) + 4
 
 
@@ -45,18 +49,41 @@ class GraphPolicyConfig:
     partition_prior: bool = True
     """Start each unit on its device in a partition of the graph over the compute devices (see the module)."""
     prior_weight: float = 2.5
-    """Initial weight of the partition prior in every unit's logits, learned per unit from there on. It is the
-    tuned preset's placement prior weight: among three equally scored devices, a unit keeps its partition's
-    device with probability e^2.5 / (e^2.5 + 2) = 0.86."""
+    """Initial weight of the first heuristic's vote in every unit's logits, learned per unit from there on. It
+    is the tuned preset's placement prior weight: among three equally scored devices, a unit keeps its
+    partition's device with probability e^2.5 / (e^2.5 + 2) = 0.86."""
+    prior_heuristics: tuple[str, ...] = ("metis", "m-etf", "m-sct")
+    """Baselines whose placements vote for each unit's device (`agents.graph_policy.priors`); the first leads."""
+    other_prior_weight: float = 0.1
+    """Initial weight of every other heuristic's vote: too small to outvote the first before training."""
+    prior_weight_bound: float | None = 5.0
+    """Each vote's weight is bounded to B * tanh(w / B), as the scores are: unbounded, 60 steps of imitating a
+    heuristic drove weights to 10-70, and a policy that sure never samples anything else (None: unbounded,
+    as in policy files before version 4)."""
     seed: int = 0
 
     def __post_init__(self):
+        object.__setattr__(self, "prior_heuristics", tuple(self.prior_heuristics))  # a JSON record gives a list
+        if not self.prior_heuristics or not all(isinstance(h, str) for h in self.prior_heuristics):
+            raise ValueError(f"prior_heuristics must name at least one baseline, got {self.prior_heuristics!r}")
+        if not self.other_prior_weight > 0:
+            raise ValueError(f"other_prior_weight must be positive, got {self.other_prior_weight!r}")
+        if self.prior_weight_bound is not None and not self.prior_weight_bound > self.prior_weight:
+            raise ValueError(f"prior_weight_bound must be above prior_weight ({self.prior_weight}), got "
+                             f"{self.prior_weight_bound!r}")
         for name in ("hidden_size", "message_rounds"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
         if not self.prior_weight > 0:
             raise ValueError(f"prior_weight must be positive, got {self.prior_weight!r}")
+
+
+def _inverse_weight(weight: float, bound: float | None) -> float:
+    """The raw value whose bounded softplus (`GraphPlacementPolicy._prior_weights`) is `weight`."""
+    if bound is not None:
+        weight = bound * float(np.arctanh(weight / bound))
+    return float(np.log(np.expm1(weight)))
 
 
 def _dense(name: str, inputs: int, outputs: int, seed: int) -> tuple[tf.Variable, tf.Variable]:
@@ -82,9 +109,16 @@ class GraphPlacementPolicy(tf.Module):
         self.score_vector = tf.Variable(tf.keras.initializers.GlorotUniform(seed=seed + 1003)((h, 1))[:, 0],
                                         name="score_vector")
         if c.partition_prior:
-            # softplus(h . gate + bias) starts at prior_weight for every unit: the gate starts at zero
+            # bound(softplus(h . gate + bias)) starts at prior_weight for every unit: the gate starts at zero
             self.prior_gate = tf.Variable(tf.zeros([h]), name="prior/gate")
-            self.prior_bias = tf.Variable(float(np.log(np.expm1(c.prior_weight))), name="prior/bias")
+            self.prior_bias = tf.Variable(_inverse_weight(c.prior_weight, c.prior_weight_bound), name="prior/bias")
+            others = len(c.prior_heuristics) - 1
+            if others:
+                self.other_prior_gate = tf.Variable(tf.zeros([h, others]), name="prior/others/gate")
+                self.other_prior_bias = tf.Variable(
+                    tf.fill([others], _inverse_weight(c.other_prior_weight, c.prior_weight_bound)), name="prior/others/bias")
+            # the mean embedding of the graph: which heuristic wins is mostly a property of the whole graph
+            self.graph_prior_gate = tf.Variable(tf.zeros([h, others + 1]), name=GRAPH_PRIOR_VARIABLES_PREFIX + "gate")
         # Before any training, a unit on the boundary between two devices' parts is e^CUT_WEIGHT times as
         # likely to be moved as one inside a part (moving boundary units is how Kernighan-Lin refines a cut),
         # and the gate starts at zero, so the embedding has no say until it learns one.
@@ -117,9 +151,15 @@ class GraphPlacementPolicy(tf.Module):
 
     @tf.function(reduce_retracing=True)
     def logits_with_prior(self, units: tf.Tensor, edges: tf.Tensor, devices: tf.Tensor, prior: tf.Tensor) -> tf.Tensor:
-        """[N, D] logits with the partition prior: prior [N, D] is 1 on each unit's starting device."""
+        """[N, D] logits of one graph with the heuristics' votes: prior [K, N, D] is 1 on the device heuristic k
+        puts each unit on (`agents.graph_policy.priors.heuristic_votes`)."""
         h = self.encode(units, edges)
         return self._with_prior(h, self._scores(h, devices), prior)
+
+    @tf.function(reduce_retracing=True)
+    def prior_weights(self, units: tf.Tensor, edges: tf.Tensor) -> tf.Tensor:
+        """[N, K] how much each unit of one graph trusts each heuristic's vote (all >= 0)."""
+        return self._prior_weights(self.encode(units, edges))
 
     @tf.function(reduce_retracing=True)
     def logits_and_move_bias(self, units: tf.Tensor, edges: tf.Tensor, devices: tf.Tensor,
@@ -142,8 +182,16 @@ class GraphPlacementPolicy(tf.Module):
     def _with_prior(self, h: tf.Tensor, scores: tf.Tensor, prior: tf.Tensor) -> tf.Tensor:
         if not self.config.partition_prior:
             return scores
-        weight = tf.nn.softplus(tf.linalg.matvec(h, self.prior_gate) + self.prior_bias)
-        return scores + weight[:, None] * prior
+        return scores + tf.einsum("nk,knd->nd", self._prior_weights(h), prior)
+
+    def _prior_weights(self, h: tf.Tensor) -> tf.Tensor:
+        raw = tf.linalg.matvec(h, self.prior_gate)[:, None] + self.prior_bias
+        if len(self.config.prior_heuristics) > 1:
+            raw = tf.concat([raw, tf.matmul(h, self.other_prior_gate) + self.other_prior_bias], axis=1)
+        graph = tf.matmul(tf.reduce_mean(h, axis=0, keepdims=True), self.graph_prior_gate)
+        weights = tf.nn.softplus(raw + graph)
+        bound = self.config.prior_weight_bound
+        return weights if bound is None else bound * tf.tanh(weights / bound)
 
     def _scores(self, h: tf.Tensor, devices: tf.Tensor) -> tf.Tensor:
         kernel, bias = self.device_embedding

@@ -14,15 +14,17 @@ from typing import Any, Mapping
 import numpy as np
 
 from agents.graph_policy.features import FEATURES_VERSION
-from agents.graph_policy.policy import MOVE_VARIABLES_PREFIX, GraphPlacementPolicy, GraphPolicyConfig
+from agents.graph_policy.policy import (GRAPH_PRIOR_VARIABLES_PREFIX, MOVE_VARIABLES_PREFIX, GraphPlacementPolicy,
+                                        GraphPolicyConfig)
 from placer.devices import DeviceSet
 from placer.errors import PlacerError
 
 FILE_FORMAT = "placer.graph-policy"
-FILE_VERSION = 3
+FILE_VERSION = 4
 """2: the policy has a partition prior (GraphPolicyConfig.partition_prior) and its two weights.
-3: the policy has a move scorer (its three weights) and the record says which head it was trained with."""
-READABLE_VERSIONS = (2, 3)
+3: the policy has a move scorer (its three weights) and the record says which head it was trained with.
+4: several heuristics vote (GraphPolicyConfig.prior_heuristics), weighed per unit and per graph."""
+READABLE_VERSIONS = (2, 3, 4)
 ONE_SHOT_HEAD = {"head": "one-shot"}
 """The head of a policy whose file does not say (version 2: the only head there was)."""
 
@@ -67,10 +69,15 @@ def load_policy(path: str | Path) -> tuple[GraphPlacementPolicy, dict[str, Any]]
                               f"features version {record.get('features_version')}; this one reads "
                               f"{' or '.join(map(str, READABLE_VERSIONS))} and {FEATURES_VERSION}): pre-train it again")
     record.setdefault("head", dict(ONE_SHOT_HEAD))
+    missing: tuple[str, ...] = ()
     try:
+        if record["version"] < 4:  # METIS alone voted, with no graph-level weight: the new one starts at zero
+            record["config"] = {**record["config"], "prior_heuristics": ["metis"], "prior_weight_bound": None}
+            missing += (GRAPH_PRIOR_VARIABLES_PREFIX,)
+        if record["version"] == 2:  # an untrained move scorer: the "moves" head can fine-tune it from there
+            missing += (MOVE_VARIABLES_PREFIX,)
         policy = GraphPlacementPolicy(GraphPolicyConfig(**record["config"]))
-        # a version-2 policy gets an untrained move scorer: the "moves" head can fine-tune it from there
-        policy.set_weights(weights, missing_prefixes=(MOVE_VARIABLES_PREFIX,) if record["version"] == 2 else ())
+        policy.set_weights(weights, missing_prefixes=missing)
     except (TypeError, ValueError) as error:
         raise PolicyFileError(f"{path} is damaged: {error}") from None
     return policy, record

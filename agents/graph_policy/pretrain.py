@@ -1,9 +1,12 @@
 """Pre-training one `GraphPlacementPolicy` on many graphs and machines, on the simulator.
 
-Each update draws placements for one (graph, machine) pair, in turn, and learns from their simulated step
-times. Every pair has its own agent (baseline, best placement), and all of them share the policy and one
-Adam. Advantages are standardized within each update, so graphs whose steps take milliseconds and graphs
-whose steps take seconds weigh the same.
+It can start by imitation, as DOPPLER does: for `imitation_updates` updates, one (graph, machine) pair
+each, in turn, the policy learns to place the pair's graph as the best of its voting heuristics does there
+(`agents.graph_policy.priors`; the heuristics' placements are simulated once per pair to find it). Then
+each update draws placements for one pair, in turn, and learns from their simulated step times. Every pair
+has its own agent (baseline, best placement), and all of them share the policy and one Adam. Advantages
+are standardized within each update, so graphs whose steps take milliseconds and graphs whose steps take
+seconds weigh the same.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ class PretrainConfig:
     updates: int = training_set.UPDATES
     """Updates in all (each on one graph-machine pair, in turn)."""
     samples_per_update: int = training_set.SAMPLES_PER_UPDATE
+    imitation_updates: int = training_set.IMITATION_UPDATES
+    """Updates of imitating each pair's best heuristic before the `updates` on rewards (0: none)."""
     agent: GraphAgentConfig = field(default_factory=GraphAgentConfig)
     progress: bool = True
 
@@ -44,6 +49,11 @@ class PretrainConfig:
         if not isinstance(self.generated, int) or not 0 <= self.generated <= training_set.HELD_OUT_SEED:
             raise PlacerError(f"generated must be a whole number from 0 to {training_set.HELD_OUT_SEED}, "
                               f"got {self.generated!r}")
+        if not isinstance(self.imitation_updates, int) or self.imitation_updates < 0:
+            raise PlacerError(f"imitation_updates must be a whole number of at least 0, got {self.imitation_updates!r}")
+        if self.imitation_updates and not self.agent.partition_prior:
+            raise PlacerError("imitation learns whose votes to follow: it needs the heuristics' votes "
+                              "(partition_prior=True)")
 
     def pairs(self) -> list[tuple[str, str, str]]:
         """(model, size, machine) of every pair trained on; a generated graph's model is "branchy:SEED"."""
@@ -59,6 +69,8 @@ class PretrainResult:
     seconds: float
     best_step_times: dict[str, float]
     """Per pair ("model:size@machine"), the best simulated step time sampled."""
+    imitated: dict[str, str] = field(default_factory=dict)
+    """Per pair, the heuristic imitated (the best of the voting ones there), if there was imitation."""
 
 
 def pretrain(config: PretrainConfig, out: str | Path) -> PretrainResult:
@@ -88,12 +100,26 @@ def pretrain(config: PretrainConfig, out: str | Path) -> PretrainResult:
     keys = list(envs)
     best = {key: math.inf for key in keys}
     samples = 0
-    steps = range(config.updates)
-    if config.progress:
-        from tqdm.auto import tqdm
-
-        steps = tqdm(steps, unit="update", desc="pre-training", dynamic_ncols=True)
+    imitated: dict[str, str] = {}
     try:
+        if config.imitation_updates:
+            targets = {}
+            for key in keys:
+                name, targets[key] = best_heuristic(envs[key], agents[key])
+                imitated[key] = name
+            steps = range(config.imitation_updates)
+            if config.progress:
+                from tqdm.auto import tqdm
+
+                steps = tqdm(steps, unit="update", desc="imitating", dynamic_ncols=True)
+            for update in steps:
+                key = keys[update % len(keys)]
+                agents[key].imitate(targets[key])
+        steps = range(config.updates)
+        if config.progress:
+            from tqdm.auto import tqdm
+
+            steps = tqdm(steps, unit="update", desc="pre-training", dynamic_ncols=True)
         for update in steps:
             key = keys[update % len(keys)]
             env, agent = envs[key], agents[key]
@@ -106,13 +132,29 @@ def pretrain(config: PretrainConfig, out: str | Path) -> PretrainResult:
         kinds = {d.kind for env in envs.values() for d in env.devices}
         max_devices = max(len(env.devices) for env in envs.values())
         trained_on = {"pairs": keys, "updates": config.updates, "samples": samples,
+                      "imitation_updates": config.imitation_updates, "imitated": imitated,
                       "agent": {k: v for k, v in vars(config.agent).items()}}
         path = save_policy(policy, out, trained_on=trained_on, device_kinds=kinds, max_devices=max_devices,
                            head=config.agent.head_options())
     finally:
         for env in envs.values():
             env.close()
-    return PretrainResult(Path(path), samples, time.monotonic() - started, best)
+    return PretrainResult(Path(path), samples, time.monotonic() - started, best, imitated)
+
+
+def best_heuristic(env, agent: GraphPolicyAgent) -> tuple[str, np.ndarray]:
+    """(name, [U] placement) of the best of the agent's voting heuristics on `env`'s target: what imitation
+    teaches the policy to place like there. A heuristic whose placement fails (memory) is never the best."""
+    heuristics = agent.policy.config.prior_heuristics
+    placements = np.argmax(agent.prior.numpy(), axis=2)  # [K, U], labels aligned to the first heuristic's
+    seconds = []
+    for placement in placements:
+        result = env.target.evaluate(list(placement))
+        seconds.append(result.seconds if result.ok else math.inf)
+    k = int(np.argmin(seconds))
+    if not math.isfinite(seconds[k]):
+        raise PlacerError(f"no heuristic's placement of {env.graph.name} fits on {env.devices.name}: nothing to imitate")
+    return heuristics[k], placements[k]
 
 
 def place_with_policy(policy: GraphPlacementPolicy, graph, devices, device_mask: np.ndarray,

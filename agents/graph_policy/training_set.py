@@ -9,4 +9,6 @@ GENERATED = 2
 HELD_OUT_SEED = 1000
 """Generated graphs from this seed on are never trained on: benchmarks hold them out."""
 UPDATES = 200
+IMITATION_UPDATES = 0
+"""Updates of imitating each pair's best heuristic before the updates on rewards."""
 SAMPLES_PER_UPDATE = 4

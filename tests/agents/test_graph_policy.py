@@ -270,10 +270,11 @@ def test_moves_are_drawn_as_often_as_their_log_prob_says():
 
 def test_the_moves_head_starts_from_the_partition_even_where_the_one_shot_greedy_has_drifted(two_tower_env):
     """Pre-training with the moves head never trains the one-shot distribution, so its greedy placement drifts;
-    the moves head's start (and so its zero-shot placement) is the partition's all the same."""
+    the moves head's start (and so its zero-shot placement) is the heuristics' weighted vote all the same, here
+    METIS's alone."""
     from agents.graph_policy.agent import partition_prior
 
-    agent = _moves_agent(two_tower_env)
+    agent = _moves_agent(two_tower_env, prior_heuristics=["metis"])
     partition = partition_prior(two_tower_env.graph, two_tower_env.devices).argmax(axis=1)
     np.testing.assert_array_equal(agent.start, partition)
     policy = agent.policy
@@ -341,15 +342,19 @@ def test_a_policy_file_records_its_head_and_fine_tuning_uses_it_unless_told(tmp_
 def test_a_policy_file_of_version_2_loads_with_an_untrained_move_scorer_and_the_one_shot_head(tmp_path, graphs):
     import json
 
-    from agents.graph_policy.policy import MOVE_VARIABLES_PREFIX
+    from agents.graph_policy.policy import GRAPH_PRIOR_VARIABLES_PREFIX, MOVE_VARIABLES_PREFIX
 
-    policy = GraphPlacementPolicy(GraphPolicyConfig(hidden_size=16, message_rounds=2, seed=5))
+    # what version 2 had: no move scorer, METIS's vote alone and no graph-level weight for it
+    policy = GraphPlacementPolicy(GraphPolicyConfig(hidden_size=16, message_rounds=2, seed=5, prior_heuristics=("metis",),
+                                                    prior_weight_bound=None))
     names = [v.name for v in policy._ordered_variables()]
     old = {f"weight_{i}": w for i, w in enumerate(
-        w for name, w in zip(names, policy.weights()) if not name.startswith(MOVE_VARIABLES_PREFIX))}
+        w for name, w in zip(names, policy.weights())
+        if not name.startswith((MOVE_VARIABLES_PREFIX, GRAPH_PRIOR_VARIABLES_PREFIX)))}
+    config = {k: v for k, v in json.loads(json.dumps(vars(policy.config))).items()
+              if k not in ("prior_heuristics", "other_prior_weight", "prior_weight_bound")}
     record = {"format": "placer.graph-policy", "version": 2, "features_version": 1,
-              "config": json.loads(json.dumps(vars(policy.config))), "trained_on": {}, "device_kinds": ["CPU", "GPU"],
-              "max_devices": 3}
+              "config": config, "trained_on": {}, "device_kinds": ["CPU", "GPU"], "max_devices": 3}
     np.savez(tmp_path / "v2.npz", record=np.array(json.dumps(record)), **old)
     loaded, record = load_policy(tmp_path / "v2.npz")
     assert record["head"] == {"head": "one-shot"}
@@ -434,3 +439,32 @@ def test_move_logits_are_bounded_so_that_no_few_units_take_every_draw():
     assert float(tf.reduce_max(tf.abs(logits))) <= policy.config.tanh_constant + 1e-6
     top8 = float(tf.reduce_sum(tf.sort(tf.nn.softmax(logits[0]))[-8:]))
     assert top8 < 0.5  # the other units keep being drawn, so fine-tuning can still find a better move
+
+
+def test_a_policy_file_of_version_3_loads_with_metis_alone_voting_as_it_did(tmp_path, two_tower_env):
+    import json
+
+    import tensorflow as tf
+
+    from agents.graph_policy.agent import partition_prior
+    from agents.graph_policy.policy import GRAPH_PRIOR_VARIABLES_PREFIX
+
+    env = two_tower_env
+    # what version 3 was: METIS's vote alone, its weight an unbounded softplus
+    policy = GraphPlacementPolicy(GraphPolicyConfig(hidden_size=16, message_rounds=2, seed=7,
+                                                    prior_heuristics=("metis",), prior_weight_bound=None))
+    policy.prior_gate.assign(tf.random.stateless_normal(policy.prior_gate.shape, seed=[1, 2]))
+    names = [v.name for v in policy._ordered_variables()]
+    old = {f"weight_{i}": w for i, w in enumerate(
+        w for name, w in zip(names, policy.weights()) if not name.startswith(GRAPH_PRIOR_VARIABLES_PREFIX))}
+    config = {k: v for k, v in json.loads(json.dumps(vars(policy.config))).items()
+              if k not in ("prior_heuristics", "other_prior_weight", "prior_weight_bound")}
+    record = {"format": "placer.graph-policy", "version": 3, "features_version": 1, "config": config, "trained_on": {},
+              "device_kinds": ["CPU", "GPU"], "max_devices": 3, "head": {"head": "one-shot"}}
+    np.savez(tmp_path / "v3.npz", record=np.array(json.dumps(record)), **old)
+    loaded, record = load_policy(tmp_path / "v3.npz")
+    assert loaded.config.prior_heuristics == ("metis",) and loaded.config.prior_weight_bound is None
+    inputs, devices = graph_inputs(env.graph), device_inputs(env.devices).features
+    prior = partition_prior(env.graph, env.devices)[None]
+    np.testing.assert_array_equal(loaded.logits_with_prior(inputs.units, inputs.edges, devices, prior).numpy(),
+                                  policy.logits_with_prior(inputs.units, inputs.edges, devices, prior).numpy())
