@@ -137,14 +137,16 @@ class GraphPolicyAgent(PolicyGradientAgent):
         logits, mean over units), with this agent's optimizer and learning rate: a warm start before
         rewards, as DOPPLER imitates a heuristic first. Returns the loss before the step."""
         target_t = tf.constant(np.asarray(target, np.int32))
-        variables = [v for v in self.policy.trainable_variables if not v.name.startswith(MOVE_VARIABLES_PREFIX)]
+        # The variables rewards train too (the move scorer's get no gradient here): Adam refuses, later, a
+        # variable it was not first called with.
+        variables = [v for group, _, _ in self._parameter_groups() for v in group]
         with tf.GradientTape() as tape:
             logits = self._masked_logits(tf.zeros([1, int(self.units.shape[0]), self.num_devices]))[0]
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=target_t, logits=logits))
-        gradients = tape.gradient(loss, variables)
-        pairs = [(g, v) for g, v in zip(gradients, variables) if g is not None]
-        clipped, _ = tf.clip_by_global_norm([g for g, _ in pairs], self.config.grad_bound)
-        self.optimizer.apply_gradients(zip(clipped, [v for _, v in pairs]))
+        gradients = [tf.zeros_like(v) if g is None else g
+                     for g, v in zip(tape.gradient(loss, variables), variables)]
+        clipped, _ = tf.clip_by_global_norm(gradients, self.config.grad_bound)
+        self.optimizer.apply_gradients(zip(clipped, variables))
         return float(loss)
 
     @property

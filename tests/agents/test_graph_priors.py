@@ -95,14 +95,16 @@ def test_unknown_or_model_specific_heuristics_are_refused_as_voters():
         check_agent_options("graph", {"prior_heuristics": ["expert"]})
 
 
-def test_pretraining_can_start_by_imitating_each_pairs_best_heuristic(tmp_path, capsys):
+@pytest.mark.parametrize("head", ["one-shot", "moves"])
+def test_pretraining_can_start_by_imitating_each_pairs_best_heuristic(tmp_path, capsys, head):
     from agents.graph_policy import load_policy
     from placer.cli import main
 
     policy = tmp_path / "policy.npz"
+    # then rewards train the same policy with the same Adam (the moves head's scorer included)
     assert main(["pretrain", "--models", "two-tower", "mlp", "--machines", "modeled:2xV100", "--imitation-updates", "4",
                  "--updates", "2", "--generated", "0", "--set", "hidden_size=16", "--set", "message_rounds=2",
-                 "--out", str(policy), "--no-progress"]) == 0
+                 "--set", f"head={head}", "--out", str(policy), "--no-progress"]) == 0
     printed = capsys.readouterr().out
     # two-tower's best is METIS's tower per GPU, mlp's is m-ETF's (RESULTS.md's generalization tables)
     assert "(imitated metis)" in printed and "(imitated m-etf)" in printed
