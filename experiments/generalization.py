@@ -2,21 +2,24 @@
 generated branchy graphs held out from every fold, on modeled GPU machines (the simulator).
 
     python experiments/generalization.py [--size tiny] [--machines modeled:2xV100 modeled:4xV100]
-        [--pretrain-updates 200] [--finetune-updates 50] [--families ...] [--generated 2]
-        [--pretrain-generated 2]
+        [--pretrain-updates 200] [--imitation-updates 0] [--prior-heuristics metis m-etf m-sct]
+        [--finetune-updates 50] [--families ...] [--generated 2] [--pretrain-generated 2]
         [--head one-shot|moves] [--moves-per-sample 8] [--out FILE]
 
 Per fold, the policy is pre-trained on every other family's models on every machine (`placer pretrain`),
 then, on each held-out model and machine:
 - zero-shot: the policy's greedy placement, against the best baseline (single device, expert, METIS,
   Scotch, m-TOPO, m-ETF, m-SCT, on the same simulator), and against the partition prior it starts from
-  (`agents.graph_policy.agent.partition_prior`) placed as it is: what pre-training adds to it;
+  (`agents.graph_policy.agent.partition_prior`) placed as it is: what pre-training adds to it. Which voting
+  heuristic (`--prior-heuristics`) the zero-shot placement agrees with most, and on how many units; and
+  the heuristic the policy trusts most over the whole graph (its largest mean vote weight), placed as it is;
 - fine-tuned: the pre-trained policy trained on that graph, and the hierarchical planner from scratch (the
   default preset), each for the same number of updates of 4 samples: how many samples each needed to reach
   the best baseline (none: it did not), and the best step time each reached.
 The policy is pre-trained and fine-tuned with one head (`--head`, `GraphAgentConfig.head`): "moves" samples
 a few moved units of the best placement found, "one-shot" every unit's device at once.
-Every pre-training also trains on `--pretrain-generated` generated graphs (seeds 0, 1, ...). The held-out
+Every pre-training starts with `--imitation-updates` updates of imitating each training pair's best voting
+heuristic, and also trains on `--pretrain-generated` generated graphs (seeds 0, 1, ...). The held-out
 generated graphs (placer.models.branchy, seeds 1000, 1001, ...) are placed by a policy pre-trained on every
 family. Aims (issue 20): zero-shot within 5 % of the best baseline on held-out
 families; fine-tuning reaching it with at least 5x fewer samples than from scratch.
@@ -120,13 +123,23 @@ def evaluate_held_out(policy_path: Path, graph, model: str | None, machines, arg
                          for name, p in zip(heuristics, heuristic_placements(env.graph, env.devices, heuristics))
                          } if heuristics else {}
             follows = max(agreement, key=agreement.get) if agreement else None
+            # the heuristic the policy trusts most over the whole graph, placed as it is: how well the policy
+            # picks a heuristic, apart from how it mixes their votes unit by unit
+            trusted, trusted_ms = None, None
+            if heuristics:
+                chooser = GraphPolicyAgent(env.graph, env.device_mask, env.devices, GraphAgentConfig(), policy=policy)
+                k = int(np.argmax(policy.prior_weights(chooser.units, chooser.edges).numpy().mean(axis=0)))
+                trusted = heuristics[k]
+                result = env.target.evaluate(list(np.argmax(chooser.prior.numpy()[k], axis=1)))
+                trusted_ms = result.seconds * 1e3 if result.ok else None
             row = {"fold": fold, "graph": graph.name, "machine": machine, "best_baseline": baseline,
                    "best_baseline_ms": baseline_seconds * 1e3,
                    "zero_shot_ms": zero_shot.seconds * 1e3 if zero_shot.ok else None,
                    "zero_shot_vs_best_pct": 100 * (baseline_seconds - zero_shot.seconds) / baseline_seconds
                    if zero_shot.ok else None, "placing_s": placing,
                    "partition_prior_ms": prior.seconds * 1e3 if prior.ok else None,
-                   "zero_shot_follows": follows, "zero_shot_agreement": agreement.get(follows)}
+                   "zero_shot_follows": follows, "zero_shot_agreement": agreement.get(follows),
+                   "most_trusted": trusted, "most_trusted_ms": trusted_ms}
             if args.finetune_updates:
                 fine_policy, _ = load_policy(policy_path)  # a fresh copy: each graph fine-tunes from the same start
                 fine = GraphPolicyAgent(env.graph, env.device_mask, env.devices, agent_config(args), policy=fine_policy)
@@ -189,7 +202,7 @@ def main() -> None:
     zero_shot = [r["zero_shot_vs_best_pct"] for r in rows if r["zero_shot_vs_best_pct"] is not None]
     write_report("generalization", ["fold", "graph", "machine", "best_baseline", "best_baseline_ms", "zero_shot_ms",
                                     "zero_shot_vs_best_pct", "partition_prior_ms", "zero_shot_follows",
-                                    "zero_shot_agreement", "placing_s", "finetuned_samples", "finetuned_best_ms",
+                                    "zero_shot_agreement", "most_trusted", "most_trusted_ms", "placing_s", "finetuned_samples", "finetuned_best_ms",
                                     "scratch_samples", "scratch_best_ms"], rows, args.out,
                  size=args.size, pretrain_updates=args.pretrain_updates, finetune_updates=args.finetune_updates,
                  imitation_updates=args.imitation_updates, prior_heuristics=args.prior_heuristics,
