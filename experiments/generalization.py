@@ -121,7 +121,7 @@ def evaluate_held_out(policy_path: Path, graph, model: str | None, machines, arg
             placed = np.asarray(zero_shot_assignment)
             agreement = {name: float(np.mean(align_to(p, placed, env.devices) == placed))
                          for name, p in zip(heuristics, heuristic_placements(env.graph, env.devices, heuristics))
-                         } if heuristics else {}
+                         if (p >= 0).all()} if heuristics else {}
             follows = max(agreement, key=agreement.get) if agreement else None
             # the heuristic the policy trusts most over the whole graph, placed as it is: how well the policy
             # picks a heuristic, apart from how it mixes their votes unit by unit

@@ -146,9 +146,13 @@ def best_heuristic(env, agent: GraphPolicyAgent) -> tuple[str, np.ndarray]:
     """(name, [U] placement) of the best of the agent's voting heuristics on `env`'s target: what imitation
     teaches the policy to place like there. A heuristic whose placement fails (memory) is never the best."""
     heuristics = agent.policy.config.prior_heuristics
-    placements = np.argmax(agent.prior.numpy(), axis=2)  # [K, U], labels aligned to the first heuristic's
+    votes = agent.prior.numpy()
+    placements = np.argmax(votes, axis=2)  # [K, U], labels aligned to the first heuristic's
     seconds = []
-    for placement in placements:
+    for vote, placement in zip(votes, placements):
+        if not vote.any():  # the heuristic could not place the graph: it did not vote
+            seconds.append(math.inf)
+            continue
         result = env.target.evaluate(list(placement))
         seconds.append(result.seconds if result.ok else math.inf)
     k = int(np.argmin(seconds))

@@ -70,12 +70,20 @@ def _best_matching(agreement: np.ndarray) -> np.ndarray:
     return matching
 
 
+NO_VOTE = -1
+"""The device of every unit in the placement of a heuristic that could not place the graph."""
+
+
 def heuristic_placements(graph: OpGraph, devices: DeviceSet, heuristics: tuple[str, ...] = PRIOR_HEURISTICS
                          ) -> np.ndarray:
     """[K, U] each heuristic's device per unit, on the roofline op costs of `devices` (a generic host CPU's or
     V100's where a device has no hardware numbers, as on the testbed: only the costs' ratios matter to the
-    heuristics), every one aligned to the first's labels."""
-    from placer.baselines import make_baseline
+    heuristics), every one aligned to the first's labels. A heuristic after the first that cannot place the
+    graph (a list scheduler out of memory) gets a row of NO_VOTE, with a warning; the first's error is raised."""
+    import warnings
+
+    from placer.baselines import BaselineError, make_baseline
+    from placer.errors import PlacementError
     from placer.cost.targets import roofline_tables
     from placer.errors import DeviceSpecError
     from placer.hardware import GPUS, HOST_CPU
@@ -88,14 +96,23 @@ def heuristic_placements(graph: OpGraph, devices: DeviceSet, heuristics: tuple[s
         tables = {device.model or device.kind: roofline_costs(graph, HOST_CPU if device.kind == "CPU" else GPUS["V100"])
                   for device in devices}
     simulator = Simulator(graph, devices, tables)
-    placements = [make_baseline(name, graph, devices, simulator=simulator).group_device_array for name in heuristics]
-    return np.stack([placements[0]] + [align_to(p, placements[0], devices) for p in placements[1:]])
+    first = make_baseline(heuristics[0], graph, devices, simulator=simulator).group_device_array
+    rows = [first]
+    for name in heuristics[1:]:
+        try:
+            rows.append(align_to(make_baseline(name, graph, devices, simulator=simulator).group_device_array, first,
+                                 devices))
+        except (BaselineError, PlacementError) as error:
+            warnings.warn(f"{name} cannot place {graph.name} on {devices.name} ({error}): it does not vote", stacklevel=2)
+            rows.append(np.full(len(first), NO_VOTE, np.int64))
+    return np.stack(rows)
 
 
 def heuristic_votes(graph: OpGraph, devices: DeviceSet, heuristics: tuple[str, ...] = PRIOR_HEURISTICS) -> np.ndarray:
-    """[K, U, D] float32: 1 on the device each heuristic puts each unit on (`heuristic_placements`)."""
+    """[K, U, D] float32: 1 on the device each heuristic puts each unit on (`heuristic_placements`; all 0 for a
+    heuristic that could not place the graph)."""
     placements = heuristic_placements(graph, devices, heuristics)
     votes = np.zeros((len(heuristics), placements.shape[1], len(devices)), np.float32)
-    k, u = np.meshgrid(np.arange(len(heuristics)), np.arange(placements.shape[1]), indexing="ij")
-    votes[k, u, placements] = 1.0
+    k, u = np.nonzero(placements != NO_VOTE)
+    votes[k, u, placements[k, u]] = 1.0
     return votes

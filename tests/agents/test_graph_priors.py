@@ -113,3 +113,22 @@ def test_pretraining_can_start_by_imitating_each_pairs_best_heuristic(tmp_path, 
     assert record["trained_on"]["imitated"] == {"two-tower:tiny@modeled:2xV100": "metis",
                                                 "mlp:tiny@modeled:2xV100": "m-etf"}
     assert record["config"]["prior_heuristics"] == ["metis", "m-etf", "m-sct"]
+
+
+def test_a_heuristic_that_cannot_place_the_graph_does_not_vote_and_is_never_imitated(monkeypatch, nmt_env):
+    import agents.baselines as heuristics_module
+    from agents.graph_policy.agent import GraphAgentConfig, GraphPolicyAgent
+    from agents.graph_policy.pretrain import best_heuristic
+    from placer.errors import PlacementError
+
+    def out_of_memory(*args, **kwargs):
+        raise PlacementError("list scheduling: unit 'x' fits on no device (memory, kernels or links)")
+
+    monkeypatch.setattr(heuristics_module, "m_sct", out_of_memory)
+    env = nmt_env
+    with pytest.warns(UserWarning, match="m-sct cannot place nmt2-tiny .*: it does not vote"):
+        votes = heuristic_votes(env.graph, env.devices, ("metis", "m-etf", "m-sct"))
+    assert (votes[2] == 0).all() and (votes[:2].sum(axis=2) == 1).all()
+    with pytest.warns(UserWarning, match="it does not vote"):
+        agent = GraphPolicyAgent(env.graph, env.device_mask, env.devices, GraphAgentConfig(hidden_size=16, message_rounds=2))
+    assert best_heuristic(env, agent)[0] == "m-etf"  # m-SCT, the best where it can place NMT-2, is skipped
