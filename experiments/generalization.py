@@ -46,6 +46,7 @@ from agents.graph_policy import training_set  # noqa: E402
 from agents.graph_policy.agent import HEADS, GraphAgentConfig, GraphPolicyAgent, partition_prior  # noqa: E402
 from agents.graph_policy.policy_file import load_policy  # noqa: E402
 from agents.graph_policy.pretrain import PretrainConfig, place_with_policy, pretrain  # noqa: E402
+from agents.graph_policy.features import graph_inputs  # noqa: E402
 from agents.graph_policy.priors import align_to, heuristic_placements  # noqa: E402
 from agents.presets import DEFAULT_PRESET, with_preset  # noqa: E402
 from envs.placement import PlacementEnv  # noqa: E402
@@ -116,22 +117,23 @@ def evaluate_held_out(policy_path: Path, graph, model: str | None, machines, arg
             zero_shot = env.target.evaluate(list(zero_shot_assignment))
             placing = time.perf_counter() - started
             prior = env.target.evaluate(list(partition_prior(env.graph, env.devices).argmax(axis=1)))
-            # which voting heuristic the zero-shot placement follows most closely (labels aligned to its own)
-            heuristics = policy.config.prior_heuristics if policy.config.partition_prior else ()
-            placed = np.asarray(zero_shot_assignment)
-            agreement = {name: float(np.mean(align_to(p, placed, env.devices) == placed))
-                         for name, p in zip(heuristics, heuristic_placements(env.graph, env.devices, heuristics))
-                         if (p >= 0).all()} if heuristics else {}
-            follows = max(agreement, key=agreement.get) if agreement else None
-            # the heuristic the policy trusts most over the whole graph, placed as it is: how well the policy
+            # which voting heuristic the zero-shot placement follows most closely (labels aligned to its own),
+            # and the heuristic the policy trusts most over the whole graph, placed as it is: how well the policy
             # picks a heuristic, apart from how it mixes their votes unit by unit
-            trusted, trusted_ms = None, None
+            heuristics = policy.config.prior_heuristics if policy.config.partition_prior else ()
+            agreement, trusted, trusted_ms = {}, None, None
             if heuristics:
-                chooser = GraphPolicyAgent(env.graph, env.device_mask, env.devices, GraphAgentConfig(), policy=policy)
-                k = int(np.argmax(policy.prior_weights(chooser.units, chooser.edges).numpy().mean(axis=0)))
+                placed = np.asarray(zero_shot_assignment)
+                placements = heuristic_placements(env.graph, env.devices, heuristics)
+                agreement = {name: float(np.mean(align_to(p, placed, env.devices) == placed))
+                             for name, p in zip(heuristics, placements) if (p >= 0).all()}
+                inputs = graph_inputs(env.graph)
+                k = int(np.argmax(policy.prior_weights(inputs.units, inputs.edges).numpy().mean(axis=0)))
                 trusted = heuristics[k]
-                result = env.target.evaluate(list(np.argmax(chooser.prior.numpy()[k], axis=1)))
-                trusted_ms = result.seconds * 1e3 if result.ok else None
+                if (placements[k] >= 0).all():
+                    result = env.target.evaluate(list(placements[k]))
+                    trusted_ms = result.seconds * 1e3 if result.ok else None
+            follows = max(agreement, key=agreement.get) if agreement else None
             row = {"fold": fold, "graph": graph.name, "machine": machine, "best_baseline": baseline,
                    "best_baseline_ms": baseline_seconds * 1e3,
                    "zero_shot_ms": zero_shot.seconds * 1e3 if zero_shot.ok else None,

@@ -68,9 +68,10 @@ class GraphPolicyConfig:
             raise ValueError(f"prior_heuristics must name at least one baseline, got {self.prior_heuristics!r}")
         if not self.other_prior_weight > 0:
             raise ValueError(f"other_prior_weight must be positive, got {self.other_prior_weight!r}")
-        if self.prior_weight_bound is not None and not self.prior_weight_bound > self.prior_weight:
-            raise ValueError(f"prior_weight_bound must be above prior_weight ({self.prior_weight}), got "
-                             f"{self.prior_weight_bound!r}")
+        if self.prior_weight_bound is not None and not self.prior_weight_bound > max(self.prior_weight,
+                                                                                   self.other_prior_weight):
+            raise ValueError(f"prior_weight_bound must be above prior_weight ({self.prior_weight}) and "
+                             f"other_prior_weight ({self.other_prior_weight}), got {self.prior_weight_bound!r}")
         for name in ("hidden_size", "message_rounds"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:

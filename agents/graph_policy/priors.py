@@ -42,7 +42,8 @@ def interchangeable_classes(devices: DeviceSet) -> list[list[int]]:
 
 def align_to(assignment: np.ndarray, reference: np.ndarray, devices: DeviceSet) -> np.ndarray:
     """`assignment` [U] with the labels of interchangeable devices permuted so that as many units as possible
-    sit where `reference` [U] puts them. The placement is the same one, only named differently."""
+    sit where `reference` [U] puts them (exactly up to BRUTE_FORCE_DEVICES interchangeable devices, greedily
+    beyond). The placement is the same one, only named differently."""
     assignment = np.asarray(assignment, np.int64)
     relabel = np.arange(len(devices))
     for members in interchangeable_classes(devices):

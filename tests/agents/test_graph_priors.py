@@ -132,3 +132,13 @@ def test_a_heuristic_that_cannot_place_the_graph_does_not_vote_and_is_never_imit
     with pytest.warns(UserWarning, match="it does not vote"):
         agent = GraphPolicyAgent(env.graph, env.device_mask, env.devices, GraphAgentConfig(hidden_size=16, message_rounds=2))
     assert best_heuristic(env, agent)[0] == "m-etf"  # m-SCT, the best where it can place NMT-2, is skipped
+
+
+def test_vote_weights_that_the_bound_cannot_hold_are_refused():
+    from agents.graph_policy.policy import GraphPolicyConfig
+
+    with pytest.raises(ValueError, match="prior_weight_bound must be above prior_weight .* and other_prior_weight"):
+        GraphPolicyConfig(other_prior_weight=5.0, prior_weight_bound=5.0)
+    with pytest.raises(ValueError, match="prior_weight_bound must be above"):
+        GraphPolicyConfig(prior_weight=6.0)
+    GraphPolicyConfig(prior_weight=6.0, prior_weight_bound=None)  # unbounded, as policy files before version 4
