@@ -47,6 +47,10 @@ class GraphAgentConfig(PolicyGradientConfig):
     Both start from the same greedy placement. With --init, the head the policy was pre-trained with."""
     moves_per_sample: int = 8
     """The "moves" head: units moved per sample."""
+    try_heuristics: bool = True
+    """The "moves" head: the first samples are the start and each voting heuristic's own placement, unmoved
+    (`GraphPolicyAgent.start_candidates`; they count as samples), so the search climbs from the best of
+    them. False: from the start alone."""
 
     def __post_init__(self):
         super().__post_init__()
@@ -125,6 +129,29 @@ class GraphPolicyAgent(PolicyGradientAgent):
                 voted = self.voted_placement()
                 start = np.where(mask[np.arange(inputs.num_units), voted] > 0, voted, start)
             self.start = start
+            candidates = self.start_candidates() if c.try_heuristics else {"policy": start}
+            self._untried_starts = list(candidates.values())
+
+    def start_candidates(self) -> dict[str, np.ndarray]:
+        """Placements worth timing before any search, by name: "policy", the policy's own (the moves head's
+        start, or the greedy one-shot placement), then each voting heuristic's own placement (a heuristic
+        that could not place the graph has none). A placement already named keeps its first name. Which
+        heuristic wins depends on the graph family, and a policy that mixes the votes unit by unit can land on
+        a majority's hybrid that is worse than any of them (RESULTS.md): timing each costs a few samples."""
+        own = self.start if self.config.head == "moves" else self._one_shot_samples(1, greedy=True)[0].devices
+        candidates = {"policy": own}
+        votes = self.prior.numpy()
+        for name, vote in zip(self.policy.config.prior_heuristics, votes):
+            placement = np.argmax(vote, axis=1).astype(np.int64)
+            if self.policy.config.partition_prior and vote.any() and not any(
+                    np.array_equal(placement, seen) for seen in candidates.values()):
+                candidates[name] = placement
+        return candidates
+
+    def load_numpy_state(self, state) -> None:
+        super().load_numpy_state(state)
+        if self._best_sample is not None and self.config.head == "moves":
+            self._untried_starts = []  # a resumed run timed its starts before it stopped
 
     def voted_placement(self) -> np.ndarray:
         """[U] each unit's device by the heuristics' votes, each weighted as the policy trusts it for that unit
@@ -229,10 +256,11 @@ class GraphPolicyAgent(PolicyGradientAgent):
         units, devices = moves.draw_moves(move_logits, away, k, self._seeds(2))
         noise = noise.numpy()
         samples = [moves.MoveSample(anchor.copy(), units[i], devices[i], noise[i]) for i in range(count)]
-        if self._best_sample is None:
-            # The start's own step time comes back with the first rewards, so the anchor leaves it only for
-            # a placement that beats it (its log-probability is 0: it teaches the policy nothing).
-            samples[0] = moves.MoveSample.unmoved(anchor, k, noise[0])
+        # The start candidates' own step times come back with the first rewards, so the anchor moves to the best
+        # of them, and leaves it only for a placement that beats it (their log-probability is 0: they teach the
+        # policy nothing).
+        for i in range(min(count, len(self._untried_starts))):
+            samples[i] = moves.MoveSample.unmoved(self._untried_starts.pop(0), k, noise[i])
         return samples
 
     def _move_log_probs(self, samples: list[moves.MoveSample]):

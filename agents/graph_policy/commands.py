@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 
 from agents.launch import Command
@@ -63,13 +64,16 @@ def add_place_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", default="tiny")
     parser.add_argument("--cluster", default="modeled:2xV100", help="where to place and evaluate (a modeled machine, "
                         "calibrated:FILE, or a real target such as local:2)")
+    parser.add_argument("--policy-only", action="store_true",
+                        help="place the policy's own placement, without timing the voting heuristics' placements "
+                        "against it on the target (by default the fastest of them is kept)")
     parser.add_argument("--out", metavar="FILE", help="write the placement file")
     parser.add_argument("--json", action="store_true")
 
 
 def place_command_run(args: argparse.Namespace) -> int:
     from agents.graph_policy.policy_file import check_devices, load_policy
-    from agents.graph_policy.pretrain import place_with_policy
+    from agents.graph_policy.pretrain import place_with_policy, step_seconds
     from envs.placement import PlacementEnv
     from placer.cost import parse_target_spec
     from placer.placement import Placement
@@ -82,23 +86,30 @@ def place_command_run(args: argparse.Namespace) -> int:
     try:
         check_devices(record, env.devices, source=args.policy)
         started = time.perf_counter()
-        assignment = place_with_policy(policy, env.graph, env.devices, env.device_mask,
-                                       str(record["head"].get("head", "one-shot")))
+        placed = place_with_policy(policy, env.graph, env.devices, env.device_mask,
+                                   str(record["head"].get("head", "one-shot")),
+                                   judge=None if args.policy_only else lambda a: step_seconds(env.target, a))
         seconds = time.perf_counter() - started
-        result = env.target.evaluate(list(assignment))
-        placement = Placement.from_assignment(env.graph, env.devices, assignment, {
+        result = env.target.evaluate(list(placed.assignment))  # timed again: the pick's own time is its luckiest
+        placement = Placement.from_assignment(env.graph, env.devices, placed.assignment, {
             "method": "graph policy, zero-shot", "policy": str(args.policy), "backend": spec.backend,
-            "step_time": result.seconds if result.ok else None})
+            "source": placed.source, "step_time": result.seconds if result.ok else None})
         if args.out:
             placement.save(args.out, env.graph)
     finally:
         env.close()
     summary = {"model": args.model, "size": args.size, "cluster": args.cluster, "policy": str(args.policy),
-               "placing_seconds": seconds, "step_time": result.seconds if result.ok else None,
+               "placing_seconds": seconds, "source": placed.source,
+               "candidates": {name: (t if math.isfinite(t) else None) for name, t in placed.step_times.items()},
+               "step_time": result.seconds if result.ok else None,
                "failure": None if result.ok else result.failure, "out": args.out}
     if args.json:
         print(json.dumps(summary, indent=1))
     elif result.ok:
+        if placed.step_times:
+            timed = ", ".join(f"{name} {t * 1e3:.3f} ms" if math.isfinite(t) else f"{name} failed"
+                              for name, t in placed.step_times.items())
+            print(f"timed on {args.cluster}: {timed}; kept {placed.source}'s")
         print(f"{args.model} ({args.size}) on {args.cluster}: placed by {args.policy} in {seconds:.2f} s; "
               f"{result.seconds * 1e3:.3f} ms per step ({spec.backend})" + (f"; wrote {args.out}" if args.out else ""))
     else:

@@ -15,6 +15,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -153,19 +154,42 @@ def best_heuristic(env, agent: GraphPolicyAgent) -> tuple[str, np.ndarray]:
         if not vote.any():  # the heuristic could not place the graph: it did not vote
             seconds.append(math.inf)
             continue
-        result = env.target.evaluate(list(placement))
-        seconds.append(result.seconds if result.ok else math.inf)
+        seconds.append(step_seconds(env.target, placement))
     k = int(np.argmin(seconds))
     if not math.isfinite(seconds[k]):
         raise PlacerError(f"no heuristic's placement of {env.graph.name} fits on {env.devices.name}: nothing to imitate")
     return heuristics[k], placements[k]
 
 
+def step_seconds(target, assignment) -> float:
+    """A target's step time of a placement, inf if it fails: how candidate placements are compared."""
+    result = target.evaluate(list(assignment))
+    return result.seconds if result.ok else math.inf
+
+
+@dataclass(frozen=True)
+class ZeroShotPlacement:
+    assignment: np.ndarray
+    """[U] device per unit."""
+    source: str
+    """"policy" (the policy's own placement), or the voting heuristic whose own placement was faster."""
+    step_times: dict[str, float] = field(default_factory=dict)
+    """Seconds per candidate timed (`GraphPolicyAgent.start_candidates`; inf: it failed), empty when none was."""
+
+
 def place_with_policy(policy: GraphPlacementPolicy, graph, devices, device_mask: np.ndarray,
-                      head: str = "one-shot") -> np.ndarray:
-    """The policy's greedy placement of `graph` on `devices`, zero-shot, with the head it was trained with (a
-    policy file's record says which): [U] device per unit. The moves head's is its start, the partition's:
-    that head never trains the one-shot distribution, whose greedy placement then means nothing."""
+                      head: str = "one-shot", judge: Callable[[np.ndarray], float] | None = None) -> ZeroShotPlacement:
+    """The policy's placement of `graph` on `devices`, zero-shot, with the head it was trained with (a policy
+    file's record says which). Its own is its greedy one-shot placement, or the moves head's start (the
+    weighted vote): that head never trains the one-shot distribution, whose greedy placement then means
+    nothing. judge: seconds per placement (inf if it fails), e.g. a simulator's; with one, the policy's own
+    placement and each voting heuristic's are timed and the fastest is kept (ties to the policy's)."""
     # Zero-shot places the start, so how many units a sample would move does not matter (1 fits any graph).
     config = GraphAgentConfig(head=head, moves_per_sample=1)
-    return GraphPolicyAgent(graph, device_mask, devices, config, policy=policy).best_guess()
+    agent = GraphPolicyAgent(graph, device_mask, devices, config, policy=policy)
+    candidates = agent.start_candidates()
+    if judge is None:
+        return ZeroShotPlacement(candidates["policy"], "policy")
+    step_times = {name: float(judge(placement)) for name, placement in candidates.items()}
+    source = min(step_times, key=lambda name: (step_times[name], name != "policy"))
+    return ZeroShotPlacement(candidates[source], source, step_times)

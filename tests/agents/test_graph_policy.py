@@ -132,7 +132,7 @@ def test_a_short_pre_training_places_a_graph_it_never_saw_better_than_an_untrain
         held_out.reset(seed=0)
 
         def zero_shot(policy) -> float:
-            assignment = place_with_policy(policy, held_out.graph, held_out.devices, held_out.device_mask)
+            assignment = place_with_policy(policy, held_out.graph, held_out.devices, held_out.device_mask).assignment
             return held_out.target.evaluate(list(assignment)).seconds
 
         assert zero_shot(pretrained) < zero_shot(untrained)
@@ -214,10 +214,16 @@ def _moves_agent(env, moves_per_sample: int = 3, **options):
 
 def test_a_moves_sample_is_its_anchor_with_at_most_k_units_moved_to_other_devices(two_tower_env):
     agent = _moves_agent(two_tower_env, moves_per_sample=3)
-    first, *others = agent._samples(8)
-    # before any reward, the first sample is the start itself, so the anchor leaves it only for a better one
-    np.testing.assert_array_equal(first.assignment, agent.start)
-    for sample in others:
+    candidates = agent.start_candidates()
+    samples = agent._samples(8)
+    # before any reward, the first samples are the start itself and each heuristic's own placement, unmoved, so
+    # the anchor leaves them only for a better one
+    np.testing.assert_array_equal(samples[0].assignment, agent.start)
+    assert 2 <= len(candidates) <= 4  # here METIS's vote is the start, and m-ETF and m-SCT each place otherwise
+    for sample, placement in zip(samples, candidates.values()):
+        np.testing.assert_array_equal(sample.assignment, placement)
+        assert (sample.units == -1).all()
+    for sample in samples[len(candidates):]:
         np.testing.assert_array_equal(sample.anchor, agent.start)
         assert len(set(sample.units.tolist())) == 3  # three distinct units drawn
         moved = np.flatnonzero(sample.assignment != sample.anchor)
@@ -235,7 +241,8 @@ def test_the_log_prob_of_sampled_moves_is_the_sum_of_its_draws_each_unit_drawn_f
         return shifted - np.log(np.exp(shifted).sum())
 
     agent = _moves_agent(two_tower_env, moves_per_sample=4)
-    samples = agent._samples(5)[1:]
+    starts = len(agent.start_candidates())  # the first samples are unmoved
+    samples = agent._samples(starts + 4)[starts:]
     batch, _ = agent._log_probs(samples)
     for sample, scored in zip(samples, batch.numpy()):
         noise = tf.constant(sample.noise[None])
@@ -291,8 +298,8 @@ def test_the_moves_head_starts_from_the_partition_even_where_the_one_shot_greedy
     from agents.graph_policy.pretrain import place_with_policy
 
     env = two_tower_env
-    np.testing.assert_array_equal(place_with_policy(drifted.policy, env.graph, env.devices, env.device_mask, "moves"),
-                                  partition)
+    np.testing.assert_array_equal(
+        place_with_policy(drifted.policy, env.graph, env.devices, env.device_mask, "moves").assignment, partition)
 
 
 def test_the_anchor_follows_the_best_placement_found(two_tower_env):
@@ -371,8 +378,9 @@ def test_fine_tuning_with_the_moves_head_improves_on_its_start_on_a_graph_it_nev
     env = PlacementEnv(model="nmt-2", size="tiny", backend="simulated", devices="modeled:2xV100")
     env.reset(seed=0)
     try:
+        # the moves alone: no heuristic's placement is timed first (m-SCT's would be the improvement)
         agent = make_agent("graph", env.graph, env.device_mask, env.devices,
-                           options={"hidden_size": 32, "message_rounds": 3, "head": "moves"})
+                           options={"hidden_size": 32, "message_rounds": 3, "head": "moves", "try_heuristics": False})
 
         def step_time(assignment) -> float:
             return env.target.evaluate(list(assignment)).seconds
@@ -406,8 +414,19 @@ def test_pretrain_with_the_moves_head_then_fine_tune_and_place_from_the_command_
     agent_state = json.loads((run_dir / "trainer_state.json").read_text())["agent_state"]
     assert agent_state["config"]["head"] == "moves" and agent_state["config"]["moves_per_sample"] == 4
     best = agent_state["best_sample"]["sample"]  # a moves sample: its anchor and at most 4 units moved
-    assert len(best["units"]) == 4 and sum(a != b for a, b in zip(best["anchor"], json.loads(
-        (run_dir / "start_placement.json").read_text())["assignment"])) <= 4 * 3
+    # the anchor is the start or a voting heuristic's own placement (timed first), moved at most 3 times since
+    from agents.graph_policy.priors import heuristic_placements
+    from envs.placement import PlacementEnv
+
+    experiment = json.loads((run_dir / "config.json").read_text())["experiment"]
+    env = PlacementEnv(model="mlp", size=experiment["size"], backend="simulated", devices=experiment["cluster"])
+    try:
+        starts = [json.loads((run_dir / "start_placement.json").read_text())["assignment"],
+                  *heuristic_placements(env.graph, env.devices)]
+    finally:
+        env.close()
+    assert len(best["units"]) == 4
+    assert min(sum(a != b for a, b in zip(best["anchor"], start)) for start in starts) <= 4 * 3
     capsys.readouterr()
     assert main(["place", "mlp", "--policy", str(policy), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["step_time"] > 0

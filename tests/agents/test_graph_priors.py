@@ -142,3 +142,74 @@ def test_vote_weights_that_the_bound_cannot_hold_are_refused():
     with pytest.raises(ValueError, match="prior_weight_bound must be above"):
         GraphPolicyConfig(prior_weight=6.0)
     GraphPolicyConfig(prior_weight=6.0, prior_weight_bound=None)  # unbounded, as policy files before version 4
+
+
+# -- the heuristics' own placements, timed: zero-shot and the moves head's first samples --------------------
+
+
+def test_zero_shot_with_a_judge_keeps_the_fastest_of_the_policys_own_placement_and_the_heuristics(nmt_env):
+    import math
+
+    from agents.graph_policy.policy import GraphPlacementPolicy, GraphPolicyConfig
+    from agents.graph_policy.pretrain import place_with_policy, step_seconds
+
+    env = nmt_env
+    policy = GraphPlacementPolicy(GraphPolicyConfig(hidden_size=16, message_rounds=2))
+    metis, etf, sct = heuristic_placements(env.graph, env.devices, ("metis", "m-etf", "m-sct"))
+    own = place_with_policy(policy, env.graph, env.devices, env.device_mask, "moves")
+    assert own.source == "policy" and own.step_times == {}
+    np.testing.assert_array_equal(own.assignment, metis)  # untrained: METIS's vote leads
+    checked = place_with_policy(policy, env.graph, env.devices, env.device_mask, "moves",
+                                judge=lambda a: step_seconds(env.target, a))
+    # METIS's own placement is the policy's, so it is timed once, under the policy's name
+    assert set(checked.step_times) == {"policy", "m-etf", "m-sct"}
+    assert checked.source == "m-sct" and checked.step_times["m-sct"] < 0.9 * checked.step_times["policy"]
+    np.testing.assert_array_equal(checked.assignment, sct)
+    # a heuristic whose placement fails is never kept; ties go to the policy's own
+    failing = place_with_policy(policy, env.graph, env.devices, env.device_mask, "moves",
+                                judge=lambda a: 1.0 if np.array_equal(a, metis) else math.inf)
+    assert failing.source == "policy"
+
+
+def test_the_moves_head_times_the_heuristics_first_and_climbs_from_the_best_of_them(nmt_env):
+    from agents.graph_policy.agent import GraphAgentConfig, GraphPolicyAgent
+
+    env = nmt_env
+    config = GraphAgentConfig(hidden_size=16, message_rounds=2, head="moves", moves_per_sample=4)
+    agent = GraphPolicyAgent(env.graph, env.device_mask, env.devices, config)
+    _, _, sct = heuristic_placements(env.graph, env.devices, ("metis", "m-etf", "m-sct"))
+
+    def step_time(assignment) -> float:
+        return env.target.evaluate(list(assignment)).seconds
+
+    first = agent.propose(4)
+    assert [list(a) for a in first[:3]] == [list(p) for p in agent.start_candidates().values()]
+    agent.learn(first, [-np.sqrt(step_time(a)) for a in first])
+    np.testing.assert_array_equal(agent.anchor, sct)  # the fastest of the start, m-ETF's and m-SCT's
+    later = agent.propose(4)
+    assert all(0 < (a != sct).sum() <= 4 for a in later)  # moves of m-SCT's placement, nothing timed twice
+    # without them, the search stays near the start
+    alone = GraphPolicyAgent(env.graph, env.device_mask, env.devices,
+                             GraphAgentConfig(hidden_size=16, message_rounds=2, head="moves", moves_per_sample=4,
+                                              try_heuristics=False))
+    assert all((a != alone.start).sum() <= 4 for a in alone.propose(4))
+
+
+def test_placer_place_times_the_heuristics_unless_told_to_place_the_policys_own(tmp_path, capsys):
+    import json
+
+    from agents.graph_policy.policy import GraphPlacementPolicy, GraphPolicyConfig
+    from agents.graph_policy.policy_file import save_policy
+    from placer.cli import main
+
+    path = save_policy(GraphPlacementPolicy(GraphPolicyConfig(hidden_size=16, message_rounds=2)), tmp_path / "p.npz",
+                       trained_on={}, device_kinds={"CPU", "GPU"}, max_devices=3, head={"head": "moves"})
+    assert main(["place", "nmt-2", "--policy", str(path)]) == 0
+    assert "kept m-sct's" in capsys.readouterr().out
+    assert main(["place", "nmt-2", "--policy", str(path), "--json"]) == 0
+    checked = json.loads(capsys.readouterr().out)
+    assert checked["source"] == "m-sct" and checked["step_time"] == pytest.approx(checked["candidates"]["m-sct"])
+    assert main(["place", "nmt-2", "--policy", str(path), "--policy-only", "--json"]) == 0
+    own = json.loads(capsys.readouterr().out)
+    assert own["source"] == "policy" and own["candidates"] == {}
+    assert own["step_time"] == pytest.approx(checked["candidates"]["policy"])
