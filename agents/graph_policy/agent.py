@@ -143,8 +143,7 @@ class GraphPolicyAgent(PolicyGradientAgent):
         votes = self.prior.numpy()
         for name, vote in zip(self.policy.config.prior_heuristics, votes):
             placement = np.argmax(vote, axis=1).astype(np.int64)
-            if self.policy.config.partition_prior and vote.any() and not any(
-                    np.array_equal(placement, seen) for seen in candidates.values()):
+            if vote.any() and not any(np.array_equal(placement, seen) for seen in candidates.values()):
                 candidates[name] = placement
         return candidates
 
