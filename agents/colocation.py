@@ -16,7 +16,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from agents.features import UnitFeatures, unit_features
-from agents.hierarchical import _LSTM, _dense
+from agents.layers import LSTMCell, dense
 from agents.policy_gradient import PolicyGradientAgent, PolicyGradientConfig
 from placer.graph.opgraph import OpGraph
 
@@ -52,16 +52,16 @@ class ColocationPolicy(tf.Module):
         mask[mask.sum(axis=1) == 0] = 1.0  # no device fits: leave it free, the placement fails and is charged
         self.mask = tf.constant(mask)
         h = hidden_size
-        self.embed = _dense("colocation/embed", self.inputs.shape[1], h, seed)
-        self.forward_lstm = _LSTM("colocation/encoder_fw", h, h // 2, seed + 1)
-        self.backward_lstm = _LSTM("colocation/encoder_bw", h, h - h // 2, seed + 2)
-        self.decoder_lstm = _LSTM("colocation/decoder", h, h, seed + 3)
+        self.embed = dense("colocation/embed", self.inputs.shape[1], h, seed)
+        self.forward_lstm = LSTMCell("colocation/encoder_fw", h, h // 2, seed + 1)
+        self.backward_lstm = LSTMCell("colocation/encoder_bw", h, h - h // 2, seed + 2)
+        self.decoder_lstm = LSTMCell("colocation/decoder", h, h, seed + 3)
         self.device_embedding = tf.Variable(tf.keras.initializers.RandomUniform(-0.1, 0.1, seed=seed + 4)((self.num_devices + 1, h)),
                                             name="colocation/device_embedding")
-        self.attention_memory = _dense("colocation/attention_memory", h, h, seed + 5)[0]
-        self.attention_query = _dense("colocation/attention_query", h, h, seed + 6)[0]
+        self.attention_memory = dense("colocation/attention_memory", h, h, seed + 5)[0]
+        self.attention_query = dense("colocation/attention_query", h, h, seed + 6)[0]
         self.attention_vector = tf.Variable(tf.zeros([h]), name="colocation/attention_vector")
-        self.output = _dense("colocation/logits", 2 * h, self.num_devices, seed + 7)
+        self.output = dense("colocation/logits", 2 * h, self.num_devices, seed + 7)
 
     def _encode(self) -> tf.Tensor:
         kernel, bias = self.embed

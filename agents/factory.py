@@ -21,9 +21,9 @@ class AgentOptionError(PlacerError):
 def agent_config_class(agent: str) -> type:
     """The dataclass holding `agent`'s hyper-parameters (the fields `--set KEY=VALUE` may name)."""
     if agent == "hierarchical":
-        from agents.reinforce import HierarchicalConfig
+        from agents.hierarchical import Args
 
-        return HierarchicalConfig
+        return Args
     if agent == "colocation":
         from agents.colocation import ColocationConfig
 
@@ -79,7 +79,7 @@ def make_agent(agent: str, graph, device_mask: np.ndarray, devices=None, *, opti
         options = {**record["head"], **(options or {})}
     config = check_agent_options(agent, options or {}, seed=seed)
     if agent == "hierarchical":
-        from agents.reinforce import HierarchicalPlanner
+        from agents.hierarchical import HierarchicalPlanner
 
         return HierarchicalPlanner(graph, device_mask, config, devices=devices)
     if agent == "colocation":

@@ -1,22 +1,136 @@
-"""The hierarchical planner's policy: a feed-forward grouper and a seq-to-seq placer with attention.
+"""The hierarchical planner (Mirhoseini et al., ICLR 2018), the seed paper's agent, in one file.
 
-After Mirhoseini et al. (ICLR 2018) and TensorFlow's grappler `hierarchical_controller.py`. The grouper
-assigns every unit (colocation group: TF runs its ops on one device, so it is the atom) to one of G
-groups; each group gets an embedding (op-type counts, output sizes, edges to and from other groups);
-a bidirectional LSTM encodes the groups, and an LSTM decoder with content-based attention emits a device
-per group, fed the embedding of the previous group's device. Logits are tanh-bounded, optionally noised
-(early in training) and tempered; devices a group cannot run on are masked out.
+A feed-forward grouper assigns every unit (colocation group) of the graph to one of G groups; a seq-to-seq
+placer with attention gives each group a device; both are trained jointly by REINFORCE on the step time
+of the placements they sample. Read top to bottom: the settings (`Args`, whose defaults are the values
+`placer train` runs; `REFERENCE`, the numbers of TensorFlow grappler's `hierarchical_controller.py`), one
+sample, the networks, then the agent: how it samples and the update, written out in order.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from agents.features import UnitFeatures
+from agents.features import UnitFeatures, unit_features
+from agents.layers import LSTMCell, dense
+from agents.policy_gradient import standardized
+from placer.devices import DeviceSet
+from placer.graph.opgraph import OpGraph
+
+
+@dataclass(frozen=True)
+class Args:
+    """The planner's settings. The defaults are the tuned setting `placer train` runs (`--preset tuned`, the
+    best-known one: docs/results/learned-placement.md); `REFERENCE` holds grappler's (`--preset reference`)."""
+
+    # -- the networks --
+    num_groups: int | None = None
+    """Groups the grouper forms; None: min(256, 20 x devices)."""
+    grouping_hidden_size: int = 64
+    """Width of the grouper's hidden layer."""
+    hidden_size: int = 512
+    """Width of the placer's LSTMs and attention."""
+
+    # -- sampling --
+    tanh_constant: float = 2.5
+    """Placer logits are bounded to C * tanh(logits)."""
+    temperature: float = 0.5
+    """Placer logits are divided by it before sampling (below 1: sharper sampling)."""
+    logits_noise_std: float = 0.5
+    """Gaussian noise added to placer logits while exploring early on."""
+    noise_updates: int = 750
+    """Updates during which logit noise is added."""
+
+    # -- where the policy starts --
+    grouping_prior: str = "partition"
+    """Where the grouper starts. "none" (the reference): from its random weights, so early groups are
+    scattered across the graph, almost every edge crosses devices, and merging everything into one group
+    is the first improvement REINFORCE finds. "partition": its logits are biased towards a METIS recursive
+    bisection of the unit graph into the G groups (needs pymetis), so groups start as contiguous pieces of
+    the graph, numbered so that neighbouring groups are neighbouring pieces; the placer then chooses devices
+    for pieces, and the grouper still learns on top of the bias."""
+    grouping_prior_weight: float = 8.0
+    """With grouping_prior="partition": the logit bias towards each unit's part (8: ~99% of units start in
+    their part with 40 groups)."""
+    placement_prior_weight: float = 2.5
+    """With grouping_prior="partition" and a weight above 0, the placer starts from the partition too: its
+    bounded logits get this bias towards spreading the groups over the compute devices (the GPUs when there
+    are any) in contiguous blocks, groups [0, G/K) on the first, so its greedy placement starts as the
+    partition's K-way cut. Below 2 x tanh_constant the learned logits can overrule the bias. 0: no bias
+    (the placer starts from its random weights)."""
+
+    # -- optimization --
+    learning_rate: float = 0.0003
+    """Adam's initial learning rate (the placer's, and the grouper's when it has no rate of its own)."""
+    grouper_learning_rate: float | None = 0.001
+    """Adam's initial learning rate for the grouper, with its own optimizer (decayed on the same schedule);
+    None: the grouper and placer share one Adam at `learning_rate` (the reference). 0 freezes the grouper:
+    with grouping_prior="partition" the placer then learns over fixed pieces of the graph."""
+    lr_decay_rate: float = 0.95
+    """Factor applied to the learning rates every `lr_decay_updates` updates..."""
+    lr_decay_updates: int = 50
+    lr_decay_start: int = 400
+    """...starting after this many updates."""
+    grad_bound: float = 1.0
+    """Gradients are clipped to this global norm."""
+
+    # -- the loss --
+    reward_baseline_decay: float = 0.9
+    """Decay of the reward baseline: the exponential moving average of rewards that REINFORCE subtracts."""
+    normalize_advantages: bool = True
+    """Standardize the advantages of one update's samples (zero mean, unit std) before the loss, so the
+    entropy weight means the same whatever the reward scale; centering on the batch mean replaces the
+    reward baseline (False: raw reward - reward baseline, as the reference)."""
+    entropy_weight: float = 0.001
+    """Weight of an entropy bonus in the loss (0: none, as the reference)."""
+    entropy_normalization: str = "sum"
+    """What the entropy bonus (and the logged entropy) is: "sum" over every decision of a placement (the
+    grouper's ~10k per-unit choices then outweigh the placer's ~100), or "per-decision": each part's
+    entropy averaged over its decisions (grouper per unit, placer per group), then summed."""
+    imitation_weight: float = 1.0
+    """Self-imitation (Oh et al., 2018): every update also maximizes this weight times the placer's
+    log-probability (without logit noise) of the best placement's group devices sampled so far. REINFORCE
+    alone moves the policy by the average of a few samples, and its greedy placement can stay far from the
+    best one it has found (on NMT-4 with 4 GPUs, 417 ms against the best sample's 347); imitation pulls the
+    policy to its best, so later samples search around it (there: 314 ms, the greedy placement 348). The
+    best is the highest single reward: on a noisy backend that may be a lucky timing. 0: off (the reference)."""
+
+    seed: int = 0
+    """Seeds weights, sampling and noise."""
+
+    def __post_init__(self):
+        if self.imitation_weight < 0:
+            raise ValueError(f"imitation_weight must be >= 0, got {self.imitation_weight}")
+        if self.entropy_normalization not in ("sum", "per-decision"):
+            raise ValueError(f"unknown entropy_normalization {self.entropy_normalization!r}: 'sum' or 'per-decision'")
+        if self.grouping_prior not in ("none", "partition"):
+            raise ValueError(f"unknown grouping_prior {self.grouping_prior!r}: 'none' or 'partition'")
+        if self.placement_prior_weight and self.grouping_prior == "none":
+            raise ValueError("placement_prior_weight spreads the partition's groups over the devices: "
+                             "it needs grouping_prior='partition'")
+        if self.grouper_learning_rate is not None and self.grouper_learning_rate < 0:
+            raise ValueError(f"grouper_learning_rate must be >= 0 (0 freezes the grouper), got {self.grouper_learning_rate}")
+
+    def groups_for(self, devices: int) -> int:
+        return self.num_groups or min(256, 20 * devices)
+
+
+REFERENCE = Args(
+    # grappler's hierarchical_controller.py: Adam at 0.1 decayed 0.95 every 50 updates after update 400,
+    # logit noise 0.5 for 750 updates, tanh constant 1, temperature 1, gradient norm bound 1, reward
+    # baseline decay 0.9, no entropy term; min(256, 20 x devices) groups, hidden size 512, grouping hidden
+    # size 64. With it the grouper collapses to one group and loses to the partitioners on every NMT setup
+    # (docs/results/learned-placement.md).
+    tanh_constant=1.0, temperature=1.0, grouping_prior="none", placement_prior_weight=0.0,
+    learning_rate=0.1, grouper_learning_rate=None, normalize_advantages=False, entropy_weight=0.0,
+    imitation_weight=0.0,
+)
+"""The reference planner's settings (`--preset reference`)."""
 
 
 @dataclass(frozen=True)
@@ -36,28 +150,12 @@ class Sample:
         return self.group_devices[self.groups]
 
 
-def _dense(name: str, inputs: int, outputs: int, seed: int) -> tuple[tf.Variable, tf.Variable]:
-    init = tf.keras.initializers.GlorotUniform(seed=seed)
-    return (tf.Variable(init((inputs, outputs)), name=f"{name}/kernel"),
-            tf.Variable(tf.zeros([outputs]), name=f"{name}/bias"))
-
-
-class _LSTM(tf.Module):
-    def __init__(self, name: str, inputs: int, units: int, seed: int):
-        super().__init__(name=name.replace("/", "_"))
-        self.units = units
-        self.kernel, self.bias = _dense(name, inputs + units, 4 * units, seed)
-
-    def __call__(self, x, state):
-        c, h = state
-        i, j, f, o = tf.split(tf.matmul(tf.concat([x, h], 1), self.kernel) + self.bias, 4, axis=1)
-        c = tf.sigmoid(f + 1.0) * c + tf.sigmoid(i) * tf.tanh(j)
-        h = tf.sigmoid(o) * tf.tanh(c)
-        return h, (c, h)
-
-    def zero_state(self, batch: int = 1):
-        zeros = tf.zeros([batch, self.units])
-        return zeros, zeros
+# -- the networks ---------------------------------------------------------------------------------
+# Each unit's features (op-type histogram, sizes, position) -> the grouper's logits over G groups; each
+# group's embedding (op-type shares, summed sizes, edges to and from other groups) -> a bidirectional LSTM
+# encoder -> an LSTM decoder with content-based attention that emits one device per group, fed the
+# embedding of the previous group's device. Placer logits are tanh-bounded, noised early on, tempered,
+# and masked where a group cannot run.
 
 
 class HierarchicalPolicy(tf.Module):
@@ -90,18 +188,18 @@ class HierarchicalPolicy(tf.Module):
 
         g, d, hidden = num_groups, self.num_devices, hidden_size
         embedding_size = features.op_types.shape[1] + 3 + 2 * g
-        self.grouper_hidden = _dense("grouper/hidden", self.unit_inputs.shape[1], grouping_hidden_size, seed)
-        self.grouper_out = _dense("grouper/logits", grouping_hidden_size, g, seed + 1)
-        self.encoder_in = _dense("placer/embed", embedding_size, hidden, seed + 2)
-        self.forward_lstm = _LSTM("placer/encoder_fw", hidden, hidden // 2, seed + 3)
-        self.backward_lstm = _LSTM("placer/encoder_bw", hidden, hidden - hidden // 2, seed + 4)
-        self.decoder_lstm = _LSTM("placer/decoder", hidden, hidden, seed + 5)
+        self.grouper_hidden = dense("grouper/hidden", self.unit_inputs.shape[1], grouping_hidden_size, seed)
+        self.grouper_out = dense("grouper/logits", grouping_hidden_size, g, seed + 1)
+        self.encoder_in = dense("placer/embed", embedding_size, hidden, seed + 2)
+        self.forward_lstm = LSTMCell("placer/encoder_fw", hidden, hidden // 2, seed + 3)
+        self.backward_lstm = LSTMCell("placer/encoder_bw", hidden, hidden - hidden // 2, seed + 4)
+        self.decoder_lstm = LSTMCell("placer/decoder", hidden, hidden, seed + 5)
         self.device_embedding = tf.Variable(tf.keras.initializers.RandomUniform(-0.1, 0.1, seed=seed + 6)((d + 1, hidden)),
                                             name="placer/device_embedding")
-        self.attention_memory = _dense("placer/attention_memory", hidden, hidden, seed + 7)[0]
-        self.attention_query = _dense("placer/attention_query", hidden, hidden, seed + 8)[0]
+        self.attention_memory = dense("placer/attention_memory", hidden, hidden, seed + 7)[0]
+        self.attention_query = dense("placer/attention_query", hidden, hidden, seed + 8)[0]
         self.attention_vector = tf.Variable(tf.zeros([hidden]), name="placer/attention_vector")
-        self.output = _dense("placer/logits", 2 * hidden, d, seed + 9)
+        self.output = dense("placer/logits", 2 * hidden, d, seed + 9)
 
     # -- grouper -----------------------------------------------------------------------------------
 
@@ -222,3 +320,193 @@ class HierarchicalPolicy(tf.Module):
         _, placer_log_prob, entropy = self._decode(memory, self.group_device_mask(groups), noise, temperature,
                                                    chosen=devices)
         return grouper_log_prob, placer_log_prob, tf.fill(tf.shape(placer_log_prob), grouper_entropy), entropy
+
+
+# -- the agent ------------------------------------------------------------------------------------
+
+
+class HierarchicalPlanner:
+    """Grouper + placer trained jointly by REINFORCE: `propose` samples placements, `learn` is one update."""
+
+    name = "hierarchical"
+
+    def __init__(self, graph: OpGraph, device_mask: np.ndarray, config: Args | None = None,
+                 devices: DeviceSet | None = None):
+        """device_mask: [U, D] 1 where a unit may run on a device (the environment's `device_mask`).
+        devices: the environment's devices, needed by `placement_prior_weight` to find the compute devices."""
+        c = self.config = config or Args()
+        self.num_devices = device_mask.shape[1]
+        num_groups = c.groups_for(self.num_devices)
+        prior_groups = prior_devices = None
+        if c.grouping_prior == "partition":
+            from agents.partitioners import unit_partition
+
+            prior_groups = unit_partition(graph, num_groups, seed=c.seed)
+        if c.placement_prior_weight:
+            if devices is None:
+                raise ValueError("placement_prior_weight needs the devices: HierarchicalPlanner(graph, mask, config, "
+                                 "devices=env.devices)")
+            from placer.models.expert import compute_devices, spread
+
+            prior_devices = np.asarray(spread(num_groups, compute_devices(devices)), np.int64)
+        self.policy = HierarchicalPolicy(
+            unit_features(graph), device_mask[: len(graph.groups)], num_groups=num_groups,
+            grouping_hidden_size=c.grouping_hidden_size, hidden_size=c.hidden_size, tanh_constant=c.tanh_constant,
+            seed=c.seed, prior_groups=prior_groups, prior_weight=c.grouping_prior_weight,
+            prior_devices=prior_devices, placement_prior_weight=c.placement_prior_weight,
+        )
+        # Per-part optimizers: one Adam for the placer (and the grouper, unless it has its own rate); a
+        # grouper rate of 0 freezes the grouper, so it gets no optimizer at all.
+        self.optimizer = tf.keras.optimizers.Adam(learning_rate=c.learning_rate)
+        self.grouper_optimizer = (tf.keras.optimizers.Adam(learning_rate=c.grouper_learning_rate)
+                                  if c.grouper_learning_rate else None)
+        self.reward_baseline = tf.Variable(0.0, trainable=False, name="baseline")
+        self.reward_baseline_ready = tf.Variable(False, trainable=False, name="baseline_ready")
+        self.updates = tf.Variable(0, trainable=False, dtype=tf.int64, name="updates")
+        self.rng = tf.random.Generator.from_seed(c.seed)
+        self._pending: list[Sample] = []
+        self._best_sample: Sample | None = None  # the best sample so far, its noise zeroed, for self-imitation
+        self._best_sample_reward = -np.inf
+
+    # -- sampling ---------------------------------------------------------------------------------
+
+    def propose(self, count: int) -> list[np.ndarray]:
+        """`count` placements ([U] device per unit), drawn independently in one batched pass."""
+        self._pending = self.sample(count)
+        return [sample.assignment for sample in self._pending]
+
+    def best_guess(self) -> np.ndarray:
+        """The greedy placement: each unit's most likely group, each group's most likely device, no noise."""
+        return self.sample(1, greedy=True)[0].assignment
+
+    def sample(self, count: int = 1, greedy: bool = False) -> list[Sample]:
+        """`count` samples (the greedy one `count` times when greedy), with what scoring them again needs."""
+        g, d, c = self.policy.num_groups, self.num_devices, self.config
+        # Stateless seeds drawn from a checkpointed generator: resuming replays the same draws.
+        seeds = tf.cast(tf.transpose(self.rng.make_seeds(g + 1)) % (2**31 - 1), tf.int32)
+        noisy = not greedy and int(self.updates.numpy()) < c.noise_updates and c.logits_noise_std > 0
+        noise = self.rng.normal([count, g, d], stddev=c.logits_noise_std) if noisy else tf.zeros([count, g, d])
+        groups, devices = self.policy.sample(seeds, noise, tf.constant(c.temperature), greedy=greedy)
+        groups, devices, noise = groups.numpy().astype(np.int64), devices.numpy().astype(np.int64), noise.numpy()
+        return [Sample(groups[i], devices[i], noise[i]) for i in range(count)]
+
+    # -- one update -------------------------------------------------------------------------------
+
+    def learn(self, assignments: Sequence[np.ndarray], rewards: Sequence[float]) -> Mapping[str, float]:
+        """One update from the rewards of the last `propose()`'s placements; returns metrics to log."""
+        c, samples, self._pending = self.config, self._pending, []
+        if len(samples) != len(rewards):
+            raise ValueError("learn() takes the rewards of the placements of the last propose()")
+        rewards_t = tf.constant(np.asarray(rewards, np.float32))
+        mean_reward = tf.reduce_mean(rewards_t)
+
+        # 1. The reward baseline starts at the first rewards, not at 0.
+        if not bool(self.reward_baseline_ready.numpy()):
+            self.reward_baseline.assign(mean_reward)
+            self.reward_baseline_ready.assign(True)
+
+        # 2. Self-imitation's target: the best sample so far, without the noise it was drawn with.
+        best = int(np.argmax(rewards))
+        if rewards[best] > self._best_sample_reward:
+            self._best_sample = replace(samples[best], noise=np.zeros_like(samples[best].noise))
+            self._best_sample_reward = float(rewards[best])
+        imitating = c.imitation_weight > 0
+
+        # 3. Advantages: reward - reward baseline, standardized within the update if asked.
+        advantages = rewards_t - self.reward_baseline
+        if c.normalize_advantages:
+            advantages = standardized(advantages)
+
+        # 4. The loss: REINFORCE, minus the entropy bonus, minus self-imitation of the best sample's placer
+        # decisions (only the placer's: the grouper's ~10k per-unit choices make up almost all of a sample's
+        # log-probability, about -5,000 nats on NMT-4 against the placer's ~-100, and are mostly sampling
+        # accidents around the partition; imitating them all barely moved the placer). Every sample and the
+        # best are scored in one batched pass.
+        with tf.GradientTape() as tape:
+            log_probs, entropies, placer_log_probs = self.score([*samples, self._best_sample] if imitating else samples)
+            count = len(samples)
+            log_probs, entropies = log_probs[:count], entropies[:count]
+            loss = tf.reduce_mean(-advantages * log_probs - c.entropy_weight * entropies)
+            if imitating:
+                loss -= c.imitation_weight * placer_log_probs[count]
+
+        # 5. One gradient step: the global norm bounded, each part by its own optimizer.
+        parts = self._parameter_parts()
+        variables = [v for part_variables, _, _ in parts for v in part_variables]
+        gradients, norm = tf.clip_by_global_norm(tape.gradient(loss, variables), c.grad_bound)
+        start = 0
+        for part_variables, optimizer, _ in parts:
+            optimizer.apply_gradients(zip(gradients[start:start + len(part_variables)], part_variables))
+            start += len(part_variables)
+
+        metrics = {}
+        if imitating:
+            metrics["best_sample_log_prob"] = float(self.score([self._best_sample])[2][0])
+
+        # 6. The reward baseline follows the rewards; the learning rates decay on schedule.
+        self.reward_baseline.assign(c.reward_baseline_decay * self.reward_baseline
+                                    + (1 - c.reward_baseline_decay) * mean_reward)
+        self.updates.assign_add(1)
+        step = int(self.updates.numpy())
+        if step > c.lr_decay_start:
+            decays = (step - c.lr_decay_start) // c.lr_decay_updates
+            for _, optimizer, initial in parts:
+                optimizer.learning_rate.assign(initial * c.lr_decay_rate ** decays)
+        return {"loss": float(loss), "reward_baseline": float(self.reward_baseline), "grad_norm": float(norm),
+                "entropy": float(tf.reduce_sum(entropies)) / count,
+                "learning_rate": float(self.optimizer.learning_rate), **metrics}
+
+    def score(self, samples: Sequence[Sample]) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """Under the current policy, in one batched pass, each [B]: the samples' log-probabilities, their
+        entropies (summed over every decision, or averaged per part as `entropy_normalization` asks), and
+        the placer's part of the log-probabilities (what self-imitation maximizes)."""
+        grouper_lp, placer_lp, grouper_entropy, placer_entropy = self.policy.log_prob(
+            tf.constant(np.stack([s.groups for s in samples]), tf.int32),
+            tf.constant(np.stack([s.group_devices for s in samples]), tf.int32),
+            tf.constant(np.stack([s.noise for s in samples]), tf.float32), tf.constant(self.config.temperature))
+        if self.config.entropy_normalization == "per-decision":
+            grouper_entropy /= self.policy.num_units
+            placer_entropy /= self.policy.num_groups
+        return grouper_lp + placer_lp, grouper_entropy + placer_entropy, placer_lp
+
+    def _parameter_parts(self) -> list[tuple[list[tf.Variable], tf.keras.optimizers.Optimizer, float]]:
+        """(variables, optimizer, initial learning rate) of each part a gradient step updates."""
+        c = self.config
+        if c.grouper_learning_rate is None:
+            return [(list(self.policy.trainable_variables), self.optimizer, c.learning_rate)]
+        grouper = [*self.policy.grouper_hidden, *self.policy.grouper_out]
+        grouper_ids = {id(v) for v in grouper}
+        placer = [v for v in self.policy.trainable_variables if id(v) not in grouper_ids]
+        parts = [(placer, self.optimizer, c.learning_rate)]
+        if self.grouper_optimizer is not None:
+            parts.append((grouper, self.grouper_optimizer, c.grouper_learning_rate))
+        return parts
+
+    # -- state: checkpoints, resume, the hand-over from the simulator -----------------------------
+
+    def checkpoint_objects(self) -> Mapping[str, Any]:
+        # "baseline" names the reward baseline in checkpoints written before it was called so: kept for resume.
+        objects = {"policy": self.policy, "optimizer": self.optimizer, "baseline": self.reward_baseline,
+                   "baseline_ready": self.reward_baseline_ready, "updates": self.updates, "rng": self.rng}
+        if self.grouper_optimizer is not None:
+            objects["grouper_optimizer"] = self.grouper_optimizer
+        return objects
+
+    def rebase_best(self, reward: float) -> None:
+        """The best sample's reward as measured on a new backend (training moved from the simulator to real
+        execution): rewards from there on compare with it, not with the old backend's."""
+        if self._best_sample is not None:
+            self._best_sample_reward = float(reward)
+
+    def numpy_state(self) -> Mapping[str, Any]:
+        best = None
+        if self._best_sample is not None:
+            best = {"reward": self._best_sample_reward,
+                    "sample": {key: value.tolist() for key, value in asdict(self._best_sample).items()}}
+        return {"config": asdict(self.config), "best_sample": best}
+
+    def load_numpy_state(self, state: Mapping[str, Any]) -> None:
+        best = state.get("best_sample")
+        if best is not None:
+            self._best_sample = Sample(**{key: np.asarray(value) for key, value in best["sample"].items()})
+            self._best_sample_reward = float(best["reward"])

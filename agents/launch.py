@@ -16,7 +16,8 @@ from typing import Any, Callable, Mapping
 
 from placer.errors import PlacerError
 
-from agents.experiment import ExperimentConfig, ExperimentError, load_config_file, load_run_config, parse_override
+from agents.experiment.config import ExperimentConfig, ExperimentError, load_config_file, parse_override
+from agents.run_files import load_run_config
 from agents.flags import add_dataclass_arguments
 
 _NOT_FLAGS = ("model", "agent_options", "progress")
@@ -106,7 +107,8 @@ def config_from_args(args: argparse.Namespace, defaults: Mapping[str, Any] | Non
 
 def run(args: argparse.Namespace, defaults: Mapping[str, Any] | None = None) -> int:
     """Run the experiment the arguments describe, print where its results are; exit status."""
-    from agents.experiment import describe, run_experiment
+    from agents.experiment.results import describe
+    from agents.experiment.run import run_experiment
 
     config, run_dir = config_from_args(args, defaults)
     if args.print_config:
@@ -127,7 +129,7 @@ def _replace(config: ExperimentConfig, budget: Mapping[str, Any], no_progress: b
 
 
 def export(args: argparse.Namespace) -> int:
-    from agents.experiment import export_run
+    from agents.experiment.results import export_run
 
     metadata = export_run(args.run_dir, args.out)
     beaten = ", ".join(metadata["beaten_baselines"]) or "none"

@@ -1,14 +1,14 @@
-"""Policy-gradient training shared by the learned placers: REINFORCE (or PPO) with a moving-average baseline.
+"""REINFORCE with a reward baseline, for the colocation placer and the graph policy; `standardized` for all.
 
 Defaults follow TensorFlow's grappler `hierarchical_controller.py` (see ../shared/FINDINGS.md): logit
 noise 0.5 for the first 750 updates, Adam at 0.1 decayed 0.95 every 50 updates after update 400,
-gradient-norm bound 1, baseline decay 0.9, no entropy term. The REINFORCE loss is
--(reward - baseline) * log p(placement), averaged over the placements of one update; with
-`algorithm="ppo"`, each update takes `ppo_epochs` clipped-ratio steps on the same samples instead.
-Off by default, beyond the reference: an entropy bonus (summed, or averaged per decision), advantages
+gradient-norm bound 1, reward baseline decay 0.9, no entropy term. The loss is
+-(reward - reward baseline) * log p(placement), averaged over the placements of one update. Off by
+default, beyond the reference: an entropy bonus (summed, or averaged per decision), advantages
 standardized within each update's samples, and self-imitation of the best placement sampled so far.
 A policy supplies `_sample(greedy)` (an object with `.assignment`) and `_log_prob(sample)` (the
-log-probability and the entropy to reward, normalized as `entropy_normalization` asks).
+log-probability and the entropy to reward, normalized as `entropy_normalization` asks). The hierarchical
+planner writes the same update out in its own file (agents/hierarchical.py).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ class PolicyGradientConfig:
     """...starting after this many updates."""
     grad_bound: float = 1.0
     """Gradients are clipped to this global norm."""
-    baseline_decay: float = 0.9
-    """Decay of the exponential moving-average reward baseline."""
+    reward_baseline_decay: float = 0.9
+    """Decay of the reward baseline: the exponential moving average of rewards that REINFORCE subtracts."""
     entropy_weight: float = 0.0
     """Weight of an entropy bonus in the loss (0: none, as the reference)."""
     entropy_normalization: str = "sum"
@@ -50,7 +50,7 @@ class PolicyGradientConfig:
     normalize_advantages: bool = False
     """Standardize the advantages of one update's samples (zero mean, unit std) before the loss, so the
     entropy weight means the same whatever the reward scale; centering on the batch mean replaces the
-    moving-average baseline (False: raw reward - baseline, as the reference)."""
+    reward baseline (False: raw reward - reward baseline, as the reference)."""
     imitation_weight: float = 0.0
     """Self-imitation (Oh et al., 2018): every update also maximizes this weight times the log-probability
     (without logit noise) of the best placement sampled so far (the hierarchical planner: of its placer's
@@ -59,18 +59,10 @@ class PolicyGradientConfig:
     417 ms against the best sample's 347); imitation pulls the policy to its best, so later samples search
     around it (there: 314 ms, the greedy placement 348). The best is the highest single reward: on a noisy
     backend that may be a lucky timing. 0: off (the reference)."""
-    algorithm: str = "reinforce"
-    """"reinforce" (the papers') or "ppo" (clipped probability ratio, several epochs per batch)."""
-    ppo_clip: float = 0.2
-    """PPO: the probability ratio is clipped to [1 - clip, 1 + clip]."""
-    ppo_epochs: int = 4
-    """PPO: gradient steps per batch of samples."""
     seed: int = 0
     """Seeds weights, sampling and noise."""
 
     def __post_init__(self):
-        if self.algorithm not in ("reinforce", "ppo"):
-            raise ValueError(f"unknown algorithm {self.algorithm!r}: 'reinforce' or 'ppo'")
         if self.imitation_weight < 0:
             raise ValueError(f"imitation_weight must be >= 0, got {self.imitation_weight}")
         if self.entropy_normalization not in ("sum", "per-decision"):
@@ -95,8 +87,8 @@ class PolicyGradientAgent:
         self.policy = policy
         self.num_devices = num_devices
         self.optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
-        self.baseline = tf.Variable(0.0, trainable=False, name="baseline")
-        self.baseline_ready = tf.Variable(False, trainable=False, name="baseline_ready")
+        self.reward_baseline = tf.Variable(0.0, trainable=False, name="baseline")
+        self.reward_baseline_ready = tf.Variable(False, trainable=False, name="baseline_ready")
         self.updates = tf.Variable(0, trainable=False, dtype=tf.int64, name="updates")
         self.rng = tf.random.Generator.from_seed(config.seed)
         self._pending: list = []
@@ -151,48 +143,38 @@ class PolicyGradientAgent:
             raise ValueError("learn() takes the rewards of the placements of the last propose()")
         rewards_t = tf.constant(np.asarray(rewards, np.float32))
         mean_reward = tf.reduce_mean(rewards_t)
-        if not bool(self.baseline_ready.numpy()):  # start the baseline at the first rewards, not at 0
-            self.baseline.assign(mean_reward)
-            self.baseline_ready.assign(True)
+        if not bool(self.reward_baseline_ready.numpy()):  # start the reward baseline at the first rewards, not at 0
+            self.reward_baseline.assign(mean_reward)
+            self.reward_baseline_ready.assign(True)
         best = int(np.argmax(rewards))
         if rewards[best] > self._best_sample_reward:
             self._best_sample = replace(samples[best], noise=np.zeros_like(samples[best].noise))
             self._best_sample_reward = float(rewards[best])
-        advantages = rewards_t - self.baseline
+        advantages = rewards_t - self.reward_baseline
         if self.config.normalize_advantages:
             advantages = standardized(advantages)
-        if self.config.algorithm == "ppo":
-            old = tf.stop_gradient(self._log_probs(samples)[0])
-            for _ in range(self.config.ppo_epochs):
-                loss, entropy_total, norm = self._step(samples, advantages, old)
-        else:
-            loss, entropy_total, norm = self._step(samples, advantages)
+        loss, entropy_total, norm = self._step(samples, advantages)
         metrics = {}
         if self.config.imitation_weight > 0:
             metrics["best_sample_log_prob"] = float(self._imitation_log_prob(self._best_sample))
-        self.baseline.assign(self.config.baseline_decay * self.baseline + (1 - self.config.baseline_decay) * mean_reward)
+        decay = self.config.reward_baseline_decay
+        self.reward_baseline.assign(decay * self.reward_baseline + (1 - decay) * mean_reward)
         self.updates.assign_add(1)
         self._decay_learning_rate()
         self._pending = []
-        return {"loss": float(loss), "baseline": float(self.baseline), "grad_norm": float(norm),
+        return {"loss": float(loss), "reward_baseline": float(self.reward_baseline), "grad_norm": float(norm),
                 "entropy": float(entropy_total) / len(samples), "learning_rate": float(self.optimizer.learning_rate),
                 **metrics}
 
-    def _step(self, samples, advantages, old_log_probs=None):
-        """One gradient step: REINFORCE, or PPO's clipped surrogate when old log-probs are given."""
+    def _step(self, samples, advantages):
+        """One gradient step of REINFORCE."""
         imitating = self.config.imitation_weight > 0
         with tf.GradientTape() as tape:
             if imitating:
                 log_probs, entropies, imitation = self._log_probs_and_imitation(samples, self._best_sample)
             else:
                 log_probs, entropies = self._log_probs(samples)
-            if old_log_probs is None:
-                objectives = advantages * log_probs
-            else:
-                ratios = tf.exp(tf.minimum(log_probs - old_log_probs, 20.0))
-                clipped = tf.clip_by_value(ratios, 1 - self.config.ppo_clip, 1 + self.config.ppo_clip)
-                objectives = tf.minimum(ratios * advantages, clipped * advantages)
-            loss = tf.reduce_mean(-objectives - self.config.entropy_weight * entropies)
+            loss = tf.reduce_mean(-advantages * log_probs - self.config.entropy_weight * entropies)
             entropy_total = tf.reduce_sum(entropies)
             if imitating:
                 loss -= self.config.imitation_weight * imitation
@@ -222,8 +204,9 @@ class PolicyGradientAgent:
     # -- state -------------------------------------------------------------------------------------
 
     def checkpoint_objects(self) -> Mapping[str, Any]:
-        return {"policy": self.policy, "optimizer": self.optimizer, "baseline": self.baseline,
-                "baseline_ready": self.baseline_ready, "updates": self.updates, "rng": self.rng}
+        # "baseline" names the reward baseline in checkpoints written before it was called so: kept for resume.
+        return {"policy": self.policy, "optimizer": self.optimizer, "baseline": self.reward_baseline,
+                "baseline_ready": self.reward_baseline_ready, "updates": self.updates, "rng": self.rng}
 
     def rebase_best(self, reward: float) -> None:
         """The best sample's reward as measured on a new backend (training moved from the simulator to real

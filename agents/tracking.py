@@ -22,18 +22,19 @@ import numpy as np
 TENSORBOARD_DIR = "tensorboard"
 """Event files live in RUN_DIR/tensorboard (what `placer dashboard RUN_DIR` serves)."""
 
-# Metric (as `agents.training.train` reports it) -> TensorBoard tag. Each prefix is one dashboard section;
+# Metric (as `agents.loop.train` reports it) -> TensorBoard tag. Each prefix is one dashboard section;
 # TensorBoard orders sections by name and opens the first two: step time, then the best placement.
 SCALAR_TAGS = {
     "step_time_best": "step_time/best",
     "step_time_sampled": "step_time/sampled",
+    "step_time_greedy": "step_time/greedy",
     "best_baseline_step_time": "step_time/best_baseline",
     "reward_mean": "training/reward_mean",
     "reward_best": "training/reward_best",
     "failure_rate": "training/failure_rate",
     "samples": "training/samples",
     "wall_time": "training/wall_time",
-    "baseline": "update/reward_baseline",
+    "reward_baseline": "update/reward_baseline",
     "loss": "update/loss",
     "entropy": "update/entropy",
     "grad_norm": "update/grad_norm",

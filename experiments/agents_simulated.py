@@ -13,8 +13,8 @@ infinite), which one is best, then per agent the best placement it found, its re
 best baseline, the samples it used, its wall time, and for the planner where it started (its greedy
 placement before any update) and the median wall time of one policy update, propose + learn, without the
 simulator. Every --greedy-every updates the planner's greedy placement is evaluated too, as a sample.
-The planner's hyper-parameters are the --preset's (tuned by default; reference: `HierarchicalConfig`'s
-defaults, the reference planner's) with any flag over them, all recorded in the JSON.
+The planner's hyper-parameters are the --preset's (tuned by default, `agents.hierarchical.Args`' defaults;
+reference: `REFERENCE`, the reference planner's) with any flag over them, all recorded in the JSON.
 Runs go to runs/agents_simulated/<setup>/<agent>/ (checkpoints and best placements); training resumes
 from an existing run directory, so give each configuration its own --runs.
 """
@@ -36,9 +36,9 @@ import numpy as np  # noqa: E402
 
 from agents.factory import check_agent_options, make_agent  # noqa: E402
 from agents.flags import add_dataclass_arguments  # noqa: E402
+from agents.hierarchical import Args  # noqa: E402
+from agents.loop import TrainingConfig, train  # noqa: E402
 from agents.presets import DEFAULT_PRESET, PRESETS, with_preset  # noqa: E402
-from agents.reinforce import HierarchicalConfig  # noqa: E402
-from agents.training import TrainingConfig, train  # noqa: E402
 from envs.placement import PlacementEnv  # noqa: E402
 from experiments._report import write_report  # noqa: E402
 from placer.baselines import make_baseline  # noqa: E402
@@ -102,12 +102,12 @@ def main() -> None:
                         choices=["hierarchical", "random", "cem"])
     parser.add_argument("--updates", type=int, default=200, help="updates for every agent")
     parser.add_argument("--samples-per-update", type=int, default=4, help="placements per update, for every agent")
-    # Every field of HierarchicalConfig is a flag (--learning-rate, --num-groups, ...), defaulting to its value.
-    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=tuple(PRESETS),
-                        help=f"the planner's hyper-parameters before the flags below (default {DEFAULT_PRESET}; "
-                             "reference: the reference planner's, HierarchicalConfig's defaults)")
+    # Every field of the planner's Args is a flag (--learning-rate, --num-groups, ...), defaulting to its value.
+    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=PRESETS,
+                        help=f"the planner's hyper-parameters before the flags below (default {DEFAULT_PRESET}: "
+                             "Args' defaults; reference: the reference planner's)")
     add_dataclass_arguments(parser.add_argument_group("hierarchical planner (over the preset's)"),
-                            HierarchicalConfig, skip=("seed",))
+                            Args, skip=("seed",))
     parser.add_argument("--greedy-every", type=int, default=10,
                         help="the planner's greedy placement is also evaluated every N updates, as a sample (0: never)")
     parser.add_argument("--seed", type=int, default=0)
@@ -116,7 +116,7 @@ def main() -> None:
     args = parser.parse_args()
 
     planner_options = with_preset(args.preset, "hierarchical", {
-        f.name: getattr(args, f.name) for f in fields(HierarchicalConfig)
+        f.name: getattr(args, f.name) for f in fields(Args)
         if f.name != "seed" and getattr(args, f.name) is not None})
     try:
         config = check_agent_options("hierarchical", planner_options, seed=args.seed)

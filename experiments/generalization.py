@@ -15,8 +15,8 @@ then, on each held-out model and machine:
   the heuristic the policy trusts most over the whole graph (its largest mean vote weight), placed as it is;
 - zero-shot, checked: the policy's own placement and each voting heuristic's, timed on the simulator, the
   fastest kept (what `placer place` does unless --policy-only), and whose it was;
-- fine-tuned: the pre-trained policy trained on that graph, and the hierarchical planner from scratch (the
-  default preset), each for the same number of updates of 4 samples: how many samples each needed to reach
+- fine-tuned: the pre-trained policy trained on that graph, and the hierarchical planner from scratch (its
+  defaults, the tuned setting), each for the same number of updates of 4 samples: how many samples each needed to reach
   the best baseline and to beat it (strictly faster; none: it did not), and the best step time each
   reached. The moves head's first samples are the checked candidates (`GraphAgentConfig.try_heuristics`).
 The policy is pre-trained and fine-tuned with one head (`--head`, `GraphAgentConfig.head`): "moves" samples
@@ -45,6 +45,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
+from agents import loop  # noqa: E402
 from agents.factory import make_agent  # noqa: E402
 from agents.graph_policy import training_set  # noqa: E402
 from agents.graph_policy.agent import HEADS, GraphAgentConfig, GraphPolicyAgent, partition_prior  # noqa: E402
@@ -52,7 +53,6 @@ from agents.graph_policy.policy_file import load_policy  # noqa: E402
 from agents.graph_policy.pretrain import PretrainConfig, place_with_policy, pretrain, step_seconds  # noqa: E402
 from agents.graph_policy.features import graph_inputs  # noqa: E402
 from agents.graph_policy.priors import align_to, heuristic_placements  # noqa: E402
-from agents.presets import DEFAULT_PRESET, with_preset  # noqa: E402
 from envs.placement import PlacementEnv  # noqa: E402
 from experiments._report import write_report  # noqa: E402
 from placer.baselines import BaselineError, applicable_baselines, make_baseline  # noqa: E402
@@ -85,22 +85,17 @@ def best_baseline(env, model: str | None) -> tuple[str, float]:
 
 
 def samples_to_reach(agent, env, target_seconds: float, updates: int) -> tuple[int | None, int | None, float]:
-    """Train `agent` on `env` for `updates` updates; the samples it took to reach `target_seconds` and to beat
-    it (strictly faster; None if it never did), and the best step time it reached."""
+    """Train `agent` on `env` for `updates` updates (`agents.loop.update`); the samples it took to reach
+    `target_seconds` and to beat it (strictly faster; None if it never did), and the best step time it reached."""
     best, reached, beaten, samples = math.inf, None, None, 0
     for _ in range(updates):
-        assignments = agent.propose(SAMPLES_PER_UPDATE)
-        seconds = []
-        for assignment in assignments:
-            result = env.target.evaluate(list(assignment))
+        for evaluation in loop.update(agent, env, SAMPLES_PER_UPDATE).evaluations:
             samples += 1
-            seconds.append(result.seconds if result.ok else env.reward_config.failing_step_time)
-            best = min(best, seconds[-1])
+            best = min(best, evaluation.step_time)
             if reached is None and best <= target_seconds:
                 reached = samples
             if beaten is None and best < target_seconds:
                 beaten = samples
-        agent.learn(assignments, [-math.sqrt(s) for s in seconds])
     return reached, beaten, best
 
 
@@ -163,8 +158,7 @@ def evaluate_held_out(policy_path: Path, graph, model: str | None, machines, arg
                 row["finetuned_samples"], row["finetuned_beat_samples"], best = samples_to_reach(
                     fine, env, baseline_seconds, args.finetune_updates)
                 row["finetuned_best_ms"] = best * 1e3
-                scratch = make_agent("hierarchical", env.graph, env.device_mask, env.devices, seed=args.seed,
-                                     options=with_preset(DEFAULT_PRESET, "hierarchical", {}))
+                scratch = make_agent("hierarchical", env.graph, env.device_mask, env.devices, seed=args.seed)
                 row["scratch_samples"], row["scratch_beat_samples"], best = samples_to_reach(
                     scratch, env, baseline_seconds, args.finetune_updates)
                 row["scratch_best_ms"] = best * 1e3

@@ -12,14 +12,13 @@ rounds give the baseline columns); `best_sampled_ms` is the best time seen while
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from agents.presets import PRESET_BEFORE_PRESETS  # noqa: E402
+from agents import run_files  # noqa: E402
 from experiments._report import write_report  # noqa: E402
 
 BASELINE_COLUMNS = ["single-device", "expert", "round-robin", "metis", "scotch", "m-topo", "m-etf", "m-sct"]
@@ -38,7 +37,8 @@ def command_of(config: dict) -> str:
         parts.append(f"--time-budget {config['time_budget']}")
     if config.get("agent") != "hierarchical":
         parts.append(f"--agent {config['agent']}")
-    parts.append(f"--preset {config.get('preset', PRESET_BEFORE_PRESETS)}")
+    if config.get("preset"):
+        parts.append(f"--preset {config['preset']}")
     parts += [f"--set {key}={value}" for key, value in sorted(config.get("agent_options", {}).items())]
     return " ".join(parts)
 
@@ -51,25 +51,23 @@ def main() -> None:
 
     newest: dict[tuple[str, str], Path] = {}
     for root in args.runs:
-        for summary_file in sorted(Path(root).glob("*/*/summary.json")):
-            summary = json.loads(summary_file.read_text())
-            newest[(summary["model"], summary["backend"])] = summary_file.parent
+        for summary_file in sorted(Path(root).glob(f"*/*/{run_files.SUMMARY}")):
+            summary = run_files.read_summary(summary_file.parent)
+            newest[(summary.model, summary.backend)] = summary_file.parent
     rows = []
     for (model, backend), run_dir in sorted(newest.items()):
-        summary = json.loads((run_dir / "summary.json").read_text())
-        config = json.loads((run_dir / "config.json").read_text())["experiment"]
-        row = {"model": model, "size": summary["size"], "backend": backend, "cluster": summary["cluster"],
-               "samples": summary["samples"], "wall_s": round(summary["wall_time"]),
+        summary = run_files.read_summary(run_dir)
+        config = run_files.load_run_config(run_dir).to_dict()
+        row = {"model": model, "size": summary.size, "backend": backend, "cluster": summary.cluster,
+               "samples": summary.samples, "wall_s": round(summary.wall_time),
                # The learned time the baselines were compared with: on a measured run, the best placement
                # measured again next to them at the end; the best sampled time is optimistic (max of noise).
-               # (Summaries written before the re-measurement existed have no step_time: the best sample.)
-               "learned_ms": summary.get("step_time", summary["best_step_time"]) * 1e3,
-               "best_sampled_ms": summary["best_step_time"] * 1e3}
+               "learned_ms": summary.step_time * 1e3, "best_sampled_ms": summary.best_step_time * 1e3}
         for name in BASELINE_COLUMNS:
-            value = summary["baselines"].get(name)
+            value = summary.baselines.get(name)
             row[f"{name}_ms"] = None if value is None else value * 1e3
-        row["best_baseline"] = summary["best_baseline"]
-        improvement = summary.get("improvement_over_best_baseline")
+        row["best_baseline"] = summary.best_baseline
+        improvement = summary.improvement_over_best_baseline
         row["vs_best_pct"] = None if improvement is None else 100 * improvement
         row["command"] = command_of(config)
         rows.append(row)

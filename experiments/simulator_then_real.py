@@ -25,7 +25,9 @@ from pathlib import Path
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from agents.experiment import ExperimentConfig, run_experiment  # noqa: E402
+from agents import run_files  # noqa: E402
+from agents.experiment.config import ExperimentConfig  # noqa: E402
+from agents.experiment.run import run_experiment  # noqa: E402
 from experiments._report import write_report  # noqa: E402
 from placer.cost import compare, open_target  # noqa: E402
 from placer.measure import MeasureConfig  # noqa: E402
@@ -88,9 +90,9 @@ def main() -> None:
 
     graph = build_model(args.model, args.size)
     contenders = {name: _best_assignment(result.run_dir) for name, result in results.items()}
-    baselines = _baseline_assignments(results["measured only"].run_dir)
-    contenders.update(baselines)
     with open_target(graph, args.cluster, measure_config=MeasureConfig(warmup_steps=3, timed_steps=10)) as target:
+        baselines = _baseline_assignments(results["measured only"].run_dir, graph, target.devices)
+        contenders.update(baselines)
         compared = compare(target.evaluate, contenders, args.rounds)
     best_baseline = min((compared[name].median, name) for name in baselines if compared[name].ok)
     rows = []
@@ -100,8 +102,9 @@ def main() -> None:
             "placement": name,
             "measured_ms": result.median * 1e3 if result.ok else None,
             "vs_best_baseline_pct": 100 * (best_baseline[0] - result.median) / best_baseline[0] if result.ok else None,
-            "samples": regime.summary["samples"] + regime.summary.get("simulator", {}).get("samples", 0) if regime else None,
-            "measured_samples": (regime.summary["samples"] if regime.summary["backend"] == "measured" else 0) if regime else None,
+            "samples": regime.summary.samples + (regime.summary.simulator.samples if regime.summary.simulator else 0)
+            if regime else None,
+            "measured_samples": (regime.summary.samples if regime.summary.backend == "measured" else 0) if regime else None,
             "wall_s": round(wall[name]) if regime else None,
             "run": str(regime.run_dir) if regime else None,
         })
@@ -111,23 +114,13 @@ def main() -> None:
                  best_baseline=best_baseline[1], calibration=str(calibration))
 
 
-def _history(run_dir: Path) -> list:
-    import json
-
-    return json.loads((run_dir / "trainer_state.json").read_text())["history"]
-
-
 def _best_assignment(run_dir: Path) -> list[int]:
-    import json
-
-    return json.loads((run_dir / "trainer_state.json").read_text())["best_assignment"]
+    return list(run_files.read_trainer_state(run_dir).best_assignment)
 
 
-def _baseline_assignments(run_dir: Path) -> dict[str, list[int]]:
-    import json
-
-    baselines = json.loads((run_dir / "baselines.json").read_text())
-    return {name: record["assignment"] for name, record in baselines.items() if record["ok"]}
+def _baseline_assignments(run_dir: Path, graph, devices) -> dict[str, list[int]]:
+    return {name: run_files.baseline_assignment(run_dir, timing, graph, devices)
+            for name, timing in run_files.read_baselines(run_dir).items() if timing.ok}
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from agents.experiment import paper_setting  # noqa: E402
+from agents.experiment.config import paper_setting  # noqa: E402
 from agents.launch import main  # noqa: E402
 
 if __name__ == "__main__":

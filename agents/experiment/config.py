@@ -12,13 +12,13 @@ from typing import Any, Mapping, Sequence
 
 from agents.factory import AGENTS, AgentOptionError, check_agent_options
 from agents.flags import setting
-from agents.presets import DEFAULT_PRESET, PRESETS, PresetError, with_preset
+from agents.presets import PRESETS, PresetError, with_preset
 from placer.errors import PlacerError
 
 # The papers' setting per benchmark model: paper-size graph and GPU count of the hierarchical planner's
 # experiments, on the project's reference modeled machine (V100s over NVLink, see placer.hardware), and
 # 1,000 updates of 4 samples (the reference planner trains for thousands of samples). The agent runs the
-# `preset` (tuned by default; "reference" is the reference planner's hyper-parameters, agents/presets.py).
+# hierarchical planner's defaults (the tuned setting; `--preset reference` for the reference planner's).
 PAPER_UPDATES = 1000
 PAPER_SETTINGS: dict[str, dict[str, Any]] = {
     "inception-v3": {"size": "paper", "backend": "simulated", "cluster": "modeled:2xV100"},
@@ -58,9 +58,10 @@ class ExperimentConfig:
     init: str | None = setting(None, metavar="POLICY")
     """A pre-trained policy file (`placer pretrain --out POLICY`) that the graph agent starts from, to
     fine-tune it on this model (sets --agent graph)."""
-    preset: str = setting(DEFAULT_PRESET, choices=tuple(PRESETS))
-    """The agent's hyper-parameters: tuned (the best-known setting, see agents/presets.py) or reference (the
-    reference planner's, grappler's hierarchical_controller.py). --set KEY=VALUE overrides single options."""
+    preset: str | None = setting(None, choices=PRESETS)
+    """The hierarchical planner's settings: tuned (its defaults, the best-known setting) or reference (the
+    reference planner's, grappler's hierarchical_controller.py); None: the agent's own defaults. Other agents
+    have no presets. --set KEY=VALUE overrides single options."""
     agent_options: Mapping[str, Any] = setting(default_factory=dict, cli=False)
     """Fields of the agent's config dataclass (e.g. learning_rate, num_groups, hidden_size) on top of the
     preset's; --set KEY=VALUE."""

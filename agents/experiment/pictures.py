@@ -15,7 +15,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from agents.experiment.config import ExperimentError
-from agents.experiment.results import RunFiles, read_run
+from agents.run_files import RunFiles, read_run
 from placer.devices import short_name
 from placer.timeline import StepTimeline
 
@@ -33,8 +33,8 @@ def step_time_figure(run: RunFiles, ax: Axes | None = None) -> Figure:
     updates = [h["update"] for h in run.history]
     best = [_ms(h.get("step_time_best")) for h in run.history]
     sampled = [_ms(h.get("step_time_sampled")) for h in run.history]
-    baselines = {name: _ms(b["step_time"]) if b.get("ok") else math.nan for name, b in run.baselines.items()}
-    final = (run.summary or {}).get("final_comparison") or {}
+    baselines = {name: _ms(b.step_time) if b.ok else math.nan for name, b in run.baselines.items()}
+    final = (run.summary.final_comparison if run.summary else None) or {}
     reference = [t for t in [*best, *baselines.values(), *(_ms(v) for v in final.values())] if math.isfinite(t)]
     top = HEADROOM * max(reference or [t for t in sampled if math.isfinite(t)] or [1.0])
 

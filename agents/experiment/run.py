@@ -1,68 +1,32 @@
 """One experiment, end to end: place a model with an agent, time the baselines, train, compare side by side.
 
 `run_experiment(ExperimentConfig(...))` builds the environment (measured or simulated), times the
-baselines on the same target, trains the agent with `agents.training.train`, and leaves a run directory:
-
-    runs/<model>/<timestamp>/
-        config.json            the resolved configuration (re-run or resume from it)
-        log.txt                what happened, with times
-        baselines.json         step time of every baseline on this target
-        start_placement.json   the untrained policy's greedy placement and its step time
-        tensorboard/           curves, hyper-parameters, best placement image and table
-        wandb/                 the W&B run (offline unless an account is configured), when enabled
-        checkpoints/, trainer_state.json   resume state (`placer train --resume RUN_DIR`)
-        best_placement.json    the best placement so far, rewritten whenever it improves
-        timeline.json          Chrome trace of the best placement (simulated, or a traced real step)
-        summary.json           best step time, the baselines it beat, samples, wall time
+baselines on the same target, trains the agent with `agents.loop.train`, and leaves a run directory
+(`agents.run_files` lists its files and is their only reader and writer).
 """
 
 from __future__ import annotations
 
-import datetime
-import json
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
+from agents import run_files
 from agents.experiment.config import ExperimentConfig, ExperimentError
-from agents.experiment.results import summarize, write_json
-from agents.presets import PRESET_BEFORE_PRESETS
+from agents.experiment.results import summarize
+from agents.run_files import BaselineTiming, RunSummary, SimulatorPhase, StartPlacement, new_run_dir
 from placer.errors import PlacerError
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExperimentResult:
     run_dir: Path
-    summary: dict[str, Any]
-
-
-def new_run_dir(config: ExperimentConfig) -> Path:
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    model = config.model
-    if ":" in model:  # module:function or /path/to/file.py:function -> module-function, file-function
-        module, function = model.rsplit(":", 1)
-        model = f"{Path(module).stem if module.endswith('.py') else module}-{function}"
-    run_dir = Path(config.runs) / model / stamp
-    suffix = 1
-    while run_dir.exists():
-        suffix += 1
-        run_dir = Path(config.runs) / model / f"{stamp}-{suffix}"
-    return run_dir
-
-
-def load_run_config(run_dir: str | Path) -> ExperimentConfig:
-    path = Path(run_dir) / "config.json"
-    if not path.exists():
-        raise ExperimentError(f"{run_dir} is not a run directory (no config.json)")
-    settings = json.loads(path.read_text())["experiment"]
-    # runs started before presets existed ran on the agents' own defaults
-    settings.setdefault("preset", PRESET_BEFORE_PRESETS)
-    return ExperimentConfig.from_dict(settings, source=str(path))
+    summary: RunSummary
 
 
 def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) -> ExperimentResult:
@@ -70,7 +34,7 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
 
     Called again with an existing run directory, it resumes where that run stopped."""
     from agents.factory import make_agent
-    from agents.training import TrainingConfig, train
+    from agents.loop import TrainingConfig, train
 
     env = _make_env(config)  # builds the graph and opens the target: a model that fails leaves no run behind
     try:
@@ -80,7 +44,7 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
         env.close()
         raise ExperimentError(f"cannot make the run directory {run_dir}: {error.strerror}") from None
     log = _run_logger(run_dir)
-    write_json(run_dir / "config.json", {"experiment": config.to_dict(), "placer": _versions()})
+    run_files.write_config(run_dir, config, _versions())
     log.info("run directory %s", run_dir.resolve())
     try:
         graph, devices = env.graph, env.devices
@@ -88,11 +52,10 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
                  graph.name, config.size, len(graph.step_ops), len(graph.groups), config.backend, config.target,
                  ", ".join(d.short_name for d in devices))
         baselines = _load_or_time_baselines(config, env, run_dir, log)
-        best_baseline = min(((r["step_time"], name) for name, r in baselines.items() if r["ok"]), default=(math.inf, None))
+        best_baseline = min(((b.seconds, name) for name, b in baselines.items() if b.ok), default=(math.inf, None))
         agent = make_agent(config.agent, graph, env.device_mask, devices, options=config.agent_settings, seed=config.seed,
                            init=config.init)
-        trackers = _make_trackers(config, run_dir, agent,
-                                  {name: r["step_time"] for name, r in baselines.items() if r["ok"]})
+        trackers = _make_trackers(config, run_dir, agent, {name: b.step_time for name, b in baselines.items() if b.ok})
         weights = np.array([len(g.ops) for g in graph.groups], dtype=np.float64)
         logged = {"best": math.inf}
 
@@ -112,23 +75,23 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
                  config.samples_per_update, f"{config.time_budget} min" if config.time_budget else "none")
         start = _start_placement(agent, env, run_dir, log)
         simulator = _train_on_simulator(config, env, agent, run_dir, log) if config.simulator_updates else None
-        state = train(agent, env, run_dir, training, on_update=on_update,
-                      start_from=simulator["best_assignment"] if simulator else None)
-        final = _final_comparison(config, env, state.best_assignment, baselines, log, start, simulator)
+        state = train(agent, env, run_dir, training, callbacks=[on_update],
+                      start_from=simulator.best_assignment if simulator else None)
+        final = _final_comparison(config, env, run_dir, state.best_assignment, baselines, log, start, simulator)
         summary = summarize(config, run_dir, state, baselines, best_baseline, agent.name, final)
-        if simulator is not None:
-            summary["simulator"] = {key: simulator[key] for key in ("updates", "samples", "wall_time",
-                                                                   "predicted_step_time", "calibration")}
-            summary["simulator"]["step_time"] = (final or {}).get("simulator-best")
-        summary["start_step_time"] = None if start is None else (final or {}).get("start", start["step_time"])
-        summary["timeline"] = _save_timeline(env, run_dir, state.best_assignment, log)
-        write_json(run_dir / "summary.json", summary)
-        best_file = run_dir / "best_placement.json"
-        trackers.finish(summary, best_file if best_file.exists() else None,
+        summary = replace(
+            summary,
+            simulator=None if simulator is None else replace(simulator.phase,
+                                                             step_time=(final or {}).get("simulator-best")),
+            start_step_time=None if start is None else (final or {}).get("start", start.step_time),
+            timeline=_save_timeline(env, run_dir, state.best_assignment, log))
+        run_files.write_summary(run_dir, summary)
+        best_file = run_dir / run_files.BEST_PLACEMENT
+        trackers.finish(summary.to_dict(), best_file if best_file.exists() else None,
                         _best_table(state.best_assignment, graph, devices))
         log.info("best step time %.3f ms after %d samples (%.0f s); best baseline %s %.3f ms; beat: %s",
-                 summary["best_step_time"] * 1e3, summary["samples"], summary["wall_time"], best_baseline[1],
-                 best_baseline[0] * 1e3, ", ".join(summary["beaten_baselines"]) or "none")
+                 summary.best_step_time * 1e3, summary.samples, summary.wall_time, best_baseline[1],
+                 best_baseline[0] * 1e3, ", ".join(summary.beaten_baselines) or "none")
         return ExperimentResult(run_dir, summary)
     finally:
         env.close()
@@ -152,19 +115,19 @@ def _make_env(config: ExperimentConfig):
 # -- baselines ------------------------------------------------------------------------------------
 
 
-def _load_or_time_baselines(config: ExperimentConfig, env, run_dir: Path, log) -> dict[str, dict[str, Any]]:
-    """Each baseline's placement and step time on the run's target, kept in baselines.json."""
+def _load_or_time_baselines(config: ExperimentConfig, env, run_dir: Path, log) -> dict[str, BaselineTiming]:
+    """Each baseline's placement and step time on the run's target, kept in the run directory."""
     from placer.baselines import BaselineError, applicable_baselines, make_baseline
     from placer.models import is_builtin_model
 
-    path = run_dir / "baselines.json"
-    if path.exists():  # resuming: the baselines were timed when the run started
-        return json.loads(path.read_text())
+    timings = run_files.read_baselines(run_dir)
+    if timings is not None:  # resuming: the baselines were timed when the run started
+        return timings
     simulator = env.target.simulator
     model = config.model if is_builtin_model(config.model) else None
     wanted = list(config.baselines) if config.baselines is not None else applicable_baselines(
         builtin_model=model is not None, simulator=simulator is not None)
-    results = {}
+    timings = {}
     for name in _progress(wanted, config.progress, "baselines"):
         started = time.perf_counter()
         try:
@@ -176,35 +139,35 @@ def _load_or_time_baselines(config: ExperimentConfig, env, run_dir: Path, log) -
             continue
         seconds = time.perf_counter() - started
         result = env.target.evaluate(placement)
-        results[name] = {"step_time": result.seconds, "ok": result.ok, "failure": result.failure,
-                         "placement_seconds": seconds, "assignment": list(placement.group_devices)}
+        timings[name] = run_files.write_baseline(run_dir, name, placement, env.graph, result, seconds)
         log.info("baseline %-13s %s (placement computed in %.2f s)", name,
                  f"{result.seconds * 1e3:.3f} ms" if result.ok else f"FAILED ({result.failure})", seconds)
-    write_json(path, results)
-    return results
+    run_files.write_baselines(run_dir, timings)
+    return timings
 
 
-def _start_placement(agent, env, run_dir: Path, log) -> dict[str, Any] | None:
+def _start_placement(agent, env, run_dir: Path, log) -> StartPlacement | None:
     """A learned policy's greedy placement before its first update, and its step time: what training started
     from (with a partition prior, a heuristic's placement), so that what learning added can be told apart.
-    Kept in start_placement.json, so that a resumed run compares against the same start."""
-    path = run_dir / "start_placement.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    if not hasattr(agent, "policy") or (run_dir / "trainer_state.json").exists():
+    Kept in the run directory, so that a resumed run compares against the same start."""
+    from placer.placement import Placement
+
+    start = run_files.read_start(run_dir, env.graph, env.devices)
+    if start is not None:
+        return start
+    if not hasattr(agent, "policy") or (run_dir / run_files.TRAINER_STATE).exists():
         return None  # search agents have no policy to start from; an older run never recorded its start
-    assignment = [int(a) for a in agent.best_guess()]
-    result = env.target.evaluate(assignment)
-    start = {"assignment": assignment, "step_time": result.seconds if result.ok else None}
-    write_json(path, start)
+    placement = Placement.from_assignment(env.graph, env.devices, [int(a) for a in agent.best_guess()],
+                                          {"method": "start"})
+    result = env.target.evaluate(placement)
     log.info("start (the untrained policy's greedy placement): %s",
              f"{result.seconds * 1e3:.3f} ms" if result.ok else f"failed ({result.failure}: {result.message})")
-    return start
+    return run_files.write_start(run_dir, placement, env.graph, result)
 
 
-def _final_comparison(config: ExperimentConfig, env, assignment, baselines, log,
-                      start: Mapping[str, Any] | None = None,
-                      simulator: Mapping[str, Any] | None = None) -> dict[str, float] | None:
+def _final_comparison(config: ExperimentConfig, env, run_dir: Path, assignment, baselines: Mapping[str, BaselineTiming],
+                      log, start: StartPlacement | None = None,
+                      simulator: SimulatorResult | None = None) -> dict[str, float] | None:
     """Median step time of the learned placement, the start, the simulator phase's best and every baseline,
     measured again side by side."""
     from placer.cost import compare
@@ -212,11 +175,12 @@ def _final_comparison(config: ExperimentConfig, env, assignment, baselines, log,
     if config.backend != "measured" or config.final_rounds < 1 or assignment is None:
         return None
     contenders = {"learned": list(assignment)}
-    if start is not None and start["step_time"] is not None:
-        contenders["start"] = start["assignment"]
-    if simulator is not None and simulator["best_assignment"] is not None:
-        contenders["simulator-best"] = simulator["best_assignment"]
-    contenders.update({name: r["assignment"] for name, r in baselines.items() if r["ok"]})
+    if start is not None and start.step_time is not None:
+        contenders["start"] = list(start.assignment)
+    if simulator is not None and simulator.best_assignment is not None:
+        contenders["simulator-best"] = list(simulator.best_assignment)
+    contenders.update({name: run_files.baseline_assignment(run_dir, timing, env.graph, env.devices)
+                       for name, timing in baselines.items() if timing.ok})
     progress = (lambda rounds: _progress(rounds, True, "final comparison", "round")) if config.progress else None
     compared = compare(env.target.evaluate, contenders, config.final_rounds, progress=progress)
     final = {name: c.median for name, c in compared.items()}
@@ -228,11 +192,19 @@ def _final_comparison(config: ExperimentConfig, env, assignment, baselines, log,
 # -- simulator, then real -------------------------------------------------------------------------
 
 
-def _train_on_simulator(config: ExperimentConfig, env, agent, run_dir: Path, log) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SimulatorResult:
+    """What the simulator phase reached: its summary record and its best placement."""
+
+    phase: SimulatorPhase
+    best_assignment: tuple[int, ...] | None
+
+
+def _train_on_simulator(config: ExperimentConfig, env, agent, run_dir: Path, log) -> SimulatorResult:
     """The first phase of a measured run with `simulator_updates`: train `agent` on the calibrated simulator
     of the run's target (in RUN_DIR/simulator/, resumable like the run), and return what it reached. The
     measured phase then continues from the same agent and starts from this phase's best placement."""
-    from agents.training import TrainingConfig, train
+    from agents.loop import TrainingConfig, train
     from envs.placement import PlacementEnv
     from placer.calibrate import calibrate, load_calibration
     from placer.cost.calibrated import PREFIX, profiled_costs
@@ -255,14 +227,14 @@ def _train_on_simulator(config: ExperimentConfig, env, agent, run_dir: Path, log
                                   greedy_every=config.greedy_every, confirm_repeats=0, progress=config.progress)
         log.info("training %s on the simulator of %s first: %d updates of %d samples", agent.name, config.target,
                  config.simulator_updates, config.samples_per_update)
-        state = train(agent, simulated, run_dir / "simulator", training)
+        state = train(agent, simulated, run_dir / run_files.SIMULATOR_PHASE, training)
     finally:
         simulated.close()
     log.info("simulator phase: best predicted %.3f ms after %d samples (%.1f s); now on measured rewards",
              state.best_step_time * 1e3, state.samples, state.elapsed)
-    return {"updates": state.updates, "samples": state.samples, "wall_time": state.elapsed,
-            "predicted_step_time": state.best_step_time, "best_assignment": state.best_assignment,
-            "calibration": str(calibration_path)}
+    phase = SimulatorPhase(updates=state.updates, samples=state.samples, wall_time=state.elapsed,
+                           predicted_step_time=state.best_step_time, calibration=str(calibration_path))
+    return SimulatorResult(phase, state.best_assignment)
 
 
 # -- outputs --------------------------------------------------------------------------------------
@@ -271,8 +243,7 @@ def _train_on_simulator(config: ExperimentConfig, env, agent, run_dir: Path, log
 def _log_best_placement(trackers, update, run_dir: Path, graph, devices, weights, step_time: float) -> None:
     from agents.tracking import placement_markdown, placement_matrix, placement_table
 
-    state = json.loads((run_dir / "trainer_state.json").read_text())
-    assignment = np.asarray(state["best_assignment"])
+    assignment = np.asarray(run_files.read_trainer_state(run_dir).best_assignment)
     matrix = placement_matrix(assignment, weights, len(devices))
     names = [d.short_name for d in devices]
     rows = placement_table(names, assignment, graph)

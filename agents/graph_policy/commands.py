@@ -54,7 +54,8 @@ def pretrain_command_run(args: argparse.Namespace) -> int:
           f"pairs in {result.seconds:.0f} s; best sampled step times:")
     for pair, seconds in result.best_step_times.items():
         imitated = f"   (imitated {result.imitated[pair]})" if pair in result.imitated else ""
-        print(f"  {pair:<40} {seconds * 1e3:10.3f} ms{imitated}")
+        shown = f"{seconds * 1e3:10.3f} ms" if math.isfinite(seconds) else "    failed"
+        print(f"  {pair:<40} {shown}{imitated}")
     return 0
 
 

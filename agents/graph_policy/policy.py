@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents.graph_policy.features import DEVICE_KINDS, OP_TYPE_BUCKETS
+from agents.layers import dense
 
 UNIT_FEATURES = OP_TYPE_BUCKETS + 6
 INITIAL_MOVE_CUT_WEIGHT = 3.0
@@ -87,26 +88,21 @@ def _inverse_weight(weight: float, bound: float | None) -> float:
     return float(np.log(np.expm1(weight)))
 
 
-def _dense(name: str, inputs: int, outputs: int, seed: int) -> tuple[tf.Variable, tf.Variable]:
-    init = tf.keras.initializers.GlorotUniform(seed=seed)
-    return (tf.Variable(init((inputs, outputs)), name=f"{name}/kernel"),
-            tf.Variable(tf.zeros([outputs]), name=f"{name}/bias"))
-
 
 class GraphPlacementPolicy(tf.Module):
     def __init__(self, config: GraphPolicyConfig | None = None):
         super().__init__(name="graph_placement_policy")
         self.config = c = config or GraphPolicyConfig()
         h, seed = c.hidden_size, c.seed
-        self.unit_embedding = _dense("unit_embedding", UNIT_FEATURES, h, seed)
+        self.unit_embedding = dense("unit_embedding", UNIT_FEATURES, h, seed)
         # per round: kernels for the unit itself, the mean of its producers, the mean of its consumers; a bias
-        self.rounds = [(_dense(f"round{r}/self", h, h, seed + 10 * r + 1)[0],
-                        _dense(f"round{r}/from_producers", h, h, seed + 10 * r + 2)[0],
-                        *_dense(f"round{r}/from_consumers", h, h, seed + 10 * r + 3))
+        self.rounds = [(dense(f"round{r}/self", h, h, seed + 10 * r + 1)[0],
+                        dense(f"round{r}/from_producers", h, h, seed + 10 * r + 2)[0],
+                        *dense(f"round{r}/from_consumers", h, h, seed + 10 * r + 3))
                        for r in range(c.message_rounds)]
-        self.device_embedding = _dense("device_embedding", DEVICE_FEATURES, h, seed + 1000)
-        self.unit_query = _dense("unit_query", h, h, seed + 1001)[0]
-        self.device_key = _dense("device_key", h, h, seed + 1002)[0]
+        self.device_embedding = dense("device_embedding", DEVICE_FEATURES, h, seed + 1000)
+        self.unit_query = dense("unit_query", h, h, seed + 1001)[0]
+        self.device_key = dense("device_key", h, h, seed + 1002)[0]
         self.score_vector = tf.Variable(tf.keras.initializers.GlorotUniform(seed=seed + 1003)((h, 1))[:, 0],
                                         name="score_vector")
         if c.partition_prior:

@@ -4,7 +4,7 @@ It can start by imitation, as DOPPLER does: for `imitation_updates` updates, one
 each, in turn, the policy learns to place the pair's graph as the best of its voting heuristics does there
 (`agents.graph_policy.priors`; the heuristics' placements are simulated once per pair to find it). Then
 each update draws placements for one pair, in turn, and learns from their simulated step times. Every pair
-has its own agent (baseline, best placement), and all of them share the policy and one Adam. Advantages
+has its own agent (reward baseline, best placement), and all of them share the policy and one Adam. Advantages
 are standardized within each update, so graphs whose steps take milliseconds and graphs whose steps take
 seconds weigh the same.
 """
@@ -19,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from agents import loop
 from agents.graph_policy import training_set
 from agents.graph_policy.agent import GraphAgentConfig, GraphPolicyAgent
 from agents.graph_policy.policy import GraphPlacementPolicy
@@ -121,15 +122,11 @@ def pretrain(config: PretrainConfig, out: str | Path) -> PretrainResult:
             from tqdm.auto import tqdm
 
             steps = tqdm(steps, unit="update", desc="pre-training", dynamic_ncols=True)
-        for update in steps:
+        for update in steps:  # round-robin over the (graph, machine) pairs
             key = keys[update % len(keys)]
-            env, agent = envs[key], agents[key]
-            assignments = agent.propose(config.samples_per_update)
-            results = [env.target.evaluate(list(a)) for a in assignments]
-            seconds = [r.seconds if r.ok else env.reward_config.failing_step_time for r in results]
-            agent.learn(assignments, [-math.sqrt(s) for s in seconds])
-            samples += len(assignments)
-            best[key] = min(best[key], *seconds)
+            turn = loop.update(agents[key], envs[key], config.samples_per_update)
+            samples += len(turn.evaluations)
+            best[key] = min(best[key], *(evaluation.step_time for evaluation in turn.evaluations))
         kinds = {d.kind for env in envs.values() for d in env.devices}
         max_devices = max(len(env.devices) for env in envs.values())
         trained_on = {"pairs": keys, "updates": config.updates, "samples": samples,

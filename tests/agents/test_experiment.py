@@ -10,9 +10,14 @@ import warnings
 import numpy as np
 import pytest
 
-from agents.experiment import ExperimentConfig, ExperimentError, export_run, run_experiment
+from agents import run_files
+from agents.experiment.config import ExperimentConfig, ExperimentError
+from agents.experiment.results import export_run
+from agents.experiment.run import run_experiment
 from agents.launch import add_arguments, config_from_args
 from agents.tracking import Trackers, placement_matrix, wandb_mode
+from placer.models import build_model
+from placer.placement import check_same_graph, read_placement_file
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -82,21 +87,28 @@ def test_a_run_leaves_everything_a_researcher_looks_for(random_run):
     for name in ("config.json", "log.txt", "baselines.json", "trainer_state.json", "best_placement.json",
                  "timeline.json", "summary.json"):
         assert (run_dir / name).is_file(), name
-    assert summary["samples"] == 9 and summary["updates"] == 3
-    state = json.loads((run_dir / "trainer_state.json").read_text())
-    assert summary["best_step_time"] == min(min(h["step_time_best"] for h in state["history"]), math.inf)
-    baselines = json.loads((run_dir / "baselines.json").read_text())
+    assert summary.samples == 9 and summary.updates == 3
+    assert run_files.read_summary(run_dir) == summary
+    state = run_files.read_trainer_state(run_dir)
+    assert summary.best_step_time == min(min(h["step_time_best"] for h in state.history), math.inf)
+    baselines = run_files.read_baselines(run_dir)
     assert set(baselines) == {"single-device", "round-robin", "expert", "metis"}
-    beaten = {name for name, r in baselines.items() if r["step_time"] > summary["best_step_time"]}
-    assert set(summary["beaten_baselines"]) == beaten
-    assert summary["best_baseline_step_time"] == min(r["step_time"] for r in baselines.values())
+    beaten = {name for name, timing in baselines.items() if timing.seconds > summary.best_step_time}
+    assert set(summary.beaten_baselines) == beaten
+    assert summary.best_baseline_step_time == min(timing.seconds for timing in baselines.values())
+    # every placement in the run directory is a placement file of the run's graph
+    graph = build_model("two-tower", "tiny")
+    for name, timing in baselines.items():
+        placement = read_placement_file(run_dir / timing.placement)
+        check_same_graph(placement, graph)
+        assert placement.metadata["method"] == name and placement.recorded_step_time == timing.step_time
     trace = json.loads((run_dir / "timeline.json").read_text())
     assert trace["traceEvents"], "the best placement's timeline is empty"
     assert "new best" in (run_dir / "log.txt").read_text()
 
 
 def test_a_partition_started_planner_reports_where_it_started(tmp_path):
-    from agents.experiment import describe
+    from agents.experiment.results import describe
 
     options = {"num_groups": 8, "hidden_size": 16, "grouping_hidden_size": 8, "grouping_prior": "partition",
                "placement_prior_weight": 2.5, "tanh_constant": 2.5, "temperature": 0.5}
@@ -105,13 +117,13 @@ def test_a_partition_started_planner_reports_where_it_started(tmp_path):
                               progress=False)
     result = run_experiment(config)
     summary = result.summary
-    start = json.loads((result.run_dir / "start_placement.json").read_text())
+    start = read_placement_file(result.run_dir / "start_placement.json").recorded_step_time
     # The untrained policy's greedy placement is the partition's cut, one tower per GPU: as fast as the
     # expert's, much faster than one GPU. It is reported apart from what training found.
-    assert summary["start_step_time"] == start["step_time"]
-    assert start["step_time"] < 0.8 * summary["baselines"]["single-device"]
-    assert start["step_time"] == pytest.approx(summary["baselines"]["expert"], rel=0.05)
-    assert summary["samples"] == 2 * 2 + 2  # the greedy placement after each update counts as a sample
+    assert summary.start_step_time == start
+    assert start < 0.8 * summary.baselines["single-device"]
+    assert start == pytest.approx(summary.baselines["expert"], rel=0.05)
+    assert summary.samples == 2 * 2 + 2  # the greedy placement after each update counts as a sample
     assert "start (before training)" in describe(summary, result.run_dir)
 
 
@@ -124,7 +136,7 @@ def test_tensorboard_gets_grouped_curves_hparams_and_the_placement(random_run):
             for value in event.summary.value:
                 tags.add(value.tag)
                 plugins.add(value.metadata.plugin_data.plugin_name)
-    baselines = json.loads((random_run.run_dir / "baselines.json").read_text())
+    baselines = run_files.read_baselines(random_run.run_dir)
     assert {"step_time/best", "step_time/sampled", "step_time/best_baseline", "training/reward_mean",
             "training/failure_rate"} | {f"step_time/baseline/{name}" for name in baselines} <= tags
     assert {"the_best_placement/devices", "the_best_placement/table", "custom_scalars__config__"} <= tags
@@ -147,9 +159,9 @@ def test_a_run_resumes_and_extends_its_budget(random_run, tmp_path):
     config, run_dir = config_from_args(_args("--resume", str(copy), "--updates", "5", "--no-progress"))
     assert run_dir == copy and config.updates == 5 and config.model == "two-tower"
     result = run_experiment(config, run_dir)
-    state = json.loads((copy / "trainer_state.json").read_text())
-    assert [h["update"] for h in state["history"]] == [1, 2, 3, 4, 5]
-    assert result.summary["samples"] == 15
+    state = run_files.read_trainer_state(copy)
+    assert [h["update"] for h in state.history] == [1, 2, 3, 4, 5]
+    assert result.summary.samples == 15
     with pytest.raises(ExperimentError, match="only --updates and --time-budget"):
         config_from_args(_args("--resume", str(copy), "--size", "small"))
 
@@ -161,13 +173,13 @@ def test_export_carries_what_the_placement_is_worth(random_run, tmp_path):
 
     out = tmp_path / "placement.json"
     metadata = export_run(random_run.run_dir, out)
-    assert metadata["step_time"] == random_run.summary["best_step_time"]
-    assert metadata["beaten_baselines"] == random_run.summary["beaten_baselines"]
+    assert metadata["step_time"] == random_run.summary.best_step_time
+    assert metadata["beaten_baselines"] == list(random_run.summary.beaten_baselines)
     assert metadata["model"] == "two-tower" and metadata["backend"] == "simulated"
     graph = build_model("two-tower", "tiny")
     placement = load_placement(out, graph, parse_target_spec("modeled:2xV100").devices)
-    best = json.loads((random_run.run_dir / "trainer_state.json").read_text())["best_assignment"]
-    assert list(placement.group_devices) == best
+    best = run_files.read_trainer_state(random_run.run_dir).best_assignment
+    assert tuple(placement.group_devices) == best
 
 
 def test_export_of_a_run_without_an_update_says_so(tmp_path):
@@ -241,7 +253,7 @@ def test_wandb_run_through_an_experiment_stays_off_the_network(tmp_path, monkeyp
     config = ExperimentConfig(model="two-tower", agent="random", updates=1, samples_per_update=2, runs=str(tmp_path),
                               baselines=["single-device"], wandb="auto", progress=False)
     result = run_experiment(config)
-    assert result.summary["updates"] == 1
+    assert result.summary.updates == 1
 
 
 @pytest.mark.parametrize("model", ["inception-v3", "resnet-50", "rnnlm", "nmt-2", "nmt-4", "nmt-8", "transformer"])

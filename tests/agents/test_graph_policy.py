@@ -415,13 +415,14 @@ def test_pretrain_with_the_moves_head_then_fine_tune_and_place_from_the_command_
     assert agent_state["config"]["head"] == "moves" and agent_state["config"]["moves_per_sample"] == 4
     best = agent_state["best_sample"]["sample"]  # a moves sample: its anchor and at most 4 units moved
     # the anchor is the start or a voting heuristic's own placement (timed first), moved at most 3 times since
+    from agents import run_files
     from agents.graph_policy.priors import heuristic_placements
     from envs.placement import PlacementEnv
 
     experiment = json.loads((run_dir / "config.json").read_text())["experiment"]
     env = PlacementEnv(model="mlp", size=experiment["size"], backend="simulated", devices=experiment["cluster"])
     try:
-        starts = [json.loads((run_dir / "start_placement.json").read_text())["assignment"],
+        starts = [run_files.read_start(run_dir, env.graph, env.devices).assignment,
                   *heuristic_placements(env.graph, env.devices)]
     finally:
         env.close()

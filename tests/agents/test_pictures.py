@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from matplotlib.colors import to_rgba
 
-from agents.experiment import ExperimentConfig, ExperimentError
+from agents.experiment.config import ExperimentConfig, ExperimentError
 from agents.experiment.pictures import (
     IDLE_COLOR, OP_COLOR, TRANSFER_COLOR, placement_figure, save_run_picture, step_time_figure, timeline_figure,
 )
-from agents.experiment.results import RunFiles, read_run
+from agents.run_files import BaselineTiming, RunFiles, read_run
 from placer.devices import short_name
 
 
@@ -82,12 +82,12 @@ def test_step_time_chart_is_linear_in_ms_with_every_baseline_as_a_labelled_line(
     assert "sampled (median of an update's placements)" in lines
     for name, baseline in run.baselines.items():
         (label,) = [label for label in lines if label.startswith(f"{name} ")]
-        assert label == f"{name} {1e3 * baseline['step_time']:.2f} ms"
-        assert list(lines[label].get_ydata()) == pytest.approx([1e3 * baseline["step_time"]] * 2)  # a level line
+        assert label == f"{name} {1e3 * baseline.step_time:.2f} ms"
+        assert list(lines[label].get_ydata()) == pytest.approx([1e3 * baseline.step_time] * 2)  # a level line
     if run.config.backend == "measured":  # compared side by side at the end: one diamond per contender
         assert "measured again side by side at the end\n(black: learned)" in lines
         assert sum(line.get_marker() == "D" and len(line.get_xdata()) == 1 for line in ax.get_lines()) == \
-            len({"learned", *run.baselines} & set(run.summary["final_comparison"]))
+            len({"learned", *run.baselines} & set(run.summary.final_comparison))
 
 
 def _run(history: list[dict], baselines: dict) -> RunFiles:
@@ -100,7 +100,8 @@ def test_updates_that_timed_the_best_again_are_marked_and_a_failed_baseline_is_n
                {"update": 2, "step_time_best": 0.011, "step_time_sampled": 0.013, "best_retimed": True},
                {"update": 3, "step_time_best": 0.009, "step_time_sampled": 100.0, "best_retimed": False},
                {"update": 4, "step_time_best": 0.009, "step_time_sampled": math.inf, "best_retimed": True}]
-    baselines = {"single-device": {"step_time": 0.015, "ok": True}, "expert": {"step_time": math.inf, "ok": False}}
+    baselines = {"single-device": BaselineTiming("single-device", 0.015),
+                 "expert": BaselineTiming("expert", None, failure="oom")}
     ax = step_time_figure(_run(history, baselines)).axes[0]
     lines = {line.get_label(): line for line in ax.get_lines()}
     retimed = lines["best timed again, side by side with a challenger"]

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from agents.experiment import ExperimentConfig, ExperimentError, run_experiment
+from agents.experiment.config import ExperimentConfig, ExperimentError
+from agents.experiment.run import run_experiment
 from placer.calibrate import Calibration, this_machine
 
 DEVICES = ("/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1")
@@ -51,14 +52,14 @@ def test_the_policy_and_the_best_placement_carry_over_from_the_simulator_and_res
     assert _policy_updates(run_dir) == 4
     # ... and started from the simulator's best placement, measured before the first measured update
     assert measured["samples"] == 1 + 2
-    assert result.summary["simulator"]["updates"] == 3
-    assert result.summary["simulator"]["predicted_step_time"] == simulated["best_step_time"]
-    assert "simulator-best" in result.summary["final_comparison"]
+    assert result.summary.simulator.updates == 3
+    assert result.summary.simulator.predicted_step_time == simulated["best_step_time"]
+    assert "simulator-best" in result.summary.final_comparison
 
     # resuming goes on with measured rewards; the simulator phase is not run again
     resumed = run_experiment(ExperimentConfig(**{**config.to_dict(), "updates": 2}), run_dir)
     assert json.loads((run_dir / "simulator" / "trainer_state.json").read_text())["updates"] == 3
-    assert resumed.summary["updates"] == 2 and _policy_updates(run_dir) == 5
+    assert resumed.summary.updates == 2 and _policy_updates(run_dir) == 5
 
 
 def test_simulator_first_settings_are_checked_before_any_work(tmp_path):
