@@ -77,7 +77,7 @@ class HierarchicalPlanner(PolicyGradientAgent):
         num_groups = c.groups_for(num_devices)
         prior_groups = None
         if c.grouping_prior == "partition":
-            from agents.partitioners import unit_partition
+            from placer.heuristics.partitioners import unit_partition
 
             prior_groups = unit_partition(graph, num_groups, seed=c.seed)
         prior_devices = None

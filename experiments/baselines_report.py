@@ -6,7 +6,7 @@ the local testbed.
 
 Simulated, per model and machine (host CPU + N x V100, NVLink, roofline costs): the simulated step time
 of each baseline, whether it fits in memory, and how long computing the placement took. Baselines:
-every one in `placer.baselines` (single-device, round-robin, expert, cpu-only, random, metis, scotch,
+every one in `placer.heuristics` (single-device, round-robin, expert, cpu-only, random, metis, scotch,
 m-topo, m-etf, m-sct).
 
 Measured (`--measured`), on `local:2` (two gRPC workers pinned to one core each): the links and
@@ -26,9 +26,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from experiments._report import write_report  # noqa: E402
-from placer.baselines import baselines, make_baseline  # noqa: E402
 from placer.cost import open_target  # noqa: E402
 from placer.errors import PlacerError  # noqa: E402
+from placer.heuristics import heuristics, make_heuristic, time_heuristics  # noqa: E402
 from placer.models import build_model, model_names  # noqa: E402
 from placer.simulate import Simulator  # noqa: E402
 
@@ -49,12 +49,12 @@ def measured_report(args) -> list[dict]:
             graph = build_model(name, args.size)
             costs = profile_costs(graph, measurer, steps=args.profile_steps, step_overhead=calibration.step_overhead)
             simulator = Simulator(graph, devices, costs, sim_config)
-            for baseline in baselines():
+            for baseline in heuristics():
                 if baseline == "cpu-only":
                     continue  # every testbed device is a CPU: it is single-device here
                 started = time.perf_counter()
                 try:
-                    placement = make_baseline(baseline, graph, measurer.devices, model=name, simulator=simulator)
+                    placement = make_heuristic(baseline, graph, measurer.devices, model=name, simulator=simulator)
                 except PlacerError as error:
                     rows.append({"model": name, "baseline": baseline, "error": str(error)[:80]})
                     continue
@@ -97,20 +97,16 @@ def main() -> None:
         graph = build_model(name, args.size)
         for gpus in args.gpus:
             target = open_target(graph, f"modeled:{gpus}xV100")
-            for baseline in baselines():
-                started = time.perf_counter()
-                try:
-                    placement = make_baseline(baseline, graph, target.devices, model=name, simulator=target.simulator)
-                except PlacerError as error:
-                    rows.append({"model": name, "gpus": gpus, "baseline": baseline, "error": str(error)[:80]})
-                    continue
-                took = time.perf_counter() - started
-                result = target.evaluate(placement)
-                rows.append({"model": name, "gpus": gpus, "baseline": baseline,
-                             "step_ms": result.samples[0] * 1e3 if result.samples else None,
-                             "fits": result.ok, "placement_s": took,
-                             "max_peak_gib": max(result.peak_memory.values()) / 2**30 if result.peak_memory else None,
-                             "error": result.message[:80] if not result.ok else None})
+            for baseline, timing in time_heuristics(target, heuristics(), model=name).items():
+                result = timing.step_time
+                if result is None:
+                    rows.append({"model": name, "gpus": gpus, "baseline": baseline, "error": timing.error[:80]})
+                else:
+                    rows.append({"model": name, "gpus": gpus, "baseline": baseline,
+                                 "step_ms": result.samples[0] * 1e3 if result.samples else None,
+                                 "fits": result.ok, "placement_s": timing.placing_seconds,
+                                 "max_peak_gib": max(result.peak_memory.values()) / 2**30 if result.peak_memory else None,
+                                 "error": result.message[:80] if not result.ok else None})
                 print(rows[-1], flush=True)
     write_report("baselines_report", ["model", "gpus", "baseline", "step_ms", "fits", "max_peak_gib", "placement_s", "error"],
                  rows, args.out, size=args.size, machine="host CPU + N x V100 (modeled), roofline costs")

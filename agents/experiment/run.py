@@ -22,7 +22,6 @@ import datetime
 import json
 import logging
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -154,32 +153,33 @@ def _make_env(config: ExperimentConfig):
 
 def _load_or_time_baselines(config: ExperimentConfig, env, run_dir: Path, log) -> dict[str, dict[str, Any]]:
     """Each baseline's placement and step time on the run's target, kept in baselines.json."""
-    from placer.baselines import BaselineError, applicable_baselines, make_baseline
+    from placer.heuristics import HeuristicError, applicable_heuristics, time_heuristics
     from placer.models import is_builtin_model
 
     path = run_dir / "baselines.json"
     if path.exists():  # resuming: the baselines were timed when the run started
         return json.loads(path.read_text())
-    simulator = env.target.simulator
     model = config.model if is_builtin_model(config.model) else None
-    wanted = list(config.baselines) if config.baselines is not None else applicable_baselines(
-        builtin_model=model is not None, simulator=simulator is not None)
+    wanted = list(config.baselines) if config.baselines is not None else applicable_heuristics(
+        builtin_model=model is not None, simulator=env.target.simulator is not None)
+    try:  # baselines the user named must be made; of the default ones, those that cannot be are left out
+        timings = time_heuristics(env.target, wanted, model=model, seed=config.seed,
+                                  strict=config.baselines is not None,
+                                  progress=lambda names: _progress(names, config.progress, "baselines"))
+    except HeuristicError as error:
+        raise ExperimentError(str(error)) from None
     results = {}
-    for name in _progress(wanted, config.progress, "baselines"):
-        started = time.perf_counter()
-        try:
-            placement = make_baseline(name, env.graph, env.devices, model=model, simulator=simulator, seed=config.seed)
-        except BaselineError as error:
-            if config.baselines is not None:
-                raise ExperimentError(str(error)) from None
-            log.warning("baseline %s skipped: %s", name, error)  # e.g. a partitioner's library is not installed
+    for name, timing in timings.items():
+        if timing.placement is None:
+            log.warning("baseline %s skipped: %s", name, timing.error)  # e.g. a partitioner's library is missing
             continue
-        seconds = time.perf_counter() - started
-        result = env.target.evaluate(placement)
+        result = timing.step_time
         results[name] = {"step_time": result.seconds, "ok": result.ok, "failure": result.failure,
-                         "placement_seconds": seconds, "assignment": list(placement.group_devices)}
+                         "placement_seconds": timing.placing_seconds,
+                         "assignment": list(timing.placement.group_devices)}
         log.info("baseline %-13s %s (placement computed in %.2f s)", name,
-                 f"{result.seconds * 1e3:.3f} ms" if result.ok else f"FAILED ({result.failure})", seconds)
+                 f"{result.seconds * 1e3:.3f} ms" if result.ok else f"FAILED ({result.failure})",
+                 timing.placing_seconds)
     write_json(path, results)
     return results
 
