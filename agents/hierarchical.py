@@ -339,7 +339,7 @@ class HierarchicalPlanner:
         num_groups = c.groups_for(self.num_devices)
         prior_groups = prior_devices = None
         if c.grouping_prior == "partition":
-            from agents.partitioners import unit_partition
+            from placer.heuristics.partitioners import unit_partition
 
             prior_groups = unit_partition(graph, num_groups, seed=c.seed)
         if c.placement_prior_weight:

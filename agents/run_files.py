@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from placer.cost import StepTime
     from placer.devices import DeviceSet
     from placer.graph.opgraph import OpGraph
+    from placer.heuristics import HeuristicTiming
     from placer.placement import Placement, PlacementFile
     from placer.timeline import StepTimeline
 
@@ -174,14 +175,15 @@ class BaselineTiming:
                 "placement_seconds": self.placement_seconds, "placement": self.placement}
 
 
-def write_baseline(run_dir: Path, name: str, placement: Placement, graph: OpGraph, result: StepTime,
-                   placement_seconds: float) -> BaselineTiming:
-    """Keep one baseline's placement file and return its timing record (see `write_baselines`)."""
-    relative = f"{BASELINE_PLACEMENTS}/{name}.json"
+def write_baseline(run_dir: Path, timing: HeuristicTiming, graph: OpGraph) -> BaselineTiming:
+    """Keep one timed baseline's placement file and return its record (`write_baselines` writes them all)."""
+    relative = f"{BASELINE_PLACEMENTS}/{timing.name}.json"
+    result = timing.step_time
     (Path(run_dir) / BASELINE_PLACEMENTS).mkdir(exist_ok=True)
-    placement.with_metadata(step_time=result.seconds if result.ok else None, backend=result.backend,
-                            target=result.target).save(Path(run_dir) / relative, graph)
-    return BaselineTiming(name, result.seconds if result.ok else None, result.failure, placement_seconds, relative)
+    timing.placement.with_metadata(step_time=result.seconds if result.ok else None, backend=result.backend,
+                                   target=result.target).save(Path(run_dir) / relative, graph)
+    return BaselineTiming(timing.name, result.seconds if result.ok else None, result.failure,
+                          timing.placing_seconds, relative)
 
 
 def write_baselines(run_dir: Path, timings: Mapping[str, BaselineTiming]) -> None:

@@ -16,6 +16,10 @@ from gymnasium import spaces
 from envs.observation import graph_observation, observation_shape, observation_space
 from envs.reward import RewardConfig, reward
 
+REFERENCES = ("single-device", "expert")
+"""The placements the "improvement" reward can compare with (the expert's falls back to single-device for a
+model that has none)."""
+
 
 class PlacementProblemEnv(gym.Env):
     """What the one-shot and the sequential environments share: graph, backend, observation, reward."""
@@ -48,6 +52,8 @@ class PlacementProblemEnv(gym.Env):
         from placer.cost import open_target
         from placer.models import load_model
 
+        if reference not in REFERENCES:
+            raise ValueError(f"unknown reference placement {reference!r}: {' or '.join(map(repr, REFERENCES))}")
         self.graph = load_model(model, size)
         self.model_name = model if isinstance(model, str) else self.graph.name
         self.target = open_target(self.graph, devices, backend=backend, costs=costs, measure_config=measure_config,
@@ -77,15 +83,14 @@ class PlacementProblemEnv(gym.Env):
         return self._graph_obs["device_mask"][: self.num_units].copy()
 
     def reference_assignment(self) -> np.ndarray:
-        from placer.models import MODELS, reference_placements
-        from placer.models.expert import single_device_placement
+        """The reference placement's device per unit: the expert's when `reference` is "expert" and the model is
+        built in, else the single-device heuristic's."""
+        from placer.heuristics import make_heuristic
+        from placer.models import MODELS
 
-        if self._reference_name == "expert" and self.model_name in MODELS:
-            placement = reference_placements(self.model_name, self.graph, self.devices)["expert"]
-        elif self._reference_name in ("single-device", "expert"):
-            placement = single_device_placement(self.graph, self.devices)
-        else:
-            raise ValueError(f"unknown reference placement {self._reference_name!r}: 'single-device' or 'expert'")
+        builtin = self.model_name in MODELS
+        name = "expert" if self._reference_name == "expert" and builtin else "single-device"
+        placement = make_heuristic(name, self.graph, self.devices, model=self.model_name if builtin else None)
         return np.asarray(placement.group_devices, dtype=np.int64)
 
     @property

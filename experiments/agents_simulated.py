@@ -41,8 +41,8 @@ from agents.loop import TrainingConfig, train  # noqa: E402
 from agents.presets import DEFAULT_PRESET, PRESETS, with_preset  # noqa: E402
 from envs.placement import PlacementEnv  # noqa: E402
 from experiments._report import write_report  # noqa: E402
-from placer.baselines import make_baseline  # noqa: E402
 from placer.errors import PlacerError  # noqa: E402
+from placer.heuristics import time_heuristics  # noqa: E402
 
 BASELINES = ("single-device", "expert", "metis", "scotch", "m-topo", "m-etf", "m-sct")
 """The baselines a learned placement is compared with (the trivial and random ones never win)."""
@@ -79,19 +79,12 @@ class TimedAgent:
 
 def baseline_step_times(model: str, env: PlacementEnv, seed: int) -> dict[str, dict[str, float]]:
     """Step time (inf when out of memory or not placeable) and placement time of each of BASELINES."""
-    results = {}
-    for name in BASELINES:
-        started = time.perf_counter()
-        try:
-            placement = make_baseline(name, env.graph, env.devices, model=model, simulator=env.target.simulator,
-                                      seed=seed)
-        except PlacerError as error:
-            print(f"  {name}: not placeable ({error})", flush=True)
-            results[name] = {"step_time": math.inf, "placement_s": time.perf_counter() - started}
-            continue
-        took = time.perf_counter() - started
-        results[name] = {"step_time": env.target.evaluate(placement).seconds, "placement_s": took}
-    return results
+    timings = time_heuristics(env.target, BASELINES, model=model, seed=seed)
+    for name, timing in timings.items():
+        if timing.placement is None:
+            print(f"  {name}: not placeable ({timing.error})", flush=True)
+    return {name: {"step_time": timing.seconds, "placement_s": timing.placing_seconds}
+            for name, timing in timings.items()}
 
 
 def main() -> None:

@@ -6,12 +6,13 @@ the local testbed.
 
 Simulated, per model and machine (host CPU + N x V100, NVLink, roofline costs): the simulated step time
 of each baseline, whether it fits in memory, and how long computing the placement took. Baselines:
-every one in `placer.baselines` (single-device, round-robin, expert, cpu-only, random, metis, scotch,
+every one in `placer.heuristics` (single-device, round-robin, expert, cpu-only, random, metis, scotch,
 m-topo, m-etf, m-sct).
 
-Measured (`--measured`), on `local:2` (two gRPC workers pinned to one core each): the links and
-overheads are calibrated and each model's op costs profiled on the testbed, the heuristics place from
-that calibrated simulator, and every baseline is then measured for real (median of the timed steps).
+Measured (`--measured`), on `local:2` (two gRPC workers pinned to one core each, started afresh per
+model): the links and overheads are calibrated once and each model's op costs profiled on the testbed,
+the heuristics place from that calibrated simulator, and every baseline is then measured for real
+(median of the timed steps).
 "Fits" is whether the real run finished without running out of memory or failing.
 """
 
@@ -20,53 +21,50 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from experiments._report import write_report  # noqa: E402
-from placer.baselines import baselines, make_baseline  # noqa: E402
 from placer.cost import open_target  # noqa: E402
-from placer.errors import PlacerError  # noqa: E402
+from placer.heuristics import heuristics, time_heuristics  # noqa: E402
 from placer.models import build_model, model_names  # noqa: E402
 from placer.simulate import Simulator  # noqa: E402
 
 
 def measured_report(args) -> list[dict]:
     from placer.calibrate import calibrate
-    from placer.measure import MeasureConfig, Measurer
-    from placer.measure.targets import LocalTestbed
+    from placer.measure import MeasureConfig
     from placer.profile import profile_costs
     from placer.simulate import SimulatorConfig
 
     rows = []
     config = MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats)
-    with Measurer(LocalTestbed(workers=2), config) as measurer:
-        calibration = calibrate(measurer)
-        devices, sim_config = calibration.apply(measurer.devices, SimulatorConfig(cpu_slots=1))
-        for name in args.models:
-            graph = build_model(name, args.size)
-            costs = profile_costs(graph, measurer, steps=args.profile_steps, step_overhead=calibration.step_overhead)
+    calibrated = None
+    # every testbed device is a CPU: cpu-only is single-device here
+    names = [name for name in heuristics() if name != "cpu-only"]
+    for name in args.models:
+        graph = build_model(name, args.size)
+        with open_target(graph, "local:2", measure_config=config) as target:
+            if calibrated is None:  # the testbed's links and overheads, the same for every model
+                calibration = calibrate(target.measurer)
+                calibrated = calibration.apply(target.devices, SimulatorConfig(cpu_slots=1))
+            devices, sim_config = calibrated
+            costs = profile_costs(graph, target.measurer, steps=args.profile_steps,
+                                  step_overhead=calibration.step_overhead)
             simulator = Simulator(graph, devices, costs, sim_config)
-            for baseline in baselines():
-                if baseline == "cpu-only":
-                    continue  # every testbed device is a CPU: it is single-device here
-                started = time.perf_counter()
-                try:
-                    placement = make_baseline(baseline, graph, measurer.devices, model=name, simulator=simulator)
-                except PlacerError as error:
-                    rows.append({"model": name, "baseline": baseline, "error": str(error)[:80]})
+            for baseline, timing in time_heuristics(target, names, model=name, simulator=simulator).items():
+                measured = timing.step_time
+                if measured is None:
+                    rows.append({"model": name, "baseline": baseline, "error": timing.error[:80]})
                     continue
-                took = time.perf_counter() - started
-                measured = measurer.measure(graph, placement)
                 rows.append({"model": name, "baseline": baseline,
-                             "step_ms": measured.median * 1e3 if measured.ok else None,
+                             "step_ms": measured.seconds * 1e3 if measured.ok else None,
                              "iqr_ms": measured.spread * 1e3 if measured.ok else None,
-                             "fits": measured.ok, "placement_s": took,
-                             "simulated_ms": simulator.simulate(placement).step_time * 1e3,
+                             "fits": measured.ok, "placement_s": timing.placing_seconds,
+                             "simulated_ms": simulator.simulate(timing.placement).step_time * 1e3,
                              "moved_ops": len(measured.moved_ops),
-                             "error": measured.failure.message[:80] if measured.failure else None})
+                             "error": measured.message[:80] if not measured.ok else None})
                 print(rows[-1], flush=True)
     return rows
 
@@ -97,20 +95,16 @@ def main() -> None:
         graph = build_model(name, args.size)
         for gpus in args.gpus:
             target = open_target(graph, f"modeled:{gpus}xV100")
-            for baseline in baselines():
-                started = time.perf_counter()
-                try:
-                    placement = make_baseline(baseline, graph, target.devices, model=name, simulator=target.simulator)
-                except PlacerError as error:
-                    rows.append({"model": name, "gpus": gpus, "baseline": baseline, "error": str(error)[:80]})
-                    continue
-                took = time.perf_counter() - started
-                result = target.evaluate(placement)
-                rows.append({"model": name, "gpus": gpus, "baseline": baseline,
-                             "step_ms": result.samples[0] * 1e3 if result.samples else None,
-                             "fits": result.ok, "placement_s": took,
-                             "max_peak_gib": max(result.peak_memory.values()) / 2**30 if result.peak_memory else None,
-                             "error": result.message[:80] if not result.ok else None})
+            for baseline, timing in time_heuristics(target, heuristics(), model=name).items():
+                result = timing.step_time
+                if result is None:
+                    rows.append({"model": name, "gpus": gpus, "baseline": baseline, "error": timing.error[:80]})
+                else:
+                    rows.append({"model": name, "gpus": gpus, "baseline": baseline,
+                                 "step_ms": result.samples[0] * 1e3 if result.samples else None,
+                                 "fits": result.ok, "placement_s": timing.placing_seconds,
+                                 "max_peak_gib": max(result.peak_memory.values()) / 2**30 if result.peak_memory else None,
+                                 "error": result.message[:80] if not result.ok else None})
                 print(rows[-1], flush=True)
     write_report("baselines_report", ["model", "gpus", "baseline", "step_ms", "fits", "max_peak_gib", "placement_s", "error"],
                  rows, args.out, size=args.size, machine="host CPU + N x V100 (modeled), roofline costs")

@@ -27,7 +27,7 @@ from placer import tf_logs  # noqa: E402
 tf_logs.configure()
 
 from experiments._report import write_report  # noqa: E402
-from placer.baselines import make_baseline  # noqa: E402
+from placer.heuristics import make_heuristic  # noqa: E402
 from placer.calibrate import PARAMETERS, calibrate  # noqa: E402
 from placer.measure import LocalTestbed, Measurer  # noqa: E402
 from placer.models import build_model  # noqa: E402
@@ -37,7 +37,7 @@ from placer.simulate import Simulator, SimulatorConfig  # noqa: E402
 
 
 def fixed_placements(model: str, graph, devices) -> dict[str, Placement]:
-    chosen = {name: make_baseline(name, graph, devices, model=model) for name in ("single-device", "expert", "round-robin")}
+    chosen = {name: make_heuristic(name, graph, devices, model=model) for name in ("single-device", "expert", "round-robin")}
     groups = len(graph.groups)
     for share in (0.25, 0.5, 0.75):
         cut = int(groups * share)

@@ -47,7 +47,8 @@ from placer.concurrency.choose import predicted_step_time  # noqa: E402
 from placer.cost import compare, open_target  # noqa: E402
 from placer.devices import Link  # noqa: E402
 from placer.measure import MeasureConfig  # noqa: E402
-from placer.models import MODELS, SIZES, expert_placement, load_model  # noqa: E402
+from placer.heuristics import make_heuristic  # noqa: E402
+from placer.models import MODELS, SIZES, load_model  # noqa: E402
 from placer.placement import Placement  # noqa: E402
 from placer.simulate import Simulator, SimulatorConfig  # noqa: E402
 
@@ -158,7 +159,7 @@ def per_op_concurrency(spec: str, graph, settings: dict, performance_model, args
         for name, setting in settings.items():
             label = f"in-process {name}"
             opened[label] = open_target(graph, setting.target(), measure_config=config)
-            timed[label] = (opened[label], Placement.single_device(graph, opened[label].devices))
+            timed[label] = (opened[label], Placement.on_device(graph, opened[label].devices, 0))
             # TensorFlow's default pools have one thread per core each.
             explicit = type(setting)(setting.intra_op_threads or cores, setting.inter_op_threads or cores)
             predicted[label] = predicted_step_time(graph, performance_model, explicit, cores)
@@ -167,8 +168,8 @@ def per_op_concurrency(spec: str, graph, settings: dict, performance_model, args
         placements = {"round-robin": Placement.round_robin(graph, devices)}
         name = model_and_size(spec)[0]
         if name in MODELS:
-            placements["expert"] = expert_placement(name, graph, devices)
-        from agents.partitioners import unit_partition
+            placements["expert"] = make_heuristic("expert", graph, devices, model=name)
+        from placer.heuristics.partitioners import unit_partition
 
         placements["metis"] = Placement.from_assignment(graph, devices, unit_partition(graph, len(devices)) % len(devices))
         simulator = Simulator(graph, devices, performance_model, SimulatorConfig(default_link=TESTBED_LINK))

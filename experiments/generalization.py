@@ -55,7 +55,7 @@ from agents.graph_policy.features import graph_inputs  # noqa: E402
 from agents.graph_policy.priors import align_to, heuristic_placements  # noqa: E402
 from envs.placement import PlacementEnv  # noqa: E402
 from experiments._report import write_report  # noqa: E402
-from placer.baselines import BaselineError, applicable_baselines, make_baseline  # noqa: E402
+from placer.heuristics import applicable_heuristics, time_heuristics  # noqa: E402
 from placer.models import MODELS, build_model  # noqa: E402
 from placer.models.branchy import random_branchy_graph  # noqa: E402
 
@@ -70,16 +70,10 @@ SAMPLES_PER_UPDATE = 4
 
 
 def best_baseline(env, model: str | None) -> tuple[str, float]:
-    simulator = env.target.simulator
-    times = {}
-    for name in applicable_baselines(builtin_model=model in MODELS, simulator=True, include_trivial=True):
-        try:
-            placement = make_baseline(name, env.graph, env.devices, model=model, simulator=simulator)
-        except BaselineError:
-            continue  # e.g. a partitioner's library is not installed
-        result = env.target.evaluate(placement)
-        if result.ok:
-            times[name] = result.seconds
+    """The fastest heuristic on `env`'s simulator that can place the graph, and its step time."""
+    names = applicable_heuristics(builtin_model=model in MODELS, simulator=True, include_trivial=True)
+    times = {name: timing.seconds for name, timing in time_heuristics(env.target, names, model=model).items()
+             if timing.ok}  # left out: one that cannot be made (a library missing) or fails (out of memory)
     name = min(times, key=times.get)
     return name, times[name]
 

@@ -26,6 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from experiments._report import write_report  # noqa: E402
 from placer.graph import SyntheticTensor, graph_from_keras  # noqa: E402
+from placer.heuristics import single_device_placement  # noqa: E402
 from placer.measure import MeasureConfig, Measurer  # noqa: E402
 from placer.models import build_model  # noqa: E402
 from placer.placement import Placement  # noqa: E402
@@ -71,7 +72,7 @@ def main() -> None:
             build_seconds = time.perf_counter() - started
             print(graph.summary(), f"(built in {build_seconds:.1f} s)")
             devices = measurers["after"].devices
-            kinds = [Placement.round_robin, Placement.single_device]
+            kinds = [Placement.round_robin, single_device_placement]
             per_placement = {path: [] for path in PATHS}
             for i in range(args.placements):
                 placement = kinds[i % 2](graph, devices)

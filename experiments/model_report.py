@@ -21,7 +21,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from experiments._report import write_report  # noqa: E402
 from placer.measure import LocalTestbed, MeasureConfig, Measurer  # noqa: E402
-from placer.models import SIZES, build_model, model_names, reference_placements  # noqa: E402
+from placer.heuristics import make_heuristic  # noqa: E402
+from placer.models import SIZES, build_model, model_names  # noqa: E402
 from placer.testbed import isolation_available  # noqa: E402
 
 COLUMNS = ["model", "size", "ops", "step_ops", "groups", "parameters", "gflops_per_step", "mb_per_step", "build_s",
@@ -63,12 +64,12 @@ def main() -> None:
 def _measure_tiny(name: str, graph, config: MeasureConfig) -> dict:
     times = {}
     with Measurer("inprocess:1", config) as measurer:
-        times["inprocess_single_ms"] = _median_ms(measurer, graph, reference_placements(name, graph, measurer.devices)["single-device"])
+        times["inprocess_single_ms"] = _median_ms(measurer, graph, make_heuristic("single-device", graph, measurer.devices))
     if isolation_available():
         with Measurer(LocalTestbed(workers=2), config) as measurer:
-            placements = reference_placements(name, graph, measurer.devices)
-            times["testbed_single_ms"] = _median_ms(measurer, graph, placements["single-device"])
-            times["testbed_expert_ms"] = _median_ms(measurer, graph, placements["expert"])
+            times["testbed_single_ms"] = _median_ms(measurer, graph, make_heuristic("single-device", graph, measurer.devices))
+            times["testbed_expert_ms"] = _median_ms(measurer, graph, make_heuristic("expert", graph, measurer.devices,
+                                                                                    model=name))
     return times
 
 

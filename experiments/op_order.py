@@ -52,7 +52,7 @@ def main() -> None:
         devices = measurer.devices
         for model in args.models:
             graph = build_model(model, args.size)
-            placement = Placement.single_device(graph, devices)
+            placement = Placement.on_device(graph, devices, 0)
             costs = profile_costs(graph, measurer, steps=3)
             seconds = dict(costs.op_seconds)
             steps = {strategy: ordered_step(graph, placement, devices, seconds, strategy, args.corun,

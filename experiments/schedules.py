@@ -76,10 +76,10 @@ def run(shapes, device_counts, micro_batch_counts, limits, time_limit: float, in
 
 def pipeline_placement(model: str, graph, devices):
     """Two stages over the first two devices: two-tower's towers, or NMT's encoder and the rest."""
-    from placer.models import expert_placement
+    from placer.heuristics import make_heuristic
 
     if model == "two-tower":
-        return expert_placement(model, graph, devices)
+        return make_heuristic("expert", graph, devices, model=model)
     from placer.models.expert import placement_by_stage
     from placer.models.nmt import stage_of
 

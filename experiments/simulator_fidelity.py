@@ -47,7 +47,7 @@ tf_logs.configure()
 import numpy as np  # noqa: E402
 
 from experiments._report import print_table, write_report  # noqa: E402
-from placer.baselines import applicable_baselines, make_baseline  # noqa: E402
+from placer.heuristics import applicable_heuristics, make_heuristic  # noqa: E402
 from placer.cost import CostTarget, StepTime, compare, open_target  # noqa: E402
 from placer.devices import DeviceSet  # noqa: E402
 from placer.errors import PlacerError  # noqa: E402
@@ -118,14 +118,14 @@ def fidelity_placements(graph: OpGraph, devices: DeviceSet, *, model: str | None
     def assignment(devices_of_groups) -> Callable[[], Placement]:
         return lambda: Placement.from_assignment(graph, devices, devices_of_groups)
 
-    add("worker 0", "extreme", lambda: Placement.single_device(graph, devices, 0))
-    add("worker 1", "extreme", lambda: Placement.single_device(graph, devices, 1))
+    add("worker 0", "extreme", lambda: Placement.on_device(graph, devices, 0))
+    add("worker 1", "extreme", lambda: Placement.on_device(graph, devices, 1))
     add("round-robin", "extreme", lambda: Placement.round_robin(graph, devices))
     for share in SPLIT_SHARES:
         add(f"split {share:.2f}", "split", assignment(split_assignment(groups, share)))
-    for name in applicable_baselines(builtin_model=model is not None, simulator=simulator is not None):
-        add(name, "baseline", lambda name=name: make_baseline(name, graph, devices, model=model, simulator=simulator,
-                                                              seed=seed))
+    for name in applicable_heuristics(builtin_model=model is not None, simulator=simulator is not None):
+        add(name, "baseline", lambda name=name: make_heuristic(name, graph, devices, model=model, simulator=simulator,
+                                                               seed=seed))
     candidates += learned_placements(graph, devices, placement_files, note)
     for share in PERTURBED_SPLITS:
         for rate in FLIP_RATES:

@@ -25,7 +25,8 @@ import numpy as np  # noqa: E402
 
 from experiments._report import write_report  # noqa: E402
 from placer.hardware import GPUS, HOST_CPU, modeled_machine  # noqa: E402
-from placer.models import build_model, reference_placements  # noqa: E402
+from placer.heuristics import make_heuristic  # noqa: E402
+from placer.models import build_model  # noqa: E402
 from placer.placement import Placement  # noqa: E402
 from placer.profile import roofline_costs  # noqa: E402
 from placer.simulate import Simulator  # noqa: E402
@@ -86,7 +87,7 @@ def main() -> None:
                                                "host-cpu": roofline_costs(graph, HOST_CPU)})
         compile_s = time.perf_counter() - started
         gpus = [i for i, d in enumerate(machine) if d.kind == "GPU"]
-        placements = {k: v for k, v in reference_placements(name, graph, machine).items() if k != "cpu-only"}
+        placements = {k: make_heuristic(k, graph, machine, model=name) for k in ("expert", "single-device")}
         for i in range(args.random):
             placements[f"random {i}"] = Placement.from_assignment(graph, machine, rng.choice(gpus, size=len(graph.groups)))
         simulator.simulate(placements["expert"])  # the first call compiles the event loop (cached on disk after)

@@ -37,7 +37,7 @@ def main() -> None:
     with open_target(graph, "local:2", measure_config=config) as target:
         devices = target.devices
         placements = {
-            "one worker": Placement.single_device(graph, devices),
+            "one worker": Placement.on_device(graph, devices, 0),
             "tower per worker": Placement.from_groups(
                 graph, devices, {g.name: devices[1 if tower_of(g.ops[0]) == "tower_b" else 0].name for g in graph.groups}
             ),

@@ -117,9 +117,12 @@ class Placement:
         return cls.from_assignment(graph, devices, assignment, metadata)
 
     @classmethod
-    def single_device(cls, graph: OpGraph, devices: DeviceSet, device: str | int = 0) -> Placement:
-        index = device if isinstance(device, int) else _device_index(devices, device, "the single-device placement")
-        return cls.from_assignment(graph, devices, [index] * len(graph.groups), {"method": "single"})
+    def on_device(cls, graph: OpGraph, devices: DeviceSet, device: str | int) -> Placement:
+        """Every colocation group on `device` (an index or a name), even one without a kernel there (refused).
+        The single-device heuristic (the first GPU, soft placement's moves) is
+        `placer.heuristics.single_device_placement`."""
+        index = device if isinstance(device, int) else _device_index(devices, device, "the one-device placement")
+        return cls.from_assignment(graph, devices, [index] * len(graph.groups), {"method": "one-device"})
 
     @classmethod
     def round_robin(cls, graph: OpGraph, devices: DeviceSet) -> Placement:

@@ -124,7 +124,7 @@ def profile_costs(
         raise ProfileError(f"profiling needs at least one round of one step and no negative warm-up, not {rounds} "
                            f"rounds of {steps} after {warmup_rounds}")
     devices = measurer.devices
-    placement = Placement.single_device(graph, devices, device)
+    placement = Placement.on_device(graph, devices, device)
     config = replace(measurer.config, profile_steps=steps, profile_cores=cores)
     for _ in range(warmup_rounds):
         result = measurer.measure(graph, placement, replace(measurer.config, profile_steps=0))

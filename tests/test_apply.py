@@ -233,11 +233,12 @@ def two_tower_schedule(tmp_path_factory, cpus2):
     inference) of the expert one over 4 micro-batches, as `placer schedule` saves them (spans profiled on
     inprocess:2)."""
     from placer.cli import main
-    from placer.models import expert_placement, load_model
+    from placer.heuristics import make_heuristic
+    from placer.models import load_model
 
     folder = tmp_path_factory.mktemp("apply-schedule")
     graph = load_model("two-tower", "tiny")
-    expert = expert_placement("two-tower", graph, cpus2).save(folder / "expert.json", graph)
+    expert = make_heuristic("expert", graph, cpus2, model="two-tower").save(folder / "expert.json", graph)
     round_robin = Placement.round_robin(graph, cpus2).save(folder / "round-robin.json", graph)
     plan, inference = folder / "plan.json", folder / "inference.json"
     for flags, path in (([], plan), (["--inference"], inference)):

@@ -107,7 +107,7 @@ def test_a_step_away_from_the_masters_worker_costs_the_fitted_remote_overhead(tm
     linked, config = calibration.apply(devices)
     costs = CostTable(mlp.fingerprint, "CPU", {op.name: 1e-4 for op in mlp.step_ops}, "hand-made")
     simulator = Simulator(mlp, linked, costs, config)
-    on_first, on_second = (simulator.simulate(Placement.single_device(mlp, linked, d)).step_time for d in (0, 1))
+    on_first, on_second = (simulator.simulate(Placement.on_device(mlp, linked, d)).step_time for d in (0, 1))
     assert on_second - on_first == pytest.approx(calibration.remote_overhead)
     # a file from before the remote probes loads with none
     path = calibration.save(tmp_path / "calibration.json")
@@ -200,7 +200,7 @@ def test_a_calibrated_target_simulates_the_testbed_with_costs_profiled_there_onc
     path = fit_calibration(PROBES, _timings(), target="local:2", devices=workers).save(tmp_path / "testbed.json")
     with open_target(mlp, f"calibrated:{path}") as target:  # profiles the graph on local:2, once
         assert target.backend == "simulated" and target.devices.names == workers
-        one = target.evaluate(Placement.single_device(mlp, target.devices))
+        one = target.evaluate(Placement.on_device(mlp, target.devices, 0))
         split = target.evaluate(Placement.round_robin(mlp, target.devices))
         assert one.ok and split.ok and one.seconds > TRUTH["step_overhead"]
         # a step over both workers pays the fitted overhead of spanning them and the links' costs
@@ -211,7 +211,7 @@ def test_a_calibrated_target_simulates_the_testbed_with_costs_profiled_there_onc
 
     monkeypatch.setattr(placer.measure, "Measurer", no_testbed)
     with open_target(mlp, f"calibrated:{path}") as again:
-        assert again.evaluate(Placement.single_device(mlp, again.devices)).seconds == pytest.approx(one.seconds)
+        assert again.evaluate(Placement.on_device(mlp, again.devices, 0)).seconds == pytest.approx(one.seconds)
     env = gym.make("placer/Placement-v0", model="mlp", devices=f"calibrated:{path}")
     try:
         env.reset(seed=0)

@@ -56,7 +56,7 @@ def test_op_without_a_kernel_on_the_device_type_is_named():
 
 
 def test_splitting_a_colocation_group_is_refused(mlp, cpus2):
-    op_devices = Placement.single_device(mlp, cpus2).op_devices(mlp)
+    op_devices = Placement.on_device(mlp, cpus2, 0).op_devices(mlp)
     group = mlp.group("dense/kernel")
     op_devices[group.ops[1]] = cpus2[1].name
     with pytest.raises(PlacementError, match="one colocation group"):
@@ -76,13 +76,13 @@ def test_placement_file_round_trip_keeps_devices_and_metadata(two_tower, cpus2, 
 
 
 def test_placement_file_for_another_graph_is_refused(two_tower, mlp, cpus2, tmp_path):
-    path = Placement.single_device(two_tower, cpus2).save(tmp_path / "p.json", two_tower)
+    path = Placement.on_device(two_tower, cpus2, 0).save(tmp_path / "p.json", two_tower)
     with pytest.raises(PlacementFileError, match="was made for graph 'two-tower-tiny'"):
         load_placement(path, mlp, cpus2)
 
 
 def test_placement_file_for_other_devices_is_refused(two_tower, cpus2, tmp_path):
-    path = Placement.single_device(two_tower, cpus2, "CPU:1").save(tmp_path / "p.json", two_tower)
+    path = Placement.on_device(two_tower, cpus2, "CPU:1").save(tmp_path / "p.json", two_tower)
     one_cpu = DeviceSet(cpus2.devices[:1])
     with pytest.raises(PlacementFileError, match="does not have.*CPU:1"):
         load_placement(path, two_tower, one_cpu)
@@ -104,7 +104,7 @@ def test_malformed_placement_files_give_a_clear_error(two_tower, cpus2, tmp_path
 
 
 def test_placement_file_with_missing_ops_is_refused(two_tower, cpus2, tmp_path):
-    path = Placement.single_device(two_tower, cpus2).save(tmp_path / "p.json", two_tower)
+    path = Placement.on_device(two_tower, cpus2, 0).save(tmp_path / "p.json", two_tower)
     data = json.loads(path.read_text())
     del data["ops"][two_tower.ops[5].name]
     path.write_text(json.dumps(data))
@@ -136,7 +136,7 @@ def test_empty_missing_or_directory_placement_file_is_a_placement_file_error(two
 
 
 def test_reading_the_file_and_making_the_placement_check_the_format_once(two_tower, cpus2):
-    data = Placement.single_device(two_tower, cpus2).to_json_dict(two_tower)
+    data = Placement.on_device(two_tower, cpus2, 0).to_json_dict(two_tower)
     data["ops"][two_tower.ops[0].name] = "/device:GPU:3"
     for read in (lambda: placement_from_json_dict(data, two_tower, cpus2, source="edited"),
                  lambda: placement_file_from_json_dict(data, source="edited")):
@@ -165,5 +165,5 @@ def test_placement_file_is_read_without_the_graph_and_rewritten_with_more_metada
 
 
 def test_summary_lists_ops_and_parameters_per_device(two_tower, cpus2):
-    text = Placement.single_device(two_tower, cpus2).summary(two_tower, cpus2)
+    text = Placement.on_device(two_tower, cpus2, 0).summary(two_tower, cpus2)
     assert "CPU:0" in text and f"{two_tower.num_parameters:,}" in text

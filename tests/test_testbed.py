@@ -70,7 +70,7 @@ def test_each_worker_is_pinned_to_its_own_core(testbed):
 def test_one_tower_per_worker_is_at_least_1_4x_faster_than_one_worker(testbed):
     graph = build_model("two-tower", "small")
     devices = testbed.devices
-    single = Placement.single_device(graph, devices)
+    single = Placement.on_device(graph, devices, 0)
     split = Placement.from_groups(
         graph, devices, {g.name: devices[1 if tower_of(g.ops[0]) == "tower_b" else 0].name for g in graph.groups}
     )
@@ -84,10 +84,10 @@ def test_one_tower_per_worker_is_at_least_1_4x_faster_than_one_worker(testbed):
 
 
 def test_expert_and_single_device_placements_of_a_tiny_benchmark_model_run_on_the_testbed(testbed):
-    from placer.models import reference_placements
+    from placer.heuristics import make_heuristic
 
     graph = build_model("nmt-2", "tiny")
-    placements = reference_placements("nmt-2", graph, testbed.devices)
+    placements = {name: make_heuristic(name, graph, testbed.devices, model="nmt-2") for name in ("expert", "single-device")}
     for name in ("expert", "single-device"):
         result = testbed.measure(graph, placements[name])
         assert result.ok, f"{name}: {result.describe()}"
@@ -194,7 +194,7 @@ def test_calibrated_simulator_predicts_the_two_tower_speed_up_measured_on_the_te
     graph = build_model("two-tower", "small")
     devices, config = calibration.apply(testbed.devices, SimulatorConfig(cpu_slots=1))
     simulator = Simulator(graph, devices, profile_costs(graph, testbed, steps=3), config)
-    single = Placement.single_device(graph, testbed.devices)
+    single = Placement.on_device(graph, testbed.devices, 0)
     split = Placement.from_groups(
         graph, testbed.devices, {g.name: testbed.devices[1 if tower_of(g.ops[0]) == "tower_b" else 0].name for g in graph.groups}
     )

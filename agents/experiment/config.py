@@ -199,14 +199,14 @@ class ExperimentConfig:
                 raise ExperimentError(f"{name} must be a positive number, got {value!r}")
 
     def _checked_baselines(self) -> list[str]:
-        from placer.baselines import check_baseline
+        from placer.heuristics import check_heuristic
         from placer.models import is_builtin_model
 
         if isinstance(self.baselines, str) or not all(isinstance(b, str) for b in self.baselines):
             raise ExperimentError(f"baselines must be a list of names, got {self.baselines!r}")
         try:
-            return [check_baseline(name, builtin_model=is_builtin_model(self.model),
-                                   simulator=self.backend == "simulated") for name in self.baselines]
+            return [check_heuristic(name, builtin_model=is_builtin_model(self.model),
+                                    simulator=self.backend == "simulated") for name in self.baselines]
         except PlacerError as error:
             raise ExperimentError(str(error)) from None
 

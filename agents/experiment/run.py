@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -117,31 +116,30 @@ def _make_env(config: ExperimentConfig):
 
 def _load_or_time_baselines(config: ExperimentConfig, env, run_dir: Path, log) -> dict[str, BaselineTiming]:
     """Each baseline's placement and step time on the run's target, kept in the run directory."""
-    from placer.baselines import BaselineError, applicable_baselines, make_baseline
+    from placer.heuristics import HeuristicError, applicable_heuristics, time_heuristics
     from placer.models import is_builtin_model
 
     timings = run_files.read_baselines(run_dir)
     if timings is not None:  # resuming: the baselines were timed when the run started
         return timings
-    simulator = env.target.simulator
     model = config.model if is_builtin_model(config.model) else None
-    wanted = list(config.baselines) if config.baselines is not None else applicable_baselines(
-        builtin_model=model is not None, simulator=simulator is not None)
+    wanted = list(config.baselines) if config.baselines is not None else applicable_heuristics(
+        builtin_model=model is not None, simulator=env.target.simulator is not None)
+    try:  # baselines the user named must be made; of the default ones, those that cannot be are left out
+        made = time_heuristics(env.target, wanted, model=model, seed=config.seed, strict=config.baselines is not None,
+                               progress=lambda names: _progress(names, config.progress, "baselines"))
+    except HeuristicError as error:
+        raise ExperimentError(str(error)) from None
     timings = {}
-    for name in _progress(wanted, config.progress, "baselines"):
-        started = time.perf_counter()
-        try:
-            placement = make_baseline(name, env.graph, env.devices, model=model, simulator=simulator, seed=config.seed)
-        except BaselineError as error:
-            if config.baselines is not None:
-                raise ExperimentError(str(error)) from None
-            log.warning("baseline %s skipped: %s", name, error)  # e.g. a partitioner's library is not installed
+    for name, timing in made.items():
+        if timing.placement is None:
+            log.warning("baseline %s skipped: %s", name, timing.error)  # e.g. a partitioner's library is missing
             continue
-        seconds = time.perf_counter() - started
-        result = env.target.evaluate(placement)
-        timings[name] = run_files.write_baseline(run_dir, name, placement, env.graph, result, seconds)
+        timings[name] = run_files.write_baseline(run_dir, timing, env.graph)
+        result = timing.step_time
         log.info("baseline %-13s %s (placement computed in %.2f s)", name,
-                 f"{result.seconds * 1e3:.3f} ms" if result.ok else f"FAILED ({result.failure})", seconds)
+                 f"{result.seconds * 1e3:.3f} ms" if result.ok else f"FAILED ({result.failure})",
+                 timing.placing_seconds)
     run_files.write_baselines(run_dir, timings)
     return timings
 

@@ -61,13 +61,13 @@ class GraphAgentConfig(PolicyGradientConfig):
         if isinstance(self.prior_heuristics, str):
             object.__setattr__(self, "prior_heuristics", (self.prior_heuristics,))
         object.__setattr__(self, "prior_heuristics", tuple(self.prior_heuristics))
-        from placer.baselines import BaselineError, check_baseline
+        from placer.heuristics import HeuristicError, check_heuristic
 
-        for name in self.prior_heuristics:
-            try:  # every graph the policy meets is a user's graph to it: no expert placement
-                check_baseline(name, builtin_model=False, simulator=True)
-            except BaselineError as error:
-                raise ValueError(f"prior_heuristics: {error}") from None
+        try:  # every graph the policy meets is a user's graph to it: no expert placement
+            names = tuple(check_heuristic(name, builtin_model=False, simulator=True) for name in self.prior_heuristics)
+        except HeuristicError as error:
+            raise ValueError(f"prior_heuristics: {error}") from None
+        object.__setattr__(self, "prior_heuristics", names)  # aliases resolved
 
     def head_options(self) -> dict:
         """The options that make the head, as a policy file records them."""

@@ -143,19 +143,18 @@ def pretrain(config: PretrainConfig, out: str | Path) -> PretrainResult:
 def best_heuristic(env, agent: GraphPolicyAgent) -> tuple[str, np.ndarray]:
     """(name, [U] placement) of the best of the agent's voting heuristics on `env`'s target: what imitation
     teaches the policy to place like there. A heuristic whose placement fails (memory) is never the best."""
-    heuristics = agent.policy.config.prior_heuristics
+    from placer.heuristics import time_heuristics
+
     votes = agent.prior.numpy()
     placements = np.argmax(votes, axis=2)  # [K, U], labels aligned to the first heuristic's
-    seconds = []
-    for vote, placement in zip(votes, placements):
-        if not vote.any():  # the heuristic could not place the graph: it did not vote
-            seconds.append(math.inf)
-            continue
-        seconds.append(step_seconds(env.target, placement))
-    k = int(np.argmin(seconds))
-    if not math.isfinite(seconds[k]):
+    # a heuristic that could not place the graph did not vote
+    voted = {name: placement for name, vote, placement in zip(agent.policy.config.prior_heuristics, votes, placements)
+             if vote.any()}
+    seconds = {name: timing.seconds for name, timing in time_heuristics(env.target, voted, made=voted).items()}
+    if not seconds or not math.isfinite(min(seconds.values())):
         raise PlacerError(f"no heuristic's placement of {env.graph.name} fits on {env.devices.name}: nothing to imitate")
-    return heuristics[k], placements[k]
+    name = min(seconds, key=seconds.get)
+    return name, voted[name]
 
 
 def step_seconds(target, assignment) -> float:

@@ -83,10 +83,9 @@ def heuristic_placements(graph: OpGraph, devices: DeviceSet, heuristics: tuple[s
     graph (a list scheduler out of memory) gets a row of NO_VOTE, with a warning; the first's error is raised."""
     import warnings
 
-    from placer.baselines import BaselineError, make_baseline
-    from placer.errors import PlacementError
     from placer.cost.targets import roofline_tables
-    from placer.errors import DeviceSpecError
+    from placer.errors import DeviceSpecError, PlacementError
+    from placer.heuristics import HeuristicError, make_heuristic
     from placer.hardware import GPUS, HOST_CPU
     from placer.profile import roofline_costs
     from placer.simulate import Simulator
@@ -97,13 +96,13 @@ def heuristic_placements(graph: OpGraph, devices: DeviceSet, heuristics: tuple[s
         tables = {device.model or device.kind: roofline_costs(graph, HOST_CPU if device.kind == "CPU" else GPUS["V100"])
                   for device in devices}
     simulator = Simulator(graph, devices, tables)
-    first = make_baseline(heuristics[0], graph, devices, simulator=simulator).group_device_array
+    first = make_heuristic(heuristics[0], graph, devices, simulator=simulator).group_device_array
     rows = [first]
     for name in heuristics[1:]:
         try:
-            rows.append(align_to(make_baseline(name, graph, devices, simulator=simulator).group_device_array, first,
+            rows.append(align_to(make_heuristic(name, graph, devices, simulator=simulator).group_device_array, first,
                                  devices))
-        except (BaselineError, PlacementError) as error:
+        except (HeuristicError, PlacementError) as error:
             warnings.warn(f"{name} cannot place {graph.name} on {devices.name} ({error}): it does not vote", stacklevel=2)
             rows.append(np.full(len(first), NO_VOTE, np.int64))
     return np.stack(rows)

@@ -105,7 +105,7 @@ def profile_thread_counts(graph: OpGraph, threads: Sequence[int] | None = None, 
     op_seconds = {}
     for p, target in targets.items():
         with Measurer(target, config) as measurer:
-            result = measurer.measure(graph, Placement.single_device(graph, measurer.devices), config)
+            result = measurer.measure(graph, Placement.on_device(graph, measurer.devices, 0), config)
         if not result.ok:
             raise ProfileError(f"profiling {graph.name!r} at {p} intra-op threads failed: {result.describe()}")
         op_seconds[p] = {name: t.seconds for name, t in result.op_times.items() if name in step_names}

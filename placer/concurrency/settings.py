@@ -176,7 +176,7 @@ def tune(graph: OpGraph, settings: Mapping[str, ThreadSetting] | None = None, *,
     on = on or InProcess(1)
     settings = dict(settings or tuning_candidates(on=on))
     targets = {name: setting.on(on) for name, setting in settings.items()}  # refuses impossible settings now
-    place = place or (lambda graph, devices: Placement.single_device(graph, devices))
+    place = place or (lambda graph, devices: Placement.on_device(graph, devices, 0))
     started = time.perf_counter()
     opened = {}
     try:

@@ -203,12 +203,12 @@ def measure_step_time(
     graph: OpGraph, placement: Placement | str = "single-device", target: Target | str = "inprocess:1",
     config: MeasureConfig | None = None,
 ) -> Measurement:
-    """One-off convenience: start a worker for `target`, measure, stop it. placement may name a baseline
-    (`placer.baselines`: single-device, round-robin, ...). For many placements keep a `Measurer` open
+    """One-off convenience: start a worker for `target`, measure, stop it. placement may name a heuristic
+    (`placer.heuristics`: single-device, round-robin, ...). For many placements keep a `Measurer` open
     instead (it reuses the worker and graph)."""
     with Measurer(target, config) as measurer:
         if isinstance(placement, str):
-            from placer.baselines import make_baseline
+            from placer.heuristics import make_heuristic
 
-            placement = make_baseline(placement, graph, measurer.devices)
+            placement = make_heuristic(placement, graph, measurer.devices)
         return measurer.measure(graph, placement)

@@ -3,7 +3,8 @@
 The benchmark models of the device-placement literature (Inception-V3, ResNet-50, RNNLM, NMT with 2, 4
 and 8 layers, Transformer) come in three sizes: `tiny` (a training step in about a second on 2 CPU
 cores, for tests), `small`, and `paper` (the papers' hyper-parameters). Sizes change widths, batch and
-sequence lengths, never the kind of structure. Every model has an expert placement (`expert_placement`).
+sequence lengths, never the kind of structure. Every model has an expert placement (`ModelSpec.expert`; by
+name: `placer.heuristics.make_heuristic("expert", graph, devices, model=name)`).
 `load_model(spec, size)` loads any model spec: a built-in name, `module:function` or `file.py:function`.
 """
 
@@ -48,10 +49,10 @@ def _lazy(module: str, function: str, *bound) -> Callable:
     return call
 
 
-def _single_device_expert(graph, devices):
-    from placer.models.expert import single_device_placement
+def _whole_model_expert(graph, devices):
+    from placer.models.expert import whole_model_on_one_device
 
-    return single_device_placement(graph, devices, method="expert")
+    return whole_model_on_one_device(graph, devices)
 
 
 def _two_tower_expert(graph, devices):
@@ -84,7 +85,7 @@ MODELS: dict[str, ModelSpec] = {
                   _lazy("two_tower", "two_tower_graph"), _two_tower_expert, benchmark=False,
                   batch_of=_lazy("two_tower", "batch_of")),
         ModelSpec("mlp", "a small tf-keras MLP classifier for quick runs", _lazy("mlp", "mlp_graph"),
-                  _single_device_expert, benchmark=False),
+                  _whole_model_expert, benchmark=False),
     ]
 }
 
@@ -125,25 +126,6 @@ def model_batch(name: str, size: str = "tiny") -> int:
         takes = ", ".join(n for n, s in MODELS.items() if s.batch_of is not None)
         raise GraphBuildError(f"model {name!r} cannot be built at another batch size; these can: {takes}")
     return spec.batch_of(size)
-
-
-def expert_placement(name: str, graph, devices):
-    """The human-expert placement of built-in model `name` (built at any size) over `devices`."""
-    return model_spec(name).expert(graph, devices)
-
-
-def reference_placements(name: str, graph, devices) -> dict:
-    """The placements every comparison starts from: 'expert', 'single-device' (the first GPU, else the
-    first device) and 'cpu-only' (left out when the devices, e.g. a modeled machine, have no CPU)."""
-    from placer.models.expert import cpu_only_placement, single_device_placement
-
-    placements = {
-        "expert": expert_placement(name, graph, devices),
-        "single-device": single_device_placement(graph, devices),
-    }
-    if any(device.kind == "CPU" for device in devices):
-        placements["cpu-only"] = cpu_only_placement(graph, devices)
-    return placements
 
 
 # After MODELS and build_model, which the loader reads.

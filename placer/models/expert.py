@@ -1,4 +1,4 @@
-"""Human-expert placements of the benchmark models, and the single-device and CPU-only references.
+"""Human-expert placements of the benchmark models: each model's stages (scopes) on devices.
 
 Experts in the papers placed whole model parts (an LSTM layer, the attention, the softmax) on devices
 and let TensorFlow put the rest (gradients, optimizer updates) next to them. Here every op gets the part
@@ -74,7 +74,7 @@ def placement_by_stage(
         stage = votes.most_common(1)[0][0] if votes else None
         device = stage_devices.get(stage, default) if stage is not None else default
         if devices[device].kind not in group.kernel_devices:
-            device = _first_with_kernel(group, devices)
+            device = first_device_with_kernel(group, devices)
             moved_to_host += 1
         assignment.append(device)
     return Placement.from_assignment(
@@ -82,21 +82,15 @@ def placement_by_stage(
     )
 
 
-def single_device_placement(graph: OpGraph, devices: DeviceSet, *, method: str = "single-device") -> Placement:
-    """Everything on the first compute device (the first GPU when there is one); ops without a kernel
-    there go to the first device that has one."""
+def whole_model_on_one_device(graph: OpGraph, devices: DeviceSet, *, method: str = "expert") -> Placement:
+    """Every op where TensorFlow's default placement puts it, the first compute device (the first GPU when
+    there is one); ops without a kernel there go to the first device that has one. The experts' placement
+    of a model that fits one GPU, and the single-device heuristic (`placer.heuristics`)."""
     return placement_by_stage(graph, devices, lambda name: None, {}, method=method)
 
 
-def cpu_only_placement(graph: OpGraph, devices: DeviceSet) -> Placement:
-    """Everything on the first CPU device."""
-    cpus = [i for i, d in enumerate(devices) if d.kind == "CPU"]
-    if not cpus:
-        raise PlacementError(f"the CPU-only placement needs a CPU device; the devices are {', '.join(devices.names)}")
-    return Placement.single_device(graph, devices, cpus[0]).with_metadata(method="cpu-only")
-
-
-def _first_with_kernel(group, devices: DeviceSet) -> int:
+def first_device_with_kernel(group, devices: DeviceSet) -> int:
+    """Where soft placement moves a colocation group whose device has no kernel for it: the first that has one."""
     for index, device in enumerate(devices):
         if device.kind in group.kernel_devices:
             return index

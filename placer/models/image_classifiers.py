@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from placer.devices import DeviceSet
 from placer.graph.build import SyntheticTensor, graph_from_keras
 from placer.graph.opgraph import OpGraph
-from placer.models.expert import single_device_placement
+from placer.models.expert import whole_model_on_one_device
 from placer.placement import Placement
 
 
@@ -83,4 +83,4 @@ def image_classifier_graph(model_fn, s: ImageSize, *, optimizer, name: str) -> O
 
 def expert_placement(graph: OpGraph, devices: DeviceSet) -> Placement:
     """The papers' expert for the CNNs: the whole model on one GPU (the first compute device)."""
-    return single_device_placement(graph, devices, method="expert")
+    return whole_model_on_one_device(graph, devices)

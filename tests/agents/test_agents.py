@@ -448,10 +448,3 @@ def test_the_grouper_learns_at_its_own_rate_or_not_at_all(env, grouper_learning_
         assert grouper_step == 0.0 and "grouper_optimizer" not in planner.checkpoint_objects()
     else:
         assert 0 < grouper_step < 0.003 and "grouper_optimizer" in planner.checkpoint_objects()
-
-
-def test_partition_into_more_parts_than_units_gives_each_unit_its_own_part(env):
-    from agents.partitioners import unit_partition
-
-    parts = unit_partition(env.graph, env.num_units + 5)
-    assert sorted(parts.tolist()) == list(range(env.num_units))

@@ -116,7 +116,7 @@ def test_pretraining_can_start_by_imitating_each_pairs_best_heuristic(tmp_path, 
 
 
 def test_a_heuristic_that_cannot_place_the_graph_does_not_vote_and_is_never_imitated(monkeypatch, nmt_env):
-    import agents.baselines as heuristics_module
+    import placer.heuristics.list_scheduling as heuristics_module
     from agents.graph_policy.agent import GraphAgentConfig, GraphPolicyAgent
     from agents.graph_policy.pretrain import best_heuristic
     from placer.errors import PlacementError

@@ -66,7 +66,7 @@ def _position(chains, name):
 
 
 def test_critical_path_first_runs_the_long_chain_before_the_short_one(long_and_short):
-    placement = Placement.single_device(long_and_short, _devices())
+    placement = Placement.on_device(long_and_short, _devices(), 0)
     level = priorities(long_and_short, _seconds(long_and_short))
     assert level["mm0"] > level["e0"]  # the matmuls lie on the critical path
     chains = order_ops(long_and_short, placement, _seconds(long_and_short), "critical-path", corun=1).chains
@@ -77,14 +77,14 @@ def test_critical_path_first_runs_the_long_chain_before_the_short_one(long_and_s
 
 def test_complementary_links_pair_a_compute_bound_op_with_a_memory_bound_one(long_and_short):
     assert is_compute_bound(long_and_short, "mm0") and not is_compute_bound(long_and_short, "e0")
-    placement = Placement.single_device(long_and_short, _devices())
+    placement = Placement.on_device(long_and_short, _devices(), 0)
     chains = order_ops(long_and_short, placement, _seconds(long_and_short), "complementary", corun=2).chains
     [link] = [link for link in chains[0].links if "mm0" in link]
     assert len(link) == 2 and not all(is_compute_bound(long_and_short, op) for op in link)
 
 
 def test_bad_strategies_are_refused(long_and_short):
-    placement = Placement.single_device(long_and_short, _devices())
+    placement = Placement.on_device(long_and_short, _devices(), 0)
     with pytest.raises(OrderError, match="unknown op-order strategy 'fastest'"):
         order_ops(long_and_short, placement, {}, "fastest")
     with pytest.raises(OrderError, match="at least 1"):
@@ -103,7 +103,7 @@ def test_the_traced_step_keeps_the_enforced_order(long_and_short):
 
 
 def test_ops_the_initializer_runs_are_left_free_so_the_ordered_step_initializes(late_counter):
-    placement = Placement.single_device(late_counter, _devices())
+    placement = Placement.on_device(late_counter, _devices(), 0)
     order = order_ops(late_counter, placement, _seconds(late_counter), "critical-path", corun=1)
     assert order.left_free["global_step"] == order.left_free["table"] == INITIALIZER_RUNS_IT
     assert not {"global_step", "table"} & {op for chain in order.chains for link in chain.links for op in link}
@@ -112,7 +112,7 @@ def test_ops_the_initializer_runs_are_left_free_so_the_ordered_step_initializes(
 
 
 def test_constants_are_left_free_because_grappler_drops_their_control_edges(long_and_short):
-    placement = Placement.single_device(long_and_short, _devices())
+    placement = Placement.on_device(long_and_short, _devices(), 0)
     order = order_ops(long_and_short, placement, _seconds(long_and_short), "critical-path")
     constants = [op.name for op in long_and_short.step_ops if op.type == "Const"]
     assert constants and all(order.left_free[name] == CONSTANT for name in constants)
@@ -123,7 +123,7 @@ def test_a_time_threshold_orders_only_the_long_ops_and_the_trace_keeps_their_ord
     from placer.graph.order import order_violations, traced_links
 
     seconds = _seconds(long_and_short)
-    placement = Placement.single_device(long_and_short, _devices())
+    placement = Placement.on_device(long_and_short, _devices(), 0)
     everything = order_ops(long_and_short, placement, seconds, "critical-path")
     order = order_ops(long_and_short, placement, seconds, "critical-path", min_op_seconds=1e-4)
     ordered = {op for chain in order.chains for link in chain.links for op in link}
@@ -140,14 +140,14 @@ def test_a_time_threshold_orders_only_the_long_ops_and_the_trace_keeps_their_ord
 
 def test_the_longest_ops_per_device_are_the_only_ones_ordered(long_and_short):
     seconds = {**_seconds(long_and_short), "mm2": 5e-3, "mm0": 4e-3}
-    placement = Placement.single_device(long_and_short, _devices())
+    placement = Placement.on_device(long_and_short, _devices(), 0)
     order = order_ops(long_and_short, placement, seconds, "critical-path", corun=1, longest=2)
     assert [set(link) for chain in order.chains for link in chain.links] == [{"mm0"}, {"mm2"}]
     assert order.left_free["mm1"] == "not among its device's 2 longest"
 
 
 def test_bad_thresholds_are_refused(long_and_short):
-    placement = Placement.single_device(long_and_short, _devices())
+    placement = Placement.on_device(long_and_short, _devices(), 0)
     with pytest.raises(OrderError, match="min_op_seconds must be 0 or more"):
         order_ops(long_and_short, placement, {}, "critical-path", min_op_seconds=-1e-6)
     with pytest.raises(OrderError, match="longest must be a whole number of ops per device, at least 1"):
@@ -159,7 +159,7 @@ def _measure_ordered(graph, strategy, **options):
 
     with Measurer(parse_target("inprocess:1,intra=1,inter=2")) as measurer:
         devices = measurer.devices
-        placement = Placement.single_device(graph, devices)
+        placement = Placement.on_device(graph, devices, 0)
         step = ordered_step(graph, placement, devices, _seconds(graph), strategy, **options)
         config = dataclasses.replace(MeasureConfig(warmup_steps=1, timed_steps=2), profile_steps=1)
         return step, measurer.measure(step.graph, step.placement, config)

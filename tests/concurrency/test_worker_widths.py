@@ -124,29 +124,29 @@ def test_a_two_thread_op_on_a_one_core_worker_is_refused_and_a_one_thread_op_on_
         check_op_widths(graph, placement, devices, {matmul: 2})
     check_op_widths(graph, placement, devices, {matmul: 1})
     wide = machine((2, 2, 3))
-    mismatches = width_mismatches(graph, Placement.single_device(graph, wide), wide, {matmul: 1})
+    mismatches = width_mismatches(graph, Placement.on_device(graph, wide, 0), wide, {matmul: 1})
     assert [(m.op, m.requested, m.width) for m in mismatches] == [(matmul, 1, 2)]
 
 
 def test_a_wide_device_runs_each_op_at_its_width_one_at_a_time(graph):
     # Six matmuls, each 10 ms / 2 threads, one after another.
     devices = machine((2, 2, 1))
-    assert simulate(graph, devices, Placement.single_device(graph, devices)) == pytest.approx(30e-3)
+    assert simulate(graph, devices, Placement.on_device(graph, devices, 0)) == pytest.approx(30e-3)
 
 
 def test_two_one_core_workers_run_the_towers_side_by_side_at_one_thread_each(graph):
     devices = machine((1, 1, 1), (1, 1, 1))
     assert simulate(graph, devices, by_tower(graph, devices)) == pytest.approx(30e-3)
-    assert simulate(graph, devices, Placement.single_device(graph, devices)) == pytest.approx(60e-3)
+    assert simulate(graph, devices, Placement.on_device(graph, devices, 0)) == pytest.approx(60e-3)
 
 
 def test_ops_co_running_on_shared_cores_slow_down_by_the_oversubscription(graph):
     # Two ops of one thread at once on one core: each twice as slow, so nothing is gained over one at a time.
     shared = machine((1, 1, 2))
-    assert simulate(graph, shared, Placement.single_device(graph, shared)) == pytest.approx(60e-3)
+    assert simulate(graph, shared, Placement.on_device(graph, shared, 0)) == pytest.approx(60e-3)
     # Two ops of one thread at once on two cores: the towers overlap at full speed.
     spread = machine((2, 1, 2))
-    assert simulate(graph, spread, Placement.single_device(graph, spread)) == pytest.approx(30e-3)
+    assert simulate(graph, spread, Placement.on_device(graph, spread, 0)) == pytest.approx(30e-3)
 
 
 def test_the_performance_model_simulates_only_cpu_devices_of_a_known_width(graph):
@@ -197,7 +197,7 @@ def test_each_worker_process_starts_the_thread_pools_its_spec_gives(mlp):
     threads = {}
     for intra, inter in ((1, 1), (2, 1), (1, 3)):
         with Measurer(f"local:widths=2,intra={intra},inter={inter}") as measurer:
-            assert measurer.measure(mlp, Placement.single_device(mlp, measurer.devices)).ok
+            assert measurer.measure(mlp, Placement.on_device(mlp, measurer.devices, 0)).ok
             (pid,) = measurer.testbed_info["pids"]
             threads[intra, inter] = len(os.listdir(f"/proc/{pid}/task"))
     assert threads[2, 1] == threads[1, 1] + 1, threads

@@ -70,32 +70,32 @@ def test_op_moved_by_soft_placement_is_reported(mlp):
 
 def test_out_of_memory_is_a_failed_result_and_measuring_goes_on(measurer, mlp):
     graph = _oom_graph()
-    result = measurer.measure(graph, Placement.single_device(graph, measurer.devices))
+    result = measurer.measure(graph, Placement.on_device(graph, measurer.devices, 0))
     assert not result.ok and result.failure.kind == "oom", result.describe()
     assert result.median == float("inf")
-    assert measurer.measure(mlp, Placement.single_device(mlp, measurer.devices)).ok
+    assert measurer.measure(mlp, Placement.on_device(mlp, measurer.devices, 0)).ok
 
 
 def test_hung_step_fails_with_timeout_and_measuring_goes_on(measurer, mlp):
     graph = _hanging_graph()
     started = time.monotonic()
     config = MeasureConfig(warmup_steps=1, timed_steps=1, step_timeout=2)
-    result = measurer.measure(graph, Placement.single_device(graph, measurer.devices), config)
+    result = measurer.measure(graph, Placement.on_device(graph, measurer.devices, 0), config)
     assert not result.ok and result.failure.kind == "timeout", result.describe()
     assert time.monotonic() - started < 30
-    assert measurer.measure(mlp, Placement.single_device(mlp, measurer.devices)).ok
+    assert measurer.measure(mlp, Placement.on_device(mlp, measurer.devices, 0)).ok
 
 
 def test_killed_worker_is_a_crash_result_and_a_new_worker_takes_over(mlp):
     graph = _hanging_graph()
     with Measurer("inprocess:1", MeasureConfig(warmup_steps=1, timed_steps=1, step_timeout=60)) as measurer:
-        placement = Placement.single_device(graph, measurer.devices)
+        placement = Placement.on_device(graph, measurer.devices, 0)
         pid = measurer.worker_pid
         threading.Timer(2.0, os.kill, (pid, signal.SIGKILL)).start()
         result = measurer.measure(graph, placement)
         assert not result.ok and result.failure.kind == "crash", result.describe()
         assert measurer.restarts == 1
-        again = measurer.measure(mlp, Placement.single_device(mlp, measurer.devices))
+        again = measurer.measure(mlp, Placement.on_device(mlp, measurer.devices, 0))
         assert again.ok and measurer.worker_pid != pid
 
 
@@ -103,13 +103,13 @@ def test_worker_that_never_answers_is_killed_at_the_backstop(mlp):
     """If even TensorFlow's own step deadline fails to fire, the caller's backstop kills the worker."""
     graph = _hanging_graph()
     with Measurer("inprocess:1") as measurer:
-        placement = Placement.single_device(graph, measurer.devices)
+        placement = Placement.on_device(graph, measurer.devices, 0)
         backstop = MeasureConfig(warmup_steps=1, timed_steps=1, step_timeout=300, answer_timeout=3.0)
         started = time.monotonic()
         result = measurer.measure(graph, placement, backstop)
         assert result.failure.kind == "timeout" and time.monotonic() - started < 20
         assert measurer.restarts == 1
-        assert measurer.measure(mlp, Placement.single_device(mlp, measurer.devices)).ok
+        assert measurer.measure(mlp, Placement.on_device(mlp, measurer.devices, 0)).ok
 
 
 def _op_devices_with_group_on(graph, group_name: str, device: str, default: str) -> dict[str, str]:
@@ -128,7 +128,7 @@ def _loaded(graph):
 
 def test_reused_graph_gets_the_devices_a_fresh_import_would_give(mlp, cpus2):
     loaded = _loaded(mlp)
-    for placement in (Placement.round_robin(mlp, cpus2), Placement.single_device(mlp, cpus2),
+    for placement in (Placement.round_robin(mlp, cpus2), Placement.on_device(mlp, cpus2, 0),
                       Placement.round_robin(mlp, cpus2)):
         op_devices = placement.op_devices(mlp)
         kept = {node.name: node.device for node in loaded.placed_graph(op_devices).as_graph_def().node}
@@ -162,7 +162,7 @@ def test_placements_whose_pairs_were_confirmed_are_not_traced_again(mlp, cpus2):
     remembered with the devices around it and reported again, exactly as the trace reported it."""
     loaded = _loaded(mlp)
     round_robin = Placement.round_robin(mlp, cpus2).op_devices(mlp)
-    single = Placement.single_device(mlp, cpus2).op_devices(mlp)
+    single = Placement.on_device(mlp, cpus2, 0).op_devices(mlp)
     checks = [loaded.measure(op_devices, "", QUICK, local_cpus=2)
               for op_devices in (round_robin, single, round_robin, single, round_robin)]
     assert all(m.ok for m in checks), [m.describe() for m in checks]
@@ -184,7 +184,7 @@ def test_placements_whose_pairs_were_confirmed_are_not_traced_again(mlp, cpus2):
 
 
 def test_measurer_traces_a_repeated_placement_once(measurer, two_tower):
-    placement = Placement.single_device(two_tower, measurer.devices)
+    placement = Placement.on_device(two_tower, measurer.devices, 0)
     first, second = (measurer.measure(two_tower, placement) for _ in range(2))
     assert first.ok and second.ok, (first.describe(), second.describe())
     assert (first.placement_check, second.placement_check) == ("traced", "reused")
@@ -197,7 +197,7 @@ def test_session_left_open_for_the_answer_is_closed_before_the_next_placement(ml
     first = loaded.measure(Placement.round_robin(mlp, cpus2).op_devices(mlp), "", QUICK, 2, close_later=True)
     assert first.ok and loaded._unclosed is not None
     left_open = loaded._unclosed
-    second = loaded.measure(Placement.single_device(mlp, cpus2).op_devices(mlp), "", QUICK, 2)
+    second = loaded.measure(Placement.on_device(mlp, cpus2, 0).op_devices(mlp), "", QUICK, 2)
     assert second.ok and left_open._closed and loaded._unclosed is None
 
 

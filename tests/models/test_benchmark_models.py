@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 from placer.devices import machine_from_dict
-from placer.models import MODELS, SIZES, build_model, model_names, reference_placements
+from placer.heuristics import make_heuristic
+from placer.models import MODELS, SIZES, build_model, model_names
 from placer.placement import load_placement
 
 BENCHMARKS = model_names(benchmarks_only=True)
@@ -57,10 +58,10 @@ def test_tiny_training_step_learns_a_fixed_batch(name):
 
 
 @pytest.mark.parametrize("name", BENCHMARKS)
-def test_expert_and_reference_placements_validate_and_round_trip(name, tmp_path):
+def test_expert_single_device_and_cpu_only_placements_validate_and_round_trip(name, tmp_path):
     graph = tiny(name)
-    placements = reference_placements(name, graph, FOUR_GPUS)
-    assert set(placements) == {"expert", "single-device", "cpu-only"}
+    placements = {heuristic: make_heuristic(heuristic, graph, FOUR_GPUS, model=name)
+                  for heuristic in ("expert", "single-device", "cpu-only")}
     assert set(placements["cpu-only"].group_devices) == {0}
     assert set(placements["single-device"].group_devices) == {FOUR_GPUS.index("GPU:0")}
     path = placements["expert"].save(tmp_path / "expert.json", graph)
@@ -80,7 +81,7 @@ def test_nmt_expert_spreads_layers_and_gives_attention_and_softmax_their_own_dev
     from placer.models.nmt import stage_of
 
     graph = tiny("nmt-2")
-    placed = _device_of_stage(graph, reference_placements("nmt-2", graph, FOUR_GPUS)["expert"], stage_of)
+    placed = _device_of_stage(graph, make_heuristic("expert", graph, FOUR_GPUS, model="nmt-2"), stage_of)
     # Two layers over the three GPUs before the last, encoder and decoder layer I together (GNMT).
     assert placed["encoder/layer_0"] == placed["decoder/layer_0"] == "device:GPU:0"
     assert placed["encoder/layer_1"] == placed["decoder/layer_1"] == "device:GPU:1"
@@ -92,13 +93,13 @@ def test_rnnlm_expert_puts_each_layer_and_the_softmax_on_its_own_device():
 
     graph = tiny("rnnlm")
     three_gpus = machine_from_dict({"devices": [{"name": f"GPU:{i}"} for i in range(3)]})
-    placed = _device_of_stage(graph, reference_placements("rnnlm", graph, three_gpus)["expert"], stage_of)
+    placed = _device_of_stage(graph, make_heuristic("expert", graph, three_gpus, model="rnnlm"), stage_of)
     assert (placed["lstm_0"], placed["lstm_1"], placed["softmax"]) == ("device:GPU:0", "device:GPU:1", "device:GPU:2")
 
 
 def test_image_classifier_expert_is_one_gpu():
     graph = tiny("resnet-50")
-    assert set(reference_placements("resnet-50", graph, FOUR_GPUS)["expert"].group_devices) == {FOUR_GPUS.index("GPU:0")}
+    assert set(make_heuristic("expert", graph, FOUR_GPUS, model="resnet-50").group_devices) == {FOUR_GPUS.index("GPU:0")}
 
 
 def test_every_registered_model_has_a_description_and_an_expert():

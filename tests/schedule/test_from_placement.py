@@ -79,12 +79,13 @@ def test_nmt_s_layer_wise_expert_placement_is_schedulable():
     # NMT's layers alternate between the GPUs and attention reads the encoder's outputs: data comes back to
     # a device, which one block per device could not express
     from placer.cost import open_target
-    from placer.models import build_model, reference_placements
+    from placer.heuristics import make_heuristic
+    from placer.models import build_model
     from placer.schedule.baselines import one_f_one_b
 
     graph = build_model("nmt-2", "tiny")
     with open_target(graph, "modeled:2xV100") as target:
-        expert = reference_placements("nmt-2", graph, target.devices)["expert"]
+        expert = make_heuristic("expert", graph, target.devices, model="nmt-2")
         template = blocks_from_placement(target.simulator, expert, 2)
     assert {b.devices[0] for b in template.blocks} == {"GPU:0", "GPU:1"}
     assert one_f_one_b(template, 2).makespan > 0

@@ -70,9 +70,9 @@ def test_identical_micro_batches_give_the_update_one_micro_batch_s_gradient(micr
 
 
 def test_a_placement_of_the_micro_batch_graph_lifts_to_the_copies(micro_batch_graph, four_micro_batches, cpus2):
-    from placer.models import expert_placement
+    from placer.heuristics import make_heuristic
 
-    placement = expert_placement("two-tower", micro_batch_graph, cpus2)
+    placement = make_heuristic("expert", micro_batch_graph, cpus2, model="two-tower")
     lifted = four_micro_batches.lift_placement(placement, cpus2).op_devices(four_micro_batches.graph)
     original = placement.op_devices(micro_batch_graph)
     for copy, (_, name) in four_micro_batches.copies.items():

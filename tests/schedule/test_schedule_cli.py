@@ -85,13 +85,13 @@ def test_placer_schedule_takes_a_model_or_a_placement_file_where_a_shape_goes(tm
     by_model = json.loads(capsys.readouterr().out)
     assert by_model["model"] == "two-tower" and [row["method"] for row in by_model["plans"]] == ["1f1b"]
 
-    from placer.baselines import make_baseline
+    from placer.heuristics import make_heuristic
     from placer.cost import open_target
     from placer.models import build_model
 
     graph = build_model("two-tower", "tiny")
     with open_target(graph, "modeled:2xV100") as target:
-        expert = make_baseline("expert", graph, target.devices, model="two-tower")
+        expert = make_heuristic("expert", graph, target.devices, model="two-tower")
     placement = tmp_path / "expert.json"
     expert.with_metadata(model="two-tower", size="tiny").save(placement, graph)
     assert main(["schedule", str(placement), "--micro-batches", "4", "--strategy", "1f1b", "--json"]) == 0

@@ -26,11 +26,11 @@ def measurer():
 
 @pytest.fixture(scope="module")
 def setup(measurer):
-    from placer.models import expert_placement
+    from placer.heuristics import make_heuristic
 
     graph = build_micro_batch_graph("two-tower", "tiny", MICRO_BATCHES)
     devices = measurer.devices
-    placement = expert_placement("two-tower", graph, devices)  # tower_a on CPU:0, tower_b on CPU:1
+    placement = make_heuristic("expert", graph, devices, model="two-tower")  # tower_a on CPU:0, tower_b on CPU:1
     # Spans in proportion to FLOPs: the test needs the blocks and an order, not a prediction.
     costs = CostTable(graph.fingerprint, "CPU", {op.name: 1e-6 + op.flops / 1e10 for op in graph.step_ops}, "roofline")
     template = blocks_from_placement(Simulator(graph, devices, {"CPU": costs}), placement, MICRO_BATCHES,

@@ -61,7 +61,7 @@ def towers():
 def test_a_chain_on_one_device_takes_the_sum_of_its_op_times(towers):
     devices = two_devices()
     table = costs(towers, TOWER_COSTS)
-    result = Simulator(towers, devices, table).simulate(Placement.single_device(towers, devices))
+    result = Simulator(towers, devices, table).simulate(Placement.on_device(towers, devices, 0))
     assert result.step_time == pytest.approx(13 * MS)
     assert result.device_busy[devices[0].name] == pytest.approx(13 * MS)
     assert result.link_bytes == {}
@@ -160,7 +160,7 @@ def test_transfers_on_a_shared_link_go_one_after_the_other(towers):
 def test_a_device_runs_as_many_ops_at_once_as_it_has_slots(towers):
     devices = two_devices()
     table = costs(towers, TOWER_COSTS)
-    placement = Placement.single_device(towers, devices)
+    placement = Placement.on_device(towers, devices, 0)
     serial = Simulator(towers, devices, table, SimulatorConfig(cpu_slots=1)).simulate(placement)
     parallel = Simulator(towers, devices, table, SimulatorConfig(cpu_slots=2)).simulate(placement)
     assert serial.step_time == pytest.approx(13 * MS)
@@ -176,14 +176,14 @@ def test_peak_memory_counts_live_tensors_and_a_too_small_device_is_out_of_memory
     graph = graph_from_function(build, name="one-variable")
     table = costs(graph, {"square": 1, "loss": 1})
     roomy = two_devices(memory="1GiB")
-    result = Simulator(graph, roomy, table).simulate(Placement.single_device(graph, roomy))
+    result = Simulator(graph, roomy, table).simulate(Placement.on_device(graph, roomy, 0))
     # The 1 MB variable, its 1 MB square and the 1 MB gradients that are alive alongside it.
     peak = result.peak_memory[roomy[0].name]
     assert 2 * ELEMENTS * 4 <= peak <= 5 * ELEMENTS * 4
     assert result.ok
 
     cramped = two_devices(memory="1.5MB")
-    result = Simulator(graph, cramped, costs(graph, {"square": 1, "loss": 1})).simulate(Placement.single_device(graph, cramped))
+    result = Simulator(graph, cramped, costs(graph, {"square": 1, "loss": 1})).simulate(Placement.on_device(graph, cramped, 0))
     assert not result.ok and result.out_of_memory == (cramped[0].name,)
     assert "OUT OF MEMORY" in result.describe()
 

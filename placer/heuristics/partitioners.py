@@ -1,11 +1,11 @@
-"""Graph-partitioning baselines: METIS (pymetis) and Scotch (pyscotch) k-way partitions of the unit graph.
+"""Graph-partitioning heuristics: METIS (pymetis) and Scotch (pyscotch) k-way partitions of the unit graph.
 
 Units (colocation groups) are vertices weighted by compute time (their cheapest device's, in
 microseconds); unit pairs are edges weighted by the kilobytes they exchange. The graph is cut into one
 part per compute device (the GPUs when there are any) under the partitioner's balance constraint, so
 parts get similar compute and few bytes cross them. Partitioners ignore memory: simulate the result to
-see whether it fits. Both libraries are optional (`pip install placer[baselines]`); without one, its
-baseline raises an error that names it. `unit_partition` cuts the graph into many small parts for the
+see whether it fits. Scotch is optional (`pip install placer[baselines]`); without its library,
+`make_heuristic` says which to install. `unit_partition` cuts the graph into many small parts for the
 hierarchical planner's starting grouping (`HierarchicalConfig.grouping_prior="partition"`).
 """
 
@@ -16,12 +16,11 @@ import os
 
 import numpy as np
 
-from agents.baselines import unit_problem
-from placer.baselines import Baseline
 from placer.devices import DeviceSet
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
-from placer.models.expert import compute_devices
+from placer.heuristics.units import unit_problem
+from placer.models.expert import compute_devices, first_device_with_kernel
 from placer.placement import Placement
 
 
@@ -94,16 +93,13 @@ def _placement(graph: OpGraph, devices: DeviceSet, parts: np.ndarray, method: st
     for group, part in zip(graph.groups, parts):
         device = targets[int(part) % len(targets)]
         if devices[device].kind not in group.kernel_devices:  # as soft placement would: to a device with a kernel
-            device = next(i for i, d in enumerate(devices) if d.kind in group.kernel_devices)
+            device = first_device_with_kernel(group, devices)
         assignment.append(device)
     return Placement.from_assignment(graph, devices, assignment, {"method": method})
 
 
 def metis_placement(graph: OpGraph, devices: DeviceSet, simulator, *, seed: int = 0) -> Placement:
-    try:
-        import pymetis
-    except ImportError:
-        raise PlacerError("the METIS baseline needs the pymetis library: pip install pymetis (or placer[baselines])") from None
+    import pymetis  # missing: make_heuristic names the library
 
     def cut(parts, xadj, adjncy, vertex, eweights):
         adjacency = pymetis.CSRAdjacency(xadj, adjncy)
@@ -114,15 +110,13 @@ def metis_placement(graph: OpGraph, devices: DeviceSet, simulator, *, seed: int 
 
 
 def scotch_placement(graph: OpGraph, devices: DeviceSet, simulator, *, seed: int = 0) -> Placement:
-    try:
-        import io
+    import io
 
-        # pyscotch announces itself on import and when it loads its library (on stderr, two lines per process)
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            import pyscotch
-            import pyscotch.libscotch  # noqa: F401  (loaded here, not at the first call)
-    except ImportError:
-        raise PlacerError("the Scotch baseline needs the pyscotch library: pip install pyscotch (or placer[baselines])") from None
+    # pyscotch announces itself on import and when it loads its library (on stderr, two lines per process);
+    # missing, make_heuristic names the library
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        import pyscotch
+        import pyscotch.libscotch  # noqa: F401  (loaded here, not at the first call)
 
     def cut(parts, xadj, adjncy, vertex, eweights):
         with _scotch_deterministic():
@@ -157,12 +151,3 @@ def _partition(graph: OpGraph, devices: DeviceSet, simulator, cut, method: str) 
     if parts == 1:
         return _placement(graph, devices, np.zeros(len(graph.groups), np.int64), method)
     return _placement(graph, devices, np.asarray(cut(parts, *_csr(simulator))), method)
-
-
-# Registered as `placer.baselines` entry points (setup.cfg).
-METIS = Baseline("metis", "METIS k-way partition of the unit graph, balanced by op cost (pymetis)",
-                 lambda inputs: metis_placement(inputs.graph, inputs.devices, inputs.simulator, seed=inputs.seed),
-                 needs_simulator=True)
-SCOTCH = Baseline("scotch", "Scotch k-way partition of the unit graph, balanced by op cost (pyscotch)",
-                  lambda inputs: scotch_placement(inputs.graph, inputs.devices, inputs.simulator, seed=inputs.seed),
-                  needs_simulator=True)

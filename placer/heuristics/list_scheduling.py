@@ -1,9 +1,7 @@
 """Baechi's memory-aware placement heuristics (Jeon et al., SoCC 2020): m-TOPO, m-ETF and m-SCT.
 
-Both work on units (colocation groups) with costs from the simulator's compiled arrays: a unit's compute
-time on each device is the sum of its ops'; an edge between units carries the bytes of the distinct
-tensors it sends; a unit's memory is its variables (with optimizer slots) plus its ops' outputs, which
-is conservative (outputs are not all alive at once). Each returns an ordinary `Placement`.
+All three place units (colocation groups) with the simulator's costs (`placer.heuristics.units`) and
+return an ordinary `Placement`; a graph they cannot fit raises PlacementError.
 
 - m-TOPO: units in topological order fill one device after another, moving on when the device holds its
   share (1/k) of the total compute or its memory is full.
@@ -18,58 +16,14 @@ is conservative (outputs are not all alive at once). Each returns an ordinary `P
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from numba import njit
 
-from placer.baselines import Baseline
 from placer.devices import DeviceSet
 from placer.errors import PlacementError
 from placer.graph.opgraph import OpGraph
+from placer.heuristics.units import UnitProblem, unit_problem
 from placer.placement import Placement
-
-
-@dataclass(frozen=True)
-class UnitProblem:
-    compute: np.ndarray
-    """[U, D] seconds of each unit on each device (inf where it has no kernel)."""
-    memory: np.ndarray
-    """[U] bytes a unit occupies on its device."""
-    edges: np.ndarray
-    """[E, 3] (source unit, target unit, bytes), one row per unit pair."""
-    bandwidth: np.ndarray
-    """[D, D] bytes per second (0: no link)."""
-    latency: np.ndarray
-    """[D, D] seconds."""
-    capacity: np.ndarray
-    """[D] bytes (inf when unknown)."""
-
-
-def unit_problem(simulator) -> UnitProblem:
-    """Aggregate a `placer.simulate.Simulator`'s op-level arrays to units."""
-    graph, devices = simulator.graph, simulator.devices
-    units = len(graph.groups)
-    groups = simulator._op_group
-    compute = np.zeros((units, len(devices)))
-    for d in range(len(devices)):
-        compute[:, d] = np.bincount(groups, weights=simulator.op_cost[:, d], minlength=units)
-    for u, group in enumerate(graph.groups):
-        for d, device in enumerate(devices):
-            if device.kind not in group.kernel_devices:
-                compute[u, d] = np.inf
-    memory = np.bincount(groups, weights=simulator.op_alloc, minlength=units)
-    memory += np.bincount(simulator._variable_groups, weights=simulator._variable_bytes, minlength=units)
-    pairs: dict[tuple[int, int], float] = {}
-    seen: set[tuple[int, int]] = set()
-    for e in range(len(simulator.edge_src)):
-        a, b = int(groups[simulator.edge_src[e]]), int(groups[simulator.out_dst[e]])
-        tensor = int(simulator.out_tensor[e])
-        if a != b and (tensor, b) not in seen:
-            seen.add((tensor, b))
-            pairs[(a, b)] = pairs.get((a, b), 0.0) + float(simulator.tensor_bytes[tensor])
-    edges = np.array([(a, b, size) for (a, b), size in sorted(pairs.items())], dtype=np.float64).reshape(-1, 3)
-    return UnitProblem(compute, memory, edges, simulator.link_bandwidth, simulator.link_latency, simulator.capacity)
 
 
 def m_topo(graph: OpGraph, devices: DeviceSet, simulator) -> Placement:
@@ -294,13 +248,3 @@ def _earliest_task_first(compute, memory, capacity, bandwidth, latency, parent_p
                 ready[count] = child
                 count += 1
     return assignment, -1
-
-
-# Registered as `placer.baselines` entry points (setup.cfg), so `placer measure --placement m-etf` and every
-# experiment find them under these names.
-M_TOPO = Baseline("m-topo", "Baechi's memory-constrained topological placement (simulator op costs)",
-                  lambda inputs: m_topo(inputs.graph, inputs.devices, inputs.simulator), needs_simulator=True)
-M_ETF = Baseline("m-etf", "Baechi's memory-constrained earliest-task-first placement (simulator op costs)",
-                 lambda inputs: m_etf(inputs.graph, inputs.devices, inputs.simulator), needs_simulator=True)
-M_SCT = Baseline("m-sct", "Baechi's small-communication-time placement, an LP relaxation (simulator op costs)",
-                 lambda inputs: m_sct(inputs.graph, inputs.devices, inputs.simulator), needs_simulator=True)
