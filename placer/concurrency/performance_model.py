@@ -52,7 +52,7 @@ class ThreadProfile:
     seconds: float
     """Wall time of the profiling: starting a measurement process per thread count, and the steps."""
     machine: Mapping[str, object] = field(default_factory=dict)
-    """`placer.calibrate.this_machine()` where it was profiled (processor, cores): op times are that machine's."""
+    """`placer.calibration.this_machine()` where it was profiled (processor, cores): op times are that machine's."""
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -68,7 +68,7 @@ class ThreadProfile:
     def load(cls, path: str | Path) -> "ThreadProfile":
         """Read a profile `save` wrote; one made on another machine (processor or cores) is refused, since its
         op times are that machine's."""
-        from placer.calibrate import this_machine
+        from placer.calibration import this_machine
 
         try:
             record = json.loads(Path(path).read_text())
@@ -100,7 +100,7 @@ def profile_thread_counts(graph: OpGraph, threads: Sequence[int] | None = None, 
                      profile_cores=1)
     step_names = {op.name for op in graph.step_ops}
     started = time.perf_counter()
-    from placer.calibrate import this_machine
+    from placer.calibration import this_machine
 
     op_seconds = {}
     for p, target in targets.items():

@@ -1,11 +1,5 @@
-"""Built-in models, by name: `build_model("nmt-2", size="tiny")` returns the training step's `OpGraph`.
-
-The benchmark models of the device-placement literature (Inception-V3, ResNet-50, RNNLM, NMT with 2, 4
-and 8 layers, Transformer) come in three sizes: `tiny` (a training step in about a second on 2 CPU
-cores, for tests), `small`, and `paper` (the papers' hyper-parameters). Sizes change widths, batch and
-sequence lengths, never the kind of structure. Every model has an expert placement (`expert_placement`).
-`load_model(spec, size)` loads any model spec: a built-in name, `module:function` or `file.py:function`.
-"""
+"""The registry of built-in models: their names, sizes, builders and expert placements (`MODELS`), read by
+`placer.models` and its spec loader (`placer.models.loader`)."""
 
 from __future__ import annotations
 
@@ -144,7 +138,3 @@ def reference_placements(name: str, graph, devices) -> dict:
     if any(device.kind == "CPU" for device in devices):
         placements["cpu-only"] = cpu_only_placement(graph, devices)
     return placements
-
-
-# After MODELS and build_model, which the loader reads.
-from placer.models.loader import absolute_model_spec, check_model_spec, is_builtin_model, load_model  # noqa: E402

@@ -1,0 +1,20 @@
+"""Built-in models, by name: `build_model("nmt-2", size="tiny")` returns the training step's `OpGraph`.
+
+The benchmark models of the device-placement literature (Inception-V3, ResNet-50, RNNLM, NMT with 2, 4
+and 8 layers, Transformer) come in three sizes: `tiny` (a training step in about a second on 2 CPU
+cores, for tests), `small`, and `paper` (the papers' hyper-parameters). Sizes change widths, batch and
+sequence lengths, never the kind of structure. Every model has an expert placement (`expert_placement`).
+`load_model(spec, size)` loads any model spec: a built-in name, `module:function` or `file.py:function`.
+"""
+
+from placer.models.loader import absolute_model_spec, check_model_spec, is_builtin_model, load_model
+from placer.models.registry import (
+    MODELS, SIZES, ModelSpec, build_model, expert_placement, model_batch, model_names, model_spec,
+    reference_placements, require_size,
+)
+
+__all__ = [
+    "MODELS", "SIZES", "ModelSpec", "absolute_model_spec", "build_model", "check_model_spec", "expert_placement",
+    "is_builtin_model", "load_model", "model_batch", "model_names", "model_spec", "reference_placements",
+    "require_size",
+]
