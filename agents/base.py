@@ -11,6 +11,12 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from placer.errors import PlacerError
+
+
+class AgentOptionError(PlacerError):
+    """An agent name or option that does not exist, has the wrong type, or does not fit the graph."""
+
 
 class PlacementAgent(Protocol):
     name: str

@@ -7,15 +7,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from placer.errors import PlacerError
+from agents.base import AgentOptionError
 
 AGENTS = ("hierarchical", "colocation", "graph", "random", "cem")
 """hierarchical (grouper + placer), colocation (placer over colocation groups), graph (the generalizing
 graph-neural-network policy, agents/graph_policy/), random search, cross-entropy method."""
-
-
-class AgentOptionError(PlacerError):
-    """An agent name or option that does not exist or has the wrong type."""
 
 
 def agent_config_class(agent: str) -> type:

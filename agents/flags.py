@@ -17,10 +17,15 @@ from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
 
-def setting(default: Any = dataclasses.MISSING, *, flags: Iterable[str] = (), choices: Iterable[str] = (),
+def setting(default: Any = dataclasses.MISSING, *, flag: str | None = None, flags: Iterable[str] = (),
+            hidden_flags: Iterable[str] = (), choices: Iterable[str] = (), value_aliases: Mapping[str, str] = {},
             metavar: str | None = None, cli: bool = True, default_factory: Any = dataclasses.MISSING) -> Any:
-    """A dataclass field with what its flag needs beyond the type and docstring. cli=False: no flag."""
-    metadata = {"flags": tuple(flags), "choices": tuple(choices), "metavar": metavar, "cli": cli}
+    """A dataclass field with what its flag needs beyond the type and docstring. flag: the flag's name when it
+    is not --field-name; flags: other spellings, shown in help; hidden_flags: earlier spellings that keep
+    working, not shown; value_aliases: earlier spellings of a choice, e.g. {"disabled": "off"}. cli=False: no
+    flag."""
+    metadata = {"flag": flag, "flags": tuple(flags), "hidden_flags": tuple(hidden_flags), "choices": tuple(choices),
+                "value_aliases": dict(value_aliases), "metavar": metavar, "cli": cli}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -57,18 +62,21 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser | argparse._Argument
         if field.name in skip or not meta.get("cli", True):
             continue
         kind, optional = _base_type(hints[field.name])
-        names = [f"--{field.name.replace('_', '-')}", *meta.get("flags", ())]
+        names = [meta.get("flag") or f"--{field.name.replace('_', '-')}", *meta.get("flags", ())]
         options: dict[str, Any] = {"dest": field.name, "default": (defaults or {}).get(field.name),
                                    "help": _help(docs.get(field.name, ""), field)}
         if kind is bool:
             options["action"] = argparse.BooleanOptionalAction
         else:
-            options["type"] = _parser_for(kind, optional, field.name)
+            options["type"] = _parser_for(kind, optional, field.name, meta.get("value_aliases", {}))
             options["metavar"] = meta.get("metavar") or (kind.__name__.upper() if kind in (int, float) else None)
             if meta.get("choices"):
                 options["choices"] = list(meta["choices"])
                 options.pop("metavar")
         parser.add_argument(*names, **options)
+        if meta.get("hidden_flags"):
+            parser.add_argument(*meta["hidden_flags"], **{**options, "default": argparse.SUPPRESS,
+                                                          "help": argparse.SUPPRESS})
 
 
 def check_value(cls: type, name: str, value: Any) -> Any:
@@ -107,13 +115,14 @@ def _base_type(hint: Any) -> tuple[Any, bool]:
     return (origin or hint), False
 
 
-def _parser_for(kind: Any, optional: bool, name: str):
+def _parser_for(kind: Any, optional: bool, name: str, value_aliases: Mapping[str, str] = {}):
     if kind not in (int, float, str):
         return str
 
     def parse(text: str):
         if optional and text.lower() in ("none", "null"):
             return None
+        text = value_aliases.get(text, text)
         try:
             return kind(text)
         except ValueError:

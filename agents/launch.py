@@ -87,7 +87,7 @@ def config_from_args(args: argparse.Namespace, defaults: Mapping[str, Any] | Non
     if "backend" in given and "cluster" not in given and settings.get("backend", "simulated") != given["backend"]:
         settings.pop("cluster", None)  # a modeled machine means nothing to real execution, and vice versa
     if "cluster" in given and "backend" not in given:
-        given["backend"] = _backend_of(given["cluster"])  # --cluster local:2 alone means real execution
+        given["backend"] = _backend_of(given["cluster"])  # --target local:2 alone means real execution
     if getattr(args, "model", None):
         settings["model"] = args.model
     settings.update(given)
@@ -145,7 +145,7 @@ def _add_export_arguments(parser: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class Command:
-    """A `placer` subcommand contributed by this layer (see setup.cfg's `placer.commands` entry points)."""
+    """A `placer` subcommand of this layer (agents/cli.py adds it to the console script)."""
 
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]

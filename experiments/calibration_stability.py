@@ -28,7 +28,8 @@ tf_logs.configure()
 
 from experiments._report import write_report  # noqa: E402
 from placer.heuristics import make_heuristic  # noqa: E402
-from placer.calibrate import PARAMETERS, calibrate  # noqa: E402
+from placer.calibrate import calibrate  # noqa: E402
+from placer.calibration import PARAMETERS  # noqa: E402
 from placer.measure import LocalTestbed, Measurer  # noqa: E402
 from placer.models import build_model  # noqa: E402
 from placer.placement import Placement  # noqa: E402

@@ -82,7 +82,7 @@ def main() -> None:
                     result = measurers[path].measure(graph, placement, PATHS[path])
                     wall = time.perf_counter() - started
                     if not result.ok:
-                        raise SystemExit(f"{graph.name} ({path}): {result.describe()}")
+                        raise SystemExit(f"{graph.name} ({path}): {result.failure.kind}: {result.failure.message}")
                     print(f"  {path:6s} {kinds[i % 2].__name__:14s} {wall:.3f} s, step {result.median:.4f} s, "
                           f"check {result.placement_check}, {len(result.moved_ops)} moved")
                     per_placement[path].append((wall, result))

@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 result = measurer.measure(graph, placement, config)
                 after = system_counters(worker_pids, softirq_threads)
                 if not result.ok:
-                    raise SystemExit(f"the {side} placement failed: {result.describe()}")
+                    raise SystemExit(f"the {side} placement failed ({result.failure.kind}): {result.failure.message}")
                 measured = {"median": result.median, "worker_cpu": result.worker_cpu}
                 measurements.append({"round": index, "side": side, **per_step(measured, before, after, steps_run)})
     rows = round_differences(measurements)

@@ -35,37 +35,20 @@ into links and a `SimulatorConfig` for those devices (see `placer.simulate.engin
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import platform
 import warnings
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from placer.devices import DeviceSet, Link
+from placer.calibration import FAMILIES, PARAMETERS, Calibration, this_machine
+from placer.devices import DeviceSet
 from placer.errors import ProfileError
 
-FILE_FORMAT = "placer.calibration"
-FILE_VERSION = 2
-"""Version 2: transfers cost core time on both workers (version 1 had one receive cost and a serial link)."""
-PARAMETERS = ("step_overhead", "spanning_overhead", "send_cpu", "send_cpu_per_byte", "recv_cpu",
-              "recv_cpu_per_byte", "latency", "bandwidth")
-FAMILIES = ("free", "sender-busy", "receiver-busy", "ping-pong", "both-ways", "remote")
-CHECK_FAMILIES = ("both-ways",)
-"""Probes the fit does not use: their residuals test the model on a case it was not fitted to."""
-CORE_FITS = ("busy-probes", "cpu-time")
-"""Where the cores' transfer costs came from: the busy families' step times, or the free probes' CPU time
-per worker (then the busy families are checks too)."""
 LIGHT_PROBE_BYTES = 512 * 1024
 """Probes without a busy chain whose tensors total at most this are light: their reference step is the step
 overhead alone (filling 512 KB takes well under a tenth of a millisecond)."""
-POOR_FIT = 0.25
-"""A probe whose fitted cost misses its measured one by more than this share of the probe's step time
-makes the calibration a poor fit: predictions from it are flagged."""
 BUSY_CHAIN_BASE = 8
 BUSY_CHAIN_PER_MB = 6.0
 BUSY_CHAIN_PER_TENSOR = 0.5
@@ -77,174 +60,6 @@ probes' 0.1-3 ms under its own noise: block-to-block swings of 20 % on this VM, 
 SHORT_CHAIN = 1.2
 """A busy probe whose reference step (about its chain) is shorter than this times its transfers' fitted time
 on the busy core may have let the transfers outlast the chain."""
-
-
-def this_machine() -> dict:
-    """What a calibration (or a cost table) depends on beyond the device names: the processor and its cores."""
-    return {"processor": platform.processor() or platform.machine(), "cores": len(os.sched_getaffinity(0))}
-
-
-@dataclass(frozen=True)
-class Calibration:
-    step_overhead: float
-    """Seconds a step costs beyond its ops, on one device (session.run, one RPC round trip)."""
-    spanning_overhead: float
-    """Extra seconds per additional device a step runs on (one more worker to start and wait for)."""
-    send_cpu: float
-    """Seconds of the sending worker's core per transfer (gRPC serves and serializes the tensor)."""
-    send_cpu_per_byte: float
-    """... and per byte."""
-    recv_cpu: float
-    """Seconds of the receiving worker's core per transfer (gRPC receive and deserialization)."""
-    recv_cpu_per_byte: float
-    """... and per byte."""
-    latency: float
-    """Seconds a transfer is in flight beyond its cores' time; transfers in flight overlap."""
-    bandwidth: float
-    """Bytes per second of the wire between two workers, where it is slower than both cores (else inf)."""
-    samples: dict
-    """The probe measurements the fit came from, for the record: per probe, each round's seconds."""
-    target: str = ""
-    """The target it was made on (e.g. "local:2")."""
-    devices: tuple[str, ...] = ()
-    """Full names of the target's devices: a calibration applies to these devices only."""
-    intervals: Mapping[str, tuple[float, float]] = field(default_factory=dict)
-    """90 % bootstrap interval of each parameter (rounds resampled)."""
-    residuals: Mapping[str, float] = field(default_factory=dict)
-    """Per probe: measured minus modeled extra time, as a share of the probe's step time."""
-    rounds: int = 0
-    machine: Mapping[str, object] = field(default_factory=dict)
-    """`this_machine()` where it was made: another processor or core count makes it a stranger's fit."""
-    core_fit: str = "busy-probes"
-    """Where the cores' costs came from (`CORE_FITS`); files made before the CPU-time fit are "busy-probes"."""
-    remote_overhead: float = 0.0
-    """Seconds a step costs beyond its ops when device 0 (the master's worker) runs none of it, over one
-    that runs on device 0 alone; 0 in files made before the remote probes."""
-
-    @property
-    def check_families(self) -> tuple[str, ...]:
-        return CHECK_FAMILIES + (("sender-busy", "receiver-busy") if self.core_fit == "cpu-time" else ())
-
-    @property
-    def fitted_residuals(self) -> dict[str, float]:
-        return {name: r for name, r in self.residuals.items() if name.split()[0] not in self.check_families}
-
-    @property
-    def check_residuals(self) -> dict[str, float]:
-        return {name: r for name, r in self.residuals.items() if name.split()[0] in self.check_families}
-
-    @property
-    def poor_fit(self) -> bool:
-        return any(abs(r) > POOR_FIT for r in self.fitted_residuals.values())
-
-    def send_seconds(self, nbytes: float) -> float:
-        return self.send_cpu + self.send_cpu_per_byte * nbytes
-
-    def recv_seconds(self, nbytes: float) -> float:
-        return self.recv_cpu + self.recv_cpu_per_byte * nbytes
-
-    def links(self, devices: DeviceSet) -> tuple[Link, ...]:
-        bandwidth = self.bandwidth if math.isfinite(self.bandwidth) else 1e300  # no wire limit: cores bound it
-        return tuple(Link(a.name, b.name, bandwidth, self.latency) for a in devices for b in devices if a is not b)
-
-    def check_machine(self) -> None:
-        """Warn when used on another machine than the one it was made on: its costs are that machine's."""
-        here = this_machine()
-        differ = [f"{key} {self.machine[key]!r} there, {here[key]!r} here" for key in here
-                  if key in self.machine and self.machine[key] != here[key]]
-        if differ:
-            warnings.warn(f"the calibration of {self.target or 'this target'} was made on another machine "
-                          f"({'; '.join(differ)}): its predictions describe that machine; run `placer calibrate "
-                          "--cluster TARGET --out FILE` here", RuntimeWarning, stacklevel=3)
-
-    def check_devices(self, devices: DeviceSet) -> None:
-        """Refuse devices the calibration was not made for (other worker names or another device count)."""
-        if self.devices and tuple(self.devices) != tuple(devices.names):
-            raise ProfileError(
-                f"this calibration was made on {self.target or 'another target'} with devices "
-                f"{', '.join(self.devices)}, not on {', '.join(devices.names)}: run `placer calibrate "
-                "--cluster TARGET --out FILE` on the target you simulate")
-
-    def apply(self, devices: DeviceSet, config=None):
-        """The device set with fitted links, and a simulator config carrying the overheads."""
-        from placer.simulate import SimulatorConfig
-
-        self.check_devices(devices)
-        self.check_machine()
-        if self.poor_fit:
-            warnings.warn(f"the calibration of {self.target or 'this target'} fits its probes poorly "
-                          f"({self.describe_residuals()}): predictions from it are unreliable; calibrate again "
-                          "on a quiet machine", RuntimeWarning, stacklevel=2)
-        config = config or SimulatorConfig()
-        return (DeviceSet(devices.devices, self.links(devices), devices.name),
-                replace(config, step_overhead=self.step_overhead, spanning_overhead=self.spanning_overhead,
-                        remote_overhead=self.remote_overhead,
-                        send_cpu=self.send_cpu, send_cpu_per_byte=self.send_cpu_per_byte, recv_cpu=self.recv_cpu,
-                        recv_cpu_per_byte=self.recv_cpu_per_byte))
-
-    def describe_residuals(self) -> str:
-        worst = sorted(self.fitted_residuals.items(), key=lambda item: -abs(item[1]))[:3]
-        return "worst probes: " + ", ".join(f"{name} {100 * value:+.0f}%" for name, value in worst)
-
-    def describe(self) -> str:
-        """The fit and its quality, for a person."""
-        units = {"step_overhead": (1e3, "ms"), "spanning_overhead": (1e3, "ms"), "remote_overhead": (1e3, "ms"),
-                 "send_cpu": (1e6, "us"),
-                 "send_cpu_per_byte": (1e9 * 1e3, "us/MB"), "recv_cpu": (1e6, "us"),
-                 "recv_cpu_per_byte": (1e9 * 1e3, "us/MB"), "latency": (1e6, "us"), "bandwidth": (1e-9, "GB/s")}
-        source = "the workers' CPU time" if self.core_fit == "cpu-time" else "busy-core probes"
-        lines = [f"calibration of {self.target or 'a target'} ({self.rounds} interleaved rounds; "
-                 f"core costs from {source})"]
-        for name in PARAMETERS + ("remote_overhead",) * bool(self.intervals.get("remote_overhead")):
-            scale, unit = units[name]
-            low, high = self.intervals.get(name, (math.nan, math.nan))
-            lines.append(f"  {name:<18} {getattr(self, name) * scale:10.3f} {unit:<5}  90% interval "
-                         f"[{low * scale:.3f}, {high * scale:.3f}]")
-        lines.append(f"  fit: {self.describe_residuals()}"
-                     + ("  POOR FIT: calibrate again on a quiet machine" if self.poor_fit else ""))
-        if self.check_residuals:
-            lines.append("  model check (probes not fitted): " + ", ".join(
-                f"{name} {100 * value:+.0f}%" for name, value in self.check_residuals.items()))
-        return "\n".join(lines)
-
-    def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"format": FILE_FORMAT, "version": FILE_VERSION, **asdict(self)}
-        data["bandwidth"] = self.bandwidth if math.isfinite(self.bandwidth) else None  # JSON has no inf
-        data["intervals"] = {k: [x if math.isfinite(x) else None for x in v] for k, v in self.intervals.items()}
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(path)
-        return path
-
-
-def load_calibration(path: str | Path) -> Calibration:
-    """Read a calibration file; ProfileError naming what is wrong with a malformed one."""
-    try:
-        data = json.loads(Path(path).read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise ProfileError(f"cannot read calibration {path}: {getattr(error, 'strerror', None) or error}") from None
-    if not isinstance(data, dict) or data.pop("format", None) != FILE_FORMAT:
-        raise ProfileError(f"{path} is not a placer calibration file (no \"format\": \"{FILE_FORMAT}\"): "
-                           "make one with `placer calibrate --cluster local:2 --out FILE`")
-    if data.pop("version", 1) != FILE_VERSION:
-        raise ProfileError(f"{path} was made by an older placer, whose transfer model is gone: calibrate again "
-                           "with `placer calibrate --cluster TARGET --out FILE`")
-    if data.get("bandwidth", 0) is None:
-        data["bandwidth"] = math.inf
-    known = {name for name in Calibration.__dataclass_fields__}
-    missing = [name for name in PARAMETERS if not isinstance(data.get(name), (int, float))]
-    if missing or set(data) - known:
-        raise ProfileError(f"{path} is a damaged calibration: "
-                           + (f"no number for {', '.join(missing)}" if missing else
-                              f"unknown field(s) {', '.join(sorted(set(data) - known))}")
-                           + "; calibrate again")
-    if data.get("core_fit", CORE_FITS[0]) not in CORE_FITS:
-        raise ProfileError(f"{path} is a damaged calibration: unknown core_fit {data['core_fit']!r}; calibrate again")
-    data["devices"] = tuple(data.get("devices") or ())
-    data["intervals"] = {k: tuple(math.inf if x is None else x for x in v) for k, v in (data.get("intervals") or {}).items()}
-    return Calibration(**data)
 
 
 @dataclass(frozen=True)
@@ -324,7 +139,8 @@ def calibrate(
         graph, placement = item
         result = measurer.measure(graph, placement, config)
         if not result.ok:
-            raise ProfileError(f"a calibration probe ({graph.name}) failed: {result.describe()}")
+            raise ProfileError(f"a calibration probe ({graph.name}) failed ({result.failure.kind}): "
+                               f"{result.failure.message}")
         return _ProbeTiming(result.median, True, tuple(result.worker_cpu[:2]))
 
     compared = compare(evaluate, placements, rounds, progress=progress)

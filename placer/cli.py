@@ -1,4 +1,6 @@
-"""The `placer` command line: measure placements, run the local testbed, list models."""
+"""placer/'s commands: measure and compare placements, calibrate, tune, schedule, apply, run the local testbed.
+
+The `placer` console script (agents/cli.py) adds the commands of the layers above; this layer never imports them."""
 
 from __future__ import annotations
 
@@ -12,14 +14,27 @@ from placer import tf_logs
 from placer.errors import PlacerError
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="placer", description="Learn where the ops of a TensorFlow training graph should run.")
-    sub = parser.add_subparsers(dest="command", required=True)
+PLACER_COMMANDS = ("measure", "cluster", "calibrate", "models", "tune", "schedule", "dashboard", "apply")
+"""The commands of this layer. The `placer` console script (agents/cli.py) adds those of the layers above."""
+
+
+def new_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+    """The `placer` parser without commands, and the subparsers to add them to."""
+    parser = argparse.ArgumentParser(prog="placer", description="Learn where the ops of a TensorFlow training graph "
+                                     "should run.")
+    return parser, parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+
+def add_placer_commands(sub: argparse._SubParsersAction) -> None:
+    """Add this layer's commands (`PLACER_COMMANDS`) to `sub`; `run_placer_command` runs them."""
+    from placer.commands.target_option import TARGET_HELP, add_target_argument
+    from placer.measure.config import MeasureConfig, add_measure_arguments
+
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-v", "--verbose", action="store_true", help="also show TensorFlow's own log lines")
 
     measure = sub.add_parser("measure", parents=[common], help="the step time of a placed training graph: measured "
-                             "for real, or simulated on a modeled machine (--cluster modeled:2xV100)")
+                             "for real, or simulated on a modeled machine (--target modeled:2xV100)")
     measure.add_argument("model", help="a built-in model (see `placer models`), or module:function / file.py:function returning an OpGraph")
     measure.add_argument("--size", default="tiny", help="size of a built-in model: tiny, small or paper (default tiny)")
     measure.add_argument("--placement", action="append", help="a placement file, or a baseline: single-device (the "
@@ -27,12 +42,9 @@ def main(argv: list[str] | None = None) -> int:
                          "m-topo, m-etf, m-sct; give it several times to compare placements side by side")
     measure.add_argument("--rounds", type=int, default=1, help="with several placements: interleaved rounds, each timing "
                          "every placement once; each one's step time is the median over rounds (default 1)")
-    measure.add_argument("--cluster", default="inprocess:1", help="measured: inprocess:N, local:N or local:widths=2+1 "
-                         "(testbed; workers of different widths), env, or a cluster spec (JSON or file); simulated: "
-                         "modeled:2xV100, modeled:4xA100-nvlink3 or a machine file (default inprocess:1)")
-    measure.add_argument("--warmup", type=int, default=2, help="warm-up steps discarded (default 2)")
-    measure.add_argument("--repeats", type=int, default=5, help="timed steps (default 5)")
-    measure.add_argument("--step-timeout", type=float, default=60.0, help="seconds before a step counts as hung (default 60)")
+    add_target_argument(measure, f"where to cost the placement; {TARGET_HELP} (default inprocess:1)",
+                        default="inprocess:1")
+    add_measure_arguments(measure)
     measure.add_argument("--save-placement", metavar="FILE", help="write the measured placement, with its step time, to FILE")
     measure.add_argument("--timeline", metavar="FILE", help="write one step of the placement as a Chrome trace to FILE "
                          "(simulated, or a traced real step)")
@@ -48,9 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("run", nargs=argparse.REMAINDER, help="-- COMMAND ARGS... to run next to the workers ($PLACER_CLUSTER holds the spec)")
 
     calibrate = sub.add_parser("calibrate", parents=[common], help="fit a real target's links and per-step overheads "
-                               "for its simulator (then simulate it with --cluster calibrated:FILE)")
-    calibrate.add_argument("--cluster", default="local:2", help="the real target: local:N, inprocess:N, env or a "
-                           "cluster spec (default local:2)")
+                               "for its simulator (then simulate it with --target calibrated:FILE)")
+    add_target_argument(calibrate, "the real target: local:N, inprocess:N, env or a cluster spec (default local:2)",
+                        default="local:2")
     calibrate.add_argument("--out", required=True, metavar="FILE", help="where to write the calibration (JSON)")
     calibrate.add_argument("--rounds", type=int, default=5, help="interleaved rounds of every probe (default 5: with 3, "
                            "predictions from independent calibrations differed by up to 15 %%, see RESULTS.md)")
@@ -70,10 +82,6 @@ def main(argv: list[str] | None = None) -> int:
                                           "shape or a placed model (Tessel's z3 search, GPipe, 1F1B); --measure runs "
                                           "the plans for real"))
 
-    plugins = _plugin_commands()
-    for name, command in plugins.items():
-        command.add_arguments(sub.add_parser(name, help=command.help))
-
     dashboard = sub.add_parser("dashboard", parents=[common], help="serve TensorBoard on localhost for a run (or a folder of runs)")
     dashboard.add_argument("run_dir", metavar="RUN_DIR", help="a run directory, or runs/ to compare runs")
     dashboard.add_argument("--port", type=int, default=6006, help="port on 127.0.0.1 (default 6006; 0: any free port)")
@@ -84,13 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     apply.add_argument("model", nargs="?", help="a built-in model, or module:function / file.py:function returning an OpGraph "
                                                 "(default: the model `placer export` recorded in the file)")
     apply.add_argument("--size", help="size of a built-in model (default: the size the file records, else tiny)")
-    apply.add_argument("--cluster", help="inprocess:N, local:N (testbed), env, or a cluster spec with the placement's devices "
-                                          "(default: the inprocess:N or local:N the file records, else inprocess:1)")
-    apply.add_argument("--steps", type=int, default=10, help="timed training steps (default 10)")
-    apply.add_argument("--warmup", type=int, default=2, help="untimed training steps first (default 2)")
-    apply.add_argument("--step-timeout", type=float, default=60.0, help="seconds before a step counts as hung (default 60)")
+    add_target_argument(apply, "inprocess:N, local:N (testbed), env, or a cluster spec with the placement's devices "
+                               "(default: the inprocess:N or local:N the file records, else inprocess:1)")
+    add_measure_arguments(apply, MeasureConfig(timed_steps=10), old_repeats_flag="--steps")
     apply.add_argument("--schedule", metavar="PLAN", help="a schedule plan (`placer schedule --model MODEL --placement PLACEMENT.json "
-                                                        "--cluster inprocess:2 --micro-batches M --save PLAN`): run the steps over its "
+                                                        "--target inprocess:2 --micro-batches M --save PLAN`): run the steps over its "
                                                         "M micro-batches (the model rebuilt at batch/M, one update per step), each "
                                                         "device running its blocks in the plan's order; print measured against the "
                                                         "plan's predicted step time and whether the traced step kept the order. A "
@@ -98,43 +104,58 @@ def main(argv: list[str] | None = None) -> int:
     apply.add_argument("--json", action="store_true", help="print the run as JSON")
     apply.add_argument("--allow-exposed-ports", action="store_true", help="run the local testbed without a private network namespace (unsafe)")
 
+
+def run_placer_command(args: argparse.Namespace) -> int:
+    """Run one of `PLACER_COMMANDS` from its parsed arguments; its exit status."""
+    if args.command == "measure":
+        return _measure(args)
+    if args.command == "cluster":
+        return _cluster_up(args)
+    if args.command == "calibrate":
+        return _calibrate(args)
+    if args.command == "dashboard":
+        return _dashboard(args)
+    if args.command == "models":
+        return _list_models()
+    if args.command == "tune":
+        from placer.commands.tune import tune_command
+
+        return tune_command(args)
+    if args.command == "schedule":
+        from placer.commands.schedule import schedule_command
+
+        return schedule_command(args)
+    if args.command == "apply":
+        from placer.commands.apply import apply_command
+
+        return apply_command(args)
+    raise ValueError(f"{args.command!r} is not one of placer/'s commands {PLACER_COMMANDS}")
+
+
+def run_command(parser: argparse.ArgumentParser, argv: list[str] | None, run) -> int:
+    """Parse `argv`, quiet TensorFlow's logs unless -v, and `run(args)`; a PlacerError becomes its message and
+    exit status 2."""
     args = parser.parse_args(argv)
-    tf_logs.configure(verbose=getattr(args, "verbose", False))  # plugins without the flag: quiet
+    tf_logs.configure(verbose=getattr(args, "verbose", False))  # commands without the flag: quiet
     try:
-        if args.command == "measure":
-            return _measure(args)
-        if args.command == "cluster":
-            return _cluster_up(args)
-        if args.command == "calibrate":
-            return _calibrate(args)
-        if args.command in plugins:
-            return plugins[args.command].run(args)
-        if args.command == "dashboard":
-            return _dashboard(args)
-        if args.command == "models":
-            return _list_models()
-        if args.command == "tune":
-            from placer.commands.tune import tune_command
-
-            return tune_command(args)
-        if args.command == "schedule":
-            from placer.commands.schedule import schedule_command
-
-            return schedule_command(args)
-        if args.command == "apply":
-            from placer.commands.apply import apply_command
-
-            return apply_command(args)
+        return run(args)
     except PlacerError as error:
-        print(f"placer: error: {error}", file=sys.stderr)
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 2
-    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """placer/'s own commands (`python -m placer.cli`); the `placer` console script is agents/cli.py's."""
+    parser, sub = new_parser()
+    add_placer_commands(sub)
+    return run_command(parser, argv, run_placer_command)
 
 
 def _measure(args) -> int:
     """One placement costed on the target (measured, or simulated on a modeled machine), or several compared."""
     from placer.commands.placement_option import check_placement_name, placement_named
     from placer.cost import open_target, parse_target_spec
+    from placer.measure.config import measure_config
     from placer.models import load_model
 
     names = args.placement or ["single-device"]
@@ -146,11 +167,12 @@ def _measure(args) -> int:
         raise PlacerError("--rounds interleaves several placements: give --placement more than once")
     if args.rounds < 1:
         raise PlacerError(f"--rounds must be at least 1, got {args.rounds}")
-    spec = parse_target_spec(args.cluster, allow_exposed_ports=args.allow_exposed_ports)  # refuse a bad target early
+    spec = parse_target_spec(args.target, allow_exposed_ports=args.allow_exposed_ports)  # refuse a bad target early
+    config = measure_config(args)
     for name in names:
         check_placement_name(name, args.model, spec.backend)
     graph = load_model(args.model, args.size)
-    with open_target(graph, spec, measure_config=_measure_config(args)) as target:
+    with open_target(graph, spec, measure_config=config) as target:
         placements = [placement_named(name, args.model, graph, target.devices, target.simulator) for name in names]
         if len(names) > 1:
             return _compare(args, names, placements, graph, target)
@@ -174,12 +196,6 @@ def _measure(args) -> int:
     return 0 if result.ok else 1
 
 
-def _measure_config(args):
-    from placer.measure import MeasureConfig
-
-    return MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats, step_timeout=args.step_timeout)
-
-
 def _compare(args, names: list[str], placements: list, graph, target) -> int:
     """Several placements timed side by side in interleaved rounds (`placer.cost.compare`)."""
     from placer.cost import compare
@@ -189,7 +205,8 @@ def _compare(args, names: list[str], placements: list, graph, target) -> int:
     for name in names:
         result = compared[name]
         rows.append({"placement": name, "ok": result.ok, "median": result.median if result.ok else None,
-                     "rounds": result.rounds, "failure": None if result.ok else result.failure.describe()})
+                     "rounds": result.rounds, "failure": None if result.ok else result.failure.describe(),
+                     "step_time": result.median_timing.to_dict() if result.timings else None})
     if args.json:
         print(json.dumps({"graph": graph.name, "fingerprint": graph.fingerprint, "target": str(target.spec),
                           "backend": target.backend, "rounds": args.rounds, "placements": rows}, indent=1))
@@ -216,7 +233,7 @@ def _calibrate(args) -> int:
 
     if args.rounds < 2:
         raise PlacerError(f"--rounds must be at least 2 (the fit's intervals resample rounds), got {args.rounds}")
-    spec = parse_target_spec(args.cluster, "measured", allow_exposed_ports=args.allow_exposed_ports)
+    spec = parse_target_spec(args.target, "measured", allow_exposed_ports=args.allow_exposed_ports)
     with Measurer(spec.measured) as measurer:
         calibration = calibrate(measurer, rounds=args.rounds, progress=_progress_bar("calibration probes", "round"))
     calibration.save(args.out)
@@ -225,7 +242,7 @@ def _calibrate(args) -> int:
                           **json.loads(Path(args.out).read_text())}, indent=1))
     else:
         print(calibration.describe())
-        print(f"wrote {args.out}; simulate this target with --cluster calibrated:{args.out}")
+        print(f"wrote {args.out}; simulate this target with --target calibrated:{args.out}")
     return 0
 
 
@@ -233,15 +250,6 @@ def _progress_bar(description: str, unit: str):
     from tqdm.auto import tqdm
 
     return lambda items: tqdm(items, desc=description, unit=unit, leave=False, dynamic_ncols=True)
-
-
-def _plugin_commands() -> dict:
-    """Commands of the layers above the core (`placer train`, `placer export` from agents/), registered as
-    `placer.commands` entry points so that this core package never imports them. Each entry point is an
-    object with `help`, `add_arguments(parser)` and `run(args) -> exit status`."""
-    from importlib.metadata import entry_points
-
-    return {entry.name: entry.load() for entry in sorted(entry_points(group="placer.commands"), key=lambda e: e.name)}
 
 
 def _dashboard(args) -> int:

@@ -129,13 +129,13 @@ def profile_costs(
     for _ in range(warmup_rounds):
         result = measurer.measure(graph, placement, replace(measurer.config, profile_steps=0))
         if not result.ok:
-            raise ProfileError(f"profiling {graph.name!r} failed: {result.describe()}")
+            raise ProfileError(f"profiling {graph.name!r} failed ({result.failure.kind}): {result.failure.message}")
     step_medians: list[float] = []
     per_op: dict[str, list[float]] = {}
     for _ in range(rounds):
         result = measurer.measure(graph, placement, config)
         if not result.ok:
-            raise ProfileError(f"profiling {graph.name!r} failed: {result.describe()}")
+            raise ProfileError(f"profiling {graph.name!r} failed ({result.failure.kind}): {result.failure.message}")
         step_medians.append(result.median)
         for name, op_time in result.op_times.items():
             per_op.setdefault(name, []).append(op_time.seconds)

@@ -286,7 +286,7 @@ def run_up(workers: int, cores_per_worker: int, command: list[str]) -> int:
         if not command:
             command = [os.environ.get("SHELL", "/bin/sh")]
             print("placer testbed: starting a shell in the testbed's network namespace; $PLACER_CLUSTER holds the "
-                  "cluster spec (use --cluster env); exit the shell to stop the testbed", file=sys.stderr)
+                  "cluster spec (use --target env); exit the shell to stop the testbed", file=sys.stderr)
         return subprocess.call(command, env=env)
 
 

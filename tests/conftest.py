@@ -37,7 +37,7 @@ def _train(runs, *flags: str):
     import subprocess
     import sys
 
-    train = subprocess.run([sys.executable, "-m", "placer.cli", "train", "two-tower", "--agent", "random",
+    train = subprocess.run([sys.executable, "-m", "agents.cli", "train", "two-tower", "--agent", "random",
                             "--updates", str(RUN_UPDATES), "--runs", str(runs), "--no-progress", *flags],
                            capture_output=True, text=True, timeout=300)
     assert train.returncode == 0, train.stderr[-3000:]
@@ -60,5 +60,5 @@ def measured_run(tmp_path_factory):
 
     if not isolation_available() or len(os.sched_getaffinity(0)) < 2:
         pytest.skip("local:2 needs a private network namespace and two cores")
-    return _train(tmp_path_factory.mktemp("measured") / "runs", "--cluster", "local:2", "--samples-per-update", "2",
+    return _train(tmp_path_factory.mktemp("measured") / "runs", "--target", "local:2", "--samples-per-update", "2",
                   "--repeats", "2", "--final-rounds", "1")

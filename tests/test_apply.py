@@ -13,6 +13,7 @@ from placer.apply import (
 )
 from placer.errors import PlacementError, PlacementFileError
 from placer.graph import graph_from_function, graph_from_tf_function
+from placer.measure import MeasureConfig
 from placer.placement import Placement
 
 
@@ -184,10 +185,10 @@ def test_tf_function_step_trains_with_its_placement_through_the_graph_route(tmp_
     assert report.graph.fingerprint == graph.fingerprint
     assert {node.name: node.device for node in report.graph_def.node} == placement_mapping(path)
 
-    run = run_training(report.graph, path, "inprocess:2", steps=2, warmup_steps=1)
-    assert run.ok, run.measurement.failure
-    assert len(run.step_times) == 2 and run.steps_run == 3
-    assert run.measurement.ops_checked > 0
+    run = run_training(report.graph, path, "inprocess:2", MeasureConfig(warmup_steps=1, timed_steps=2))
+    assert run.ok, run.describe()
+    assert len(run.samples) == 2 and run.backend == "measured" and run.target == "inprocess:2"
+    assert run.ops_checked > 0
 
 
 def _placer(*args, timeout=300):
@@ -211,7 +212,7 @@ def test_cli_apply_trains_a_tiny_model_on_two_inprocess_devices(mlp_file):
 
 
 def test_cli_apply_refuses_a_placement_made_for_another_size_in_one_line(mlp_file):
-    run = _placer("apply", str(mlp_file), "--size", "small", "--cluster", "inprocess:2")  # the model the file records
+    run = _placer("apply", str(mlp_file), "--size", "small", "--target", "inprocess:2")  # the model the file records
     assert run.returncode == 2
     errors = [line for line in run.stderr.splitlines() if line.startswith("placer: error:")]
     assert len(errors) == 1 and "'mlp-tiny'" in errors[0] and "'mlp-small'" in errors[0]
@@ -242,7 +243,7 @@ def two_tower_schedule(tmp_path_factory, cpus2):
     round_robin = Placement.round_robin(graph, cpus2).save(folder / "round-robin.json", graph)
     plan, inference = folder / "plan.json", folder / "inference.json"
     for flags, path in (([], plan), (["--inference"], inference)):
-        assert main(["schedule", "--model", "two-tower", "--placement", str(expert), "--cluster", "inprocess:2",
+        assert main(["schedule", "--model", "two-tower", "--placement", str(expert), "--target", "inprocess:2",
                      "--micro-batches", "4", "--method", "1f1b", *flags, "--save", str(path)]) == 0
     return expert, round_robin, plan, inference
 
@@ -252,15 +253,15 @@ def test_cli_apply_runs_a_placement_with_its_schedule_and_the_traced_step_keeps_
 
     expert, _, plan, _ = two_tower_schedule
     capsys.readouterr()
-    status = main(["apply", str(expert), "two-tower", "--schedule", str(plan), "--cluster", "inprocess:2",
-                   "--steps", "2", "--warmup", "1", "--json"])
+    status = main(["apply", str(expert), "two-tower", "--schedule", str(plan), "--target", "inprocess:2",
+                   "--repeats", "2", "--warmup", "1", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert status == 0, report
     assert report["method"] == "1f1b" and report["micro_batches"] == 4
     assert report["order_kept"] is True and report["violations"] == []
     assert report["blocks_traced"] == report["blocks"] == 16  # 2 devices x (forward, backward) x 4 micro-batches
-    assert report["result"]["ok"] and len(report["result"]["samples"]) == 2
-    assert report["measured_ms"] > 0 and report["predicted_ms"] > 0
+    assert report["step_time"]["ok"] and len(report["step_time"]["samples"]) == 2
+    assert report["step_time"]["seconds"] > 0 and report["predicted_seconds"] > 0
 
 
 def test_cli_apply_refuses_a_plan_for_another_placement_before_building_any_graph(two_tower_schedule):
@@ -268,7 +269,7 @@ def test_cli_apply_refuses_a_plan_for_another_placement_before_building_any_grap
     run = subprocess.run([sys.executable, "-c", (
         "import sys; from placer.cli import main; status = main(sys.argv[1:]); "
         "print('tensorflow loaded' if 'tensorflow' in sys.modules else 'tensorflow not loaded'); sys.exit(status)"),
-        "apply", str(round_robin), "two-tower", "--schedule", str(plan), "--cluster", "inprocess:2"],
+        "apply", str(round_robin), "two-tower", "--schedule", str(plan), "--target", "inprocess:2"],
         capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     errors = [line for line in run.stderr.splitlines() if line.startswith("placer: error:")]
@@ -281,7 +282,7 @@ def test_cli_apply_runs_an_inference_plan_as_forward_only_steps(two_tower_schedu
 
     expert, _, _, inference = two_tower_schedule
     capsys.readouterr()
-    status = main(["apply", str(expert), "two-tower", "--schedule", str(inference), "--cluster", "inprocess:2",
+    status = main(["apply", str(expert), "two-tower", "--schedule", str(inference), "--target", "inprocess:2",
                    "--steps", "2", "--warmup", "1"])
     printed = capsys.readouterr().out
     assert status == 0, printed

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from placer.cli import main
+from agents.cli import main
 
 
 def _refused(capsys, *argv: str) -> str:
@@ -29,9 +29,9 @@ def runs(tmp_path):
     (["--set", "learning_rate=abc"], "learning_rate needs a float, not 'abc'"),
     (["--set", "num_groups=2.5"], "num_groups needs an int or null, not 2.5"),
     (["--baselines", "single-device,bogus"], "unknown baseline 'bogus'"),
-    (["--backend", "measured", "--cluster", "modeled:2xV100"], "is a modeled machine"),
-    (["--backend", "simulated", "--cluster", "local:2"], "is a real target"),
-    (["--backend", "measured", "--cluster", "local:99"], "cores"),
+    (["--backend", "measured", "--target", "modeled:2xV100"], "is a modeled machine"),
+    (["--backend", "simulated", "--target", "local:2"], "is a real target"),
+    (["--backend", "measured", "--target", "local:99"], "cores"),
 ])
 def test_train_refuses_bad_settings_before_timing_anything(capsys, runs, flags, reason):
     err = _refused(capsys, "train", "two-tower", "--runs", str(runs), *flags)

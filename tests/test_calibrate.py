@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from placer.calibrate import Calibration, default_probes, fit_calibration, load_calibration, modeled_extra
+from placer.calibrate import default_probes, fit_calibration, modeled_extra
+from placer.calibration import Calibration, load_calibration
 from placer.devices import local_devices
 from placer.errors import ProfileError
 
@@ -231,10 +232,10 @@ def test_train_on_a_calibrated_target_is_simulated_and_a_missing_file_is_refused
                                     "/job:worker/replica:0/task:1/device:CPU:0")).save(tmp_path / "c.json")
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    config, _ = config_from_args(parser.parse_args(["mlp", "--cluster", f"calibrated:{path}"]))
+    config, _ = config_from_args(parser.parse_args(["mlp", "--target", f"calibrated:{path}"]))
     assert config.backend == "simulated" and config.target == f"calibrated:{path}"
     with pytest.raises(PlacerError, match="no calibration file"):
-        config_from_args(parser.parse_args(["mlp", "--cluster", f"calibrated:{tmp_path}/none.json"]))
+        config_from_args(parser.parse_args(["mlp", "--target", f"calibrated:{tmp_path}/none.json"]))
 
 
 @pytest.mark.testbed
@@ -244,7 +245,7 @@ def test_placer_calibrate_probes_the_testbed_and_saves_a_fit_that_says_how_good_
     import sys
 
     out = tmp_path / "calibration.json"
-    run = subprocess.run([sys.executable, "-m", "placer.cli", "calibrate", "--cluster", "local:2", "--out", str(out),
+    run = subprocess.run([sys.executable, "-m", "placer.cli", "calibrate", "--target", "local:2", "--out", str(out),
                           "--rounds", "2", "--json"], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     report = json.loads(run.stdout)

@@ -11,11 +11,12 @@ pytestmark = pytest.mark.testbed
 
 def test_train_export_apply_remeasure(tmp_path, capsys):
     from placer.apply import run_training
-    from placer.cli import main
+    from placer.measure import MeasureConfig
+    from agents.cli import main
     from placer.models import build_model
 
     runs = tmp_path / "runs"
-    status = main(["train", "two-tower", "--size", "small", "--backend", "measured", "--cluster", "local:2",
+    status = main(["train", "two-tower", "--size", "small", "--backend", "measured", "--target", "local:2",
                    "--agent", "random", "--updates", "2", "--samples-per-update", "2", "--repeats", "7",
                    "--baselines", "single-device,expert", "--runs", str(runs), "--no-progress"])
     printed = capsys.readouterr().out
@@ -40,17 +41,17 @@ def test_train_export_apply_remeasure(tmp_path, capsys):
     assert metadata["beaten_baselines"] == sorted(name for name in ("single-device", "expert") if final["learned"] < final[name])
 
     graph = build_model("two-tower", "small")
-    rerun = run_training(graph, exported, target="local:2", steps=9)
+    rerun = run_training(graph, exported, target="local:2", config=MeasureConfig(timed_steps=9))
     assert rerun.ok and not rerun.moved_ops
     # The best of 4 sampled medians is a little optimistic (selection), and this machine is shared:
     # same step time means within 40%, not an exact match.
-    assert 0.6 < rerun.median / metadata["step_time"] < 1.4, (rerun.median, metadata["step_time"])
+    assert 0.6 < rerun.seconds / metadata["step_time"] < 1.4, (rerun.seconds, metadata["step_time"])
 
     other = build_model("two-tower", "tiny")
     from placer.errors import PlacerError
 
     with pytest.raises(PlacerError, match="fingerprint"):
-        run_training(other, exported, target="inprocess:2", steps=1)
+        run_training(other, exported, target="inprocess:2", config=MeasureConfig(timed_steps=1))
 
 
 USER_MODEL = '''
@@ -65,14 +66,14 @@ def build(size="tiny"):
 
 def test_a_model_from_the_researchers_own_file_trains_simulated_and_measured_then_exports_and_applies(
         tmp_path, capsys, monkeypatch):
-    from placer.cli import main
+    from agents.cli import main
 
     (tmp_path / "my_models.py").write_text(USER_MODEL)
     monkeypatch.chdir(tmp_path)  # the spec is relative, as a user types it
     runs = tmp_path / "runs"
     common = ["--agent", "random", "--updates", "1", "--samples-per-update", "2", "--runs", str(runs), "--no-progress"]
     assert main(["train", "my_models.py:build", *common]) == 0, capsys.readouterr()
-    assert main(["train", "my_models.py:build", "--cluster", "local:2", "--repeats", "2", "--final-rounds", "1",
+    assert main(["train", "my_models.py:build", "--target", "local:2", "--repeats", "2", "--final-rounds", "1",
                  *common]) == 0, capsys.readouterr()
     printed = capsys.readouterr().out
     simulated, measured = sorted((runs / "my_models-build").iterdir())

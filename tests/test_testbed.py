@@ -90,7 +90,7 @@ def test_expert_and_single_device_placements_of_a_tiny_benchmark_model_run_on_th
     placements = {name: make_heuristic(name, graph, testbed.devices, model="nmt-2") for name in ("expert", "single-device")}
     for name in ("expert", "single-device"):
         result = testbed.measure(graph, placements[name])
-        assert result.ok, f"{name}: {result.describe()}"
+        assert result.ok, f"{name}: {result.failure}"
         # Only grappler's fusions may differ from what was asked; soft placement moved nothing.
         assert all(moved.ran_as for moved in result.moved_ops), [m for m in result.moved_ops if not m.ran_as][:3]
     assert len(set(placements["expert"].group_devices)) == 2
@@ -140,7 +140,7 @@ def test_cluster_up_runs_a_command_against_the_testbed_by_its_cluster_spec():
 
     run = subprocess.run(
         [sys.executable, "-m", "placer.cli", "cluster", "up", "--workers", "2", "--",
-         sys.executable, "-m", "placer.cli", "measure", "mlp", "--cluster", "env", "--placement", "round-robin",
+         sys.executable, "-m", "placer.cli", "measure", "mlp", "--target", "env", "--placement", "round-robin",
          "--repeats", "2", "--json"],
         capture_output=True, text=True, timeout=300,
     )
@@ -154,7 +154,7 @@ def test_a_measured_command_line_run_prints_no_tensorflow_log_line():
     import subprocess
     import sys
 
-    run = subprocess.run([sys.executable, "-m", "placer.cli", "measure", "two-tower", "--cluster", "local:2",
+    run = subprocess.run([sys.executable, "-m", "placer.cli", "measure", "two-tower", "--target", "local:2",
                           "--repeats", "1", "--warmup", "1"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     output = run.stdout + run.stderr

@@ -42,6 +42,11 @@ def paper_setting(model: str) -> dict[str, Any]:
     return {"model": model, "updates": PAPER_UPDATES, **PAPER_SETTINGS[model]}
 
 
+WANDB_MODES = ("off", "auto", "offline", "online")
+WANDB_ALIASES = {"disabled": "off"}
+"""Earlier spellings of --wandb values."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
     model: str = setting("two-tower", cli=False)
@@ -50,7 +55,7 @@ class ExperimentConfig:
     """tiny, small or paper (built-in models; passed to a user's function that takes `size`)."""
     backend: str = setting("simulated", choices=("simulated", "measured"))
     """"simulated" (the simulator on a modeled machine) or "measured" (real execution)."""
-    cluster: str | None = setting(None, metavar="TARGET")
+    cluster: str | None = setting(None, flag="--target", flags=("--cluster",), metavar="TARGET")
     """Simulated: a modeled machine (modeled:2xV100, modeled:4xA100-nvlink3, a machine file); measured: a
     target (local:2, inprocess:2, a cluster spec). None: modeled:2xV100, or the local 2-worker testbed."""
     agent: str = setting("hierarchical", choices=AGENTS)
@@ -65,7 +70,7 @@ class ExperimentConfig:
     agent_options: Mapping[str, Any] = setting(default_factory=dict, cli=False)
     """Fields of the agent's config dataclass (e.g. learning_rate, num_groups, hidden_size) on top of the
     preset's; --set KEY=VALUE."""
-    updates: int | None = setting(100, flags=("--steps",), metavar="N")
+    updates: int | None = setting(100, hidden_flags=("--steps",), metavar="N")
     """Policy updates to run (None: only the time budget stops training)."""
     time_budget: float | None = setting(None, metavar="MIN")
     """Minutes of training (counted across resumptions); with `updates`, whichever comes first."""
@@ -74,7 +79,7 @@ class ExperimentConfig:
     costs milliseconds, then go on with measured rewards from the policy and the best placement it reached
     (that placement is measured first). 0: measured rewards only."""
     calibration: str | None = setting(None, metavar="FILE")
-    """With simulator_updates: the target's calibration (`placer calibrate --cluster TARGET --out FILE`).
+    """With simulator_updates: the target's calibration (`placer calibrate --target TARGET --out FILE`).
     None: the run calibrates its target when it starts (about a minute on local:2) into RUN_DIR/calibration.json;
     either way op costs are profiled on the target once and cached next to the calibration."""
     samples_per_update: int = setting(4, metavar="K")
@@ -93,9 +98,9 @@ class ExperimentConfig:
     """neg_sqrt (the papers': -sqrt(step time)), neg_time or improvement."""
     failing_step_time: float = setting(100.0, metavar="SECONDS")
     """Seconds charged to a placement that fails (OOM, no kernel, timeout)."""
-    warmup_steps: int = setting(2, flags=("--warmup",))
+    warmup_steps: int = setting(2, flag="--warmup", flags=("--warmup-steps",), metavar="N")
     """Measured backend: steps discarded before timing each placement."""
-    timed_steps: int = setting(5, flags=("--repeats",))
+    timed_steps: int = setting(5, flag="--repeats", flags=("--timed-steps",), metavar="N")
     """Measured backend: steps timed per placement (the median is the step time)."""
     step_timeout: float = setting(60.0, metavar="SECONDS")
     """Measured backend: seconds before a step counts as hung."""
@@ -106,7 +111,7 @@ class ExperimentConfig:
     baselines: Sequence[str] | None = setting(None, metavar="A,B,...")
     """Baselines timed on the same backend (comma-separated); None: single-device, round-robin and expert,
     plus METIS, Scotch, m-TOPO, m-ETF and m-SCT on the simulator (where their libraries are installed)."""
-    wandb: str = setting("off", choices=("off", "auto", "offline", "online", "disabled"))
+    wandb: str = setting("off", choices=WANDB_MODES, value_aliases=WANDB_ALIASES)
     """Also log to Weights & Biases: auto (online with an account, else offline), offline, online; off."""
     wandb_project: str = setting("placer")
     """The W&B project runs are logged to."""
@@ -116,6 +121,7 @@ class ExperimentConfig:
     """Show a progress bar with the current and best step time."""
 
     def __post_init__(self):
+        object.__setattr__(self, "wandb", WANDB_ALIASES.get(self.wandb, self.wandb))  # a config file's old spelling
         self._check_numbers()
         from placer.cost import parse_target_spec
         from placer.models import absolute_model_spec, check_model_spec
@@ -159,14 +165,14 @@ class ExperimentConfig:
     def _check_simulator_first(self) -> None:
         if self.simulator_updates and self.backend != "measured":
             raise ExperimentError("simulator_updates trains on the simulator of a real target before measuring "
-                                  "there: it needs the measured backend (e.g. --cluster local:2)")
+                                  "there: it needs the measured backend (e.g. --target local:2)")
         if self.calibration is None:
             return
         object.__setattr__(self, "calibration", str(Path(self.calibration).resolve()))  # resumable from anywhere
         if not self.simulator_updates:
             raise ExperimentError("a calibration is used to train on the target's simulator first: give "
                                   "--simulator-updates N with it")
-        from placer.calibrate import load_calibration
+        from placer.calibration import load_calibration
 
         try:
             calibration = load_calibration(self.calibration)
@@ -174,11 +180,13 @@ class ExperimentConfig:
             raise ExperimentError(f"calibration {self.calibration}: {error}") from None
         if calibration.target and calibration.target != self.target:
             raise ExperimentError(f"{self.calibration} was made on {calibration.target}, not on {self.target}: "
-                                  f"calibrate this target with `placer calibrate --cluster {self.target} --out FILE`")
+                                  f"calibrate this target with `placer calibrate --target {self.target} --out FILE`")
 
     def _check_numbers(self) -> None:
         if self.backend not in ("simulated", "measured"):
             raise ExperimentError(f"unknown backend {self.backend!r}: 'simulated' or 'measured'")
+        if self.wandb not in WANDB_MODES:
+            raise ExperimentError(f"unknown wandb setting {self.wandb!r}: one of {', '.join(WANDB_MODES)}")
         if self.agent not in AGENTS:
             raise ExperimentError(f"unknown agent {self.agent!r}: one of {', '.join(AGENTS)}")
         if self.updates is None and self.time_budget is None:
@@ -220,6 +228,16 @@ class ExperimentConfig:
         from placer.cost import DEFAULT_TARGETS
 
         return self.cluster or DEFAULT_TARGETS[self.backend]
+
+    @property
+    def measure_config(self):
+        """How the measured backend times a placement (a `placer.measure.MeasureConfig`); None on the simulator."""
+        if self.backend != "measured":
+            return None
+        from placer.measure import MeasureConfig
+
+        return MeasureConfig(warmup_steps=self.warmup_steps, timed_steps=self.timed_steps,
+                             step_timeout=self.step_timeout)
 
     @property
     def repeats_to_confirm(self) -> int:

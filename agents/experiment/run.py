@@ -99,14 +99,10 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
 
 def _make_env(config: ExperimentConfig):
     from envs.placement import PlacementEnv
-    from placer.measure import MeasureConfig
 
-    measure_config = None
-    if config.backend == "measured":
-        measure_config = MeasureConfig(warmup_steps=config.warmup_steps, timed_steps=config.timed_steps,
-                                       step_timeout=config.step_timeout)
     env = PlacementEnv(model=config.model, size=config.size, backend=config.backend, devices=config.target,
-                       reward=config.reward, failing_step_time=config.failing_step_time, measure_config=measure_config)
+                       reward=config.reward, failing_step_time=config.failing_step_time,
+                       measure_config=config.measure_config)
     env.reset(seed=config.seed)
     return env
 
@@ -204,7 +200,8 @@ def _train_on_simulator(config: ExperimentConfig, env, agent, run_dir: Path, log
     measured phase then continues from the same agent and starts from this phase's best placement."""
     from agents.loop import TrainingConfig, train
     from envs.placement import PlacementEnv
-    from placer.calibrate import calibrate, load_calibration
+    from placer.calibrate import calibrate
+    from placer.calibration import load_calibration
     from placer.cost.calibrated import PREFIX, profiled_costs
 
     calibration_path = Path(config.calibration) if config.calibration else run_dir / "calibration.json"

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
+from agents.base import AgentOptionError
 from agents.colocation import UnitSample
 from agents.graph_policy import moves
 from agents.graph_policy.features import device_inputs, graph_inputs
@@ -114,8 +115,6 @@ class GraphPolicyAgent(PolicyGradientAgent):
                                  else np.zeros((len(heuristics), inputs.num_units, len(devices)), np.float32))
         if c.head == "moves":
             if c.moves_per_sample > inputs.num_units:
-                from agents.factory import AgentOptionError
-
                 raise AgentOptionError(f"moves_per_sample={c.moves_per_sample} is more than the {inputs.num_units} "
                                        f"units of {graph.name}: give at most {inputs.num_units}")
             self.sample_type = moves.MoveSample

@@ -7,6 +7,8 @@ import json
 import math
 import time
 
+from placer.commands.target_option import add_target_argument
+
 from agents.launch import Command
 
 
@@ -17,10 +19,10 @@ def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"models to train on (default: {' '.join(defaults.MODELS)})")
     parser.add_argument("--sizes", nargs="+", default=list(defaults.SIZES), metavar="SIZE",
                         help=f"every model at each size (default: {' '.join(defaults.SIZES)})")
-    parser.add_argument("--machines", nargs="+", default=list(defaults.MACHINES), metavar="TARGET",
-                        help="simulated targets: modeled machines, or calibrated:FILE, the simulator of a real target "
-                        "(`placer calibrate`; each graph's op costs are profiled there on first use and cached) "
-                        f"(default: {' '.join(defaults.MACHINES)})")
+    add_target_argument(parser, "simulated targets to train on: modeled machines, or calibrated:FILE, the simulator "
+                        "of a real target (`placer calibrate`; each graph's op costs are profiled there on first use "
+                        f"and cached) (default: {' '.join(defaults.MACHINES)})", default=list(defaults.MACHINES),
+                        several=True)
     parser.add_argument("--generated", type=int, default=defaults.GENERATED, metavar="N",
                         help=f"also train on N generated branchy graphs, seeds 0..N-1 at each size (default "
                         f"{defaults.GENERATED}; seeds from {defaults.HELD_OUT_SEED} on are held out for evaluation)")
@@ -44,7 +46,7 @@ def pretrain_command_run(args: argparse.Namespace) -> int:
 
     options = dict(parse_override(o) for o in args.agent_options)
     agent = check_agent_options("graph", options, seed=args.seed)
-    config = PretrainConfig(models=tuple(args.models), sizes=tuple(args.sizes), machines=tuple(args.machines),
+    config = PretrainConfig(models=tuple(args.models), sizes=tuple(args.sizes), machines=tuple(args.targets),
                             generated=args.generated, updates=args.updates,
                             samples_per_update=args.samples_per_update, imitation_updates=args.imitation_updates,
                             agent=agent,
@@ -63,8 +65,8 @@ def add_place_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL", help="a built-in model, module:function or file.py:function")
     parser.add_argument("--policy", required=True, metavar="POLICY", help="a policy file from `placer pretrain`")
     parser.add_argument("--size", default="tiny")
-    parser.add_argument("--cluster", default="modeled:2xV100", help="where to place and evaluate (a modeled machine, "
-                        "calibrated:FILE, or a real target such as local:2)")
+    add_target_argument(parser, "where to place and evaluate (a modeled machine, calibrated:FILE, or a real target "
+                        "such as local:2) (default modeled:2xV100)", default="modeled:2xV100")
     parser.add_argument("--policy-only", action="store_true",
                         help="place the policy's own placement, without timing the voting heuristics' placements "
                         "against it on the target (by default the fastest of them is kept)")
@@ -80,10 +82,10 @@ def place_command_run(args: argparse.Namespace) -> int:
     from placer.placement import Placement
 
     policy, record = load_policy(args.policy)
-    spec = parse_target_spec(args.cluster)
+    spec = parse_target_spec(args.target)
     if spec.devices is not None:
         check_devices(record, spec.devices, source=args.policy)  # before the graph is built
-    env = PlacementEnv(model=args.model, size=args.size, backend=spec.backend, devices=args.cluster)
+    env = PlacementEnv(model=args.model, size=args.size, backend=spec.backend, devices=args.target)
     try:
         check_devices(record, env.devices, source=args.policy)
         started = time.perf_counter()
@@ -99,19 +101,18 @@ def place_command_run(args: argparse.Namespace) -> int:
             placement.save(args.out, env.graph)
     finally:
         env.close()
-    summary = {"model": args.model, "size": args.size, "cluster": args.cluster, "policy": str(args.policy),
+    summary = {"model": args.model, "size": args.size, "target": args.target, "policy": str(args.policy),
                "placing_seconds": seconds, "source": placed.source,
                "candidates": {name: (t if math.isfinite(t) else None) for name, t in placed.step_times.items()},
-               "step_time": result.seconds if result.ok else None,
-               "failure": None if result.ok else result.failure, "out": args.out}
+               "step_time": result.seconds if result.ok else None, "result": result.to_dict(), "out": args.out}
     if args.json:
         print(json.dumps(summary, indent=1))
     elif result.ok:
         if placed.step_times:
             timed = ", ".join(f"{name} {t * 1e3:.3f} ms" if math.isfinite(t) else f"{name} failed"
                               for name, t in placed.step_times.items())
-            print(f"timed on {args.cluster}: {timed}; kept {placed.source}'s")
-        print(f"{args.model} ({args.size}) on {args.cluster}: placed by {args.policy} in {seconds:.2f} s; "
+            print(f"timed on {args.target}: {timed}; kept {placed.source}'s")
+        print(f"{args.model} ({args.size}) on {args.target}: placed by {args.policy} in {seconds:.2f} s; "
               f"{result.seconds * 1e3:.3f} ms per step ({spec.backend})" + (f"; wrote {args.out}" if args.out else ""))
     else:
         print(f"the policy's placement failed: {result.failure}")

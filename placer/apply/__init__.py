@@ -13,7 +13,7 @@ micro-batches in the order of a schedule plan (`placer.schedule`).
 from placer.apply.place import (
     UNCOVERED_POLICIES, PlacementReport, UncoveredOp, as_placement_file, place_graph, place_tf_function,
 )
-from placer.apply.run import TrainingRun, run_training
+from placer.apply.run import APPLY_CONFIG, run_training
 from placer.apply.scheduled import run_with_schedule
 from placer.placement import (
     PlacementFile, check_same_graph, placement_file_from_json_dict, placement_mapping, read_placement_file,
@@ -25,7 +25,7 @@ load_exported_placement = read_placement_file
 exported_placement_from_json_dict = placement_file_from_json_dict
 
 __all__ = [
-    "UNCOVERED_POLICIES", "ExportedPlacement", "PlacementFile", "PlacementReport", "TrainingRun", "UncoveredOp",
+    "APPLY_CONFIG", "UNCOVERED_POLICIES", "ExportedPlacement", "PlacementFile", "PlacementReport", "UncoveredOp",
     "as_placement_file", "check_same_graph", "exported_placement_from_json_dict", "load_exported_placement",
     "place_graph", "place_tf_function", "placement_file_from_json_dict", "placement_mapping", "read_placement_file",
     "run_training", "run_with_schedule",

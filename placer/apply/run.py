@@ -4,74 +4,42 @@ times compare with the one recorded when the placement was measured (what `place
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from placer.apply.place import as_placement_file
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
+from placer.measure.config import MeasureConfig
 from placer.placement import Placement, PlacementFile
 
 if TYPE_CHECKING:  # the measurement service (and TensorFlow) loads only when a graph is run
-    from placer.measure import Measurement, Measurer, MovedOp
+    from placer.cost.record import StepTime
+    from placer.measure import Measurer
     from placer.measure.targets import Target
 
-
-@dataclass(frozen=True)
-class TrainingRun:
-    """Real training steps of a placed graph on a target: the measurement of the timed ones, and the check.
-
-    Step times only: the measurement worker does not fetch losses. To read them, run the graph placed by
-    `place_graph` in your own session."""
-
-    measurement: Measurement
-    """Per-step times of the timed steps, moved ops, or the failure (see `placer.measure.Measurement`)."""
-    warmup_steps: int
-    """Untimed steps run first (the first one traced to check where TensorFlow ran each op)."""
-
-    @property
-    def ok(self) -> bool:
-        return self.measurement.ok
-
-    @property
-    def step_times(self) -> tuple[float, ...]:
-        return self.measurement.samples
-
-    @property
-    def median(self) -> float:
-        """Median seconds per timed step; inf if the run failed."""
-        return self.measurement.median
-
-    @property
-    def moved_ops(self) -> tuple[MovedOp, ...]:
-        return self.measurement.moved_ops
-
-    @property
-    def steps_run(self) -> int:
-        return self.warmup_steps + len(self.step_times) if self.ok else 0
+APPLY_CONFIG = MeasureConfig(timed_steps=10)
+"""How `placer apply` and `run_training` time a placement unless told otherwise: 2 warm-up steps, 10 timed."""
 
 
 def run_training(
     graph: OpGraph,
     placement: str | Path | PlacementFile | Placement,
     target: str | Target | Measurer = "inprocess:1",
-    steps: int = 10,
-    *,
-    warmup_steps: int = 2,
-    step_timeout: float = 60.0,
-) -> TrainingRun:
-    """Run `warmup_steps` + `steps` real training steps of `graph` placed by `placement` on `target`.
+    config: MeasureConfig = APPLY_CONFIG,
+) -> StepTime:
+    """Run `config.warmup_steps` + `config.timed_steps` real training steps of `graph` placed by `placement`
+    on `target`; their step time (the timed steps' median), the ops TensorFlow moved, or the failure.
 
-    Goes through `placer.measure.Measurer` (a worker process: a crash or hang comes back as `failure`), so
-    the timings are comparable with the step time recorded when the placement was measured. A Measurer
-    passed as target is used and left open.
+    Goes through `placer.measure.Measurer` (a worker process: a crash or hang comes back as a failed StepTime),
+    so the timings are comparable with the step time recorded when the placement was measured. A Measurer
+    passed as target is used and left open. Step times only: the worker does not fetch losses; to read them,
+    run the graph placed by `place_graph` in your own session.
     """
-    from placer.measure import MeasureConfig, Measurer
+    from placer.cost.record import StepTime
+    from placer.measure import Measurer
 
-    if steps < 1 or warmup_steps < 1:
-        raise PlacerError(f"run at least one warm-up and one timed step (got warmup {warmup_steps}, steps {steps})")
-    config = MeasureConfig(warmup_steps=warmup_steps, timed_steps=steps, step_timeout=step_timeout)
+    check_apply_config(config)
     owned = not isinstance(target, Measurer)
     measurer = Measurer(target, config) if owned else target
     try:
@@ -80,7 +48,14 @@ def run_training(
     finally:
         if owned:
             measurer.close()
-    return TrainingRun(result, warmup_steps)
+    return StepTime.from_measurement(result)
+
+
+def check_apply_config(config: MeasureConfig) -> None:
+    """Refuse timings that cannot check where TensorFlow ran the ops (the first warm-up step is traced)."""
+    if config.timed_steps < 1 or config.warmup_steps < 1:
+        raise PlacerError(f"run at least one warm-up and one timed step (got warmup {config.warmup_steps}, "
+                          f"repeats {config.timed_steps})")
 
 
 def _placement_on(placement, graph: OpGraph, measurer: Measurer) -> Placement:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from placer.apply.run import APPLY_CONFIG, check_apply_config
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
+from placer.measure.config import MeasureConfig
 from placer.placement import PlacementFile, check_same_graph
 from placer.schedule.origin import check_plan_fits
 from placer.schedule.plan import SchedulePlan
@@ -24,19 +26,16 @@ def run_with_schedule(
     placement_file: PlacementFile,
     plan: SchedulePlan,
     target: str | Target = "inprocess:2",
-    steps: int = 10,
-    *,
-    warmup_steps: int = 2,
-    step_timeout: float = 60.0,
+    config: MeasureConfig = APPLY_CONFIG,
 ) -> ScheduleRun:
-    """Run `warmup_steps` + `steps` real steps of built-in `model` at `size` (whose graph at the full batch is
-    `graph`, placed by `placement_file`) over `plan.micro_batches` micro-batches in `plan`'s order: training
-    steps, or forward-only steps for an inference plan (`placer schedule --inference`).
+    """Run `config.warmup_steps` + `config.timed_steps` real steps of built-in `model` at `size` (whose graph at
+    the full batch is `graph`, placed by `placement_file`) over `plan.micro_batches` micro-batches in `plan`'s
+    order: training steps, or forward-only steps for an inference plan (`placer schedule --inference`).
 
     The model is rebuilt at the micro-batch size and its ops keep their devices by name. A plan made for
     another model, placement or micro-batch count is refused before anything is built (`check_plan_fits`),
     and its blocks are checked against the built step before a worker starts (ScheduleMismatchError)."""
-    from placer.measure import MeasureConfig, Measurer
+    from placer.measure import Measurer
     from placer.models import is_builtin_model
     from placer.schedule.execute import run_schedule, scheduled_step, step_for_plan
     from placer.schedule.micro_batch import build_micro_batch_graph, placement_at_micro_batch
@@ -45,11 +44,9 @@ def run_with_schedule(
     if not is_builtin_model(model):
         raise PlacerError(f"a schedule runs over micro-batches, so the model is rebuilt at the micro-batch size: "
                           f"that needs a built-in model (placer models), not {model!r}")
-    if steps < 1 or warmup_steps < 1:
-        raise PlacerError(f"run at least one warm-up and one timed step (got warmup {warmup_steps}, steps {steps})")
+    check_apply_config(config)
     check_same_graph(placement_file, graph)
     micro_batch_graph = build_micro_batch_graph(model, size, plan.micro_batches)
-    config = MeasureConfig(warmup_steps=warmup_steps, timed_steps=steps, step_timeout=step_timeout)
     with Measurer(target, config) as measurer:
         devices = measurer.devices
         placement = placement_at_micro_batch(placement_file.to_placement(graph, devices), graph, micro_batch_graph,

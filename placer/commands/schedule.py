@@ -12,6 +12,8 @@ from placer.errors import PlacerError
 
 
 def add_schedule_arguments(parser) -> None:
+    from placer.commands.target_option import add_target_argument
+    from placer.measure.config import add_measure_arguments
     from placer.schedule.methods import METHODS
     from placer.schedule.shapes import SHAPES
 
@@ -21,15 +23,15 @@ def add_schedule_arguments(parser) -> None:
                         "--placement FILE, its model read from the file)")
     parser.add_argument("--devices", type=int, default=4, help="modeled devices of the shape (default 4)")
     parser.add_argument("--model", help="instead of a shape: a built-in model or module:function / file.py:function "
-                        "returning an OpGraph, placed by --placement on --cluster; one forward and one backward "
-                        "block per device, spans from op costs (see --cluster), memory in MiB of activations")
+                        "returning an OpGraph, placed by --placement on --target; one forward and one backward "
+                        "block per device, spans from op costs (see --target), memory in MiB of activations")
     parser.add_argument("--size", help="size of a built-in model (default: the placement file's, else tiny)")
     parser.add_argument("--placement", default="expert", help="with --model: a placement file or a baseline name "
                         "(default expert)")
-    parser.add_argument("--cluster", default="modeled:2xV100", help="with --model: a simulated target, spans from "
-                        "the simulator's op costs (default modeled:2xV100); or a measured one (inprocess:2, local:2), "
-                        "spans from op costs profiled there on the model built at batch/M: the plan `placer apply "
-                        "PLACEMENT.json --schedule PLAN` runs there")
+    add_target_argument(parser, "with --model: a simulated target, spans from the simulator's op costs (default "
+                        "modeled:2xV100); or a measured one (inprocess:2, local:2), spans from op costs profiled there "
+                        "on the model built at batch/M: the plan `placer apply PLACEMENT.json --schedule PLAN` runs "
+                        "there", default="modeled:2xV100")
     parser.add_argument("--micro-batches", type=int, default=8, help="micro-batches per training step (default 8)")
     parser.add_argument("--memory-limit", type=int, help="memory units per device; a forward block keeps 1 "
                         "(default: unlimited)")
@@ -41,10 +43,11 @@ def add_schedule_arguments(parser) -> None:
                         "placer.schedule JSON file; with --model it records the model and placement it was made for, "
                         "which `placer apply --schedule` checks")
     parser.add_argument("--timeline", metavar="FILE", help="write that plan as a Chrome trace")
-    parser.add_argument("--measure", action="store_true", help="with --model and a measured --cluster (inprocess:2, "
+    parser.add_argument("--measure", action="store_true", help="with --model and a measured --target (inprocess:2, "
                         "local:2): run each plan for real as a micro-batched step (the model built at batch/M, its "
                         "forward and backward copied per micro-batch, one update) whose devices keep the plan's order; "
                         "print measured vs predicted step time and whether the traced step kept the order")
+    add_measure_arguments(parser)
     parser.add_argument("--inference", action="store_true", help="schedule forward blocks only (inference: no "
                         "backward, no activations kept); with --measure each plan runs as a forward-only micro-batched "
                         "step (no gradients, no update)")
@@ -58,13 +61,13 @@ def schedule_command(args) -> int:
     if args.micro_batches < 1:
         raise PlacerError(f"--micro-batches must be at least 1, got {args.micro_batches}")
     _read_subject(args)
-    measured = args.model is not None and parse_target_spec(args.cluster).backend == "measured"
+    measured = args.model is not None and parse_target_spec(args.target).backend == "measured"
     if args.measure and not measured:
         if args.model is None:
             raise PlacerError("--measure needs --model with a built-in model that can be built at a micro-batch size "
                               "(two-tower, nmt-2, nmt-4, nmt-8)")
-        raise PlacerError(f"--measure runs the plans for real: give a measured --cluster (inprocess:2, local:2), "
-                          f"not {args.cluster}")
+        raise PlacerError(f"--measure runs the plans for real: give a measured --target (inprocess:2, local:2), "
+                          f"not {args.target}")
     if measured:
         return _real_target_command(args)
     template, origin = (shape_template(args.shape, args.devices), None) if args.shape else _model_template(args)
@@ -135,7 +138,7 @@ def _report_plans(args, template, plans: dict) -> int:
                           "memory_limit": args.memory_limit, "plans": rows}, indent=1))
         return 0
     limit = "unlimited memory" if args.memory_limit is None else f"memory limit {args.memory_limit} units per device"
-    where = f"{args.shape} on {args.devices} devices" if args.shape else f"{template.name} ({args.placement} on {args.cluster})"
+    where = f"{args.shape} on {args.devices} devices" if args.shape else f"{template.name} ({args.placement} on {args.target})"
     print(f"{where}, {args.micro_batches} micro-batches, {limit}")
     for row in rows:
         over = (" (over the limit: GPipe ignores it)" if args.memory_limit is not None
@@ -165,27 +168,29 @@ def _model_template(args):
     from placer.schedule.from_placement import blocks_from_placement
 
     graph = load_model(args.model, args.size)
-    with open_target(graph, parse_target_spec(args.cluster)) as target:
+    with open_target(graph, parse_target_spec(args.target)) as target:
         placement = placement_named(args.placement, args.model, graph, target.devices, target.simulator)
         return blocks_from_placement(target.simulator, placement, args.micro_batches), _origin(args, graph, placement)
 
 
 def _real_target_command(args) -> int:
-    """Every method's plan of the model placed on the measured --cluster, its spans profiled there on the model
+    """Every method's plan of the model placed on the measured --target, its spans profiled there on the model
     built at the micro-batch size; with --measure each plan is run there for real."""
     from placer.cost import parse_target_spec
     from placer.measure import Measurer
+    from placer.measure.config import measure_config
     from placer.models import is_builtin_model, load_model
     from placer.schedule.execute import profiled_template, run_schedule, scheduled_step, step_for_plan
     from placer.schedule.micro_batch import build_micro_batch_graph, placement_at_micro_batch
 
     if not is_builtin_model(args.model):
-        raise PlacerError(f"--cluster {args.cluster} profiles the model built at a micro-batch size, which needs a "
+        raise PlacerError(f"--target {args.target} profiles the model built at a micro-batch size, which needs a "
                           f"built-in model (two-tower, nmt-2, nmt-4, nmt-8), not {args.model!r}; or schedule on a "
-                          "simulated --cluster (modeled:2xV100)")
+                          "simulated --target (modeled:2xV100)")
+    config = measure_config(args)
     graph = load_model(args.model, args.size)
     micro_batch_graph = build_micro_batch_graph(args.model, args.size, args.micro_batches)
-    with Measurer(parse_target_spec(args.cluster).measured) as measurer:
+    with Measurer(parse_target_spec(args.target).measured, config) as measurer:
         devices = measurer.devices
         placement = placement_named(args.placement, args.model, graph, devices)
         origin = _origin(args, graph, placement)
@@ -205,6 +210,6 @@ def _real_target_command(args) -> int:
             if not args.json:
                 print(run.describe(), flush=True)
     if args.json:
-        print(json.dumps({"model": args.model, "size": args.size, "cluster": args.cluster,
+        print(json.dumps({"model": args.model, "size": args.size, "target": args.target,
                           "micro_batches": args.micro_batches, "template": template.to_json_dict(), "runs": rows}, indent=1))
     return 0 if all(row["order_kept"] for row in rows) else 1

@@ -1,6 +1,6 @@
 """`placer tune MODEL`: time the model's training step under TensorFlow's default thread pools, the recommended
 setting and every (intra, inter) pair up to the cores, side by side, and print which is fastest; in-process
-(`--cluster inprocess:1`) or on the local testbed (`--cluster local:...`, every worker with the setting).
+(`--target inprocess:1`) or on the local testbed (`--target local:...`, every worker with the setting).
 """
 
 from __future__ import annotations
@@ -11,16 +11,17 @@ import json
 def add_tune_arguments(parser) -> None:
     parser.add_argument("model", help="a built-in model (see `placer models`), or module:function / file.py:function")
     parser.add_argument("--size", default="tiny", help="size of a built-in model: tiny, small or paper (default tiny)")
-    parser.add_argument("--cluster", default="inprocess:1", help="where to tune: inprocess:1, one CPU device in one "
-                        "process; or the local testbed, local:N, local:widths=2+1 or local:cores=0-1+2, each setting "
-                        "giving every worker its pools (default inprocess:1)")
+    from placer.commands.target_option import add_target_argument
+    from placer.measure.config import MeasureConfig, add_measure_arguments
+
+    add_target_argument(parser, "where to tune: inprocess:1, one CPU device in one process; or the local testbed, "
+                        "local:N, local:widths=2+1 or local:cores=0-1+2, each setting giving every worker its pools "
+                        "(default inprocess:1)", default="inprocess:1")
     parser.add_argument("--placement", default="single-device", help="on the testbed: the placement timed under each "
                         "setting, a baseline (single-device, round-robin, expert, ...) or a placement file "
                         "(default single-device)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds timing every setting once (default 3)")
-    parser.add_argument("--warmup", type=int, default=3, help="warm-up steps per timing (default 3)")
-    parser.add_argument("--repeats", type=int, default=10, help="timed steps per timing (default 10)")
-    parser.add_argument("--step-timeout", type=float, default=60.0, help="seconds before a step counts as hung (default 60)")
+    add_measure_arguments(parser, MeasureConfig(warmup_steps=3, timed_steps=10))
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--allow-exposed-ports", action="store_true",
                         help="run the local testbed without a private network namespace (unsafe)")
@@ -29,27 +30,29 @@ def add_tune_arguments(parser) -> None:
 def tune_command(args) -> int:
     from placer.concurrency import tune, tuning_candidates
     from placer.errors import PlacerError
-    from placer.measure import InProcess, LocalTestbed, MeasureConfig, parse_target
+    from placer.measure import InProcess, LocalTestbed, parse_target
+    from placer.measure.config import measure_config
     from placer.models import load_model
 
-    target = parse_target(args.cluster, allow_exposed_ports=args.allow_exposed_ports)  # refuses more cores than here
+    target = parse_target(args.target, allow_exposed_ports=args.allow_exposed_ports)  # refuses more cores than here
     if isinstance(target, InProcess):
         if target.logical_cpus != 1:
-            raise PlacerError(f"placer tune sets the thread pools of one in-process CPU device: use --cluster "
-                              f"inprocess:1, not {args.cluster!r}")
+            raise PlacerError(f"placer tune sets the thread pools of one in-process CPU device: use --target "
+                              f"inprocess:1, not {args.target!r}")
         fixed = target.intra_op_threads is not None or target.inter_op_threads is not None
     elif isinstance(target, LocalTestbed):
         fixed = target.intra_op_threads is not None or target.inter_op_threads is not None
     else:
-        raise PlacerError(f"placer tune starts the processes whose thread pools it sets: use --cluster inprocess:1 or "
-                          f"local:..., not {args.cluster!r} (a running cluster's workers have their pools already)")
+        raise PlacerError(f"placer tune starts the processes whose thread pools it sets: use --target inprocess:1 or "
+                          f"local:..., not {args.target!r} (a running cluster's workers have their pools already)")
     if fixed:
-        raise PlacerError(f"{args.cluster!r} fixes the threads that placer tune is choosing: leave out intra= and "
+        raise PlacerError(f"{args.target!r} fixes the threads that placer tune is choosing: leave out intra= and "
                           "inter=")
     if args.placement != "single-device" and not isinstance(target, LocalTestbed):
-        raise PlacerError("--placement is for the testbed's workers (--cluster local:...); in-process there is one device")
+        raise PlacerError("--placement is for the testbed's workers (--target local:...); in-process there is one device")
     if args.rounds < 1:
         raise PlacerError(f"--rounds must be at least 1, got {args.rounds}")
+    config = measure_config(args)
     place = None
     if isinstance(target, LocalTestbed):
         from placer.commands.placement_option import check_placement_name, placement_named
@@ -58,7 +61,6 @@ def tune_command(args) -> int:
         place = lambda graph, devices: placement_named(args.placement, args.model, graph, devices)  # noqa: E731
     candidates = tuning_candidates(on=target)
     graph = load_model(args.model, args.size)
-    config = MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats, step_timeout=args.step_timeout)
     where = f"on {target}" + (f", placement {args.placement}" if place else "")
     print(f"{graph.summary()}\ntiming {len(candidates)} thread settings {where} side by side in {args.rounds} rounds",
           flush=True)
@@ -66,11 +68,13 @@ def tune_command(args) -> int:
                   progress=_progress)
     if args.json:
         print(json.dumps({
-            "graph": graph.name, "fingerprint": graph.fingerprint, "cluster": str(target), "best": result.best,
+            "graph": graph.name, "fingerprint": graph.fingerprint, "target": str(target), "best": result.best,
             "seconds": result.seconds,
             "settings": {name: {"intra_op_threads": s.intra_op_threads, "inter_op_threads": s.inter_op_threads,
-                                "target": result.targets[name], "median": result.medians[name],
-                                "rounds": result.rounds[name]}
+                                "target": result.targets[name],
+                                "median": None if name in result.failures else result.medians[name],
+                                "rounds": result.rounds[name],
+                                "failure": result.failures[name].to_dict() if name in result.failures else None}
                          for name, s in result.settings.items()},
         }, indent=1))
     else:
@@ -78,9 +82,9 @@ def tune_command(args) -> int:
         best = result.settings[result.best]
         if isinstance(target, InProcess) and best.intra_op_threads is not None:
             print(f"use: ConfigProto(intra_op_parallelism_threads={best.intra_op_threads}, "
-                  f"inter_op_parallelism_threads={best.inter_op_threads}), or --cluster {result.targets[result.best]}")
+                  f"inter_op_parallelism_threads={best.inter_op_threads}), or --target {result.targets[result.best]}")
         elif isinstance(target, LocalTestbed):
-            print(f"use: --cluster {result.targets[result.best]}")
+            print(f"use: --target {result.targets[result.best]}")
     return 0 if not result.failures else 1
 
 

@@ -148,7 +148,8 @@ def ordered_step(graph: OpGraph, placement: Placement, devices: DeviceSet, op_se
     ordered = enforce_order(graph, order.chains)
     metadata = {**placement.metadata, "op_order": strategy, "corun": corun, "min_op_seconds": min_op_seconds,
                 "longest": longest}
-    return OrderedStep(ordered.graph, ordered.place(placement.op_devices(graph), devices, metadata), order)
+    placed = ordered.placed_op_devices(placement.op_devices(graph), devices)
+    return OrderedStep(ordered.graph, Placement.from_op_devices(ordered.graph, devices, placed, dict(metadata)), order)
 
 
 def _left_free(graph: OpGraph, op_device: Mapping[str, str], op_seconds: Mapping[str, float],

@@ -52,7 +52,7 @@ class ThreadProfile:
     seconds: float
     """Wall time of the profiling: starting a measurement process per thread count, and the steps."""
     machine: Mapping[str, object] = field(default_factory=dict)
-    """`placer.calibrate.this_machine()` where it was profiled (processor, cores): op times are that machine's."""
+    """`placer.calibration.this_machine()` where it was profiled (processor, cores): op times are that machine's."""
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -68,7 +68,7 @@ class ThreadProfile:
     def load(cls, path: str | Path) -> "ThreadProfile":
         """Read a profile `save` wrote; one made on another machine (processor or cores) is refused, since its
         op times are that machine's."""
-        from placer.calibrate import this_machine
+        from placer.calibration import this_machine
 
         try:
             record = json.loads(Path(path).read_text())
@@ -100,14 +100,14 @@ def profile_thread_counts(graph: OpGraph, threads: Sequence[int] | None = None, 
                      profile_cores=1)
     step_names = {op.name for op in graph.step_ops}
     started = time.perf_counter()
-    from placer.calibrate import this_machine
+    from placer.calibration import this_machine
 
     op_seconds = {}
     for p, target in targets.items():
         with Measurer(target, config) as measurer:
             result = measurer.measure(graph, Placement.on_device(graph, measurer.devices, 0), config)
         if not result.ok:
-            raise ProfileError(f"profiling {graph.name!r} at {p} intra-op threads failed: {result.describe()}")
+            raise ProfileError(f"profiling {graph.name!r} at {p} intra-op threads failed ({result.failure.kind}): {result.failure.message}")
         op_seconds[p] = {name: t.seconds for name, t in result.op_times.items() if name in step_names}
     return ThreadProfile(graph.name, graph.fingerprint, op_seconds, time.perf_counter() - started, this_machine())
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from placer.calibrate import Calibration, load_calibration
+from placer.calibration import Calibration, load_calibration
 from placer.devices import Device, DeviceSet, machine_from_dict
 from placer.errors import DeviceSpecError, ProfileError
 from placer.graph.opgraph import OpGraph
@@ -23,7 +23,7 @@ def calibrated_devices(calibration: Calibration, source: str) -> DeviceSet:
     """The calibrated target's devices, with the fitted links between every pair."""
     if not calibration.devices:
         raise DeviceSpecError(f"{source} does not record the devices it was made on (an older calibration): "
-                              "calibrate again with `placer calibrate --cluster TARGET --out FILE`")
+                              "calibrate again with `placer calibrate --target TARGET --out FILE`")
     names = machine_from_dict({"devices": [{"name": name} for name in calibration.devices]}, source=source)
     devices = DeviceSet(tuple(Device(d.name, d.kind) for d in names), name=f"calibrated {calibration.target}")
     return DeviceSet(devices.devices, calibration.links(devices), devices.name)
@@ -78,7 +78,7 @@ def read_calibrated_spec(text: str) -> tuple[Calibration, Path]:
     path = Path(text[len(PREFIX):])
     if not path.is_file():
         raise DeviceSpecError(f"{text!r}: no calibration file {path}; make one with "
-                              "`placer calibrate --cluster local:2 --out FILE`")
+                              "`placer calibrate --target local:2 --out FILE`")
     try:
         return load_calibration(path), path
     except ProfileError as error:

@@ -1,17 +1,21 @@
 """`StepTime`: what one placement costs on one target, the same record whether measured or simulated.
 
-It crosses every boundary above the cost layer (environments, training, experiments, the command line),
-so it is small, immutable and JSON-serializable.
+It crosses every boundary above the cost layer (environments, training, experiments, every command's --json),
+so it is small, immutable and JSON-serializable. `StepTime.from_measurement` is the one conversion from the
+measurement worker's wire record (`placer.measure.Measurement`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from placer.devices import short_name
 from placer.measure.result import FAILURE_KINDS, MovedOp, interquartile_range
+
+if TYPE_CHECKING:
+    from placer.measure.result import Measurement
 
 BACKENDS = ("measured", "simulated")
 
@@ -44,7 +48,7 @@ class StepTime:
     """Measured: placed ops absent from the traced step (folded or fused by grappler, or not run)."""
     placement_check: str = ""
     """Measured: "traced" (this placement's step was traced), "reused" (earlier traces confirmed every colocation
-    group on its device) or "" (not checked); see `placer.measure.Measurement.placement_check`."""
+    group on its device) or "" (not checked)."""
     overhead: Mapping[str, float] = field(default_factory=dict)
     """Measured: seconds spent around the timed steps (graph rewrite, session, init, first step)."""
 
@@ -57,6 +61,18 @@ class StepTime:
     @classmethod
     def failed(cls, kind: str, message: str, backend: str, target: str = "", **details: Any) -> StepTime:
         return cls(math.inf, backend, target, kind, message, **details)
+
+    @classmethod
+    def from_measurement(cls, measurement: Measurement, target: str | None = None) -> StepTime:
+        """A measured placement's record, from what the measurement worker sent back; `target` defaults to the
+        Measurer's target the measurement names."""
+        target = measurement.target if target is None else target
+        details = {"samples": tuple(measurement.samples), "moved_ops": tuple(measurement.moved_ops),
+                   "ops_checked": measurement.ops_checked, "ops_not_traced": measurement.ops_not_traced,
+                   "placement_check": measurement.placement_check, "overhead": dict(measurement.overhead)}
+        if not measurement.ok:
+            return cls.failed(measurement.failure.kind, measurement.failure.message, "measured", target, **details)
+        return cls(measurement.median, "measured", target, **details)
 
     @property
     def ok(self) -> bool:

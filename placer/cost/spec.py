@@ -37,7 +37,7 @@ class TargetSpec:
     measured: MeasuredTarget | None = None
     """Measured: what `placer.measure.Measurer` runs on."""
     calibration: Any = None
-    """"calibrated:FILE": the `placer.calibrate.Calibration` (links, overheads) of the real target."""
+    """"calibrated:FILE": the `placer.calibration.Calibration` (links, overheads) of the real target."""
     calibration_path: str | None = None
 
     def __str__(self) -> str:

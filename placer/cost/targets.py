@@ -134,13 +134,7 @@ class MeasuredCost(CostTarget):
             result = self.measurer.measure(self.graph, placement, config)
         except PlacerError as error:
             return StepTime.failed("runtime", str(error), self.backend, str(self.spec))
-        details = {"samples": tuple(result.samples), "moved_ops": tuple(result.moved_ops),
-                   "ops_checked": result.ops_checked, "ops_not_traced": result.ops_not_traced,
-                   "placement_check": result.placement_check,
-                   "overhead": dict(result.overhead)}
-        if not result.ok:
-            return StepTime.failed(result.failure.kind, result.failure.message, self.backend, str(self.spec), **details)
-        return StepTime(result.median, self.backend, str(self.spec), **details)
+        return StepTime.from_measurement(result, str(self.spec))
 
     def trace(self, placement: PlacementLike) -> str:
         config = dataclasses.replace(self.measurer.config, timed_steps=1, profile_steps=1)

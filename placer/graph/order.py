@@ -63,15 +63,13 @@ class OrderedGraph:
     barrier_devices: Mapping[str, str]
     """Every barrier NoOp -> the device of its chain."""
 
-    def place(self, op_devices: Mapping[str, str], devices, metadata: Mapping[str, Any] | None = None):
-        """The `Placement` of the ordered graph that runs every original op on the device `op_devices` gives
-        it (full names) and every barrier on its chain's device (a full or a short name)."""
-        from placer.placement import Placement
-
+    def placed_op_devices(self, op_devices: Mapping[str, str], devices) -> dict[str, str]:
+        """The device of every op of the ordered graph: every original op on the device `op_devices` gives it
+        (full names), every barrier on its chain's device (a full or a short name in `barrier_devices`).
+        `Placement.from_op_devices(ordered.graph, devices, ...)` makes it a placement."""
         full = {**{device.short_name: device.name for device in devices}, **{d.name: d.name for d in devices}}
-        placed = {op.name: op_devices[op.name] if op.name in op_devices else full[self.barrier_devices[op.name]]
-                  for op in self.graph.ops}
-        return Placement.from_op_devices(self.graph, devices, placed, dict(metadata or {}))
+        return {op.name: op_devices[op.name] if op.name in op_devices else full[self.barrier_devices[op.name]]
+                for op in self.graph.ops}
 
 
 INITIALIZER_RUNS_IT = "the initializer runs it too"

@@ -6,7 +6,7 @@ part per compute device (the GPUs when there are any) under the partitioner's ba
 parts get similar compute and few bytes cross them. Partitioners ignore memory: simulate the result to
 see whether it fits. Scotch is optional (`pip install placer[baselines]`); without its library,
 `make_heuristic` says which to install. `unit_partition` cuts the graph into many small parts for the
-hierarchical planner's starting grouping (`HierarchicalConfig.grouping_prior="partition"`).
+hierarchical planner's starting grouping (`agents.hierarchical.Args.grouping_prior="partition"`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,13 @@
-"""How a placement is timed: warm-up and timed steps, timeouts, placement checks and profiling."""
+"""How a placement is timed: warm-up and timed steps, timeouts, placement checks and profiling; and the
+command-line flags that set them (`add_measure_arguments`, `measure_config`), declared once for every command."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 from dataclasses import dataclass
+
+from placer.errors import PlacerError
 
 
 @dataclass(frozen=True)
@@ -45,3 +50,32 @@ class MeasureConfig:
         if self.answer_timeout is not None:
             return self.answer_timeout
         return self.setup_timeout + self.step_timeout * (self.warmup_steps + self.timed_steps + self.profile_steps + 2)
+
+
+def add_measure_arguments(parser: argparse.ArgumentParser, defaults: MeasureConfig = MeasureConfig(), *,
+                          old_repeats_flag: str | None = None) -> None:
+    """--warmup, --repeats and --step-timeout, defaulting to `defaults`' values; read them back with
+    `measure_config(args)`. old_repeats_flag: an earlier spelling of --repeats kept working, hidden from help."""
+    parser.add_argument("--warmup", type=int, default=defaults.warmup_steps, metavar="N",
+                        help=f"untimed steps first, the first one traced to check the placement (default "
+                        f"{defaults.warmup_steps})")
+    parser.add_argument("--repeats", type=int, default=defaults.timed_steps, metavar="N",
+                        help=f"timed steps; the step time is their median (default {defaults.timed_steps})")
+    if old_repeats_flag:
+        parser.add_argument(old_repeats_flag, dest="repeats", type=int, default=argparse.SUPPRESS,
+                            help=argparse.SUPPRESS)
+    parser.add_argument("--step-timeout", type=float, default=defaults.step_timeout, metavar="SECONDS",
+                        help=f"seconds before a step counts as hung (default {defaults.step_timeout:g})")
+
+
+def measure_config(args: argparse.Namespace, defaults: MeasureConfig = MeasureConfig()) -> MeasureConfig:
+    """The MeasureConfig that `add_measure_arguments`' flags describe (other fields from `defaults`); refuses
+    values that cannot time anything before any work."""
+    if args.warmup < 0:
+        raise PlacerError(f"--warmup must be 0 or more, got {args.warmup}")
+    if args.repeats < 1:
+        raise PlacerError(f"--repeats must be at least 1 (the step time is their median), got {args.repeats}")
+    if not args.step_timeout > 0:
+        raise PlacerError(f"--step-timeout must be a positive number of seconds, got {args.step_timeout}")
+    return dataclasses.replace(defaults, warmup_steps=args.warmup, timed_steps=args.repeats,
+                               step_timeout=args.step_timeout)

@@ -1,13 +1,13 @@
-"""The record of one measured placement: step-time samples, or a structured failure, plus placement checks.
-
-Records are small, immutable and JSON-serializable, so they cross process boundaries and go into files.
+"""The measurement worker's wire record of one measured placement: step-time samples, or a structured failure,
+placement checks, traces. It crosses the worker's process boundary only: `placer.cost.StepTime.from_measurement`
+turns it into the step-time record that every caller above prints, saves and compares.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Mapping
 
 FAILURE_KINDS = ("oom", "invalid", "timeout", "crash", "runtime")
 
@@ -52,7 +52,8 @@ class OpTime:
 
 @dataclass(frozen=True)
 class Measurement:
-    """Step times in seconds of K timed steps (after W discarded warm-up steps), or a failure."""
+    """Step times in seconds of K timed steps (after W discarded warm-up steps), or a failure; with the traces
+    that only the measure service's callers read (op_times, chrome_trace, worker_cpu)."""
 
     samples: tuple[float, ...] = ()
     failure: Failure | None = None
@@ -94,34 +95,3 @@ class Measurement:
     def spread(self) -> float:
         """Interquartile range of the samples in seconds (0 for fewer than two samples)."""
         return interquartile_range(self.samples)
-
-    @property
-    def placement_respected(self) -> bool:
-        return not self.moved_ops
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.pop("chrome_trace")  # megabytes of JSON; save it with its own file instead
-        data.update(ok=self.ok, median=None if not self.ok else self.median, spread=self.spread)
-        return data
-
-    def describe(self) -> str:
-        if not self.ok:
-            return f"FAILED ({self.failure.kind}): {self.failure.message}"
-        text = (
-            f"step time median {self.median * 1e3:.2f} ms, IQR {self.spread * 1e3:.2f} ms over "
-            f"{len(self.samples)} steps (min {min(self.samples) * 1e3:.2f}, max {max(self.samples) * 1e3:.2f})"
-        )
-        if self.moved_ops:
-            shown = "; ".join(
-                f"{m.op}: {m.requested} -> {m.actual}" + (f" (fused by grappler into {m.ran_as})" if m.ran_as else "")
-                for m in self.moved_ops[:5]
-            )
-            text += f"\nWARNING: TensorFlow moved {len(self.moved_ops)} ops: {shown}"
-        elif self.placement_check == "reused":
-            text += f"\nplacement check: all {self.ops_checked} ops ran where placed in earlier traced steps"
-        elif self.placement_check:
-            text += f"\nplacement check: all {self.ops_checked} traced ops ran where placed"
-        if self.ops_not_traced:
-            text += f" ({self.ops_not_traced} placed ops were optimized away or not traced)"
-        return text

@@ -364,24 +364,14 @@ def traced_step(metadata: config_pb2.RunMetadata) -> TracedStep:
     return TracedStep(ran_on, ran_as)
 
 
-def compare_placement(
-    metadata: config_pb2.RunMetadata,
-    op_devices: Mapping[str, str],
-    step_ops: frozenset[str] | None = None,
-    op_types: Mapping[str, str] | None = None,
-) -> tuple[tuple[MovedOp, ...], int, int]:
-    """Ops whose traced device differs from the requested one; counts of ops checked and of step ops
-    (default: all placed ops) that did not appear in the trace."""
-    return compare_traced(traced_step(metadata), op_devices, step_ops, op_types)
-
-
 def compare_traced(
     trace: TracedStep,
     op_devices: Mapping[str, str],
     step_ops: frozenset[str] | None = None,
     op_types: Mapping[str, str] | None = None,
 ) -> tuple[tuple[MovedOp, ...], int, int]:
-    """`compare_placement` of a step already read with `traced_step`."""
+    """Ops of a traced step (`traced_step`) whose device differs from the requested one; counts of ops checked
+    and of step ops (default: all placed ops) that did not appear in the trace."""
     ran_on, ran_as = trace.ran_on, trace.ran_as
     moved = []
     checked = 0

@@ -197,18 +197,3 @@ class Measurer:
         except (OSError, AttributeError):
             return "(no log)"
         return " | ".join(tf_logs.log_tail(text, lines)) or "(no error in its log)"
-
-
-def measure_step_time(
-    graph: OpGraph, placement: Placement | str = "single-device", target: Target | str = "inprocess:1",
-    config: MeasureConfig | None = None,
-) -> Measurement:
-    """One-off convenience: start a worker for `target`, measure, stop it. placement may name a heuristic
-    (`placer.heuristics`: single-device, round-robin, ...). For many placements keep a `Measurer` open
-    instead (it reuses the worker and graph)."""
-    with Measurer(target, config) as measurer:
-        if isinstance(placement, str):
-            from placer.heuristics import make_heuristic
-
-            placement = make_heuristic(placement, graph, measurer.devices)
-        return measurer.measure(graph, placement)

@@ -220,7 +220,7 @@ def parse_target(text: str, *, allow_exposed_ports: bool = False) -> Target:
         return _parse_local(text, allow_exposed_ports)
     if text == "env":
         if "PLACER_CLUSTER" not in os.environ:
-            raise DeviceSpecError("--cluster env needs $PLACER_CLUSTER, which `placer cluster up` sets in its shell")
+            raise DeviceSpecError("--target env needs $PLACER_CLUSTER, which `placer cluster up` sets in its shell")
         text = os.environ["PLACER_CLUSTER"]
     elif not text.startswith("{"):
         path = Path(text)

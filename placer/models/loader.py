@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
 from placer.errors import GraphBuildError, PlacerError
-from placer.models import MODELS, build_model, model_names, require_size
+from placer.models.registry import MODELS, build_model, model_names, require_size
 
 if TYPE_CHECKING:  # building graphs needs TensorFlow; checking a spec must not
     from placer.graph.opgraph import OpGraph

@@ -8,12 +8,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from placer.cost.record import StepTime
 from placer.devices import DeviceSet
 from placer.errors import MicroBatchError, ScheduleMismatchError
 from placer.graph.opgraph import OpGraph
 from placer.graph.order import OpChain, OrderViolation, enforce_order, order_violations, traced_links
 from placer.measure.config import MeasureConfig
-from placer.measure.result import Measurement
 from placer.placement import Placement
 from placer.schedule.from_placement import block_dependencies, op_blocks
 from placer.schedule.inference import forward_only_graph, forward_only_placement
@@ -91,17 +91,20 @@ def scheduled_step(step: MicroBatchedStep, placement: Placement, devices: Device
     chains = block_chains(step, placement, devices, plan)
     ordered = enforce_order(step.graph, chains)
     lifted = step.lift_placement(placement, devices).op_devices(step.graph)
-    ordered_placement = ordered.place(lifted, devices, {**placement.metadata, "schedule": plan.method,
-                                                        "micro_batches": plan.micro_batches})
+    ordered_placement = Placement.from_op_devices(
+        ordered.graph, devices, ordered.placed_op_devices(lifted, devices),
+        {**placement.metadata, "schedule": plan.method, "micro_batches": plan.micro_batches})
     return ScheduledStep(plan, step, ordered.graph, ordered_placement, chains)
 
 
 @dataclass(frozen=True)
 class ScheduleRun:
-    """One measured run of a scheduled step: its step time, and whether the traced step kept the order."""
+    """One measured run of a scheduled step: its step time, what the plan predicted, and whether the traced
+    step kept the plan's order."""
 
     method: str
-    measurement: Measurement
+    step_time: StepTime
+    """The measured step time (the timed steps' median), or why the step failed."""
     violations: tuple[OrderViolation, ...] = ()
     links_traced: int = 0
     links: int = 0
@@ -110,12 +113,12 @@ class ScheduleRun:
 
     @property
     def ok(self) -> bool:
-        return self.measurement.ok
+        return self.step_time.ok
 
     @property
     def seconds(self) -> float:
         """Median measured step time (inf when the step failed)."""
-        return self.measurement.median
+        return self.step_time.seconds
 
     @property
     def order_kept(self) -> bool | None:
@@ -126,15 +129,13 @@ class ScheduleRun:
 
     def to_json_dict(self) -> dict:
         """The run as `placer schedule --measure --json` and `placer apply --schedule --json` print it."""
-        return {"method": self.method, "measured_ms": self.seconds * 1e3 if self.ok else None,
-                "predicted_ms": self.predicted * 1e3 if self.predicted is not None else None,
+        return {"method": self.method, "step_time": self.step_time.to_dict(), "predicted_seconds": self.predicted,
                 "order_kept": self.order_kept, "violations": [v.describe() for v in self.violations],
-                "blocks_traced": self.links_traced, "blocks": self.links,
-                "failure": None if self.ok else self.measurement.failure.message}
+                "blocks_traced": self.links_traced, "blocks": self.links}
 
     def describe(self) -> str:
         if not self.ok:
-            return f"{self.method}: FAILED ({self.measurement.failure.kind}): {self.measurement.failure.message}"
+            return f"{self.method}: {self.step_time.describe()}"
         predicted = "" if self.predicted is None else f", predicted {self.predicted * 1e3:.2f} ms"
         order = {True: "order kept", False: f"order broken {len(self.violations)} times", None: "order not traced"}
         text = (f"{self.method}: measured {self.seconds * 1e3:.2f} ms{predicted}; {order[self.order_kept]} "
@@ -147,11 +148,12 @@ def run_schedule(measurer, scheduled: ScheduledStep, config: MeasureConfig | Non
     config = config or measurer.config
     config = dataclasses.replace(config, profile_steps=max(1, config.profile_steps))
     measurement = measurer.measure(scheduled.graph, scheduled.placement, config)
+    step_time = StepTime.from_measurement(measurement)
     predicted = scheduled.plan.seconds()
     if not measurement.ok or not measurement.chrome_trace:
-        return ScheduleRun(scheduled.plan.method, measurement, predicted=predicted)
+        return ScheduleRun(scheduled.plan.method, step_time, predicted=predicted)
     traced, links = traced_links(measurement.chrome_trace, scheduled.chains)
-    return ScheduleRun(scheduled.plan.method, measurement, order_violations(measurement.chrome_trace, scheduled.chains),
+    return ScheduleRun(scheduled.plan.method, step_time, order_violations(measurement.chrome_trace, scheduled.chains),
                        traced, links, predicted)
 
 

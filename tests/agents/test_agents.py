@@ -20,12 +20,12 @@ from placer.placement import read_placement_file
 from envs.placement import PlacementEnv
 from placer.placement import load_placement
 
-def HierarchicalConfig(**changes) -> Args:  # noqa: N802 - these tests pin the reference planner's behaviour
-    """The reference planner's settings with `changes`."""
+def reference_args(**changes) -> Args:
+    """The reference planner's settings with `changes`: these tests pin the reference planner's behaviour."""
     return replace(REFERENCE, **changes)
 
 
-SMALL = HierarchicalConfig(num_groups=4, hidden_size=32, grouping_hidden_size=16, learning_rate=0.05, seed=3)
+SMALL = reference_args(num_groups=4, hidden_size=32, grouping_hidden_size=16, learning_rate=0.05, seed=3)
 SMALL_COLOCATION = ColocationConfig(hidden_size=16, attention_window=4, learning_rate=0.05, seed=3)
 
 
@@ -51,7 +51,7 @@ def test_proposals_give_every_unit_a_device_through_its_group(env):
 
 
 def test_log_probabilities_match_how_often_placements_are_sampled(env):
-    config = HierarchicalConfig(num_groups=2, hidden_size=16, grouping_hidden_size=8, logits_noise_std=0.0, seed=1)
+    config = reference_args(num_groups=2, hidden_size=16, grouping_hidden_size=8, logits_noise_std=0.0, seed=1)
     planner = HierarchicalPlanner(env.graph, device_mask(env), config)
     policy = planner.policy
     groups = tf.constant(planner.sample()[0].groups, tf.int32)
@@ -299,7 +299,7 @@ def test_training_through_a_vector_environment(tmp_path):
 
 def test_per_decision_entropy_averages_the_grouper_over_units_and_the_placer_over_groups(env):
     summed = HierarchicalPlanner(env.graph, device_mask(env), SMALL)
-    averaged = HierarchicalPlanner(env.graph, device_mask(env), HierarchicalConfig(
+    averaged = HierarchicalPlanner(env.graph, device_mask(env), reference_args(
         **{**SMALL.__dict__, "entropy_normalization": "per-decision"}))
     sample = summed.sample()[0]
     logits = summed.policy.grouper_logits().numpy()
@@ -315,7 +315,7 @@ def test_per_decision_entropy_averages_the_grouper_over_units_and_the_placer_ove
     assert float(averaged.score([sample])[1][0]) == pytest.approx(
         grouper_entropy / units + float(placer_entropy) / groups, rel=1e-4)
     with pytest.raises(ValueError, match="entropy_normalization"):
-        HierarchicalConfig(entropy_normalization="mean")
+        reference_args(entropy_normalization="mean")
 
 
 def test_entropy_bonus_spreads_the_policy_when_rewards_carry_no_signal(env):
@@ -383,7 +383,7 @@ def _tower(unit_name: str) -> str | None:
 def test_partition_prior_starts_each_group_inside_one_tower_with_the_towers_in_two_halves():
     env = PlacementEnv(model="two-tower", size="small")
     env.reset(seed=0)
-    config = HierarchicalConfig(num_groups=8, hidden_size=16, grouping_hidden_size=8, grouping_prior="partition", seed=0)
+    config = reference_args(num_groups=8, hidden_size=16, grouping_hidden_size=8, grouping_prior="partition", seed=0)
     planner = HierarchicalPlanner(env.graph, device_mask(env), config)
     towers = [_tower(group.name) for group in env.graph.groups]
     greedy = planner.sample(greedy=True)[0].groups
@@ -402,7 +402,7 @@ def test_partition_prior_starts_each_group_inside_one_tower_with_the_towers_in_t
 def test_placement_prior_starts_the_placer_on_the_partitions_cut_one_tower_per_gpu():
     env = PlacementEnv(model="two-tower", size="small")
     env.reset(seed=0)
-    config = HierarchicalConfig(num_groups=8, hidden_size=16, grouping_hidden_size=8, grouping_prior="partition",
+    config = reference_args(num_groups=8, hidden_size=16, grouping_hidden_size=8, grouping_prior="partition",
                                 placement_prior_weight=1.0, seed=0)
     planner = HierarchicalPlanner(env.graph, device_mask(env), config, devices=env.devices)
     gpus = [i for i, d in enumerate(env.devices) if d.kind == "GPU"]
@@ -424,7 +424,7 @@ def test_placement_prior_starts_the_placer_on_the_partitions_cut_one_tower_per_g
 
 def test_unknown_grouping_prior_is_refused():
     with pytest.raises(ValueError, match="grouping_prior"):
-        HierarchicalConfig(grouping_prior="spectral")
+        reference_args(grouping_prior="spectral")
 
 
 def _weights(variables):

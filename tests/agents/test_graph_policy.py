@@ -143,10 +143,10 @@ def test_a_short_pre_training_places_a_graph_it_never_saw_better_than_an_untrain
 def test_pretrain_place_and_fine_tune_from_the_command_line(tmp_path, capsys):
     import json
 
-    from placer.cli import main
+    from agents.cli import main
 
     policy = tmp_path / "policy.npz"
-    assert main(["pretrain", "--models", "two-tower", "--machines", "modeled:2xV100", "--updates", "2", "--generated", "1",
+    assert main(["pretrain", "--models", "two-tower", "--target", "modeled:2xV100", "--updates", "2", "--generated", "1",
                  "--set", "hidden_size=16", "--set", "message_rounds=2", "--out", str(policy), "--no-progress"]) == 0
     printed = capsys.readouterr().out
     assert "two-tower:tiny@modeled:2xV100" in printed and "branchy-0-tiny@modeled:2xV100" in printed  # a generated graph
@@ -155,7 +155,7 @@ def test_pretrain_place_and_fine_tune_from_the_command_line(tmp_path, capsys):
     printed = json.loads(capsys.readouterr().out)
     assert printed["step_time"] > 0 and json.loads(placement.read_text())["metadata"]["method"] == "graph policy, zero-shot"
     # a device set the policy never saw is refused before the model is built
-    assert main(["place", "mlp", "--policy", str(policy), "--cluster", "modeled:4xV100"]) == 2
+    assert main(["place", "mlp", "--policy", str(policy), "--target", "modeled:4xV100"]) == 2
     assert "at most 3 devices, not 5" in capsys.readouterr().err
     # --init fine-tunes it with the graph agent
     runs = tmp_path / "runs"
@@ -171,8 +171,8 @@ def test_pretraining_on_a_calibrated_target_beside_modeled_gpus_then_placing_the
     devices, calibrated by hand; the op costs are profiled there on first use)."""
     import json
 
-    from placer.calibrate import Calibration, this_machine
-    from placer.cli import main
+    from placer.calibration import Calibration, this_machine
+    from agents.cli import main
 
     calibration = tmp_path / "calibration.json"
     Calibration(step_overhead=2e-4, spanning_overhead=1e-4, send_cpu=2e-5, send_cpu_per_byte=1e-10, recv_cpu=2e-5,
@@ -181,13 +181,13 @@ def test_pretraining_on_a_calibrated_target_beside_modeled_gpus_then_placing_the
                 rounds=2, machine=this_machine()).save(calibration)
     policy = tmp_path / "policy.npz"
     calibrated = f"calibrated:{calibration}"
-    assert main(["pretrain", "--models", "mlp", "--machines", "modeled:2xV100", calibrated, "--updates", "2",
+    assert main(["pretrain", "--models", "mlp", "--target", "modeled:2xV100", calibrated, "--updates", "2",
                  "--generated", "0", "--set", "hidden_size=16", "--set", "message_rounds=2", "--out", str(policy),
                  "--no-progress"]) == 0
     assert f"mlp:tiny@{calibrated}" in capsys.readouterr().out
     _, record = load_policy(policy)
     assert set(record["device_kinds"]) == {"CPU", "GPU"}
-    assert main(["place", "two-tower", "--policy", str(policy), "--cluster", calibrated, "--json"]) == 0
+    assert main(["place", "two-tower", "--policy", str(policy), "--target", calibrated, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["step_time"] > 0
 
 
@@ -399,10 +399,10 @@ def test_fine_tuning_with_the_moves_head_improves_on_its_start_on_a_graph_it_nev
 def test_pretrain_with_the_moves_head_then_fine_tune_and_place_from_the_command_line(tmp_path, capsys):
     import json
 
-    from placer.cli import main
+    from agents.cli import main
 
     policy = tmp_path / "moves.npz"
-    assert main(["pretrain", "--models", "two-tower", "--machines", "modeled:2xV100", "--updates", "3", "--generated", "0",
+    assert main(["pretrain", "--models", "two-tower", "--target", "modeled:2xV100", "--updates", "3", "--generated", "0",
                  "--set", "hidden_size=16", "--set", "message_rounds=2", "--set", "head=moves",
                  "--set", "moves_per_sample=4", "--out", str(policy), "--no-progress"]) == 0
     capsys.readouterr()

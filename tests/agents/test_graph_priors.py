@@ -98,11 +98,11 @@ def test_unknown_or_model_specific_heuristics_are_refused_as_voters():
 @pytest.mark.parametrize("head", ["one-shot", "moves"])
 def test_pretraining_can_start_by_imitating_each_pairs_best_heuristic(tmp_path, capsys, head):
     from agents.graph_policy import load_policy
-    from placer.cli import main
+    from agents.cli import main
 
     policy = tmp_path / "policy.npz"
     # then rewards train the same policy with the same Adam (the moves head's scorer included)
-    assert main(["pretrain", "--models", "two-tower", "mlp", "--machines", "modeled:2xV100", "--imitation-updates", "4",
+    assert main(["pretrain", "--models", "two-tower", "mlp", "--target", "modeled:2xV100", "--imitation-updates", "4",
                  "--updates", "2", "--generated", "0", "--set", "hidden_size=16", "--set", "message_rounds=2",
                  "--set", f"head={head}", "--out", str(policy), "--no-progress"]) == 0
     printed = capsys.readouterr().out
@@ -200,7 +200,7 @@ def test_placer_place_times_the_heuristics_unless_told_to_place_the_policys_own(
 
     from agents.graph_policy.policy import GraphPlacementPolicy, GraphPolicyConfig
     from agents.graph_policy.policy_file import save_policy
-    from placer.cli import main
+    from agents.cli import main
 
     path = save_policy(GraphPlacementPolicy(GraphPolicyConfig(hidden_size=16, message_rounds=2)), tmp_path / "p.npz",
                        trained_on={}, device_kinds={"CPU", "GPU"}, max_devices=3, head={"head": "moves"})

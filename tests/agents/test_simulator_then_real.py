@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from agents.experiment.config import ExperimentConfig, ExperimentError
 from agents.experiment.run import run_experiment
-from placer.calibrate import Calibration, this_machine
+from placer.calibration import Calibration, this_machine
 
 DEVICES = ("/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1")
 SMALL_AGENT = {"num_groups": 4, "hidden_size": 16, "grouping_hidden_size": 8}

@@ -95,7 +95,7 @@ def test_the_traced_step_keeps_the_enforced_order(long_and_short):
     from placer.graph.order import order_violations, traced_links
 
     step, measurement = _measure_ordered(long_and_short, "critical-path", corun=1)
-    assert measurement.ok, measurement.describe()
+    assert measurement.ok, measurement.failure
     chains = step.order.chains
     traced, links = traced_links(measurement.chrome_trace, chains)
     assert traced >= 5 and links == step.order.links
@@ -108,7 +108,7 @@ def test_ops_the_initializer_runs_are_left_free_so_the_ordered_step_initializes(
     assert order.left_free["global_step"] == order.left_free["table"] == INITIALIZER_RUNS_IT
     assert not {"global_step", "table"} & {op for chain in order.chains for link in chain.links for op in link}
     step, measurement = _measure_ordered(late_counter, "critical-path", corun=1)
-    assert measurement.ok, measurement.describe()
+    assert measurement.ok, measurement.failure
 
 
 def test_constants_are_left_free_because_grappler_drops_their_control_edges(long_and_short):
@@ -133,7 +133,7 @@ def test_a_time_threshold_orders_only_the_long_ops_and_the_trace_keeps_their_ord
     short = {op.name for op in long_and_short.step_ops} - set(everything.left_free) - matmuls
     assert {name for name, why in order.left_free.items() if why == "shorter than 100 us"} == short
     step, measurement = _measure_ordered(long_and_short, "critical-path", min_op_seconds=1e-4)
-    assert measurement.ok, measurement.describe()
+    assert measurement.ok, measurement.failure
     assert traced_links(measurement.chrome_trace, step.order.chains) == (order.links, order.links)
     assert order_violations(measurement.chrome_trace, step.order.chains) == ()
 

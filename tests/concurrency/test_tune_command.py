@@ -1,4 +1,4 @@
-"""`placer tune MODEL --cluster inprocess:1|local:...`: the arguments it refuses, and a testbed tuned end to end."""
+"""`placer tune MODEL --target inprocess:1|local:...`: the arguments it refuses, and a testbed tuned end to end."""
 
 import json
 import os
@@ -15,23 +15,23 @@ from placer.measure import LocalTestbed, parse_target
 CORES = len(os.sched_getaffinity(0))
 
 
-@pytest.mark.parametrize("cluster, complaint", [
+@pytest.mark.parametrize("target, complaint", [
     (f"local:{CORES + 1}", f"this process may use only {CORES}"),
     ("local:widths=1,intra=2", "worker 0 has 1 core"),
     ("local:1,inter=2", "fixes the threads that placer tune is choosing"),
     ("inprocess:1,intra=1", "fixes the threads that placer tune is choosing"),
     ("inprocess:2", "one in-process CPU device"),
-    ('{"worker": ["localhost:2222"]}', "use --cluster inprocess:1 or local:"),
+    ('{"worker": ["localhost:2222"]}', "use --target inprocess:1 or local:"),
 ])
-def test_tune_refuses_a_cluster_it_cannot_set_the_threads_of_before_starting_anything(cluster, complaint, capsys):
-    assert main(["tune", "two-tower", "--cluster", cluster]) == 2
+def test_tune_refuses_a_target_it_cannot_set_the_threads_of_before_starting_anything(target, complaint, capsys):
+    assert main(["tune", "two-tower", "--target", target]) == 2
     assert complaint in capsys.readouterr().err
 
 
 def test_tune_refuses_a_placement_in_process_and_an_unknown_one_on_the_testbed(capsys):
     assert main(["tune", "two-tower", "--placement", "expert"]) == 2
     assert "--placement is for the testbed's workers" in capsys.readouterr().err
-    assert main(["tune", "two-tower", "--cluster", "local:1", "--placement", "no-such-placement"]) == 2
+    assert main(["tune", "two-tower", "--target", "local:1", "--placement", "no-such-placement"]) == 2
     assert "neither a placement file nor a baseline" in capsys.readouterr().err
 
 
@@ -62,12 +62,12 @@ def test_tune_on_the_testbed_times_every_setting_and_names_the_cluster_to_use():
 
     if not isolation_available() or CORES < 2:
         pytest.skip("local:2 needs a private network namespace and two cores")
-    run = subprocess.run([sys.executable, "-m", "placer.cli", "tune", "two-tower", "--cluster", "local:2",
+    run = subprocess.run([sys.executable, "-m", "placer.cli", "tune", "two-tower", "--target", "local:2",
                           "--rounds", "1", "--warmup", "1", "--repeats", "2", "--json"],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(run.stdout[run.stdout.index("{"):])
-    assert result["cluster"] == "local:2"
+    assert result["target"] == "local:2"
     targets = {s["target"] for s in result["settings"].values()}
     assert targets == {"local:widths=1+1,intra=1+1,inter=1+1", "local:widths=1+1,intra=1+1,inter=2+2"}
     assert all(s["median"] > 0 and len(s["rounds"]) == 1 for s in result["settings"].values())

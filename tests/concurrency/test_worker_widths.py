@@ -180,7 +180,7 @@ def test_a_testbed_of_one_wide_worker_and_one_of_two_narrow_ones_run_a_placement
             assert [(d.cores, d.intra_op_threads, d.inter_op_threads) for d in devices] == widths
             assert measurer.testbed_info["cores"] == cores
             result = measurer.measure(mlp, Placement.round_robin(mlp, devices))
-            assert result.ok, result.describe()
+            assert result.ok, result.failure
 
 
 @two_cores

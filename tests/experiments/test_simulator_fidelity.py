@@ -210,7 +210,7 @@ def test_a_replay_predicts_the_runs_placements_again_against_its_measurements(tw
     """A finished run's rows keep their assignments; a replay predicts them with the calibration it is
     given (op costs from its cache) and recomputes the errors against the run's measurements."""
     import experiments.simulator_fidelity as fidelity
-    from placer.calibrate import Calibration, this_machine
+    from placer.calibration import Calibration, this_machine
     from placer.cost import open_target
     from placer.cost.calibrated import cost_cache
     from placer.profile import CostTable

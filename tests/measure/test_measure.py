@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 import tensorflow as tf
 
+from placer.cost import StepTime
 from placer.graph import graph_from_function
 from placer.measure import MeasureConfig, Measurer
 from placer.measure.runner import run_placed_step
@@ -43,7 +44,7 @@ def _hanging_graph():
 
 def test_measurement_returns_timed_samples_and_checks_the_placement(measurer, mlp):
     result = measurer.measure(mlp, Placement.round_robin(mlp, measurer.devices))
-    assert result.ok, result.describe()
+    assert result.ok, result.failure
     assert len(result.samples) == QUICK.timed_steps and all(s > 0 for s in result.samples)
     assert result.median == sorted(result.samples)[1]
     assert result.ops_checked > 20
@@ -65,13 +66,13 @@ def test_op_moved_by_soft_placement_is_reported(mlp):
     moved = {m.op for m in result.moved_ops}
     assert "dense/kernel" in moved or moved & set(moved_group.ops)
     assert all(m.requested.endswith("CPU:7") and m.actual.endswith("CPU:0") for m in result.moved_ops)
-    assert "TensorFlow moved" in result.describe()
+    assert "TensorFlow moved" in StepTime.from_measurement(result).describe()  # what `placer measure` prints
 
 
 def test_out_of_memory_is_a_failed_result_and_measuring_goes_on(measurer, mlp):
     graph = _oom_graph()
     result = measurer.measure(graph, Placement.on_device(graph, measurer.devices, 0))
-    assert not result.ok and result.failure.kind == "oom", result.describe()
+    assert not result.ok and result.failure.kind == "oom", result.failure
     assert result.median == float("inf")
     assert measurer.measure(mlp, Placement.on_device(mlp, measurer.devices, 0)).ok
 
@@ -81,7 +82,7 @@ def test_hung_step_fails_with_timeout_and_measuring_goes_on(measurer, mlp):
     started = time.monotonic()
     config = MeasureConfig(warmup_steps=1, timed_steps=1, step_timeout=2)
     result = measurer.measure(graph, Placement.on_device(graph, measurer.devices, 0), config)
-    assert not result.ok and result.failure.kind == "timeout", result.describe()
+    assert not result.ok and result.failure.kind == "timeout", result.failure
     assert time.monotonic() - started < 30
     assert measurer.measure(mlp, Placement.on_device(mlp, measurer.devices, 0)).ok
 
@@ -93,7 +94,7 @@ def test_killed_worker_is_a_crash_result_and_a_new_worker_takes_over(mlp):
         pid = measurer.worker_pid
         threading.Timer(2.0, os.kill, (pid, signal.SIGKILL)).start()
         result = measurer.measure(graph, placement)
-        assert not result.ok and result.failure.kind == "crash", result.describe()
+        assert not result.ok and result.failure.kind == "crash", result.failure
         assert measurer.restarts == 1
         again = measurer.measure(mlp, Placement.on_device(mlp, measurer.devices, 0))
         assert again.ok and measurer.worker_pid != pid
@@ -146,11 +147,11 @@ def test_reused_graph_runs_on_the_new_devices_and_a_wrong_device_is_still_caught
     good = {op.name: cpu0 for op in mlp.ops}
     wrong = _op_devices_with_group_on(mlp, "dense/kernel", cpu7, cpu0)
     first = loaded.measure(good, "", QUICK)
-    assert first.ok and first.placement_check == "traced" and not first.moved_ops, first.describe()
+    assert first.ok and first.placement_check == "traced" and not first.moved_ops, first.failure
     for _ in range(2):
         moved = loaded.measure(wrong, "", QUICK)
         assert moved.placement_check == "traced"
-        assert moved.moved_ops and all(m.requested.endswith("CPU:7") for m in moved.moved_ops), moved.describe()
+        assert moved.moved_ops and all(m.requested.endswith("CPU:7") for m in moved.moved_ops), (moved.failure, moved.moved_ops)
     again = loaded.measure(good, "", QUICK)
     assert again.ok and not again.moved_ops and again.placement_check == "reused"
     assert loaded.traced_steps == 3
@@ -165,7 +166,7 @@ def test_placements_whose_pairs_were_confirmed_are_not_traced_again(mlp, cpus2):
     single = Placement.on_device(mlp, cpus2, 0).op_devices(mlp)
     checks = [loaded.measure(op_devices, "", QUICK, local_cpus=2)
               for op_devices in (round_robin, single, round_robin, single, round_robin)]
-    assert all(m.ok for m in checks), [m.describe() for m in checks]
+    assert all(m.ok for m in checks), [m.failure for m in checks]
     assert [m.placement_check for m in checks] == ["traced", "traced", "reused", "reused", "reused"]
     assert loaded.traced_steps == 2
     assert checks[0].moved_ops and all(m.ran_as for m in checks[0].moved_ops)
@@ -186,10 +187,10 @@ def test_placements_whose_pairs_were_confirmed_are_not_traced_again(mlp, cpus2):
 def test_measurer_traces_a_repeated_placement_once(measurer, two_tower):
     placement = Placement.on_device(two_tower, measurer.devices, 0)
     first, second = (measurer.measure(two_tower, placement) for _ in range(2))
-    assert first.ok and second.ok, (first.describe(), second.describe())
+    assert first.ok and second.ok, (first.failure, second.failure)
     assert (first.placement_check, second.placement_check) == ("traced", "reused")
     assert second.ops_checked == first.ops_checked > 0 and not second.moved_ops
-    assert "earlier traced steps" in second.describe()
+    assert "earlier traced steps" in StepTime.from_measurement(second).describe()
 
 
 def test_session_left_open_for_the_answer_is_closed_before_the_next_placement(mlp, cpus2):

@@ -25,7 +25,7 @@ def test_placer_schedule_refuses_a_memory_limit_below_one_micro_batch(capsys):
 
 
 def test_placer_schedule_schedules_a_placed_model_from_the_simulators_costs(capsys):
-    status = main(["schedule", "--model", "two-tower", "--placement", "expert", "--cluster", "modeled:2xV100",
+    status = main(["schedule", "--model", "two-tower", "--placement", "expert", "--target", "modeled:2xV100",
                    "--micro-batches", "4", "--method", "1f1b", "--method", "tessel", "--time-limit", "5", "--json"])
     assert status == 0
     printed = json.loads(capsys.readouterr().out)
@@ -40,24 +40,24 @@ def test_placer_schedule_wants_a_shape_or_a_model(capsys):
 
 
 def test_placer_schedule_measure_runs_each_plan_for_real_and_reports_the_order_kept(capsys):
-    status = main(["schedule", "--model", "two-tower", "--micro-batches", "4", "--measure", "--cluster", "inprocess:2",
+    status = main(["schedule", "--model", "two-tower", "--micro-batches", "4", "--measure", "--target", "inprocess:2",
                    "--method", "gpipe", "--method", "1f1b", "--json"])
     assert status == 0
     report = json.loads(capsys.readouterr().out)
     assert [run["method"] for run in report["runs"]] == ["gpipe", "1f1b"]
     for run in report["runs"]:
         assert run["order_kept"] is True and run["blocks_traced"] == run["blocks"] == 16
-        assert run["measured_ms"] > 0 and run["predicted_ms"] > 0
+        assert run["step_time"]["ok"] and run["step_time"]["seconds"] > 0 and run["predicted_seconds"] > 0
 
 
 def test_placer_schedule_measure_refuses_micro_batches_that_do_not_divide_the_batch(capsys):
-    assert main(["schedule", "--model", "two-tower", "--micro-batches", "3", "--measure", "--cluster", "inprocess:2"]) == 2
+    assert main(["schedule", "--model", "two-tower", "--micro-batches", "3", "--measure", "--target", "inprocess:2"]) == 2
     assert "3 micro-batches do not divide the batch of 64" in capsys.readouterr().err
 
 
 def test_placer_schedule_measure_needs_a_measured_cluster(capsys):
-    assert main(["schedule", "--model", "two-tower", "--measure", "--cluster", "modeled:2xV100"]) == 2
-    assert "give a measured --cluster" in capsys.readouterr().err
+    assert main(["schedule", "--model", "two-tower", "--measure", "--target", "modeled:2xV100"]) == 2
+    assert "give a measured --target" in capsys.readouterr().err
 
 
 def test_placer_schedule_inference_schedules_forward_blocks_only(capsys):
@@ -69,7 +69,7 @@ def test_placer_schedule_inference_schedules_forward_blocks_only(capsys):
 
 def test_placer_schedule_measure_runs_inference_plans_as_forward_only_steps_that_keep_the_order(capsys):
     status = main(["schedule", "--model", "two-tower", "--inference", "--micro-batches", "4", "--measure",
-                   "--cluster", "inprocess:2", "--method", "sequential", "--method", "tessel-fast", "--json"])
+                   "--target", "inprocess:2", "--method", "sequential", "--method", "tessel-fast", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert status == 0, report
     assert {b["kind"] for b in report["template"]["blocks"]} == {"forward"}
