@@ -9,7 +9,7 @@ sample, the networks, then the agent: how it samples and the update, written out
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -18,7 +18,10 @@ import tensorflow_probability as tfp
 
 from agents.features import UnitFeatures, unit_features
 from agents.layers import LSTMCell, dense
-from agents.policy_gradient import standardized
+from agents.policy_gradient import (
+    BestSample, Parts, RewardBaseline, apply_gradients, check_loss_settings, decay_learning_rates, reinforce_loss,
+    standardized,
+)
 from placer.devices import DeviceSet
 from placer.graph.opgraph import OpGraph
 
@@ -104,10 +107,7 @@ class Args:
     """Seeds weights, sampling and noise."""
 
     def __post_init__(self):
-        if self.imitation_weight < 0:
-            raise ValueError(f"imitation_weight must be >= 0, got {self.imitation_weight}")
-        if self.entropy_normalization not in ("sum", "per-decision"):
-            raise ValueError(f"unknown entropy_normalization {self.entropy_normalization!r}: 'sum' or 'per-decision'")
+        check_loss_settings(self)
         if self.grouping_prior not in ("none", "partition"):
             raise ValueError(f"unknown grouping_prior {self.grouping_prior!r}: 'none' or 'partition'")
         if self.placement_prior_weight and self.grouping_prior == "none":
@@ -360,13 +360,11 @@ class HierarchicalPlanner:
         self.optimizer = tf.keras.optimizers.Adam(learning_rate=c.learning_rate)
         self.grouper_optimizer = (tf.keras.optimizers.Adam(learning_rate=c.grouper_learning_rate)
                                   if c.grouper_learning_rate else None)
-        self.reward_baseline = tf.Variable(0.0, trainable=False, name="baseline")
-        self.reward_baseline_ready = tf.Variable(False, trainable=False, name="baseline_ready")
+        self.reward_baseline = RewardBaseline(c.reward_baseline_decay)
+        self.best = BestSample()  # the best sample so far, its noise zeroed: what self-imitation maximizes
         self.updates = tf.Variable(0, trainable=False, dtype=tf.int64, name="updates")
         self.rng = tf.random.Generator.from_seed(c.seed)
         self._pending: list[Sample] = []
-        self._best_sample: Sample | None = None  # the best sample so far, its noise zeroed, for self-imitation
-        self._best_sample_reward = -np.inf
 
     # -- sampling ---------------------------------------------------------------------------------
 
@@ -398,61 +396,43 @@ class HierarchicalPlanner:
         if len(samples) != len(rewards):
             raise ValueError("learn() takes the rewards of the placements of the last propose()")
         rewards_t = tf.constant(np.asarray(rewards, np.float32))
-        mean_reward = tf.reduce_mean(rewards_t)
 
-        # 1. The reward baseline starts at the first rewards, not at 0.
-        if not bool(self.reward_baseline_ready.numpy()):
-            self.reward_baseline.assign(mean_reward)
-            self.reward_baseline_ready.assign(True)
-
-        # 2. Self-imitation's target: the best sample so far, without the noise it was drawn with.
-        best = int(np.argmax(rewards))
-        if rewards[best] > self._best_sample_reward:
-            self._best_sample = replace(samples[best], noise=np.zeros_like(samples[best].noise))
-            self._best_sample_reward = float(rewards[best])
+        # 1. Self-imitation's target: the best sample so far, without the noise it was drawn with.
+        self.best.offer(samples, rewards)
         imitating = c.imitation_weight > 0
 
-        # 3. Advantages: reward - reward baseline, standardized within the update if asked.
-        advantages = rewards_t - self.reward_baseline
+        # 2. Advantages: reward - reward baseline (which starts at the first update's mean reward),
+        # standardized within the update if asked.
+        advantages = self.reward_baseline.advantages(rewards_t)
         if c.normalize_advantages:
             advantages = standardized(advantages)
 
-        # 4. The loss: REINFORCE, minus the entropy bonus, minus self-imitation of the best sample's placer
+        # 3. The loss: REINFORCE, minus the entropy bonus, minus self-imitation of the best sample's placer
         # decisions (only the placer's: the grouper's ~10k per-unit choices make up almost all of a sample's
         # log-probability, about -5,000 nats on NMT-4 against the placer's ~-100, and are mostly sampling
         # accidents around the partition; imitating them all barely moved the placer). Every sample and the
         # best are scored in one batched pass.
         with tf.GradientTape() as tape:
-            log_probs, entropies, placer_log_probs = self.score([*samples, self._best_sample] if imitating else samples)
+            log_probs, entropies, placer_log_probs = self.score([*samples, self.best.sample] if imitating else samples)
             count = len(samples)
             log_probs, entropies = log_probs[:count], entropies[:count]
-            loss = tf.reduce_mean(-advantages * log_probs - c.entropy_weight * entropies)
+            loss = reinforce_loss(advantages, log_probs, entropies, c.entropy_weight)
             if imitating:
                 loss -= c.imitation_weight * placer_log_probs[count]
 
-        # 5. One gradient step: the global norm bounded, each part by its own optimizer.
+        # 4. One gradient step: the global norm bounded, each part by its own optimizer.
         parts = self._parameter_parts()
-        variables = [v for part_variables, _, _ in parts for v in part_variables]
-        gradients, norm = tf.clip_by_global_norm(tape.gradient(loss, variables), c.grad_bound)
-        start = 0
-        for part_variables, optimizer, _ in parts:
-            optimizer.apply_gradients(zip(gradients[start:start + len(part_variables)], part_variables))
-            start += len(part_variables)
+        norm = apply_gradients(tape, loss, parts, c.grad_bound)
 
         metrics = {}
         if imitating:
-            metrics["best_sample_log_prob"] = float(self.score([self._best_sample])[2][0])
+            metrics["best_sample_log_prob"] = float(self.score([self.best.sample])[2][0])
 
-        # 6. The reward baseline follows the rewards; the learning rates decay on schedule.
-        self.reward_baseline.assign(c.reward_baseline_decay * self.reward_baseline
-                                    + (1 - c.reward_baseline_decay) * mean_reward)
+        # 5. The reward baseline follows the rewards; the learning rates decay on schedule.
+        self.reward_baseline.follow(rewards_t)
         self.updates.assign_add(1)
-        step = int(self.updates.numpy())
-        if step > c.lr_decay_start:
-            decays = (step - c.lr_decay_start) // c.lr_decay_updates
-            for _, optimizer, initial in parts:
-                optimizer.learning_rate.assign(initial * c.lr_decay_rate ** decays)
-        return {"loss": float(loss), "reward_baseline": float(self.reward_baseline), "grad_norm": float(norm),
+        decay_learning_rates(parts, int(self.updates.numpy()), c)
+        return {"loss": float(loss), "reward_baseline": float(self.reward_baseline.value), "grad_norm": float(norm),
                 "entropy": float(tf.reduce_sum(entropies)) / count,
                 "learning_rate": float(self.optimizer.learning_rate), **metrics}
 
@@ -469,7 +449,7 @@ class HierarchicalPlanner:
             placer_entropy /= self.policy.num_groups
         return grouper_lp + placer_lp, grouper_entropy + placer_entropy, placer_lp
 
-    def _parameter_parts(self) -> list[tuple[list[tf.Variable], tf.keras.optimizers.Optimizer, float]]:
+    def _parameter_parts(self) -> Parts:
         """(variables, optimizer, initial learning rate) of each part a gradient step updates."""
         c = self.config
         if c.grouper_learning_rate is None:
@@ -485,9 +465,8 @@ class HierarchicalPlanner:
     # -- state: checkpoints, resume, the hand-over from the simulator -----------------------------
 
     def checkpoint_objects(self) -> Mapping[str, Any]:
-        # "baseline" names the reward baseline in checkpoints written before it was called so: kept for resume.
-        objects = {"policy": self.policy, "optimizer": self.optimizer, "baseline": self.reward_baseline,
-                   "baseline_ready": self.reward_baseline_ready, "updates": self.updates, "rng": self.rng}
+        objects = {"policy": self.policy, "optimizer": self.optimizer, **self.reward_baseline.checkpoint_objects(),
+                   "updates": self.updates, "rng": self.rng}
         if self.grouper_optimizer is not None:
             objects["grouper_optimizer"] = self.grouper_optimizer
         return objects
@@ -495,18 +474,10 @@ class HierarchicalPlanner:
     def rebase_best(self, reward: float) -> None:
         """The best sample's reward as measured on a new backend (training moved from the simulator to real
         execution): rewards from there on compare with it, not with the old backend's."""
-        if self._best_sample is not None:
-            self._best_sample_reward = float(reward)
+        self.best.rebase(reward)
 
     def numpy_state(self) -> Mapping[str, Any]:
-        best = None
-        if self._best_sample is not None:
-            best = {"reward": self._best_sample_reward,
-                    "sample": {key: value.tolist() for key, value in asdict(self._best_sample).items()}}
-        return {"config": asdict(self.config), "best_sample": best}
+        return {"config": asdict(self.config), "best_sample": self.best.to_state()}
 
     def load_numpy_state(self, state: Mapping[str, Any]) -> None:
-        best = state.get("best_sample")
-        if best is not None:
-            self._best_sample = Sample(**{key: np.asarray(value) for key, value in best["sample"].items()})
-            self._best_sample_reward = float(best["reward"])
+        self.best.load(state.get("best_sample"), Sample)

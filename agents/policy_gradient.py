@@ -22,51 +22,126 @@ import tensorflow as tf
 
 @dataclass(frozen=True)
 class PolicyGradientConfig:
+    """The REINFORCE settings of the colocation placer and the graph policy. Each field means what the field
+    of the same name of `agents.hierarchical.Args` means (documented there); the defaults are grappler's."""
+
     tanh_constant: float = 1.0
-    """Placer logits are bounded to C * tanh(logits)."""
     temperature: float = 1.0
-    """Placer logits are divided by it before sampling."""
     logits_noise_std: float = 0.5
-    """Gaussian noise added to placer logits while exploring early on."""
     noise_updates: int = 750
-    """Updates during which logit noise is added."""
     learning_rate: float = 0.1
-    """Adam's initial learning rate."""
     lr_decay_rate: float = 0.95
-    """Factor applied to the learning rate every `lr_decay_updates` updates..."""
     lr_decay_updates: int = 50
     lr_decay_start: int = 400
-    """...starting after this many updates."""
     grad_bound: float = 1.0
-    """Gradients are clipped to this global norm."""
     reward_baseline_decay: float = 0.9
-    """Decay of the reward baseline: the exponential moving average of rewards that REINFORCE subtracts."""
     entropy_weight: float = 0.0
-    """Weight of an entropy bonus in the loss (0: none, as the reference)."""
     entropy_normalization: str = "sum"
-    """What the entropy bonus (and the logged entropy) is: "sum" over every decision of a placement (the
-    grouper's ~10k per-unit choices then outweigh the placer's ~100), or "per-decision": each part's
-    entropy averaged over its decisions (grouper per unit, placer per group), then summed."""
+    """"sum" over every decision of a placement, or "per-decision": averaged over the decisions of each part."""
     normalize_advantages: bool = False
-    """Standardize the advantages of one update's samples (zero mean, unit std) before the loss, so the
-    entropy weight means the same whatever the reward scale; centering on the batch mean replaces the
-    reward baseline (False: raw reward - reward baseline, as the reference)."""
     imitation_weight: float = 0.0
-    """Self-imitation (Oh et al., 2018): every update also maximizes this weight times the log-probability
-    (without logit noise) of the best placement sampled so far (the hierarchical planner: of its placer's
-    devices for the best sample's groups). REINFORCE alone moves the policy by the average of a few
-    samples, and its greedy placement can stay far from the best one it has found (on NMT-4 with 4 GPUs,
-    417 ms against the best sample's 347); imitation pulls the policy to its best, so later samples search
-    around it (there: 314 ms, the greedy placement 348). The best is the highest single reward: on a noisy
-    backend that may be a lucky timing. 0: off (the reference)."""
+    """Self-imitation of the best placement sampled so far (its whole log-probability, without noise)."""
     seed: int = 0
-    """Seeds weights, sampling and noise."""
 
     def __post_init__(self):
-        if self.imitation_weight < 0:
-            raise ValueError(f"imitation_weight must be >= 0, got {self.imitation_weight}")
-        if self.entropy_normalization not in ("sum", "per-decision"):
-            raise ValueError(f"unknown entropy_normalization {self.entropy_normalization!r}: 'sum' or 'per-decision'")
+        check_loss_settings(self)
+
+
+def check_loss_settings(config) -> None:
+    """Refuse loss settings no policy-gradient agent knows (a config with imitation_weight and
+    entropy_normalization)."""
+    if config.imitation_weight < 0:
+        raise ValueError(f"imitation_weight must be >= 0, got {config.imitation_weight}")
+    if config.entropy_normalization not in ("sum", "per-decision"):
+        raise ValueError(f"unknown entropy_normalization {config.entropy_normalization!r}: 'sum' or 'per-decision'")
+
+
+Parts = list[tuple[list[tf.Variable], tf.keras.optimizers.Optimizer, float]]
+"""(variables, optimizer, initial learning rate) of each part of a policy a gradient step updates."""
+
+
+def reinforce_loss(advantages: tf.Tensor, log_probs: tf.Tensor, entropies: tf.Tensor,
+                   entropy_weight: float) -> tf.Tensor:
+    """REINFORCE over one update's samples: -(advantage x log-probability) - entropy bonus, averaged."""
+    return tf.reduce_mean(-advantages * log_probs - entropy_weight * entropies)
+
+
+def apply_gradients(tape: tf.GradientTape, loss: tf.Tensor, parts: Parts, grad_bound: float) -> tf.Tensor:
+    """One gradient step: the gradients of `loss` clipped to a global norm of `grad_bound` over every part,
+    each part stepped by its own optimizer. Returns the norm before clipping."""
+    variables = [v for part_variables, _, _ in parts for v in part_variables]
+    gradients, norm = tf.clip_by_global_norm(tape.gradient(loss, variables), grad_bound)
+    start = 0
+    for part_variables, optimizer, _ in parts:
+        optimizer.apply_gradients(zip(gradients[start:start + len(part_variables)], part_variables))
+        start += len(part_variables)
+    return norm
+
+
+def decay_learning_rates(parts: Parts, update: int, config) -> None:
+    """After `lr_decay_start` updates, each part's rate is its initial one x lr_decay_rate ** (decays so far,
+    one every `lr_decay_updates` updates)."""
+    if update > config.lr_decay_start:
+        decays = (update - config.lr_decay_start) // config.lr_decay_updates
+        for _, optimizer, initial in parts:
+            optimizer.learning_rate.assign(initial * config.lr_decay_rate ** decays)
+
+
+class RewardBaseline(tf.Module):
+    """REINFORCE's reward baseline: the exponential moving average of each update's mean reward, started at
+    the first update's mean rather than at 0."""
+
+    def __init__(self, decay: float):
+        super().__init__(name="reward_baseline")
+        self.decay = decay
+        self.value = tf.Variable(0.0, trainable=False, name="baseline")
+        self.ready = tf.Variable(False, trainable=False, name="baseline_ready")
+
+    def advantages(self, rewards: tf.Tensor) -> tf.Tensor:
+        """`rewards` minus the baseline."""
+        if not bool(self.ready.numpy()):
+            self.value.assign(tf.reduce_mean(rewards))
+            self.ready.assign(True)
+        return rewards - self.value
+
+    def follow(self, rewards: tf.Tensor) -> None:
+        """Move the baseline towards this update's mean reward."""
+        self.value.assign(self.decay * self.value + (1 - self.decay) * tf.reduce_mean(rewards))
+
+    def checkpoint_objects(self) -> dict[str, tf.Variable]:
+        # "baseline" names the reward baseline in checkpoints written before it was called so: kept for resume.
+        return {"baseline": self.value, "baseline_ready": self.ready}
+
+
+class BestSample:
+    """The best sample so far, its logit noise zeroed: what self-imitation maximizes. Plain data in the agent's
+    state (`to_state`, `load`), so a resumed run imitates the same sample."""
+
+    def __init__(self):
+        self.sample = None
+        self.reward = -np.inf
+
+    def offer(self, samples: Sequence, rewards: Sequence[float]) -> None:
+        best = int(np.argmax(rewards))
+        if rewards[best] > self.reward:
+            self.sample = replace(samples[best], noise=np.zeros_like(samples[best].noise))
+            self.reward = float(rewards[best])
+
+    def rebase(self, reward: float) -> None:
+        """The best sample's reward as measured on a new backend (training moved from the simulator to real
+        execution): rewards from there on compare with it, not with the old backend's."""
+        if self.sample is not None:
+            self.reward = float(reward)
+
+    def to_state(self) -> dict[str, Any] | None:
+        if self.sample is None:
+            return None
+        return {"reward": self.reward, "sample": {key: value.tolist() for key, value in asdict(self.sample).items()}}
+
+    def load(self, state: Mapping[str, Any] | None, sample_type: type) -> None:
+        if state is not None:
+            self.sample = sample_type(**{key: np.asarray(value) for key, value in state["sample"].items()})
+            self.reward = float(state["reward"])
 
 
 def standardized(advantages: tf.Tensor) -> tf.Tensor:
@@ -87,13 +162,11 @@ class PolicyGradientAgent:
         self.policy = policy
         self.num_devices = num_devices
         self.optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
-        self.reward_baseline = tf.Variable(0.0, trainable=False, name="baseline")
-        self.reward_baseline_ready = tf.Variable(False, trainable=False, name="baseline_ready")
+        self.reward_baseline = RewardBaseline(config.reward_baseline_decay)
         self.updates = tf.Variable(0, trainable=False, dtype=tf.int64, name="updates")
         self.rng = tf.random.Generator.from_seed(config.seed)
         self._pending: list = []
-        self._best_sample = None  # the best sample so far, with its noise zeroed, for self-imitation
-        self._best_sample_reward = -np.inf
+        self.best = BestSample()
 
     def _sample(self, greedy: bool = False):
         raise NotImplementedError
@@ -142,27 +215,19 @@ class PolicyGradientAgent:
         if len(samples) != len(rewards):
             raise ValueError("learn() takes the rewards of the placements of the last propose()")
         rewards_t = tf.constant(np.asarray(rewards, np.float32))
-        mean_reward = tf.reduce_mean(rewards_t)
-        if not bool(self.reward_baseline_ready.numpy()):  # start the reward baseline at the first rewards, not at 0
-            self.reward_baseline.assign(mean_reward)
-            self.reward_baseline_ready.assign(True)
-        best = int(np.argmax(rewards))
-        if rewards[best] > self._best_sample_reward:
-            self._best_sample = replace(samples[best], noise=np.zeros_like(samples[best].noise))
-            self._best_sample_reward = float(rewards[best])
-        advantages = rewards_t - self.reward_baseline
+        self.best.offer(samples, rewards)
+        advantages = self.reward_baseline.advantages(rewards_t)
         if self.config.normalize_advantages:
             advantages = standardized(advantages)
         loss, entropy_total, norm = self._step(samples, advantages)
         metrics = {}
         if self.config.imitation_weight > 0:
-            metrics["best_sample_log_prob"] = float(self._imitation_log_prob(self._best_sample))
-        decay = self.config.reward_baseline_decay
-        self.reward_baseline.assign(decay * self.reward_baseline + (1 - decay) * mean_reward)
+            metrics["best_sample_log_prob"] = float(self._imitation_log_prob(self.best.sample))
+        self.reward_baseline.follow(rewards_t)
         self.updates.assign_add(1)
-        self._decay_learning_rate()
+        decay_learning_rates(self._parameter_parts(), int(self.updates.numpy()), self.config)
         self._pending = []
-        return {"loss": float(loss), "reward_baseline": float(self.reward_baseline), "grad_norm": float(norm),
+        return {"loss": float(loss), "reward_baseline": float(self.reward_baseline.value), "grad_norm": float(norm),
                 "entropy": float(entropy_total) / len(samples), "learning_rate": float(self.optimizer.learning_rate),
                 **metrics}
 
@@ -171,58 +236,31 @@ class PolicyGradientAgent:
         imitating = self.config.imitation_weight > 0
         with tf.GradientTape() as tape:
             if imitating:
-                log_probs, entropies, imitation = self._log_probs_and_imitation(samples, self._best_sample)
+                log_probs, entropies, imitation = self._log_probs_and_imitation(samples, self.best.sample)
             else:
                 log_probs, entropies = self._log_probs(samples)
-            loss = tf.reduce_mean(-advantages * log_probs - self.config.entropy_weight * entropies)
-            entropy_total = tf.reduce_sum(entropies)
+            loss = reinforce_loss(advantages, log_probs, entropies, self.config.entropy_weight)
             if imitating:
                 loss -= self.config.imitation_weight * imitation
-        groups = self._parameter_groups()
-        variables = [v for group_variables, _, _ in groups for v in group_variables]
-        gradients = tape.gradient(loss, variables)
-        clipped_gradients, norm = tf.clip_by_global_norm(gradients, self.config.grad_bound)
-        start = 0
-        for group_variables, optimizer, _ in groups:
-            end = start + len(group_variables)
-            optimizer.apply_gradients(zip(clipped_gradients[start:end], group_variables))
-            start = end
-        return loss, entropy_total, norm
+        norm = apply_gradients(tape, loss, self._parameter_parts(), self.config.grad_bound)
+        return loss, tf.reduce_sum(entropies), norm
 
-    def _parameter_groups(self) -> list[tuple[list[tf.Variable], tf.keras.optimizers.Optimizer, float]]:
-        """(variables, optimizer, initial learning rate) for each set of variables a gradient step updates
-        (the decay schedule scales each initial rate); one Adam over the whole policy by default."""
+    def _parameter_parts(self) -> Parts:
+        """The parts a gradient step updates (the decay schedule scales each initial rate); one Adam over the
+        whole policy by default."""
         return [(list(self.policy.trainable_variables), self.optimizer, self.config.learning_rate)]
-
-    def _decay_learning_rate(self) -> None:
-        c, step = self.config, int(self.updates.numpy())
-        if step > c.lr_decay_start:
-            decays = (step - c.lr_decay_start) // c.lr_decay_updates
-            for _, optimizer, initial in self._parameter_groups():
-                optimizer.learning_rate.assign(initial * c.lr_decay_rate ** decays)
 
     # -- state -------------------------------------------------------------------------------------
 
     def checkpoint_objects(self) -> Mapping[str, Any]:
-        # "baseline" names the reward baseline in checkpoints written before it was called so: kept for resume.
-        return {"policy": self.policy, "optimizer": self.optimizer, "baseline": self.reward_baseline,
-                "baseline_ready": self.reward_baseline_ready, "updates": self.updates, "rng": self.rng}
+        return {"policy": self.policy, "optimizer": self.optimizer, **self.reward_baseline.checkpoint_objects(),
+                "updates": self.updates, "rng": self.rng}
 
     def rebase_best(self, reward: float) -> None:
-        """The best sample's reward as measured on a new backend (training moved from the simulator to real
-        execution): rewards from there on compare with it, not with the old backend's."""
-        if self._best_sample is not None:
-            self._best_sample_reward = float(reward)
+        self.best.rebase(reward)
 
     def numpy_state(self) -> Mapping[str, Any]:
-        best = None
-        if self._best_sample is not None:
-            best = {"reward": self._best_sample_reward,
-                    "sample": {key: value.tolist() for key, value in asdict(self._best_sample).items()}}
-        return {"config": asdict(self.config), "best_sample": best}
+        return {"config": asdict(self.config), "best_sample": self.best.to_state()}
 
     def load_numpy_state(self, state: Mapping[str, Any]) -> None:
-        best = state.get("best_sample")
-        if best is not None:
-            self._best_sample = self.sample_type(**{key: np.asarray(value) for key, value in best["sample"].items()})
-            self._best_sample_reward = float(best["reward"])
+        self.best.load(state.get("best_sample"), self.sample_type)

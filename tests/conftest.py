@@ -23,6 +23,23 @@ def two_tower():
 
 
 @pytest.fixture(scope="session")
+def string_op_graph():
+    """A step with a string op, which has no GPU kernel: where a placement must move or refuse it."""
+    import tensorflow as tf
+
+    from placer.graph import graph_from_function
+
+    def build():
+        w = tf.compat.v1.get_variable("w", [4], use_resource=True)
+        loss = tf.reduce_sum(tf.square(w), name="loss")
+        as_text = tf.strings.as_string(loss, name="loss_as_text")
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        return tf.group(train, as_text), loss
+
+    return graph_from_function(build, name="with-string-op")
+
+
+@pytest.fixture(scope="session")
 def cpus2():
     from placer.devices import local_devices
 

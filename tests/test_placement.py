@@ -31,19 +31,8 @@ def test_a_unit_left_out_is_named(mlp, cpus2):
         Placement.from_groups(mlp, cpus2, mapping)
 
 
-def test_op_without_a_kernel_on_the_device_type_is_named():
-    import tensorflow as tf
-
-    from placer.graph import graph_from_function
-
-    def build():
-        w = tf.compat.v1.get_variable("w", [4], use_resource=True)
-        loss = tf.reduce_sum(tf.square(w), name="loss")
-        as_text = tf.strings.as_string(loss, name="loss_as_text")  # string ops have no GPU kernels
-        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
-        return tf.group(train, as_text), loss
-
-    graph = graph_from_function(build, name="with-string-op")
+def test_op_without_a_kernel_on_the_device_type_is_named(string_op_graph):
+    graph = string_op_graph
     cpu_and_gpu = DeviceSet((Device("/job:localhost/replica:0/task:0/device:CPU:0", "CPU"),
                              Device("/job:localhost/replica:0/task:0/device:GPU:0", "GPU")))
     assert "GPU" not in graph.op("loss_as_text").kernel_devices

@@ -148,7 +148,7 @@ class GraphPolicyAgent(PolicyGradientAgent):
 
     def load_numpy_state(self, state) -> None:
         super().load_numpy_state(state)
-        if self._best_sample is not None and self.config.head == "moves":
+        if self.best.sample is not None and self.config.head == "moves":
             self._untried_starts = []  # a resumed run timed its starts before it stopped
 
     def voted_placement(self) -> np.ndarray:
@@ -164,7 +164,7 @@ class GraphPolicyAgent(PolicyGradientAgent):
         target_t = tf.constant(np.asarray(target, np.int32))
         # The variables rewards train too (the move scorer's get no gradient here): Adam refuses, later, a
         # variable it was not first called with.
-        variables = [v for group, _, _ in self._parameter_groups() for v in group]
+        variables = [v for part, _, _ in self._parameter_parts() for v in part]
         with tf.GradientTape() as tape:
             logits = self._masked_logits(tf.zeros([1, int(self.units.shape[0]), self.num_devices]))[0]
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=target_t, logits=logits))
@@ -177,7 +177,7 @@ class GraphPolicyAgent(PolicyGradientAgent):
     @property
     def anchor(self) -> np.ndarray:
         """The "moves" head: the placement samples move units of, the best one found (or the start)."""
-        return self.start if self._best_sample is None else self._best_sample.assignment
+        return self.start if self.best.sample is None else self.best.sample.assignment
 
     def _masked_logits(self, noise: tf.Tensor) -> tf.Tensor:
         """[B, U, D] for noise [B, U, D]."""
@@ -204,7 +204,7 @@ class GraphPolicyAgent(PolicyGradientAgent):
         log_probs, entropies = self._log_probs([sample])
         return log_probs[0], entropies[0]
 
-    def _parameter_groups(self):
+    def _parameter_parts(self):
         variables = list(self.policy.trainable_variables)
         if self.config.head == "one-shot":  # it never reads the move scorer, so no gradient reaches it
             variables = [v for v in variables if not v.name.startswith(MOVE_VARIABLES_PREFIX)]

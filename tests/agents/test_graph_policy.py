@@ -313,7 +313,7 @@ def test_the_anchor_follows_the_best_placement_found(two_tower_env):
     assignments = agent.propose(3)
     agent.learn(assignments, [-1.5, -1.2, -5.0])  # none beats it: the anchor stays
     np.testing.assert_array_equal(agent.best_guess(), agent.anchor)
-    np.testing.assert_array_equal(agent.anchor, agent._best_sample.assignment)
+    np.testing.assert_array_equal(agent.anchor, agent.best.sample.assignment)
     # a resumed agent climbs from the same anchor
     resumed = _moves_agent(two_tower_env, moves_per_sample=2)
     resumed.load_numpy_state(agent.numpy_state())

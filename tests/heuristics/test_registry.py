@@ -70,23 +70,9 @@ def _device(short: str, kind: str) -> Device:
     return Device(f"/job:localhost/replica:0/task:0/device:{short}", kind)
 
 
-def _graph_with_a_string_op():
-    import tensorflow as tf
-
-    from placer.graph import graph_from_function
-
-    def build():
-        w = tf.compat.v1.get_variable("w", [4], use_resource=True)
-        loss = tf.reduce_sum(tf.square(w), name="loss")
-        as_text = tf.strings.as_string(loss, name="loss_as_text")  # string ops have no GPU kernels
-        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
-        return tf.group(train, as_text), loss
-
-    return graph_from_function(build, name="with-string-op")
-
-
-def test_single_device_is_the_first_gpu_and_an_op_without_a_kernel_there_moves_to_a_device_that_has_one():
-    graph = _graph_with_a_string_op()
+def test_single_device_is_the_first_gpu_and_an_op_without_a_kernel_there_moves_to_a_device_that_has_one(
+        string_op_graph):
+    graph = string_op_graph
     devices = DeviceSet((_device("CPU:0", "CPU"), _device("GPU:0", "GPU"), _device("GPU:1", "GPU")))
     placement = single_device_placement(graph, devices)
     text_group = graph.op("loss_as_text").group
