@@ -1,4 +1,5 @@
-"""The colocation-RL placer (Mirhoseini et al., ICML 2017): seq-to-seq over colocation groups, no grouper.
+"""The colocation-RL placer (Mirhoseini et al., ICML 2017): seq-to-seq over colocation groups, no grouper,
+in one file: its settings, one sample, the network, then the agent (its update: `reinforce_update`).
 
 Every unit (colocation group) is a step of the sequence: an embedding of its pooled op features (op-type
 shares, sizes, adjacency) goes through a bidirectional LSTM; an LSTM decoder with attention emits a
@@ -10,6 +11,7 @@ around the current unit (`attention_window`; None: all of them, as the paper, at
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -17,7 +19,9 @@ import tensorflow_probability as tfp
 
 from agents.features import UnitFeatures, unit_features
 from agents.layers import LSTMCell, dense
-from agents.policy_gradient import PolicyGradientAgent, PolicyGradientConfig
+from agents.policy_gradient import (
+    PolicyGradientConfig, ReinforceAgent, logit_noise, reinforce_update, stateless_seeds,
+)
 from placer.graph.opgraph import OpGraph
 
 
@@ -127,8 +131,8 @@ class ColocationPolicy(tf.Module):
         return log_prob, entropy
 
 
-class ColocationPlacer(PolicyGradientAgent):
-    """Seq-to-seq placer over every colocation group, trained by policy gradient (ICML 2017's agent)."""
+class ColocationPlacer(ReinforceAgent):
+    """Seq-to-seq placer over every colocation group, trained by REINFORCE (ICML 2017's agent)."""
 
     name = "colocation"
     sample_type = UnitSample
@@ -139,16 +143,40 @@ class ColocationPlacer(PolicyGradientAgent):
                                   window=c.attention_window, tanh_constant=c.tanh_constant, seed=c.seed)
         super().__init__(c, policy, device_mask.shape[1])
 
-    def _sample(self, greedy: bool = False) -> UnitSample:
-        units, d = self.policy.num_units, self.num_devices
-        seeds = self._seeds(units)
-        noise = self._noise([units, d], greedy)
-        devices = self.policy.sample(seeds, noise, tf.constant(self.config.temperature), greedy=greedy)
+    # -- sampling ---------------------------------------------------------------------------------
+
+    def propose(self, count: int) -> list[np.ndarray]:
+        """`count` placements ([U] device per unit), one decoder pass each."""
+        self._pending = [self.sample() for _ in range(count)]
+        return [sample.assignment for sample in self._pending]
+
+    def best_guess(self) -> np.ndarray:
+        """The greedy placement: each unit's most likely device, no noise."""
+        return self.sample(greedy=True).assignment
+
+    def sample(self, greedy: bool = False) -> UnitSample:
+        units, d, c = self.policy.num_units, self.num_devices, self.config
+        seeds = stateless_seeds(self.rng, units)
+        noise = logit_noise(self.rng, [units, d], c, int(self.updates.numpy()), greedy)
+        devices = self.policy.sample(seeds, noise, tf.constant(c.temperature), greedy=greedy)
         return UnitSample(devices.numpy().astype(np.int64), noise.numpy())
 
-    def _log_prob(self, sample: UnitSample):
-        log_prob, entropy = self.policy.log_prob(tf.constant(sample.devices, tf.int32),
-                                                 tf.constant(sample.noise, tf.float32), tf.constant(self.config.temperature))
+    # -- one update -------------------------------------------------------------------------------
+
+    def learn(self, assignments: Sequence[np.ndarray], rewards: Sequence[float]) -> Mapping[str, float]:
+        """One REINFORCE update (`agents.policy_gradient.reinforce_update`) from the rewards of the last
+        `propose()`'s placements; returns the metrics to log."""
+        samples, self._pending = self._pending, []
+        parts = [(list(self.policy.trainable_variables), self.optimizer, self.config.learning_rate)]
+        return reinforce_update(self, samples, rewards, self.score, parts)
+
+    def score(self, samples: Sequence[UnitSample]) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """[B] log-probabilities, [B] entropies (summed over units, or averaged per unit as
+        `entropy_normalization` asks) and [B] what self-imitation maximizes (the whole log-probability) of
+        `samples` under the current policy."""
+        scored = [self.policy.log_prob(tf.constant(s.devices, tf.int32), tf.constant(s.noise, tf.float32),
+                                       tf.constant(self.config.temperature)) for s in samples]
+        log_probs, entropies = tf.stack([lp for lp, _ in scored]), tf.stack([e for _, e in scored])
         if self.config.entropy_normalization == "per-decision":
-            entropy = entropy / self.policy.num_units
-        return log_prob, entropy
+            entropies = entropies / self.policy.num_units
+        return log_probs, entropies, log_probs

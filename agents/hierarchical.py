@@ -4,12 +4,13 @@ A feed-forward grouper assigns every unit (colocation group) of the graph to one
 placer with attention gives each group a device; both are trained jointly by REINFORCE on the step time
 of the placements they sample. Read top to bottom: the settings (`Args`, whose defaults are the values
 `placer train` runs; `REFERENCE`, the numbers of TensorFlow grappler's `hierarchical_controller.py`), one
-sample, the networks, then the agent: how it samples and the update, written out in order.
+sample, the networks, then the agent: how it samples and scores placements, and its update (the steps of
+REINFORCE the learned placers share, in order, in `agents.policy_gradient.reinforce_update`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -19,8 +20,7 @@ import tensorflow_probability as tfp
 from agents.features import UnitFeatures, unit_features
 from agents.layers import LSTMCell, dense
 from agents.policy_gradient import (
-    BestSample, Parts, RewardBaseline, apply_gradients, check_loss_settings, decay_learning_rates, reinforce_loss,
-    standardized,
+    Parts, ReinforceAgent, check_loss_settings, logit_noise, reinforce_update, stateless_seeds,
 )
 from placer.devices import DeviceSet
 from placer.graph.opgraph import OpGraph
@@ -325,18 +325,18 @@ class HierarchicalPolicy(tf.Module):
 # -- the agent ------------------------------------------------------------------------------------
 
 
-class HierarchicalPlanner:
+class HierarchicalPlanner(ReinforceAgent):
     """Grouper + placer trained jointly by REINFORCE: `propose` samples placements, `learn` is one update."""
 
     name = "hierarchical"
+    sample_type = Sample
 
     def __init__(self, graph: OpGraph, device_mask: np.ndarray, config: Args | None = None,
                  devices: DeviceSet | None = None):
         """device_mask: [U, D] 1 where a unit may run on a device (the environment's `device_mask`).
         devices: the environment's devices, needed by `placement_prior_weight` to find the compute devices."""
-        c = self.config = config or Args()
-        self.num_devices = device_mask.shape[1]
-        num_groups = c.groups_for(self.num_devices)
+        c = config or Args()
+        num_groups = c.groups_for(device_mask.shape[1])
         prior_groups = prior_devices = None
         if c.grouping_prior == "partition":
             from placer.heuristics.partitioners import unit_partition
@@ -349,22 +349,17 @@ class HierarchicalPlanner:
             from placer.models.expert import compute_devices, spread
 
             prior_devices = np.asarray(spread(num_groups, compute_devices(devices)), np.int64)
-        self.policy = HierarchicalPolicy(
+        policy = HierarchicalPolicy(
             unit_features(graph), device_mask[: len(graph.groups)], num_groups=num_groups,
             grouping_hidden_size=c.grouping_hidden_size, hidden_size=c.hidden_size, tanh_constant=c.tanh_constant,
             seed=c.seed, prior_groups=prior_groups, prior_weight=c.grouping_prior_weight,
             prior_devices=prior_devices, placement_prior_weight=c.placement_prior_weight,
         )
-        # Per-part optimizers: one Adam for the placer (and the grouper, unless it has its own rate); a
-        # grouper rate of 0 freezes the grouper, so it gets no optimizer at all.
-        self.optimizer = tf.keras.optimizers.Adam(learning_rate=c.learning_rate)
+        super().__init__(c, policy, device_mask.shape[1])
+        # Per-part optimizers: the inherited Adam for the placer (and the grouper, unless it has its own rate);
+        # a grouper rate of 0 freezes the grouper, so it gets no optimizer at all.
         self.grouper_optimizer = (tf.keras.optimizers.Adam(learning_rate=c.grouper_learning_rate)
                                   if c.grouper_learning_rate else None)
-        self.reward_baseline = RewardBaseline(c.reward_baseline_decay)
-        self.best = BestSample()  # the best sample so far, its noise zeroed: what self-imitation maximizes
-        self.updates = tf.Variable(0, trainable=False, dtype=tf.int64, name="updates")
-        self.rng = tf.random.Generator.from_seed(c.seed)
-        self._pending: list[Sample] = []
 
     # -- sampling ---------------------------------------------------------------------------------
 
@@ -380,10 +375,8 @@ class HierarchicalPlanner:
     def sample(self, count: int = 1, greedy: bool = False) -> list[Sample]:
         """`count` samples (the greedy one `count` times when greedy), with what scoring them again needs."""
         g, d, c = self.policy.num_groups, self.num_devices, self.config
-        # Stateless seeds drawn from a checkpointed generator: resuming replays the same draws.
-        seeds = tf.cast(tf.transpose(self.rng.make_seeds(g + 1)) % (2**31 - 1), tf.int32)
-        noisy = not greedy and int(self.updates.numpy()) < c.noise_updates and c.logits_noise_std > 0
-        noise = self.rng.normal([count, g, d], stddev=c.logits_noise_std) if noisy else tf.zeros([count, g, d])
+        seeds = stateless_seeds(self.rng, g + 1)  # the grouper's, then one per group
+        noise = logit_noise(self.rng, [count, g, d], c, int(self.updates.numpy()), greedy)
         groups, devices = self.policy.sample(seeds, noise, tf.constant(c.temperature), greedy=greedy)
         groups, devices, noise = groups.numpy().astype(np.int64), devices.numpy().astype(np.int64), noise.numpy()
         return [Sample(groups[i], devices[i], noise[i]) for i in range(count)]
@@ -391,55 +384,23 @@ class HierarchicalPlanner:
     # -- one update -------------------------------------------------------------------------------
 
     def learn(self, assignments: Sequence[np.ndarray], rewards: Sequence[float]) -> Mapping[str, float]:
-        """One update from the rewards of the last `propose()`'s placements; returns metrics to log."""
-        c, samples, self._pending = self.config, self._pending, []
-        if len(samples) != len(rewards):
-            raise ValueError("learn() takes the rewards of the placements of the last propose()")
-        rewards_t = tf.constant(np.asarray(rewards, np.float32))
-
-        # 1. Self-imitation's target: the best sample so far, without the noise it was drawn with.
-        self.best.offer(samples, rewards)
-        imitating = c.imitation_weight > 0
-
-        # 2. Advantages: reward - reward baseline (which starts at the first update's mean reward),
-        # standardized within the update if asked.
-        advantages = self.reward_baseline.advantages(rewards_t)
-        if c.normalize_advantages:
-            advantages = standardized(advantages)
-
-        # 3. The loss: REINFORCE, minus the entropy bonus, minus self-imitation of the best sample's placer
-        # decisions (only the placer's: the grouper's ~10k per-unit choices make up almost all of a sample's
-        # log-probability, about -5,000 nats on NMT-4 against the placer's ~-100, and are mostly sampling
-        # accidents around the partition; imitating them all barely moved the placer). Every sample and the
-        # best are scored in one batched pass.
-        with tf.GradientTape() as tape:
-            log_probs, entropies, placer_log_probs = self.score([*samples, self.best.sample] if imitating else samples)
-            count = len(samples)
-            log_probs, entropies = log_probs[:count], entropies[:count]
-            loss = reinforce_loss(advantages, log_probs, entropies, c.entropy_weight)
-            if imitating:
-                loss -= c.imitation_weight * placer_log_probs[count]
-
-        # 4. One gradient step: the global norm bounded, each part by its own optimizer.
-        parts = self._parameter_parts()
-        norm = apply_gradients(tape, loss, parts, c.grad_bound)
-
-        metrics = {}
-        if imitating:
-            metrics["best_sample_log_prob"] = float(self.score([self.best.sample])[2][0])
-
-        # 5. The reward baseline follows the rewards; the learning rates decay on schedule.
-        self.reward_baseline.follow(rewards_t)
-        self.updates.assign_add(1)
-        decay_learning_rates(parts, int(self.updates.numpy()), c)
-        return {"loss": float(loss), "reward_baseline": float(self.reward_baseline.value), "grad_norm": float(norm),
-                "entropy": float(tf.reduce_sum(entropies)) / count,
-                "learning_rate": float(self.optimizer.learning_rate), **metrics}
+        """One update from the rewards of the last `propose()`'s placements, in order
+        (`agents.policy_gradient.reinforce_update`): the best sample so far becomes self-imitation's target;
+        advantages are the rewards minus the reward baseline (standardized within the update); the loss is
+        REINFORCE minus the entropy bonus minus self-imitation of the best sample's placer decisions, every
+        sample and the best scored in one batched pass; one gradient step with the global norm bounded, the
+        grouper and the placer each by its own Adam; then the reward baseline follows the rewards and the
+        learning rates decay. Returns the metrics to log."""
+        samples, self._pending = self._pending, []
+        return reinforce_update(self, samples, rewards, self.score, self._parameter_parts())
 
     def score(self, samples: Sequence[Sample]) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """Under the current policy, in one batched pass, each [B]: the samples' log-probabilities, their
         entropies (summed over every decision, or averaged per part as `entropy_normalization` asks), and
-        the placer's part of the log-probabilities (what self-imitation maximizes)."""
+        the placer's part of the log-probabilities: what self-imitation maximizes, because the grouper's ~10k
+        per-unit choices make up almost all of a sample's log-probability (about -5,000 nats on NMT-4 against
+        the placer's ~-100) and are mostly sampling accidents around the partition; imitating them all barely
+        moved the placer."""
         grouper_lp, placer_lp, grouper_entropy, placer_entropy = self.policy.log_prob(
             tf.constant(np.stack([s.groups for s in samples]), tf.int32),
             tf.constant(np.stack([s.group_devices for s in samples]), tf.int32),
@@ -464,20 +425,8 @@ class HierarchicalPlanner:
 
     # -- state: checkpoints, resume, the hand-over from the simulator -----------------------------
 
-    def checkpoint_objects(self) -> Mapping[str, Any]:
-        objects = {"policy": self.policy, "optimizer": self.optimizer, **self.reward_baseline.checkpoint_objects(),
-                   "updates": self.updates, "rng": self.rng}
+    def checkpoint_objects(self) -> dict[str, Any]:
+        objects = super().checkpoint_objects()
         if self.grouper_optimizer is not None:
             objects["grouper_optimizer"] = self.grouper_optimizer
         return objects
-
-    def rebase_best(self, reward: float) -> None:
-        """The best sample's reward as measured on a new backend (training moved from the simulator to real
-        execution): rewards from there on compare with it, not with the old backend's."""
-        self.best.rebase(reward)
-
-    def numpy_state(self) -> Mapping[str, Any]:
-        return {"config": asdict(self.config), "best_sample": self.best.to_state()}
-
-    def load_numpy_state(self, state: Mapping[str, Any]) -> None:
-        self.best.load(state.get("best_sample"), Sample)

@@ -1,4 +1,5 @@
-"""REINFORCE with a reward baseline, for the colocation placer and the graph policy; `standardized` for all.
+"""The pieces of REINFORCE with a reward baseline that the learned placers share, each agent's update
+calling them in order (agents/hierarchical.py, agents/colocation.py, agents/graph_policy/agent.py).
 
 Defaults follow TensorFlow's grappler `hierarchical_controller.py` (see ../shared/FINDINGS.md): logit
 noise 0.5 for the first 750 updates, Adam at 0.1 decayed 0.95 every 50 updates after update 400,
@@ -6,15 +7,12 @@ gradient-norm bound 1, reward baseline decay 0.9, no entropy term. The loss is
 -(reward - reward baseline) * log p(placement), averaged over the placements of one update. Off by
 default, beyond the reference: an entropy bonus (summed, or averaged per decision), advantages
 standardized within each update's samples, and self-imitation of the best placement sampled so far.
-A policy supplies `_sample(greedy)` (an object with `.assignment`) and `_log_prob(sample)` (the
-log-probability and the entropy to reward, normalized as `entropy_normalization` asks). The hierarchical
-planner writes the same update out in its own file (agents/hierarchical.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -144,119 +142,33 @@ class BestSample:
             self.reward = float(state["reward"])
 
 
-def standardized(advantages: tf.Tensor) -> tf.Tensor:
-    """Advantages shifted to zero mean and scaled to unit std; all zeros when they are all equal."""
-    centered = advantages - tf.reduce_mean(advantages)
-    std = tf.math.reduce_std(advantages)
-    return tf.where(std > 1e-8, centered / tf.maximum(std, 1e-8), tf.zeros_like(centered))
+class ReinforceAgent:
+    """What every policy-gradient placer keeps between updates besides its policy: the optimizer, the reward
+    baseline, the best sample, the update count and the random generator, checkpointed and resumed one way.
+    It holds no step of the algorithm: each agent's file has its sampling, its scoring and its update."""
 
+    sample_type: type
+    """The dataclass of the agent's samples (with a `noise` field): the best one is rebuilt from plain data."""
 
-class PolicyGradientAgent:
-    name = "policy-gradient"
-    sample_type: type = object
-    """The dataclass `_sample` returns (of numpy arrays, with a `noise` field): the best sample is saved as
-    plain data and rebuilt from it on resume."""
-
-    def __init__(self, config: PolicyGradientConfig, policy: tf.Module, num_devices: int):
+    def __init__(self, config, policy: tf.Module, num_devices: int,
+                 optimizer: tf.keras.optimizers.Optimizer | None = None):
         self.config = config
         self.policy = policy
         self.num_devices = num_devices
-        self.optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
+        self.optimizer = optimizer or tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
         self.reward_baseline = RewardBaseline(config.reward_baseline_decay)
+        self.best = BestSample()
         self.updates = tf.Variable(0, trainable=False, dtype=tf.int64, name="updates")
         self.rng = tf.random.Generator.from_seed(config.seed)
         self._pending: list = []
-        self.best = BestSample()
 
-    def _sample(self, greedy: bool = False):
-        raise NotImplementedError
-
-    def _log_prob(self, sample) -> tuple[tf.Tensor, tf.Tensor]:
-        raise NotImplementedError
-
-    def _log_probs(self, samples) -> tuple[tf.Tensor, tf.Tensor]:
-        """[B] log-probabilities and [B] entropies of several samples; a policy that can score them in one
-        batched pass overrides this."""
-        scored = [self._log_prob(sample) for sample in samples]
-        return tf.stack([lp for lp, _ in scored]), tf.stack([entropy for _, entropy in scored])
-
-    def _imitation_log_prob(self, sample) -> tf.Tensor:
-        """What self-imitation maximizes: the sample's log-probability, by default."""
-        return self._log_prob(sample)[0]
-
-    def _log_probs_and_imitation(self, samples, best) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """`_log_probs(samples)` and `_imitation_log_prob(best)`; a policy that can score them all in one
-        batched pass overrides this."""
-        return (*self._log_probs(samples), self._imitation_log_prob(best))
-
-    def _noise(self, shape, greedy: bool) -> tf.Tensor:
-        noisy = (not greedy and int(self.updates.numpy()) < self.config.noise_updates and self.config.logits_noise_std > 0)
-        return self.rng.normal(shape, stddev=self.config.logits_noise_std) if noisy else tf.zeros(shape)
-
-    def _seeds(self, count: int) -> tf.Tensor:
-        # Stateless seeds drawn from a checkpointed generator: resuming replays the same draws.
-        return tf.cast(tf.transpose(self.rng.make_seeds(count)) % (2**31 - 1), tf.int32)
-
-    # -- the agent interface -----------------------------------------------------------------------
-
-    def _samples(self, count: int, greedy: bool = False) -> list:
-        """`count` samples; a policy that can draw them in one batched pass overrides this."""
-        return [self._sample(greedy) for _ in range(count)]
-
-    def propose(self, count: int) -> list[np.ndarray]:
-        self._pending = self._samples(count)
-        return [s.assignment for s in self._pending]
-
-    def best_guess(self) -> np.ndarray:
-        return self._sample(greedy=True).assignment
-
-    def learn(self, assignments: Sequence[np.ndarray], rewards: Sequence[float]) -> Mapping[str, float]:
-        samples = self._pending
-        if len(samples) != len(rewards):
-            raise ValueError("learn() takes the rewards of the placements of the last propose()")
-        rewards_t = tf.constant(np.asarray(rewards, np.float32))
-        self.best.offer(samples, rewards)
-        advantages = self.reward_baseline.advantages(rewards_t)
-        if self.config.normalize_advantages:
-            advantages = standardized(advantages)
-        loss, entropy_total, norm = self._step(samples, advantages)
-        metrics = {}
-        if self.config.imitation_weight > 0:
-            metrics["best_sample_log_prob"] = float(self._imitation_log_prob(self.best.sample))
-        self.reward_baseline.follow(rewards_t)
-        self.updates.assign_add(1)
-        decay_learning_rates(self._parameter_parts(), int(self.updates.numpy()), self.config)
-        self._pending = []
-        return {"loss": float(loss), "reward_baseline": float(self.reward_baseline.value), "grad_norm": float(norm),
-                "entropy": float(entropy_total) / len(samples), "learning_rate": float(self.optimizer.learning_rate),
-                **metrics}
-
-    def _step(self, samples, advantages):
-        """One gradient step of REINFORCE."""
-        imitating = self.config.imitation_weight > 0
-        with tf.GradientTape() as tape:
-            if imitating:
-                log_probs, entropies, imitation = self._log_probs_and_imitation(samples, self.best.sample)
-            else:
-                log_probs, entropies = self._log_probs(samples)
-            loss = reinforce_loss(advantages, log_probs, entropies, self.config.entropy_weight)
-            if imitating:
-                loss -= self.config.imitation_weight * imitation
-        norm = apply_gradients(tape, loss, self._parameter_parts(), self.config.grad_bound)
-        return loss, tf.reduce_sum(entropies), norm
-
-    def _parameter_parts(self) -> Parts:
-        """The parts a gradient step updates (the decay schedule scales each initial rate); one Adam over the
-        whole policy by default."""
-        return [(list(self.policy.trainable_variables), self.optimizer, self.config.learning_rate)]
-
-    # -- state -------------------------------------------------------------------------------------
-
-    def checkpoint_objects(self) -> Mapping[str, Any]:
+    def checkpoint_objects(self) -> dict[str, Any]:
         return {"policy": self.policy, "optimizer": self.optimizer, **self.reward_baseline.checkpoint_objects(),
                 "updates": self.updates, "rng": self.rng}
 
     def rebase_best(self, reward: float) -> None:
+        """The best sample's reward as measured on a new backend (training moved from the simulator to real
+        execution): rewards from there on compare with it, not with the old backend's."""
         self.best.rebase(reward)
 
     def numpy_state(self) -> Mapping[str, Any]:
@@ -264,3 +176,72 @@ class PolicyGradientAgent:
 
     def load_numpy_state(self, state: Mapping[str, Any]) -> None:
         self.best.load(state.get("best_sample"), self.sample_type)
+
+
+Scores = Callable[[Sequence], tuple[tf.Tensor, tf.Tensor, tf.Tensor]]
+"""A policy's scoring of samples in one pass: [B] log-probabilities, [B] entropies (normalized as its
+`entropy_normalization` asks), and [B] what self-imitation maximizes of each (its whole log-probability, or a
+part of it: the hierarchical planner's placer decisions)."""
+
+
+def reinforce_update(agent, samples: Sequence, rewards: Sequence[float], score: Scores, parts: Parts) -> dict[str, float]:
+    """One update of REINFORCE with a reward baseline, written out in order, for an agent with `config`,
+    `best` (BestSample), `reward_baseline` (RewardBaseline), `updates` and `optimizer`: the samples of its last
+    proposal and their rewards in, the metrics to log out."""
+    c = agent.config
+    if len(samples) != len(rewards):
+        raise ValueError("learn() takes the rewards of the placements of the last propose()")
+    rewards_t = tf.constant(np.asarray(rewards, np.float32))
+
+    # 1. Self-imitation's target: the best sample so far, without the noise it was drawn with.
+    agent.best.offer(samples, rewards)
+    imitating = c.imitation_weight > 0
+
+    # 2. Advantages: reward - reward baseline (which starts at the first update's mean reward), standardized
+    # within the update if asked.
+    advantages = agent.reward_baseline.advantages(rewards_t)
+    if c.normalize_advantages:
+        advantages = standardized(advantages)
+
+    # 3. The loss: REINFORCE, minus the entropy bonus, minus self-imitation of the best sample; the samples
+    # and the best are scored in one pass.
+    count = len(samples)
+    with tf.GradientTape() as tape:
+        log_probs, entropies, imitation = score([*samples, agent.best.sample] if imitating else list(samples))
+        log_probs, entropies = log_probs[:count], entropies[:count]
+        loss = reinforce_loss(advantages, log_probs, entropies, c.entropy_weight)
+        if imitating:
+            loss -= c.imitation_weight * imitation[count]
+
+    # 4. One gradient step: the global norm bounded, each part by its own optimizer.
+    norm = apply_gradients(tape, loss, parts, c.grad_bound)
+    metrics = {"best_sample_log_prob": float(score([agent.best.sample])[2][0])} if imitating else {}
+
+    # 5. The reward baseline follows the rewards; the learning rates decay on schedule.
+    agent.reward_baseline.follow(rewards_t)
+    agent.updates.assign_add(1)
+    decay_learning_rates(parts, int(agent.updates.numpy()), c)
+    return {"loss": float(loss), "reward_baseline": float(agent.reward_baseline.value), "grad_norm": float(norm),
+            "entropy": float(tf.reduce_sum(entropies)) / count, "learning_rate": float(agent.optimizer.learning_rate),
+            **metrics}
+
+
+def stateless_seeds(rng: tf.random.Generator, count: int) -> tf.Tensor:
+    """[count, 2] int32 seeds for stateless sampling, drawn from a checkpointed generator: resuming replays
+    the same draws."""
+    return tf.cast(tf.transpose(rng.make_seeds(count)) % (2**31 - 1), tf.int32)
+
+
+def logit_noise(rng: tf.random.Generator, shape, config, update: int, greedy: bool) -> tf.Tensor:
+    """Gaussian noise of `config.logits_noise_std` for the first `config.noise_updates` updates while sampling;
+    zeros when greedy, later, or with no noise set."""
+    if not greedy and update < config.noise_updates and config.logits_noise_std > 0:
+        return rng.normal(shape, stddev=config.logits_noise_std)
+    return tf.zeros(shape)
+
+
+def standardized(advantages: tf.Tensor) -> tf.Tensor:
+    """Advantages shifted to zero mean and scaled to unit std; all zeros when they are all equal."""
+    centered = advantages - tf.reduce_mean(advantages)
+    std = tf.math.reduce_std(advantages)
+    return tf.where(std > 1e-8, centered / tf.maximum(std, 1e-8), tf.zeros_like(centered))

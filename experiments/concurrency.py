@@ -1,4 +1,4 @@
-"""Thread settings against TensorFlow's recommended ones (issue 17, the IPDPS 2019 comparison), first part.
+"""Thread settings against TensorFlow's recommended ones (the IPDPS 2019 comparison), first part.
 
     python experiments/concurrency.py [--models nmt-2:small inception-v3:tiny rnnlm:small two-tower:small]
         [--rounds 3] [--warmup 3] [--repeats 10] [--out results/concurrency.json]

@@ -24,7 +24,7 @@ a few moved units of the best placement found, "one-shot" every unit's device at
 Every pre-training starts with `--imitation-updates` updates of imitating each training pair's best voting
 heuristic, and also trains on `--pretrain-generated` generated graphs (seeds 0, 1, ...). The held-out
 generated graphs (placer.models.branchy, seeds 1000, 1001, ...) are placed by a policy pre-trained on every
-family. Aims (issue 20): zero-shot within 5 % of the best baseline on held-out
+family. Aims: zero-shot within 5 % of the best baseline on held-out
 families; fine-tuning beating it with at least 5x fewer samples than from scratch (`finetuned_beat_5x_fewer`
 counts the rows; where the planner from scratch never beat it, its whole budget is the lower bound).
 """

@@ -1,4 +1,4 @@
-"""Operation scheduling on one CPU device: TensorFlow's own order against enforced op orders (issue 17).
+"""Operation scheduling on one CPU device: TensorFlow's own order against enforced op orders.
 
     python experiments/op_order.py [--models nmt-2 rnnlm inception-v3 two-tower] [--size tiny]
         [--target inprocess:1,intra=1,inter=2] [--corun 2] [--min-op-us 0] [--longest N] [--rounds 5]

@@ -74,7 +74,7 @@ def main() -> None:
     results["simulator only"] = run_experiment(ExperimentConfig(
         **common, backend="simulated", cluster=f"calibrated:{calibration}"))
     wall["simulator only"] = time.monotonic() - started
-    history = _history(results["simulator only"].run_dir)
+    history = run_files.read_trainer_state(results["simulator only"].run_dir).history
     simulated_updates = updates_within(history, 60.0 * args.minutes / 2)
 
     started = time.monotonic()

@@ -131,7 +131,7 @@ def calibrate(
         placements[(probe.name, "probe")] = (graph, placed)
 
     # Every probe placement is traced on its first warm-up step, as when this fit was designed. With the
-    # placement check reused instead (the default since issue 19), a test's fit of the receiving core's cost
+    # placement check reused instead (the default), a test's fit of the receiving core's cost
     # per byte fell to 0 after other graphs had run on the same workers; why is not understood yet.
     config = replace(measurer.config, trace_every_placement=True)
 

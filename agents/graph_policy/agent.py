@@ -1,11 +1,13 @@
-"""The generalizing policy as an agent for one graph on one device set, trained by the shared policy-gradient
-loop. Two heads draw its samples: "one-shot" draws every unit's device at once from the policy's logits (as
-GDP places); "moves" moves a few units of an anchor placement (`agents.graph_policy.moves`), the anchor
-being the agent's start and then the best placement it has found, so that its search climbs."""
+"""The generalizing policy as an agent for one graph on one device set, trained by REINFORCE
+(`agents.policy_gradient.reinforce_update`). Two heads draw its samples: "one-shot" draws
+every unit's device at once from the policy's logits (as GDP places); "moves" moves a few units of an anchor
+placement (`agents.graph_policy.moves`), the anchor being the agent's start and then the best placement it
+has found, so that its search climbs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -16,7 +18,9 @@ from agents.graph_policy import moves
 from agents.graph_policy.features import device_inputs, graph_inputs
 from agents.graph_policy.policy import MOVE_VARIABLES_PREFIX, GraphPlacementPolicy, GraphPolicyConfig
 from agents.graph_policy.priors import PRIOR_HEURISTICS, heuristic_votes
-from agents.policy_gradient import PolicyGradientAgent, PolicyGradientConfig
+from agents.policy_gradient import (
+    PolicyGradientConfig, ReinforceAgent, logit_noise, reinforce_update, stateless_seeds,
+)
 from placer.devices import DeviceSet
 from placer.graph.opgraph import OpGraph
 
@@ -87,11 +91,10 @@ def partition_prior(graph: OpGraph, devices: DeviceSet) -> np.ndarray:
     return heuristic_votes(graph, devices, ("metis",))[0]
 
 
-class GraphPolicyAgent(PolicyGradientAgent):
+class GraphPolicyAgent(ReinforceAgent):
     """Places one graph with a `GraphPlacementPolicy` (a new one, or a pre-trained one to fine-tune)."""
 
     name = "graph"
-    sample_type = UnitSample
 
     def __init__(self, graph: OpGraph, device_mask: np.ndarray, devices: DeviceSet,
                  config: GraphAgentConfig | None = None, policy: GraphPlacementPolicy | None = None,
@@ -100,9 +103,8 @@ class GraphPolicyAgent(PolicyGradientAgent):
         sizes); optimizer: one shared by agents of several graphs that train one policy (pre-training)."""
         c = config or GraphAgentConfig()
         inputs = graph_inputs(graph)
-        super().__init__(c, policy or GraphPlacementPolicy(c.policy_config()), device_mask.shape[1])
-        if optimizer is not None:
-            self.optimizer = optimizer
+        super().__init__(c, policy or GraphPlacementPolicy(c.policy_config()), device_mask.shape[1], optimizer)
+        self.sample_type = UnitSample
         self.units = tf.constant(inputs.units)
         self.edges = tf.constant(inputs.edges)
         self.device_features = tf.constant(device_inputs(devices).features)
@@ -146,7 +148,29 @@ class GraphPolicyAgent(PolicyGradientAgent):
                 candidates[name] = placement
         return candidates
 
-    def load_numpy_state(self, state) -> None:
+    # -- the agent: propose, learn ---------------------------------------------------------------
+
+    def propose(self, count: int) -> list[np.ndarray]:
+        self._pending = self.sample(count)
+        return [sample.assignment for sample in self._pending]
+
+    def best_guess(self) -> np.ndarray:
+        return self.sample(1, greedy=True)[0].assignment
+
+    def learn(self, assignments: Sequence[np.ndarray], rewards: Sequence[float]) -> Mapping[str, float]:
+        """One REINFORCE update (`agents.policy_gradient.reinforce_update`) from the rewards of the last
+        `propose()`'s placements; returns the metrics to log."""
+        samples, self._pending = self._pending, []
+        return reinforce_update(self, samples, rewards, self.score, self._parameter_parts())
+
+    def score(self, samples: Sequence) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """[B] log-probabilities, [B] entropies and [B] what self-imitation maximizes (the whole
+        log-probability) of `samples` under the current policy, by the agent's head."""
+        scores = self._move_log_probs if self.config.head == "moves" else self._one_shot_log_probs
+        log_probs, entropies = scores(list(samples))
+        return log_probs, entropies, log_probs
+
+    def load_numpy_state(self, state: Mapping[str, Any]) -> None:
         super().load_numpy_state(state)
         if self.best.sample is not None and self.config.head == "moves":
             self._untried_starts = []  # a resumed run timed its starts before it stopped
@@ -187,22 +211,14 @@ class GraphPolicyAgent(PolicyGradientAgent):
     def _masked(self, logits: tf.Tensor, noise: tf.Tensor) -> tf.Tensor:
         return tf.where(self.mask > 0, (logits + noise) / self.config.temperature, moves.MASKED)
 
-    def _sample(self, greedy: bool = False):
-        return self._samples(1, greedy)[0]
-
-    def _samples(self, count: int, greedy: bool = False) -> list:
+    def sample(self, count: int = 1, greedy: bool = False) -> list:
+        """`count` samples by the agent's head (the greedy one `count` times when greedy)."""
         if self.config.head == "moves":
             return self._move_samples(count, greedy)
         return self._one_shot_samples(count, greedy)
 
-    def _log_probs(self, samples):
-        if self.config.head == "moves":
-            return self._move_log_probs(samples)
-        return self._one_shot_log_probs(samples)
-
-    def _log_prob(self, sample):
-        log_probs, entropies = self._log_probs([sample])
-        return log_probs[0], entropies[0]
+    def _noise(self, shape, greedy: bool) -> tf.Tensor:
+        return logit_noise(self.rng, shape, self.config, int(self.updates.numpy()), greedy)
 
     def _parameter_parts(self):
         variables = list(self.policy.trainable_variables)
@@ -219,7 +235,7 @@ class GraphPolicyAgent(PolicyGradientAgent):
         if greedy:
             devices = tf.argmax(logits, axis=2, output_type=tf.int32)
         else:
-            seed = self._seeds(1)[0]
+            seed = stateless_seeds(self.rng, 1)[0]
             flat = tf.random.stateless_categorical(tf.reshape(logits, [-1, d]), 1, seed=seed, dtype=tf.int32)
             devices = tf.reshape(flat, [count, units])
         devices, noise = devices.numpy().astype(np.int64), noise.numpy()
@@ -251,7 +267,7 @@ class GraphPolicyAgent(PolicyGradientAgent):
         if greedy:  # the best placement found: applying the likeliest moves would be a placement nobody timed
             return [moves.MoveSample.unmoved(anchor, k, n) for n in noise.numpy()]
         move_logits, away = self._move_logits(noise, np.tile(anchor, (count, 1)))
-        units, devices = moves.draw_moves(move_logits, away, k, self._seeds(2))
+        units, devices = moves.draw_moves(move_logits, away, k, stateless_seeds(self.rng, 2))
         noise = noise.numpy()
         samples = [moves.MoveSample(anchor.copy(), units[i], devices[i], noise[i]) for i in range(count)]
         # The start candidates' own step times come back with the first rewards, so the anchor moves to the best

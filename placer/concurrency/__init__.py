@@ -1,4 +1,4 @@
-"""Concurrency control (the IPDPS 2019 runtime, issue 17): how many threads run each op and how many ops run
+"""Concurrency control (the IPDPS 2019 runtime): how many threads run each op and how many ops run
 at once: session thread settings, TensorFlow's recommended ones, and choosing one by timing them side by side
 (`placer tune`); a performance model of op time against threads (`performance_model`) and a setting chosen from
 it (`choose`); per-op threads by placement on workers of different widths (`widths`)."""

@@ -1,4 +1,4 @@
-"""Per-op thread counts by placement (issue 17, part 2b): on workers of different widths (`local:widths=2+1+1`)
+"""Per-op thread counts by placement: on workers of different widths (`local:widths=2+1+1`)
 an op runs on its worker's intra-op threads, so choosing an op's threads is choosing a device of that width."""
 
 from __future__ import annotations

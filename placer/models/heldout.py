@@ -1,5 +1,5 @@
 """Held-out models for the simulator-fidelity benchmark: graphs the simulator was never tuned or calibrated
-on, so that its error on them says how it does on models nobody has seen (issue 16).
+on, so that its error on them says how it does on models nobody has seen.
 
 They are deliberately not in the built-in zoo (`placer.models.MODELS`), so no tuning loop over the zoo can
 reach them. Load one with `heldout_model("branchy-1", "tiny")`, or anywhere a model spec is accepted with

@@ -260,18 +260,19 @@ def test_cross_entropy_method_concentrates_and_random_search_keeps_its_best(env)
 
 def test_colocation_placer_scores_its_samples_and_its_gradients_reach_encoder_and_decoder(env):
     placer = ColocationPlacer(env.graph, device_mask(env), SMALL_COLOCATION)
-    sample = placer._sample()
+    sample = placer.sample()
     assert sample.devices.shape == (env.num_units,)
     with tf.GradientTape() as tape:
-        log_prob, entropy = placer._log_prob(sample)
+        log_probs, entropies, _ = placer.score([sample])
+        log_prob, entropy = log_probs[0], entropies[0]
     assert float(log_prob) < 0 and float(entropy) > 0
     variables = placer.policy.trainable_variables
     norms = {v.name: float(tf.norm(g)) for v, g in zip(variables, tape.gradient(log_prob, variables)) if g is not None}
     assert any("encoder" in name and n > 0 for name, n in norms.items())
     assert any("decoder" in name and n > 0 for name, n in norms.items())
     # Greedy decoding picks, unit by unit, the device the scored distribution favours.
-    greedy = placer._sample(greedy=True)
-    assert float(placer._log_prob(greedy)[0]) >= float(log_prob)
+    greedy = placer.sample(greedy=True)
+    assert float(placer.score([greedy])[0][0]) >= float(log_prob)
 
 
 def test_training_through_a_vector_environment(tmp_path):

@@ -215,7 +215,7 @@ def _moves_agent(env, moves_per_sample: int = 3, **options):
 def test_a_moves_sample_is_its_anchor_with_at_most_k_units_moved_to_other_devices(two_tower_env):
     agent = _moves_agent(two_tower_env, moves_per_sample=3)
     candidates = agent.start_candidates()
-    samples = agent._samples(8)
+    samples = agent.sample(8)
     # before any reward, the first samples are the start itself and each heuristic's own placement, unmoved, so
     # the anchor leaves them only for a better one
     np.testing.assert_array_equal(samples[0].assignment, agent.start)
@@ -242,8 +242,8 @@ def test_the_log_prob_of_sampled_moves_is_the_sum_of_its_draws_each_unit_drawn_f
 
     agent = _moves_agent(two_tower_env, moves_per_sample=4)
     starts = len(agent.start_candidates())  # the first samples are unmoved
-    samples = agent._samples(starts + 4)[starts:]
-    batch, _ = agent._log_probs(samples)
+    samples = agent.sample(starts + 4)[starts:]
+    batch, _, _ = agent.score(samples)
     for sample, scored in zip(samples, batch.numpy()):
         noise = tf.constant(sample.noise[None])
         move_logits, away = (x.numpy()[0] for x in agent._move_logits(noise, sample.anchor[None]))
@@ -252,7 +252,7 @@ def test_the_log_prob_of_sampled_moves_is_the_sum_of_its_draws_each_unit_drawn_f
             expected += log_softmax(np.where(left, move_logits, -np.inf))[unit] + log_softmax(away[unit])[device]
             left[unit] = False
         assert scored == pytest.approx(expected, abs=1e-3)
-        assert float(agent._log_prob(sample)[0]) == pytest.approx(scored, abs=1e-4)  # alone as in a batch
+        assert float(agent.score([sample])[0][0]) == pytest.approx(scored, abs=1e-4)  # alone as in a batch
 
 
 def test_moves_are_drawn_as_often_as_their_log_prob_says():
@@ -307,7 +307,7 @@ def test_the_anchor_follows_the_best_placement_found(two_tower_env):
     assignments = agent.propose(4)
     agent.learn(assignments, [-3.0, -1.0, -2.0, -4.0])
     np.testing.assert_array_equal(agent.anchor, assignments[1])
-    samples = agent._samples(3)
+    samples = agent.sample(3)
     assert all((s.anchor == assignments[1]).all() for s in samples)  # later samples move units of the best
     assert all(s.units.min() >= 0 for s in samples)  # and the start is not spent again
     assignments = agent.propose(3)
