@@ -26,7 +26,7 @@ def add_schedule_arguments(parser) -> None:
                         "returning an OpGraph, placed by --placement on --target; one forward and one backward "
                         "block per device, spans from op costs (see --target), memory in MiB of activations")
     parser.add_argument("--size", help="size of a built-in model (default: the placement file's, else tiny)")
-    parser.add_argument("--placement", default="expert", help="with --model: a placement file or a baseline name "
+    parser.add_argument("--placement", default="expert", help="with --model: a placement file or a heuristic's name "
                         "(default expert)")
     add_target_argument(parser, "with --model: a simulated target, spans from the simulator's op costs (default "
                         "modeled:2xV100); or a measured one (inprocess:2, local:2), spans from op costs profiled there "

@@ -21,7 +21,7 @@ FILE_FORMAT_VERSION = 1
 
 SEARCH_STATUSES = ("finished", "best-so-far", "heuristic")
 """optimal: the search proved no shorter plan exists in its space; best-so-far: a time limit stopped it
-first; heuristic: a rule built the plan (the baselines) and nothing was searched."""
+first; heuristic: a rule built the plan (the standard schedules) and nothing was searched."""
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ def test_micro_batches_that_do_not_divide_the_batch_are_refused(two_tower, simul
 
 
 def test_a_placement_whose_data_comes_back_to_a_device_gets_a_block_per_phase(two_tower, machine, simulator):
-    from placer.schedule.baselines import one_f_one_b
+    from placer.schedule.standard import one_f_one_b
 
     zigzag = Placement.round_robin(two_tower, machine)  # layers alternate between devices (and the CPU)
     template = blocks_from_placement(simulator, zigzag, 4)  # one block per device would wait for itself
@@ -81,7 +81,7 @@ def test_nmt_s_layer_wise_expert_placement_is_schedulable():
     from placer.cost import open_target
     from placer.heuristics import make_heuristic
     from placer.models import build_model
-    from placer.schedule.baselines import one_f_one_b
+    from placer.schedule.standard import one_f_one_b
 
     graph = build_model("nmt-2", "tiny")
     with open_target(graph, "modeled:2xV100") as target:

@@ -6,7 +6,7 @@ import pytest
 
 from placer.errors import BlockTemplateError, InvalidScheduleError, ScheduleFileError
 from placer.schedule import BlockSpec, BlockTemplate, SchedulePlan, ScheduledBlock, read_schedule_file, shape_template
-from placer.schedule.baselines import one_f_one_b
+from placer.schedule.standard import one_f_one_b
 
 
 def two_stage():

@@ -36,7 +36,7 @@ def test_shapes_that_halve_the_devices_refuse_an_odd_count():
 
 
 def test_an_inference_template_keeps_the_forward_blocks_and_no_activations():
-    from placer.schedule.baselines import one_f_one_b, sequential
+    from placer.schedule.standard import one_f_one_b, sequential
     from placer.schedule.shapes import shape_template
 
     training = shape_template("v-shape", 4)

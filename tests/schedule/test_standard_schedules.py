@@ -3,14 +3,14 @@
 import pytest
 
 from placer.errors import ScheduleInfeasibleError
-from placer.schedule import BASELINES, SHAPES, gpipe, one_f_one_b, sequential, shape_template
+from placer.schedule import STANDARD_SCHEDULES, SHAPES, gpipe, one_f_one_b, sequential, shape_template
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-@pytest.mark.parametrize("rule", sorted(BASELINES))
+@pytest.mark.parametrize("rule", sorted(STANDARD_SCHEDULES))
 def test_every_baseline_gives_a_valid_plan_on_every_shape(shape, rule):
     template = shape_template(shape, 4)
-    plan = BASELINES[rule](template, 6, 8)
+    plan = STANDARD_SCHEDULES[rule](template, 6, 8)
     assert plan.micro_batches == 6 and len(plan.blocks) == 6 * len(template.blocks)  # the plan checked itself
     assert plan.search_status == "heuristic"
 

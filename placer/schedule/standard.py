@@ -1,4 +1,4 @@
-"""The baseline schedules for any block template, by list scheduling with each one's priority rule.
+"""The standard schedules (sequential, GPipe, 1F1B) for any block template, by list scheduling with each one's priority rule.
 
 sequential: one micro-batch at a time. GPipe: every forward before any backward on a device, memory ignored
 (as GPipe does). 1F1B: backwards first, at most as many micro-batches in flight as there are devices, and
@@ -47,7 +47,7 @@ def list_schedule(template: BlockTemplate, micro_batches: int, rule_name: str, m
         "1f1b": _Rule(lambda kind, m, position: (kind != BACKWARD, m, position), len(template.devices), False, True),
     }
     if rule_name not in rules:
-        raise ScheduleError(f"unknown baseline schedule {rule_name!r}; known: {', '.join(rules)}")
+        raise ScheduleError(f"unknown standard schedule {rule_name!r}; known: {', '.join(rules)}")
     rule = rules[rule_name]
     limit = memory_limit if rule.respects_memory else None
     check_plan_inputs(template, micro_batches, limit)
@@ -123,7 +123,7 @@ def list_schedule(template: BlockTemplate, micro_batches: int, rule_name: str, m
     return SchedulePlan(template, micro_batches, blocks, rule_name, limit, "heuristic")
 
 
-BASELINES = {"sequential": sequential, "gpipe": gpipe, "1f1b": one_f_one_b}
+STANDARD_SCHEDULES = {"sequential": sequential, "gpipe": gpipe, "1f1b": one_f_one_b}
 
 
 def _crosses_reservation(template: BlockTemplate, reserved: dict[tuple[int, int], int], key: tuple[int, int],
