@@ -71,10 +71,9 @@ def tune_command(args) -> int:
             "graph": graph.name, "fingerprint": graph.fingerprint, "target": str(target), "best": result.best,
             "seconds": result.seconds,
             "settings": {name: {"intra_op_threads": s.intra_op_threads, "inter_op_threads": s.inter_op_threads,
-                                "target": result.targets[name],
-                                "median": None if name in result.failures else result.medians[name],
-                                "rounds": result.rounds[name],
-                                "failure": result.failures[name].to_dict() if name in result.failures else None}
+                                "target": result.targets[name], "rounds": result.rounds[name],
+                                # the median round's record (the failure where one failed), as measure's rows
+                                "step_time": result.step_times[name].to_dict()}
                          for name, s in result.settings.items()},
         }, indent=1))
     else:

@@ -130,11 +130,17 @@ class TuneResult:
     medians: Mapping[str, float]
     """Median step time in seconds per setting (inf where it failed)."""
     rounds: Mapping[str, tuple[float | None, ...]]
-    failures: Mapping[str, StepTime]
+    step_times: Mapping[str, StepTime]
+    """Per setting, the `StepTime` of its median round, or of the round that failed."""
     seconds: float
     """Wall time of the whole choice: starting a measurement process per setting, and the timings."""
     targets: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """The target spec each setting ran on, e.g. "local:widths=1+1,intra=1+1,inter=2+2"."""
+
+    @property
+    def failures(self) -> dict[str, StepTime]:
+        """The settings that failed, with their failed `StepTime`."""
+        return {name: step_time for name, step_time in self.step_times.items() if not step_time.ok}
 
     @property
     def best(self) -> str:
@@ -193,7 +199,7 @@ def tune(graph: OpGraph, settings: Mapping[str, ThreadSetting] | None = None, *,
         settings=settings,
         medians={name: c.median for name, c in compared.items()},
         rounds={name: tuple(c.rounds) for name, c in compared.items()},
-        failures={name: c.failure for name, c in compared.items() if c.failure is not None},
+        step_times={name: c.failure or c.median_timing for name, c in compared.items()},
         seconds=time.perf_counter() - started,
         targets={name: str(target) for name, target in targets.items()},
     )
