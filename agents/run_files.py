@@ -11,6 +11,7 @@ atomically, and every placement in it a placement file (`placer.placement`).
         checkpoints/           the agent's weights and optimizer (tf.train checkpoints)
         best_placement.json    the best placement so far, rewritten whenever it improves
         simulator/             the simulator phase of a simulator-first run (trainer state, best placement)
+        calibration.json       the target's calibration, when a simulator-first run made it
         timeline.json          Chrome trace of the best placement (simulated, or a traced real step)
         summary.json           what the run reached (`RunSummary`), written when it ends
         tensorboard/, wandb/   the dashboards' files
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from agents.experiment.config import ExperimentConfig, ExperimentError
-from placer.files import write_json
+from placer.files import write_atomically, write_json
 
 if TYPE_CHECKING:
     from placer.cost import StepTime
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
 CONFIG = "config.json"
 LOG = "log.txt"
+CALIBRATION = "calibration.json"
 BASELINES = "baselines.json"
 BASELINE_PLACEMENTS = "baselines"
 START = "start_placement.json"
@@ -241,6 +243,12 @@ def read_start(run_dir: str | Path, graph: OpGraph, devices: DeviceSet) -> Start
     if "assignment" in data:  # written before the start was kept as a placement file
         return StartPlacement(tuple(int(a) for a in data["assignment"]), data["step_time"])
     return StartPlacement(tuple(_assignment(path, graph, devices)), data.get("metadata", {}).get("step_time"))
+
+
+def write_timeline(run_dir: Path, chrome_trace: str) -> str:
+    """Keep one step of the best placement as a Chrome trace; returns its file name."""
+    write_atomically(Path(run_dir) / TIMELINE, chrome_trace)
+    return TIMELINE
 
 
 # -- the summary ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Mapping
 
 from placer.devices import DeviceSet, Link
 from placer.errors import ProfileError
+from placer.files import write_atomically
 
 FILE_FORMAT = "placer.calibration"
 FILE_VERSION = 2
@@ -165,10 +166,7 @@ class Calibration:
         data = {"format": FILE_FORMAT, "version": FILE_VERSION, **asdict(self)}
         data["bandwidth"] = self.bandwidth if math.isfinite(self.bandwidth) else None  # JSON has no inf
         data["intervals"] = {k: [x if math.isfinite(x) else None for x in v] for k, v in self.intervals.items()}
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(path)
-        return path
+        return write_atomically(path, json.dumps(data, indent=1))
 
 
 def load_calibration(path: str | Path) -> Calibration:

@@ -18,6 +18,7 @@ import numpy as np
 
 from placer.devices import DeviceSet
 from placer.errors import DeviceSpecError, PlacementError, PlacementFileError
+from placer.files import write_atomically
 from placer.graph.opgraph import OpGraph
 
 FILE_FORMAT = "placer.placement"
@@ -321,10 +322,7 @@ class PlacementFile:
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_json_dict(), indent=1, default=_json_value))
-        tmp.replace(path)  # atomic: a reader never sees half a file
-        return path
+        return write_atomically(path, json.dumps(self.to_json_dict(), indent=1, default=_json_value))
 
 
 def load_placement(path: str | Path, graph: OpGraph, devices: DeviceSet) -> Placement:

@@ -204,7 +204,7 @@ def _train_on_simulator(config: ExperimentConfig, env, agent, run_dir: Path, log
     from placer.calibration import load_calibration
     from placer.cost.calibrated import PREFIX, profiled_costs
 
-    calibration_path = Path(config.calibration) if config.calibration else run_dir / "calibration.json"
+    calibration_path = Path(config.calibration) if config.calibration else run_dir / run_files.CALIBRATION
     if calibration_path.exists():
         calibration = load_calibration(calibration_path)
     else:
@@ -263,9 +263,7 @@ def _save_timeline(env, run_dir: Path, assignment, log) -> str | None:
     except PlacerError as error:
         log.warning("no timeline: %s", error)
         return None
-    path = run_dir / "timeline.json"
-    path.write_text(trace)
-    return path.name
+    return run_files.write_timeline(run_dir, trace)
 
 
 def _make_trackers(config: ExperimentConfig, run_dir: Path, agent, baselines: Mapping[str, float]):
@@ -298,7 +296,7 @@ def _run_logger(run_dir: Path) -> logging.Logger:
     log = logging.getLogger(f"placer.run.{run_dir.resolve()}")
     log.setLevel(logging.INFO)
     log.propagate = False
-    handler = logging.FileHandler(run_dir / "log.txt")
+    handler = logging.FileHandler(run_dir / run_files.LOG)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     log.addHandler(handler)
     return log

@@ -7,6 +7,7 @@ format and the feature version; `check_devices` refuses a device set the policy 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 from pathlib import Path
 from typing import Any, Mapping
@@ -18,6 +19,7 @@ from agents.graph_policy.policy import (GRAPH_PRIOR_VARIABLES_PREFIX, MOVE_VARIA
                                         GraphPolicyConfig)
 from placer.devices import DeviceSet
 from placer.errors import PlacerError
+from placer.files import write_atomically
 
 FILE_FORMAT = "placer.graph-policy"
 FILE_VERSION = 4
@@ -45,10 +47,9 @@ def save_policy(policy: GraphPlacementPolicy, path: str | Path, *, trained_on: M
               "config": dataclasses.asdict(policy.config), "trained_on": dict(trained_on),
               "device_kinds": sorted(device_kinds), "max_devices": int(max_devices), "head": dict(head)}
     arrays = {f"weight_{i}": w for i, w in enumerate(policy.weights())}
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, record=np.array(json.dumps(record)), **arrays)
-    tmp.replace(path)
-    return path
+    buffer = io.BytesIO()
+    np.savez(buffer, record=np.array(json.dumps(record)), **arrays)
+    return write_atomically(path, buffer.getvalue())
 
 
 def load_policy(path: str | Path) -> tuple[GraphPlacementPolicy, dict[str, Any]]:
