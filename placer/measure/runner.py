@@ -222,21 +222,6 @@ class LoadedGraph:
         )
 
 
-def run_placed_step(
-    graph_def: tf.compat.v1.GraphDef,
-    train_op: str | Sequence[str],
-    init_op: str,
-    op_devices: Mapping[str, str],
-    target: str,
-    config: MeasureConfig,
-    step_ops: frozenset[str] | None = None,
-    local_cpus: int | None = None,
-    threads: tuple[int | None, int | None] = (None, None),
-) -> Measurement:
-    """One placement of a graph measured on its own (`LoadedGraph.measure`, nothing kept for the next)."""
-    return LoadedGraph(graph_def, train_op, init_op, step_ops).measure(op_devices, target, config, local_cpus, threads)
-
-
 def process_cpu_seconds(pid: int) -> float:
     """CPU seconds a process's threads have run, from the scheduler's nanosecond accounting
     (/proc/PID/task/*/schedstat; /proc/PID/stat counts in 10 ms ticks, coarser than a step). Threads that

@@ -10,7 +10,7 @@ import tensorflow as tf
 from placer.cost import StepTime
 from placer.graph import graph_from_function
 from placer.measure import MeasureConfig, Measurer
-from placer.measure.runner import run_placed_step
+from placer.measure.runner import LoadedGraph
 from placer.placement import Placement
 
 QUICK = MeasureConfig(warmup_steps=1, timed_steps=3, step_timeout=20)
@@ -61,7 +61,7 @@ def test_op_moved_by_soft_placement_is_reported(mlp):
     for name in moved_group.ops:
         op_devices[name] = "/job:localhost/replica:0/task:0/device:CPU:7"
     graph_def = tf.compat.v1.GraphDef.FromString(mlp.graph_def)
-    result = run_placed_step(graph_def, mlp.train_op, mlp.init_op, op_devices, "", QUICK)
+    result = LoadedGraph(graph_def, mlp.train_op, mlp.init_op).measure(op_devices, "", QUICK)
     assert result.ok
     moved = {m.op for m in result.moved_ops}
     assert "dense/kernel" in moved or moved & set(moved_group.ops)
