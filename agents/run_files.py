@@ -302,6 +302,10 @@ class RunSummary:
     start_step_time: float | None = None
     simulator: SimulatorPhase | None = None
     timeline: str | None = None
+    fastest: str | None = None
+    """The fastest placement the run measured in the comparison that decides: "learned", "start",
+    "simulator-best" or a baseline's name (ties go to the learned one). `placer export` writes it."""
+    fastest_step_time: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -321,6 +325,23 @@ class RunSummary:
 
 def write_summary(run_dir: Path, summary: RunSummary) -> None:
     write_json(Path(run_dir) / SUMMARY, summary.to_dict())
+
+
+def contender_placement_file(run_dir: str | Path, name: str, baselines: Mapping[str, BaselineTiming]) -> Path | None:
+    """The placement file of a contender of the final comparison ("learned", "start", "simulator-best" or a
+    baseline's name); None where the run directory keeps none (baselines of runs written before they were)."""
+    run_dir = Path(run_dir)
+    if name == "learned":
+        path = run_dir / BEST_PLACEMENT
+    elif name == "start":
+        path = run_dir / START
+    elif name == "simulator-best":
+        path = run_dir / SIMULATOR_PHASE / BEST_PLACEMENT
+    elif name in baselines and baselines[name].placement is not None:
+        path = run_dir / baselines[name].placement
+    else:
+        return None
+    return path if path.exists() else None
 
 
 def read_summary(run_dir: str | Path) -> RunSummary | None:

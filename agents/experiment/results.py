@@ -22,6 +22,10 @@ def summarize(config, run_dir: Path, state: TrainerState, baselines: Mapping[str
     else:
         compared = best
         baseline_times = {name: timing.seconds for name, timing in baselines.items()}
+    contenders = {"learned": compared, **{name: t for name, t in (final or {}).items() if name != "learned"},
+                  **baseline_times}
+    measured = {name: t for name, t in contenders.items() if math.isfinite(t)}
+    fastest = min(measured, key=lambda name: (measured[name], name != "learned")) if measured else None
     return RunSummary(
         model=config.model, size=config.size, backend=config.backend, cluster=config.target, agent=agent_name,
         updates=state.updates, samples=state.samples, wall_time=state.elapsed, best_step_time=best,
@@ -34,6 +38,7 @@ def summarize(config, run_dir: Path, state: TrainerState, baselines: Mapping[str
         improvement_over_best_baseline=(best_baseline[0] - compared) / best_baseline[0]
         if math.isfinite(best_baseline[0]) and math.isfinite(compared) else None,
         beaten_baselines=tuple(sorted(name for name, t in baseline_times.items() if compared < t)),
+        fastest=fastest, fastest_step_time=measured.get(fastest),
     )
 
 
@@ -64,6 +69,9 @@ def describe(summary: RunSummary, run_dir: Path) -> str:
     if summary.improvement_over_best_baseline is not None:
         lines.append(f"  vs best baseline ({summary.best_baseline}): "
                      f"{100 * summary.improvement_over_best_baseline:+.1f}% (positive: learned is faster)")
+    if summary.fastest not in (None, "learned"):
+        lines.append(f"  the fastest placement measured is {summary.fastest}'s "
+                     f"({_ms(summary.fastest_step_time).strip()}): `placer export` writes that one")
     lines += [f"Results in {run_dir}/ (summary.json, best_placement.json, timeline.json, log.txt)",
               f"  curves:  placer dashboard {run_dir}",
               f"  export:  placer export {run_dir} --out placement.json"]
@@ -81,31 +89,39 @@ def _sort_key(seconds: float | None) -> float:
 
 
 def export_run(run_dir: str | Path, out: str | Path) -> dict[str, Any]:
-    """Write the run's best placement to `out`, with what a user needs to trust it: the model, graph
-    fingerprint, devices, step time and backend, and the baselines it beat. Works on a finished run and
-    on one still training or killed (from its last completed update). Returns the file's metadata."""
+    """Write the fastest placement the run measured to `out` (the learned one, unless the comparison that
+    decides found the start, the simulator phase's best or a baseline faster), with what a user needs to trust
+    it: the model, graph fingerprint, devices, step time and backend, where it came from (`source`), the
+    learned placement's step time, and the baselines it beat. Works on a finished run and on one still
+    training or killed (from its last completed update: the learned placement). Returns the file's metadata."""
     from placer.errors import PlacementFileError
+    from placer.placement import read_placement_file
 
     run = run_files.read_run(run_dir)
     if run.placement is None:
         raise ExperimentError(f"{run_dir} has no best placement yet (no update has completed)")
     config, summary, best = run.config, run.summary, run.state.best_step_time
     final = summary.final_comparison if summary else None
+    learned = final["learned"] if final else best
+    source, placement_file, step_time = "learned", run.placement, learned
+    if summary is not None and summary.fastest not in (None, "learned"):
+        path = run_files.contender_placement_file(run_dir, summary.fastest, run.baselines)
+        if path is not None:
+            source, placement_file, step_time = summary.fastest, read_placement_file(path), summary.fastest_step_time
+    baselines = dict(summary.baselines) if summary else {name: t.step_time for name, t in run.baselines.items()}
     metadata = {
         "model": config.model, "size": config.size, "backend": config.backend, "cluster": config.target,
-        "agent": config.agent, "step_time": final["learned"] if final else best,
+        "agent": config.agent, "source": source, "step_time": step_time, "learned_step_time": learned,
         "step_time_kind": ("measured median, re-measured next to the baselines" if final else
                            "measured median" if config.backend == "measured" else "simulated"),
-        "updates": run.state.updates, "samples": run.state.samples,
-        "baselines": dict(summary.baselines) if summary else
-        {name: timing.step_time for name, timing in run.baselines.items()},
-        "beaten_baselines": list(summary.beaten_baselines) if summary else
-        sorted(name for name, timing in run.baselines.items() if best < timing.seconds),
+        "updates": run.state.updates, "samples": run.state.samples, "baselines": baselines,
+        "beaten_baselines": sorted(name for name, t in baselines.items()
+                                   if name != source and (t is None or step_time < t)),
         "run_dir": str(Path(run_dir).resolve()),
     }
-    exported = run.placement.with_metadata(**metadata)
+    exported = placement_file.with_metadata(**metadata)
     try:
         exported.save(out)
     except PlacementFileError as error:
-        raise ExperimentError(f"{run_dir}'s best placement cannot be exported: {error}") from None
+        raise ExperimentError(f"{run_dir}'s placement cannot be exported: {error}") from None
     return dict(exported.metadata)

@@ -17,7 +17,7 @@ from agents.experiment.run import run_experiment
 from agents.launch import add_arguments, config_from_args
 from agents.tracking import Trackers, placement_matrix, wandb_mode
 from placer.models import build_model
-from placer.placement import check_same_graph, read_placement_file
+from placer.placement import check_same_graph, load_placement, read_placement_file
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -167,19 +167,51 @@ def test_a_run_resumes_and_extends_its_budget(random_run, tmp_path):
 
 
 def test_export_carries_what_the_placement_is_worth(random_run, tmp_path):
-    from placer.models import build_model
-    from placer.placement import load_placement
-    from placer.cost import parse_target_spec
-
     out = tmp_path / "placement.json"
     metadata = export_run(random_run.run_dir, out)
-    assert metadata["step_time"] == random_run.summary.best_step_time
-    assert metadata["beaten_baselines"] == list(random_run.summary.beaten_baselines)
+    summary = random_run.summary
+    assert metadata["source"] == summary.fastest and metadata["step_time"] == summary.fastest_step_time
+    assert metadata["learned_step_time"] == summary.best_step_time
+    assert metadata["beaten_baselines"] == sorted(name for name, t in summary.baselines.items()
+                                                  if name != metadata["source"] and metadata["step_time"] < t)
     assert metadata["model"] == "two-tower" and metadata["backend"] == "simulated"
     graph = build_model("two-tower", "tiny")
-    placement = load_placement(out, graph, parse_target_spec("modeled:2xV100").devices)
-    best = run_files.read_trainer_state(random_run.run_dir).best_assignment
-    assert tuple(placement.group_devices) == best
+    placement = load_placement(out, graph, modeled_devices())
+    if summary.fastest == "learned":
+        assert tuple(placement.group_devices) == run_files.read_trainer_state(random_run.run_dir).best_assignment
+    else:
+        timing = run_files.read_baselines(random_run.run_dir)[summary.fastest]
+        assert tuple(placement.group_devices) == tuple(run_files.baseline_assignment(
+            random_run.run_dir, timing, graph, modeled_devices()))
+
+
+def modeled_devices():
+    """The devices of the default simulated target, modeled:2xV100."""
+    from placer.cost import parse_target_spec
+
+    return parse_target_spec("modeled:2xV100").devices
+
+
+def test_a_run_whose_learned_placement_lost_exports_the_fastest_placement_it_measured(tmp_path):
+    from agents.experiment.results import describe
+    from placer.heuristics import make_heuristic
+
+    # one random placement over a CPU and two GPUs cannot match the expert's one tower per GPU
+    config = ExperimentConfig(model="two-tower", agent="random", updates=1, samples_per_update=1, runs=str(tmp_path),
+                              baselines=["single-device", "expert"], greedy_every=0, progress=False)
+    result = run_experiment(config)
+    summary = result.summary
+    assert summary.fastest == "expert" and summary.fastest_step_time == summary.baselines["expert"]
+    assert summary.step_time > summary.fastest_step_time
+    assert "the fastest placement measured is expert's" in describe(summary, result.run_dir)
+    out = tmp_path / "placement.json"
+    metadata = export_run(result.run_dir, out)
+    assert metadata["source"] == "expert" and metadata["step_time"] == summary.baselines["expert"]
+    assert metadata["learned_step_time"] == summary.step_time and "expert" not in metadata["beaten_baselines"]
+    graph = build_model("two-tower", "tiny")
+    devices = modeled_devices()
+    exported = load_placement(out, graph, devices)
+    assert exported.group_devices == make_heuristic("expert", graph, devices, model="two-tower").group_devices
 
 
 def test_export_of_a_run_without_an_update_says_so(tmp_path):
