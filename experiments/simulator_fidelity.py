@@ -347,6 +347,8 @@ def summaries(rows: Sequence[dict[str, Any]], models: Sequence[str]) -> list[dic
             row.update(fidelity_summary([r["measured_ms"] for r in subset], [r["predicted_ms"] for r in subset]))
             row["median_abs_error_pct"] = 100 * row.pop("median_abs_error")
             row["p90_abs_error_pct"] = 100 * row.pop("p90_abs_error")
+            row["top3_bias_pct"] = 100 * row.pop("top3_bias")
+            row["regret_pct"] = 100 * row.pop("regret")
         result.append(row)
     return result
 
@@ -454,9 +456,10 @@ def scatter(rows: Sequence[dict[str, Any]], path: str) -> None:
 
 
 def print_report(rows, summary, by_kind, worst, sources) -> None:
-    print("\nfidelity (errors in %, pair order over pairs measured more than 5 % apart)")
+    print("\nfidelity (errors in %, pair order over pairs measured more than 5 % apart; the decisions: the signed "
+          "error on the 3 placements predicted fastest, and the regret of picking the predicted fastest)")
     print_table(["models", "placements", "spearman", "kendall_tau", "median_abs_error_pct", "p90_abs_error_pct",
-                 "pair_order", "pairs"], summary)
+                 "pair_order", "pairs", "top3_bias_pct", "regret_pct"], summary)
     print("\nwhere the error comes from: median |error| (%) per kind of placement")
     print_table(["kind", "zoo_placements", "zoo_median_abs_error_pct", "heldout_placements",
                  "heldout_median_abs_error_pct"], by_kind)

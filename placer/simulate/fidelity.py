@@ -1,4 +1,5 @@
-"""How faithful a simulator is: rank and error metrics of predicted against measured step times.
+"""How faithful a simulator is: rank and error metrics of predicted against measured step times, and how good
+the decisions made from the predictions are (the bias on the placements predicted fastest, the regret).
 
 Pure functions on two equally long sequences of seconds, one entry per placement (NumPy only).
 """
@@ -56,6 +57,26 @@ def pair_order_agreement(measured: Seconds, predicted: Seconds, min_gap: float =
     return float(np.count_nonzero(same & distinct) / pairs), pairs
 
 
+def top_predicted_bias(measured: Seconds, predicted: Seconds, top: int = 3) -> float:
+    """Mean signed error (predicted - measured) / measured over the `top` placements predicted fastest: what a
+    planner that picks by the prediction is told about its picks. Negative: the simulator is optimistic there.
+    Ties in the prediction keep the given order."""
+    x, y = _checked(measured, predicted)
+    if top < 1:
+        raise ValueError(f"top counts the placements predicted fastest: at least 1, got {top}")
+    picked = np.argsort(y, kind="stable")[:top]
+    return float(np.mean((y[picked] - x[picked]) / x[picked]))
+
+
+def regret(measured: Seconds, predicted: Seconds) -> float:
+    """(measured time of the placement predicted fastest - the fastest measured) / the fastest measured: what
+    picking by the prediction costs (0: it picks the measured best). Ties in the prediction keep the given order."""
+    x, y = _checked(measured, predicted)
+    if np.any(x <= 0):
+        raise ValueError("regret needs positive measured step times")
+    return float((x[int(np.argmin(y))] - x.min()) / x.min())
+
+
 def fidelity_summary(measured: Seconds, predicted: Seconds) -> dict[str, Any]:
     """Every metric at once, for one report row. Errors are fractions (0.1 is 10 %); p90 interpolates linearly."""
     errors = abs_errors(measured, predicted)
@@ -68,6 +89,8 @@ def fidelity_summary(measured: Seconds, predicted: Seconds) -> dict[str, Any]:
         "p90_abs_error": float(np.percentile(errors, 90)),
         "pair_order": pair_order,
         "pairs": pairs,
+        "top3_bias": top_predicted_bias(measured, predicted, 3),
+        "regret": regret(measured, predicted),
     }
 
 

@@ -10,7 +10,9 @@ from placer.simulate.fidelity import (
     fidelity_summary,
     kendall_tau,
     pair_order_agreement,
+    regret,
     spearman,
+    top_predicted_bias,
 )
 
 MEASURED = [1.0, 2.0, 3.0, 4.0, 5.0]
@@ -92,7 +94,7 @@ def test_summary_reports_the_ninetieth_percentile_error():
 def test_summary_has_every_metric():
     summary = fidelity_summary(MEASURED, [1.1, 1.9, 3.3, 4.0, 5.0])
     assert set(summary) == {"placements", "spearman", "kendall_tau", "median_abs_error", "p90_abs_error",
-                            "pair_order", "pairs"}
+                            "pair_order", "pairs", "top3_bias", "regret"}
     assert summary["spearman"] == pytest.approx(1.0) and summary["pair_order"] == 1.0
 
 
@@ -110,3 +112,22 @@ def test_fewer_than_two_placements_are_refused(metric):
 def test_failed_placements_must_be_left_out():
     with pytest.raises(ValueError, match="finite"):
         spearman([1.0, math.inf], [1.0, 2.0])
+
+
+def test_the_bias_on_the_placements_predicted_fastest_is_what_a_planner_is_told_about_its_picks():
+    measured = [10.0, 20.0, 30.0, 40.0, 50.0]
+    # predicted fastest first: 12 for 10 (+20 %), 18 for 40 (-55 %), 21 for 20 (+5 %); the rest is not picked
+    predicted = [12.0, 21.0, 60.0, 18.0, 70.0]
+    assert top_predicted_bias(measured, predicted, 3) == pytest.approx((0.2 - 0.55 + 0.05) / 3)
+    assert top_predicted_bias(measured, predicted, 1) == pytest.approx(0.2)  # 12 for 10: the favourite
+    assert top_predicted_bias(measured, [8.0, 16.0, 24.0, 32.0, 40.0], 3) == pytest.approx(-0.2)
+    with pytest.raises(ValueError, match="at least 1"):
+        top_predicted_bias(measured, predicted, 0)
+
+
+def test_regret_is_what_picking_the_predicted_fastest_costs_against_the_measured_fastest():
+    measured = [10.0, 12.0, 15.0]
+    assert regret(measured, [1.0, 2.0, 3.0]) == 0.0  # it picks the measured best
+    assert regret(measured, [2.0, 3.0, 1.0]) == pytest.approx(0.5)  # it picks the 15, against 10
+    assert regret(measured, [2.0, 1.0, 1.0]) == pytest.approx(0.2)  # a predicted tie keeps the given order
+
