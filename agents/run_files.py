@@ -345,8 +345,17 @@ def contender_placement_file(run_dir: str | Path, name: str, baselines: Mapping[
 
 
 def read_summary(run_dir: str | Path) -> RunSummary | None:
+    """The run's summary; None while it is still training; ExperimentError for one this placer cannot read."""
     path = Path(run_dir) / SUMMARY
-    return RunSummary.from_dict(json.loads(path.read_text())) if path.exists() else None
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    required = {f.name for f in dataclasses.fields(RunSummary) if f.default is dataclasses.MISSING}
+    missing = sorted(required - set(data))
+    if missing:
+        raise ExperimentError(f"{path} lacks {', '.join(missing)}: an older placer wrote it; "
+                              f"`placer train --resume {run_dir}` writes it again")
+    return RunSummary.from_dict(data)
 
 
 # -- a whole run, read at one moment --------------------------------------------------------------

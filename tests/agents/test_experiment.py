@@ -214,6 +214,18 @@ def test_a_run_whose_learned_placement_lost_exports_the_fastest_placement_it_mea
     assert exported.group_devices == make_heuristic("expert", graph, devices, model="two-tower").group_devices
 
 
+def test_a_summary_an_older_placer_wrote_is_refused_with_what_to_run(random_run, tmp_path):
+    import shutil
+
+    copy = tmp_path / "old-run"
+    shutil.copytree(random_run.run_dir, copy)
+    data = json.loads((copy / "summary.json").read_text())
+    del data["step_time"], data["baselines_at_start"]
+    (copy / "summary.json").write_text(json.dumps(data))
+    with pytest.raises(ExperimentError, match=r"lacks baselines_at_start, step_time: .*placer train --resume"):
+        run_files.read_run(copy)
+
+
 def test_export_of_a_run_without_an_update_says_so(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"experiment": ExperimentConfig().to_dict()}))
     with pytest.raises(ExperimentError, match="no best placement yet"):
