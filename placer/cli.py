@@ -185,10 +185,13 @@ def _measure(args) -> int:
                                 target=str(spec), measured=result.to_dict()).save(args.save_placement, graph)
     if args.json:
         print(json.dumps({"graph": graph.name, "fingerprint": graph.fingerprint, "target": str(spec),
-                          "backend": result.backend, "placement": names[0], "result": result.to_dict()}, indent=1))
+                          "backend": result.backend, "placement": names[0], "result": result.to_dict(),
+                          "op_costs": getattr(target, "op_cost_sources", None)}, indent=1))
     else:
         print(graph.summary())
         print(f"target {spec} ({result.backend}), placement {names[0]}")
+        for kind, source in (target.simulator and target.op_cost_sources or {}).items():
+            print(f"  op costs on {kind}: {source}")
         print(placement.summary(graph, target.devices))
         print(result.describe())
         if args.timeline and result.ok:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from placer.errors import DeviceSpecError
+from placer.kernels import KernelModel, unknown_op_types
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
           "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
@@ -41,6 +42,9 @@ class Device:
     """Threads one op runs on here (its width); None: TensorFlow's default (one per core)."""
     inter_op_threads: int | None = None
     """Ops that run here at once; None: TensorFlow's default."""
+    kernels: KernelModel | None = None
+    """How close its kernels come to its peaks (per-op-type efficiencies, a floor, TF32); None: the roofline's
+    defaults, or the model's in `placer.hardware` when `model` names one."""
 
     @property
     def width(self) -> int | None:
@@ -215,6 +219,7 @@ def machine_from_dict(data: Any, *, source: str = "machine") -> DeviceSet:
                 peak_flops=_quantity(entry.get("peak_flops"), f"{where}.peak_flops"),
                 memory_bandwidth=_quantity(entry.get("memory_bandwidth"), f"{where}.memory_bandwidth"),
                 model=entry.get("model"),
+                kernels=None if entry.get("kernels") is None else _kernels(entry["kernels"], f"{where}.kernels"),
                 **_widths(entry, where, kind),
             )
         )
@@ -252,6 +257,35 @@ def _widths(entry: Mapping[str, Any], where: str, kind: str) -> dict[str, int]:
         raise DeviceSpecError(f"{where}: intra_op_threads={intra} exceeds its {cores} cores: an op here runs on at "
                               f"most {cores} threads")
     return found
+
+
+def _kernels(data: Any, where: str) -> KernelModel:
+    """A device's `kernels:` entry, checked: known keys, op types TensorFlow has, efficiencies in (0, 1]."""
+    if not isinstance(data, Mapping):
+        raise DeviceSpecError(f"{where} is a mapping (efficiency, op_efficiency, tensor_float_32, ...), got {data!r}")
+    known = set(KernelModel.__dataclass_fields__)
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise DeviceSpecError(f"{where}: unknown keys {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    values = dict(data)
+    for key in ("efficiency", "tensor_core_flops", "op_floor", "launch_overhead"):
+        if values.get(key) is not None:
+            values[key] = _quantity(values[key], f"{where}.{key}")
+    for key in ("op_efficiency", "tf32_op_efficiency", "op_fixed_seconds", "tf32_op_fixed_seconds"):
+        if key not in values:
+            continue
+        if not isinstance(values[key], Mapping):
+            raise DeviceSpecError(f"{where}.{key} maps op types to numbers, got {values[key]!r}")
+        values[key] = {str(op_type): _quantity(value, f"{where}.{key}[{op_type}]")
+                       for op_type, value in values[key].items()}
+        unknown = unknown_op_types(values[key])
+        if unknown:
+            raise DeviceSpecError(f"{where}.{key} names op types TensorFlow does not have: {', '.join(unknown)} "
+                                  "(op types are TensorFlow's, e.g. MatMul, Conv2D)")
+    if not isinstance(values.get("tensor_float_32", False), bool):
+        raise DeviceSpecError(f"{where}.tensor_float_32 is true or false, got {values['tensor_float_32']!r}")
+    values.setdefault("source", f"{where} (no source given)")
+    return KernelModel(**values)
 
 
 def _quantity(value: Any, where: str, integer: bool = False) -> Any:

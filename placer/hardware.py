@@ -1,16 +1,19 @@
-"""Specifications of hardware that is not on this machine, for modeled machines and roofline costs.
+"""Specifications of hardware that is not on this machine, for modeled machines and their op costs.
 
-Numbers are the vendors' published peaks (FP32 without tensor cores, HBM/GDDR bandwidth, per-direction
-link bandwidth); real kernels reach a fraction of them, which `DeviceModel.efficiency` accounts for.
+Peaks are the vendors' (FP32 without tensor cores, TF32 on tensor cores, HBM bandwidth, per-direction link
+bandwidth). How close kernels come to them is each model's `KernelModel` (`placer.kernels`): for the A100 and
+H100 it is fitted from kernels measured on a real H200 (`H200_KERNELS`), with TensorFloat-32 on as TensorFlow
+runs them; for the K80, P100 and V100 it is the roofline's default efficiency, never checked on those GPUs.
 `modeled_machine(gpus=4, gpu="V100", link="nvlink2")` builds a `DeviceSet` from them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from placer.devices import Device, DeviceSet, Link
 from placer.errors import DeviceSpecError
+from placer.kernels import PAPER_KERNELS, KernelModel, KernelTiming, fit_kernel_model
 
 GiB = 2**30
 
@@ -21,13 +24,11 @@ class DeviceModel:
     kind: str
     memory_bytes: int
     peak_flops: float
-    """FP32 FLOP/s (no tensor cores: TF's default FP32 matmuls do not use them before Ampere's TF32)."""
+    """FP32 FLOP/s without tensor cores."""
     memory_bandwidth: float
     """Bytes per second."""
-    launch_overhead: float
-    """Seconds every op costs on top of its roofline time (kernel launch and executor bookkeeping)."""
-    efficiency: float = 0.6
-    """Fraction of the peaks an average kernel reaches."""
+    kernels: KernelModel = KernelModel()
+    """How close its kernels come to the peaks."""
 
 
 @dataclass(frozen=True)
@@ -39,16 +40,45 @@ class LinkModel:
     """Seconds per transfer."""
 
 
+def _roofline(launch_overhead: float) -> KernelModel:
+    return KernelModel(launch_overhead=launch_overhead,
+                       source="roofline: the vendor's peaks at 60 %, not checked on this GPU")
+
+
+# Measured on one NVIDIA H200 on 2026-11-26 through PyTorch 2.11 (CUDA 13), which calls the cuBLAS and cuDNN
+# kernels TensorFlow's GPU ops call: CUDA events, 5 warm-ups, mean of 50 back-to-back launches, FP32 inputs;
+# seconds FP32, then TF32 (None: TF32 does not change the kernel), for `PAPER_KERNELS` in order.
+# `experiments/gpu_kernels.py --measure` measures this table again on any GPU machine.
+_H200_SECONDS = (
+    (54.8e-6, 27.2e-6), (169.8e-6, 45.3e-6), (173.0e-6, 33.0e-6), (11.1e-6, 24.9e-6),
+    (63.4e-6, 19.0e-6), (53.5e-6, 21.7e-6), (158.7e-6, 26.7e-6), (139.9e-6, 48.8e-6),
+    (150.2e-6, 50.8e-6), (254.9e-6, 83.0e-6), (48.1e-6, 25.3e-6),
+    (195.2e-6, 81.1e-6), (165.1e-6, 86.0e-6), (65.9e-6, 54.0e-6),
+    (213.4e-6, 130.9e-6), (299.0e-6, 122.0e-6), (72.5e-6, 61.9e-6),
+    (11.3e-6, None), (12.5e-6, None), (12.6e-6, None), (12.9e-6, None),
+)
+H200_KERNELS = tuple(KernelTiming(shape, fp32, tf32) for shape, (fp32, tf32) in zip(PAPER_KERNELS, _H200_SECONDS))
+H200_PEAKS = {"peak_flops": 67e12, "tensor_core_flops": 494.7e12, "memory_bandwidth": 4.8e12}
+"""The H200's vendor peaks (SXM): FP32, dense TF32 on tensor cores, HBM3e."""
+H200_SOURCE = "kernels measured on an H200 (2026-11-26, cuBLAS/cuDNN through PyTorch)"
+MEASURED_KERNELS = fit_kernel_model(H200_KERNELS, **H200_PEAKS, source=H200_SOURCE)
+"""Efficiencies and floor of the H200's kernels: the H100 is the same chip with less HBM bandwidth; the A100's
+peaks differ, and these fractions of them are an assumption (no A100 was measured)."""
+
 GPUS = {
     # One K80 board is two GK210 GPUs; TensorFlow sees each as a device, so these are per GK210.
-    "K80": DeviceModel("K80", "GPU", 12 * GiB, 4.37e12, 240e9, 10e-6),
-    "P100": DeviceModel("P100", "GPU", 16 * GiB, 10.6e12, 732e9, 8e-6),
-    "V100": DeviceModel("V100", "GPU", 16 * GiB, 15.7e12, 900e9, 6e-6),
-    "A100": DeviceModel("A100", "GPU", 40 * GiB, 19.5e12, 1555e9, 5e-6),
-    "H100": DeviceModel("H100", "GPU", 80 * GiB, 67e12, 3350e9, 4e-6),
+    "K80": DeviceModel("K80", "GPU", 12 * GiB, 4.37e12, 240e9, _roofline(10e-6)),
+    "P100": DeviceModel("P100", "GPU", 16 * GiB, 10.6e12, 732e9, _roofline(8e-6)),
+    "V100": DeviceModel("V100", "GPU", 16 * GiB, 15.7e12, 900e9, _roofline(6e-6)),
+    "A100": DeviceModel("A100", "GPU", 40 * GiB, 19.5e12, 1555e9, replace(
+        MEASURED_KERNELS, tensor_core_flops=156e12,
+        source=f"{H200_SOURCE}, as fractions of the A100's peaks (no A100 measured)")),
+    "H100": DeviceModel("H100", "GPU", 80 * GiB, 67e12, 3350e9, replace(
+        MEASURED_KERNELS, tensor_core_flops=494.7e12, source=f"{H200_SOURCE}, as fractions of the H100's peaks")),
 }
 # The host CPU of a GPU server, as the papers' machines had (e.g. a Haswell Xeon with 16 cores).
-HOST_CPU = DeviceModel("host-cpu", "CPU", 256 * GiB, 1.0e12, 60e9, 10e-6)
+HOST_CPU = DeviceModel("host-cpu", "CPU", 256 * GiB, 1.0e12, 60e9,
+                       KernelModel(launch_overhead=10e-6, source="roofline: a 16-core server CPU's peaks at 60 %"))
 
 LINKS = {
     "pcie3": LinkModel("pcie3", 12e9, 10e-6),  # x16, effective
@@ -56,6 +86,9 @@ LINKS = {
     "nvlink2": LinkModel("nvlink2", 50e9, 5e-6),  # V100: two bricks of 25 GB/s between a pair
     "nvlink3": LinkModel("nvlink3", 300e9, 4e-6),  # A100 through NVSwitch
     "nvlink4": LinkModel("nvlink4", 450e9, 3e-6),  # H100 through NVSwitch
+    # Measured host to H200 (2026-11-26): 4 KB in 14 us, 1 MB in 36 us, 64 MB at 53 GB/s, from pinned host memory
+    # (pageable: 5-10 GB/s).
+    "pcie5": LinkModel("pcie5", 53e9, 14e-6),
     "ethernet-10g": LinkModel("ethernet-10g", 1.25e9, 50e-6),
     "ethernet-100g": LinkModel("ethernet-100g", 12.5e9, 20e-6),
 }
@@ -75,10 +108,16 @@ def link_model(name: str) -> LinkModel:
     return LINKS[name]
 
 
-def modeled_machine(gpus: int = 2, gpu: str = "V100", link: str = "nvlink2", host_link: str = "pcie3") -> DeviceSet:
-    """A host CPU and `gpus` GPUs: every GPU pair joined by `link`, the CPU to each GPU by `host_link`."""
+HOST_LINKS = {"H100": "pcie5"}
+"""The host link a modeled machine of these GPUs has, where it is not PCIe 3 (the papers' machines)."""
+
+
+def modeled_machine(gpus: int = 2, gpu: str = "V100", link: str = "nvlink2", host_link: str | None = None) -> DeviceSet:
+    """A host CPU and `gpus` GPUs: every GPU pair joined by `link`, the CPU to each GPU by `host_link` (by default
+    the GPU's own: `HOST_LINKS`, else PCIe 3)."""
     if gpus < 1:
         raise DeviceSpecError(f"a modeled GPU machine needs at least one GPU, got {gpus}")
+    host_link = host_link or HOST_LINKS.get(gpu, "pcie3")
     gpu_model, between, to_host = device_model(gpu), link_model(link), link_model(host_link)
     cpu = _device("CPU:0", HOST_CPU)
     devices = [cpu] + [_device(f"GPU:{i}", gpu_model) for i in range(gpus)]
@@ -93,4 +132,4 @@ def modeled_machine(gpus: int = 2, gpu: str = "V100", link: str = "nvlink2", hos
 
 def _device(short: str, model: DeviceModel) -> Device:
     return Device(f"/job:localhost/replica:0/task:0/device:{short}", model.kind, model.memory_bytes,
-                  model.peak_flops, model.memory_bandwidth, model.name)
+                  model.peak_flops, model.memory_bandwidth, model.name, kernels=model.kernels)

@@ -167,17 +167,17 @@ def profile_costs(
 
 
 def roofline_costs(graph: OpGraph, model: DeviceModel) -> CostTable:
-    """Estimated seconds per step op on `model`: max(FLOPs / FLOP/s, bytes / bandwidth) at the model's
-    efficiency, plus its per-op launch overhead; bookkeeping ops (`FREE_OP_TYPES`) cost nothing."""
+    """Estimated seconds per step op on `model`: its FLOPs and bytes against the peaks, as the model's
+    `KernelModel` has it (per-op-type efficiencies, a floor, TF32); bookkeeping ops (`FREE_OP_TYPES`) cost
+    nothing."""
     output_bytes = {op.name: sum(op.output_bytes) for op in graph.ops}
-    flops_rate = model.peak_flops * model.efficiency
-    byte_rate = model.memory_bandwidth * model.efficiency
+    kernels = model.kernels
     op_seconds = {}
     for op in graph.step_ops:
         if op.type in FREE_OP_TYPES:
             continue
         moved = output_bytes[op.name] + sum(output_bytes.get(src, 0) for src in op.producers)
-        op_seconds[op.name] = max(op.flops / flops_rate, moved / byte_rate) + model.launch_overhead
+        op_seconds[op.name] = kernels.op_seconds(op.type, op.flops, moved, model.peak_flops, model.memory_bandwidth)
     return CostTable(graph.fingerprint, model.name, op_seconds, "roofline",
                      {"graph": graph.name, "peak_flops": model.peak_flops, "memory_bandwidth": model.memory_bandwidth,
-                      "efficiency": model.efficiency, "launch_overhead": model.launch_overhead})
+                      "kernels": kernels.to_json_dict()})

@@ -98,6 +98,9 @@ class SimulatedCost(CostTarget):
         if not isinstance(tables, Mapping) and not hasattr(tables, "op_seconds"):
             raise PlacerError("costs must be 'roofline', a CostTable, or a mapping of device model/kind to CostTable")
         self.simulator = Simulator(graph, spec.devices, tables, config)
+        self.op_cost_sources = _op_cost_sources(tables)
+        """Where each kind of device's op costs come from (measured kernels, a roofline, a profile), to say
+        beside every prediction."""
 
     @property
     def op_cost(self) -> np.ndarray:
@@ -149,9 +152,22 @@ class MeasuredCost(CostTarget):
         self.measurer.close()
 
 
+def _op_cost_sources(tables: Any) -> dict[str, str]:
+    tables = tables if isinstance(tables, Mapping) else {tables.device_kind: tables}
+    sources = {}
+    for key, table in tables.items():
+        kernels = table.metadata.get("kernels")
+        if table.source == "roofline" and kernels:
+            sources[key] = kernels["source"] + ("; TF32 on" if kernels.get("tensor_float_32") else "")
+        else:
+            sources[key] = table.source
+    return sources
+
+
 def roofline_tables(graph: OpGraph, devices: DeviceSet) -> dict[str, Any]:
     """A roofline cost table per kind of device in `devices`, from `placer.hardware` or the devices' own peaks."""
     from placer.hardware import GPUS, HOST_CPU, DeviceModel
+    from placer.kernels import KernelModel
     from placer.profile import roofline_costs
 
     tables = {}
@@ -159,11 +175,13 @@ def roofline_tables(graph: OpGraph, devices: DeviceSet) -> dict[str, Any]:
         key = device.model or device.kind
         if key in tables:
             continue
-        if device.model in GPUS or device.model == HOST_CPU.name:
-            model = GPUS.get(device.model, HOST_CPU)
-        elif device.peak_flops and device.memory_bandwidth:
+        known = GPUS.get(device.model) or (HOST_CPU if device.model == HOST_CPU.name else None)
+        if device.peak_flops and device.memory_bandwidth:
+            kernels = device.kernels or (known.kernels if known else KernelModel(launch_overhead=5e-6))
             model = DeviceModel(key, device.kind, device.memory_bytes or 0, device.peak_flops, device.memory_bandwidth,
-                                launch_overhead=5e-6)
+                                kernels)
+        elif known:
+            model = dataclasses.replace(known, kernels=device.kernels or known.kernels)
         else:
             raise DeviceSpecError(
                 f"{device.short_name} has no known model and no peak_flops/memory_bandwidth: give the simulated "
