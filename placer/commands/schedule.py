@@ -56,7 +56,7 @@ def add_schedule_arguments(parser) -> None:
 
 def schedule_command(args) -> int:
     from placer.cost import parse_target_spec
-    from placer.schedule.predict import with_prediction
+    from placer.schedule.origin import with_prediction
     from placer.schedule.shapes import shape_template
 
     if args.micro_batches < 1:
@@ -142,7 +142,7 @@ def _kept(args) -> str:
 
 
 def _report_plans(args, template, plans: dict) -> int:
-    from placer.schedule.predict import plan_prediction
+    from placer.schedule.origin import plan_prediction
 
     rows = []
     for method, plan in plans.items():
