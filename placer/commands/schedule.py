@@ -1,6 +1,7 @@
 """`placer schedule SHAPE`, `placer schedule MODEL [--placement P]` or `placer schedule PLACEMENT.json`: schedule micro-batches of one of
 Tessel's placement shapes, or of a placed model (spans simulated, or profiled on a measured target), with every
-method; print makespan, bubble rate and peak memory, save a plan and its timeline; `--measure` runs the plans.
+method; print makespan, bubble rate and peak memory (on a simulated target, each plan's step priced op by op),
+save a plan and its timeline; `--measure` runs the plans.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ def add_schedule_arguments(parser) -> None:
     parser.add_argument("--size", help="size of a built-in model (default: the placement file's, else tiny)")
     parser.add_argument("--placement", default="expert", help="with --model: a placement file or a heuristic's name "
                         "(default expert)")
-    add_target_argument(parser, "with --model: a simulated target, spans from the simulator's op costs (default "
-                        "modeled:2xV100); or a measured one (inprocess:2, local:2), spans from op costs profiled there "
-                        "on the model built at batch/M: the plan `placer apply PLACEMENT.json --schedule PLAN` runs "
-                        "there", default="modeled:2xV100")
+    add_target_argument(parser, "with --model: a simulated target, spans from the simulator's op costs, and each "
+                        "plan's micro-batched step (its order, transfers and update) simulated op by op there (default "
+                        "modeled:2xV100; calibrated:FILE for the twin of a real target); or a measured one (inprocess:2, "
+                        "local:2), spans from op costs profiled there on the model built at batch/M: the plan `placer "
+                        "apply PLACEMENT.json --schedule PLAN` runs there", default="modeled:2xV100")
     parser.add_argument("--micro-batches", type=int, default=8, help="micro-batches per training step (default 8)")
     parser.add_argument("--memory-limit", type=int, help="memory units per device; a forward block keeps 1 "
                         "(default: unlimited)")
@@ -41,7 +43,7 @@ def add_schedule_arguments(parser) -> None:
                         "it runs out, the best plan so far is kept and marked (default 30)")
     parser.add_argument("--save", metavar="FILE", help="write the plan of the first --method (default tessel) as a "
                         "placer.schedule JSON file; with --model it records the model and placement it was made for, "
-                        "which `placer apply --schedule` checks")
+                        "and its op-level prediction, which `placer apply --schedule` checks and prints")
     parser.add_argument("--timeline", metavar="FILE", help="write that plan as a Chrome trace")
     parser.add_argument("--measure", action="store_true", help="with --model and a measured --target (inprocess:2, "
                         "local:2): run each plan for real as a micro-batched step (the model built at batch/M, its "
