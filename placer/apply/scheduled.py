@@ -11,7 +11,7 @@ from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.measure.config import MeasureConfig
 from placer.placement import PlacementFile, check_same_graph
-from placer.schedule.origin import check_plan_fits
+from placer.schedule.origin import check_plan_calibration, check_plan_fits
 from placer.schedule.plan import SchedulePlan
 
 if TYPE_CHECKING:  # the measurement service (and TensorFlow) loads only when a step is run
@@ -34,13 +34,16 @@ def run_with_schedule(
 
     The model is rebuilt at the micro-batch size and its ops keep their devices by name. A plan made for
     another model, placement or micro-batch count is refused before anything is built (`check_plan_fits`),
-    and its blocks are checked against the built step before a worker starts (ScheduleMismatchError)."""
+    and so is a plan priced on the calibration of another target than `target` (`check_plan_calibration`);
+    its blocks are checked against the built step before a worker starts (ScheduleMismatchError)."""
+    from placer.cost import parse_target_spec
     from placer.measure import Measurer
     from placer.models import is_builtin_model
     from placer.schedule.execute import run_schedule, scheduled_step, step_for_plan
     from placer.schedule.micro_batch import build_micro_batch_graph, placement_at_micro_batch
 
     check_plan_fits(plan, placement_file)
+    check_plan_calibration(plan, parse_target_spec(target, "measured"))
     if not is_builtin_model(model):
         raise PlacerError(f"a schedule runs over micro-batches, so the model is rebuilt at the micro-batch size: "
                           f"that needs a built-in model (placer models), not {model!r}")

@@ -1,6 +1,7 @@
 """`placer apply PLACEMENT.json [MODEL] [--schedule PLAN.json]`: check a placement file against its model, run
 real training steps with it, and compare their step time with the one the file records; with a schedule
-plan, run them over the plan's micro-batches in its order and compare with the plan's makespan.
+plan, run them over the plan's micro-batches in its order and compare with what the plan predicted (op by
+op, when `placer schedule` priced it on a simulated target, and its blocks' makespan).
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from placer.apply import run_training
 from placer.apply.run import APPLY_CONFIG, check_apply_config
 from placer.errors import PlacementError
 from placer.placement import check_same_graph, read_placement_file
-from placer.schedule.origin import check_plan_fits
+from placer.schedule.origin import check_plan_calibration, check_plan_fits
 from placer.schedule.plan import read_schedule_file
 
 
 def apply_command(args) -> int:
     """`placer apply PLACEMENT.json MODEL`: check, run, and compare with the recorded step time."""
+    from placer.cost import parse_target_spec
     from placer.measure import parse_target
     from placer.measure.config import measure_config
     from placer.models import load_model
@@ -31,12 +33,14 @@ def apply_command(args) -> int:
     model = args.model or exported.metadata.get("model")
     if not model:
         raise PlacementError(f"{exported.source} does not record its model: name it (placer apply FILE MODEL)")
-    size = args.size or str(exported.metadata.get("size") or "tiny")
-    graph = load_model(str(model), size)
-    check_same_graph(exported, graph)
     recorded_target = str(exported.metadata.get("cluster") or exported.metadata.get("target") or "")
     default_target = recorded_target if recorded_target.startswith(("inprocess:", "local:")) else "inprocess:1"
     target = parse_target(args.target or default_target, allow_exposed_ports=args.allow_exposed_ports)
+    if plan is not None:  # a plan priced on another target's calibration: refused before any model is built
+        check_plan_calibration(plan, parse_target_spec(target, "measured"), args.schedule)
+    size = args.size or str(exported.metadata.get("size") or "tiny")
+    graph = load_model(str(model), size)
+    check_same_graph(exported, graph)
     if plan is not None:
         return _apply_with_schedule(args, str(model), size, graph, exported, plan, target, config)
     result = run_training(graph, exported, target, config)

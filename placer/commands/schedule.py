@@ -1,6 +1,7 @@
 """`placer schedule SHAPE`, `placer schedule MODEL [--placement P]` or `placer schedule PLACEMENT.json`: schedule micro-batches of one of
 Tessel's placement shapes, or of a placed model (spans simulated, or profiled on a measured target), with every
-method; print makespan, bubble rate and peak memory, save a plan and its timeline; `--measure` runs the plans.
+method; print makespan, bubble rate and peak memory (on a simulated target, each plan's step priced op by op),
+save a plan and its timeline; `--measure` runs the plans.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ def add_schedule_arguments(parser) -> None:
     parser.add_argument("--size", help="size of a built-in model (default: the placement file's, else tiny)")
     parser.add_argument("--placement", default="expert", help="with --model: a placement file or a heuristic's name "
                         "(default expert)")
-    add_target_argument(parser, "with --model: a simulated target, spans from the simulator's op costs (default "
-                        "modeled:2xV100); or a measured one (inprocess:2, local:2), spans from op costs profiled there "
-                        "on the model built at batch/M: the plan `placer apply PLACEMENT.json --schedule PLAN` runs "
-                        "there", default="modeled:2xV100")
+    add_target_argument(parser, "with --model: a simulated target, spans from the simulator's op costs, and each "
+                        "plan's micro-batched step (its order, transfers and update) simulated op by op there (default "
+                        "modeled:2xV100; calibrated:FILE for the twin of a real target); or a measured one (inprocess:2, "
+                        "local:2), spans from op costs profiled there on the model built at batch/M: the plan `placer "
+                        "apply PLACEMENT.json --schedule PLAN` runs there", default="modeled:2xV100")
     parser.add_argument("--micro-batches", type=int, default=8, help="micro-batches per training step (default 8)")
     parser.add_argument("--memory-limit", type=int, help="memory units per device; a forward block keeps 1 "
                         "(default: unlimited)")
@@ -41,7 +43,7 @@ def add_schedule_arguments(parser) -> None:
                         "it runs out, the best plan so far is kept and marked (default 30)")
     parser.add_argument("--save", metavar="FILE", help="write the plan of the first --method (default tessel) as a "
                         "placer.schedule JSON file; with --model it records the model and placement it was made for, "
-                        "which `placer apply --schedule` checks")
+                        "and its op-level prediction, which `placer apply --schedule` checks and prints")
     parser.add_argument("--timeline", metavar="FILE", help="write that plan as a Chrome trace")
     parser.add_argument("--measure", action="store_true", help="with --model and a measured --target (inprocess:2, "
                         "local:2): run each plan for real as a micro-batched step (the model built at batch/M, its "
@@ -56,6 +58,7 @@ def add_schedule_arguments(parser) -> None:
 
 def schedule_command(args) -> int:
     from placer.cost import parse_target_spec
+    from placer.schedule.origin import with_prediction
     from placer.schedule.shapes import shape_template
 
     if args.micro_batches < 1:
@@ -70,10 +73,17 @@ def schedule_command(args) -> int:
                           f"not {args.target}")
     if measured:
         return _real_target_command(args)
-    template, origin = (shape_template(args.shape, args.devices), None) if args.shape else _model_template(args)
+    if args.shape:
+        template, origin, price = shape_template(args.shape, args.devices), None, None
+    else:
+        template, origin, price = _model_template(args)
     if args.inference:
         template = template.forward_only()
     plans = _make_plans(args, template, origin)
+    if price is not None:
+        predictions = price(plans)
+        plans = {method: with_prediction(plan, predictions[method]) for method, plan in plans.items()}
+    _save_first(args, plans)
     return _report_plans(args, template, plans)
 
 
@@ -108,7 +118,7 @@ def _read_subject(args) -> None:
 
 
 def _make_plans(args, template, origin) -> dict:
-    """Every --method's plan of `template`, the first one saved (--save, --timeline) with what it was made for."""
+    """Every --method's plan of `template`, each recording what it was made for."""
     from placer.schedule.methods import METHODS, make_schedule
     from placer.schedule.origin import with_origin
 
@@ -116,12 +126,16 @@ def _make_plans(args, template, origin) -> dict:
              for method in args.method or METHODS}
     if origin is not None:
         plans = {method: with_origin(plan, origin) for method, plan in plans.items()}
+    return plans
+
+
+def _save_first(args, plans: dict) -> None:
+    """The first --method's plan to --save and its timeline to --timeline."""
     first = plans[_kept(args)]
     if args.save:
         first.save(args.save)
     if args.timeline:
         first.save_chrome_trace(args.timeline)
-    return plans
 
 
 def _kept(args) -> str:
@@ -130,9 +144,15 @@ def _kept(args) -> str:
 
 
 def _report_plans(args, template, plans: dict) -> int:
-    rows = [{"method": method, "makespan": plan.makespan, "bubble_rate": plan.bubble_rate,
-             "peak_memory": max(plan.peak_memory().values()), "search_status": plan.search_status,
-             "search_seconds": plan.search_seconds} for method, plan in plans.items()]
+    from placer.schedule.origin import plan_prediction
+
+    rows = []
+    for method, plan in plans.items():
+        prediction = plan_prediction(plan)
+        rows.append({"method": method, "makespan": plan.makespan, "makespan_seconds": plan.seconds(),
+                     "bubble_rate": plan.bubble_rate, "peak_memory": max(plan.peak_memory().values()),
+                     "search_status": plan.search_status, "search_seconds": plan.search_seconds,
+                     "predicted": None if prediction is None else prediction.to_json_dict()})
     if args.json:
         print(json.dumps({"shape": args.shape, "model": args.model, "template": template.to_json_dict(), "devices": args.devices, "micro_batches": args.micro_batches,
                           "memory_limit": args.memory_limit, "plans": rows}, indent=1))
@@ -144,9 +164,16 @@ def _report_plans(args, template, plans: dict) -> int:
         over = (" (over the limit: GPipe ignores it)" if args.memory_limit is not None
                 and row["peak_memory"] > args.memory_limit else "")
         searched = f", searched {row['search_seconds']:.2f} s ({row['search_status']})" if row["search_seconds"] else ""
-        seconds = f" ({row['makespan'] * template.time_unit * 1e3:.3f} ms)" if template.time_unit else ""
-        print(f"  {row['method']:<12} makespan {row['makespan']:>5}{seconds}  bubbles {row['bubble_rate']:6.1%}  "
-              f"peak memory {row['peak_memory']}{over}{searched}")
+        seconds = f" ({row['makespan_seconds'] * 1e3:.3f} ms)" if row["makespan_seconds"] is not None else ""
+        predicted = ""
+        if row["predicted"] is not None:
+            predicted = (f"  op by op {row['predicted']['seconds'] * 1e3:.3f} ms" if row["predicted"]["ok"]
+                         else f"  op by op FAILED ({row['predicted']['failure']})")
+        print(f"  {row['method']:<12} makespan {row['makespan']:>5}{seconds}{predicted}  bubbles "
+              f"{row['bubble_rate']:6.1%}  peak memory {row['peak_memory']}{over}{searched}")
+    if any(row["predicted"] is not None for row in rows):
+        print(f"makespan: the blocks' spans alone; op by op: the micro-batched step in each plan's order simulated on "
+              f"{args.target} with its transfers, barriers and update (what `placer apply --schedule` runs)")
     for path, what in ((args.save, "plan"), (args.timeline, "timeline (chrome://tracing or https://ui.perfetto.dev)")):
         if path:
             print(f"wrote the {_kept(args)} {what}: {path}")
@@ -161,16 +188,29 @@ def _origin(args, graph, placement):
 
 
 def _model_template(args):
-    """The block template of a placed model, its op costs from the simulated target's simulator, and what
-    it was made for."""
+    """The block template of a placed model, its op costs from the simulated target's simulator; what it was
+    made for; and, for a built-in model, how to price its plans op by op on that target (None for another)."""
     from placer.cost import open_target, parse_target_spec
-    from placer.models import load_model
+    from placer.models import is_builtin_model, load_model
     from placer.schedule.from_placement import blocks_from_placement
 
     graph = load_model(args.model, args.size)
-    with open_target(graph, parse_target_spec(args.target)) as target:
+    spec = parse_target_spec(args.target)
+    with open_target(graph, spec) as target:
         placement = placement_named(args.placement, args.model, graph, target.devices, target.simulator)
-        return blocks_from_placement(target.simulator, placement, args.micro_batches), _origin(args, graph, placement)
+        template = blocks_from_placement(target.simulator, placement, args.micro_batches)
+    if not is_builtin_model(args.model):  # only a built-in model can be built again at the micro-batch size
+        return template, _origin(args, graph, placement), None
+
+    def price(plans: dict) -> dict:
+        from placer.schedule.micro_batch import build_micro_batch_graph, placement_at_micro_batch
+        from placer.schedule.predict import predict_plans
+
+        micro_batch_graph = build_micro_batch_graph(args.model, args.size, args.micro_batches)
+        return predict_plans(plans, micro_batch_graph,
+                             placement_at_micro_batch(placement, graph, micro_batch_graph, spec.devices), spec)
+
+    return template, _origin(args, graph, placement), price
 
 
 def _real_target_command(args) -> int:
@@ -199,6 +239,7 @@ def _real_target_command(args) -> int:
         if args.inference:
             template = template.forward_only()
         plans = _make_plans(args, template, origin)
+        _save_first(args, plans)
         if not args.measure:
             return _report_plans(args, template, plans)
         # Every plan orders the same template's blocks, so one step (training, or forward-only) serves them all.

@@ -40,8 +40,12 @@ def cost_cache(calibration_path: str | Path, graph: OpGraph) -> Path:
     """Where the op costs of `graph` profiled on the calibrated target are kept. The name carries a digest
     of the calibration file, so a calibration redone into the same file does not reuse costs profiled net
     of the old one's step overhead."""
-    digest = hashlib.sha256(Path(calibration_path).read_bytes()).hexdigest()[:8]
-    return cost_cache_dir(calibration_path) / f"{graph.name}-{graph.fingerprint[:16]}-{digest}.json"
+    return cost_cache_dir(calibration_path) / f"{graph.name}-{graph.fingerprint[:16]}-{calibration_digest(calibration_path)}.json"
+
+
+def calibration_digest(calibration_path: str | Path) -> str:
+    """A short digest of a calibration file's bytes: a calibration redone into the same file has another."""
+    return hashlib.sha256(Path(calibration_path).read_bytes()).hexdigest()[:8]
 
 
 def profiled_costs(graph: OpGraph, calibration: Calibration, calibration_path: str | Path, measurer=None):

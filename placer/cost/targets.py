@@ -87,16 +87,11 @@ class SimulatedCost(CostTarget):
         from placer.simulate import Simulator
 
         super().__init__(graph, spec, spec.devices)
-        if spec.calibration is not None:  # the simulator of a real target: its links, overheads and op costs
-            from placer.cost.calibrated import profiled_costs
+        if spec.calibration is not None:  # the simulator of a real target: its links and overheads
             from placer.simulate import SimulatorConfig
 
-            if isinstance(costs, str) and costs == "roofline":
-                costs = {"CPU": profiled_costs(graph, spec.calibration, spec.calibration_path)}
             _, config = spec.calibration.apply(spec.devices, config or SimulatorConfig(cpu_slots=1))
-        tables = roofline_tables(graph, spec.devices) if isinstance(costs, str) and costs == "roofline" else costs
-        if not isinstance(tables, Mapping) and not hasattr(tables, "op_seconds"):
-            raise PlacerError("costs must be 'roofline', a CostTable, or a mapping of device model/kind to CostTable")
+        tables = target_cost_tables(graph, spec, costs)
         self.simulator = Simulator(graph, spec.devices, tables, config)
         self.op_cost_sources = _op_cost_sources(tables)
         """Where each kind of device's op costs come from (measured kernels, a roofline, a profile), to say
@@ -162,6 +157,21 @@ def _op_cost_sources(tables: Any) -> dict[str, str]:
         else:
             sources[key] = table.source
     return sources
+
+
+def target_cost_tables(graph: OpGraph, spec: TargetSpec, costs: Any = "roofline") -> Any:
+    """The op costs a simulated target's simulator uses for `graph`: `costs` when given (a CostTable or a
+    mapping of device model/kind to one); for "roofline", the costs profiled on the real target of a
+    "calibrated:FILE" spec (cached beside FILE), else roofline estimates of the modeled devices."""
+    if not (isinstance(costs, str) and costs == "roofline"):
+        if not isinstance(costs, Mapping) and not hasattr(costs, "op_seconds"):
+            raise PlacerError("costs must be 'roofline', a CostTable, or a mapping of device model/kind to CostTable")
+        return costs
+    if spec.calibration is not None:
+        from placer.cost.calibrated import profiled_costs
+
+        return {"CPU": profiled_costs(graph, spec.calibration, spec.calibration_path)}
+    return roofline_tables(graph, spec.devices)
 
 
 def roofline_tables(graph: OpGraph, devices: DeviceSet) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from placer.placement import Placement
 from placer.schedule.from_placement import block_dependencies, op_blocks
 from placer.schedule.inference import forward_only_graph, forward_only_placement
 from placer.schedule.micro_batch import MicroBatchedStep, micro_batched_step
+from placer.schedule.origin import PlanPrediction, plan_prediction
 from placer.schedule.plan import SchedulePlan
 
 
@@ -109,7 +110,9 @@ class ScheduleRun:
     links_traced: int = 0
     links: int = 0
     predicted: float | None = None
-    """The plan's makespan in seconds, when its spans come from op costs."""
+    """The plan's makespan in seconds, when its spans come from op costs (transfers, barriers, update left out)."""
+    prediction: PlanPrediction | None = None
+    """The plan's op-level prediction (`placer.schedule.predict`), when its file records one."""
 
     @property
     def ok(self) -> bool:
@@ -130,13 +133,20 @@ class ScheduleRun:
     def to_json_dict(self) -> dict:
         """The run as `placer schedule --measure --json` and `placer apply --schedule --json` print it."""
         return {"method": self.method, "step_time": self.step_time.to_dict(), "predicted_seconds": self.predicted,
+                "predicted_op_level": None if self.prediction is None else self.prediction.to_json_dict(),
                 "order_kept": self.order_kept, "violations": [v.describe() for v in self.violations],
                 "blocks_traced": self.links_traced, "blocks": self.links}
 
     def describe(self) -> str:
         if not self.ok:
             return f"{self.method}: {self.step_time.describe()}"
-        predicted = "" if self.predicted is None else f", predicted {self.predicted * 1e3:.2f} ms"
+        predicted = []
+        if self.prediction is not None and self.prediction.step_time.ok:
+            predicted.append(f"predicted {self.prediction.step_time.seconds * 1e3:.2f} ms op by op on "
+                             f"{self.prediction.target}")
+        if self.predicted is not None:
+            predicted.append(f"block spans {self.predicted * 1e3:.2f} ms")
+        predicted = f", {', '.join(predicted)}" if predicted else ""
         order = {True: "order kept", False: f"order broken {len(self.violations)} times", None: "order not traced"}
         text = (f"{self.method}: measured {self.seconds * 1e3:.2f} ms{predicted}; {order[self.order_kept]} "
                 f"({self.links_traced}/{self.links} blocks traced)")
@@ -149,12 +159,12 @@ def run_schedule(measurer, scheduled: ScheduledStep, config: MeasureConfig | Non
     config = dataclasses.replace(config, profile_steps=max(1, config.profile_steps))
     measurement = measurer.measure(scheduled.graph, scheduled.placement, config)
     step_time = StepTime.from_measurement(measurement)
-    predicted = scheduled.plan.seconds()
+    predicted, prediction = scheduled.plan.seconds(), plan_prediction(scheduled.plan)
     if not measurement.ok or not measurement.chrome_trace:
-        return ScheduleRun(scheduled.plan.method, step_time, predicted=predicted)
+        return ScheduleRun(scheduled.plan.method, step_time, predicted=predicted, prediction=prediction)
     traced, links = traced_links(measurement.chrome_trace, scheduled.chains)
     return ScheduleRun(scheduled.plan.method, step_time, order_violations(measurement.chrome_trace, scheduled.chains),
-                       traced, links, predicted)
+                       traced, links, predicted, prediction)
 
 
 def profiled_template(measurer, graph: OpGraph, placement: Placement, micro_batches: int, *, steps: int = 3):

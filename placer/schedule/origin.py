@@ -1,5 +1,6 @@
-"""What a schedule plan was made for (the model, its placement, the micro-batch count), recorded in the plan's
-file by `placer schedule --save` and checked by `placer apply --schedule` before any TensorFlow work.
+"""What a schedule plan was made for (the model, its placement, the micro-batch count) and the calibration its
+step was priced on, recorded in the plan's file by `placer schedule --save` and checked by `placer apply
+--schedule` before any TensorFlow work.
 """
 
 from __future__ import annotations
@@ -8,8 +9,12 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
+from placer.cost.calibrated import PREFIX, calibration_digest
+from placer.cost.record import StepTime
+from placer.cost.spec import TargetSpec
 from placer.devices import short_name
 from placer.errors import ScheduleMismatchError
 from placer.placement import PlacementFile
@@ -91,3 +96,95 @@ def check_plan_fits(plan: SchedulePlan, placement_file: PlacementFile, plan_sour
             f"{plan_source} was made for another placement of {origin.model} than {placement_file.source} (its ops "
             f"run on other devices, so its blocks differ): make the plan for this placement with `placer schedule "
             f"--model {origin.model} --size {origin.size} --placement {placement_file.source} --save PLAN`")
+
+
+PREDICTION_KEY = "predicted"
+"""Where a plan's metadata keeps its `PlanPrediction`."""
+
+
+@dataclass(frozen=True)
+class PlanPrediction:
+    """What a plan's step was predicted to take, and on which simulated target."""
+
+    step_time: StepTime
+    target: str
+    """The simulated target's spec, e.g. "calibrated:calibration.json" or "modeled:2xV100"."""
+    calibration: str = ""
+    """`placer.cost.calibrated.calibration_digest` of the calibration it was priced on ("" when modeled)."""
+    calibrated_on: str = ""
+    """The real target that calibration was made on (e.g. "local:2"): the one whose steps it predicts."""
+
+    @classmethod
+    def on(cls, step_time: StepTime, spec: TargetSpec) -> PlanPrediction:
+        if spec.calibration is None:
+            return cls(step_time, str(spec))
+        return cls(step_time, str(spec), calibration_digest(spec.calibration_path), spec.calibration.target)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"seconds": self.step_time.seconds if self.step_time.ok else None, "ok": self.step_time.ok,
+                "failure": self.step_time.failure, "message": self.step_time.message, "target": self.target,
+                "calibration": self.calibration, "calibrated_on": self.calibrated_on}
+
+    @classmethod
+    def from_json_dict(cls, data: Mapping[str, Any]) -> PlanPrediction:
+        if data.get("ok", True) and isinstance(data.get("seconds"), (int, float)):
+            step_time = StepTime(float(data["seconds"]), "simulated", str(data.get("target", "")))
+        else:
+            step_time = StepTime.failed(str(data.get("failure") or "invalid"), str(data.get("message", "")),
+                                        "simulated", str(data.get("target", "")))
+        return cls(step_time, str(data.get("target", "")), str(data.get("calibration", "")),
+                   str(data.get("calibrated_on", "")))
+
+    def describe(self) -> str:
+        if not self.step_time.ok:
+            return f"op-level prediction on {self.target} failed ({self.step_time.failure}): {self.step_time.message}"
+        return f"predicted {self.step_time.seconds * 1e3:.2f} ms op by op on {self.target}"
+
+
+def with_prediction(plan: SchedulePlan, prediction: PlanPrediction) -> SchedulePlan:
+    """`plan` with `prediction` in its metadata, so that its file says what its step should take."""
+    return dataclasses.replace(plan, metadata={**plan.metadata, PREDICTION_KEY: prediction.to_json_dict()})
+
+
+def plan_prediction(plan: SchedulePlan) -> PlanPrediction | None:
+    """The op-level prediction `plan`'s file records, or None for a plan priced by its block spans alone."""
+    recorded = plan.metadata.get(PREDICTION_KEY)
+    return PlanPrediction.from_json_dict(recorded) if isinstance(recorded, Mapping) else None
+
+
+def check_plan_calibration(plan: SchedulePlan, spec: TargetSpec, plan_source: str = "the plan") -> None:
+    """Refuse a plan priced on one calibration where another applies, saying what to re-run: on a calibrated
+    simulated `spec`, a plan priced on other calibration contents; on a measured `spec`, a plan priced on
+    the calibration of another real target, or on a calibration file redone since. Plans priced on modeled
+    targets, or never priced op by op, pass."""
+    prediction = plan_prediction(plan)
+    if prediction is None or not prediction.calibration:
+        return
+    origin = plan_origin(plan)
+    subject = f"--model {origin.model} --size {origin.size}" if origin else "--model MODEL"
+    calibration_file = prediction.target[len(PREFIX):] if prediction.target.startswith(PREFIX) else "FILE"
+
+    def make_again(file: str) -> str:
+        return (f"make the plan again on that calibration: `placer schedule {subject} --placement PLACEMENT "
+                f"--micro-batches {plan.micro_batches} --method {plan.method} --cluster calibrated:{file} --save PLAN`")
+
+    if spec.backend == "simulated":
+        if spec.calibration is None:
+            return
+        digest = calibration_digest(spec.calibration_path)
+        if digest != prediction.calibration:
+            raise ScheduleMismatchError(
+                f"{plan_source} was priced on {prediction.target} (calibration digest {prediction.calibration}, made "
+                f"on {prediction.calibrated_on or 'its target'}), but {spec} holds another calibration (digest "
+                f"{digest}): {make_again(str(spec.calibration_path))}")
+        return
+    if prediction.calibrated_on and str(spec) != prediction.calibrated_on:
+        raise ScheduleMismatchError(
+            f"{plan_source} was priced on {prediction.target}, a calibration of {prediction.calibrated_on}, so it "
+            f"predicts steps there, not on {spec}: run it with --target {prediction.calibrated_on}, or calibrate "
+            f"{spec} (`placer calibrate --target {spec} --out FILE`) and {make_again('FILE')}")
+    if Path(calibration_file).is_file() and calibration_digest(calibration_file) != prediction.calibration:
+        raise ScheduleMismatchError(
+            f"{plan_source} was priced on {prediction.target}, but {calibration_file} has been calibrated again since "
+            f"(digest {calibration_digest(calibration_file)}, the plan's {prediction.calibration}): "
+            f"{make_again(calibration_file)}")

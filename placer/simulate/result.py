@@ -69,7 +69,9 @@ class SimResult:
     def chrome_trace(self) -> dict[str, Any]:
         """The timeline in Chrome's trace-event format (open it in Perfetto or chrome://tracing).
 
-        One process per device, ops on its compute track, transfers on a track per incoming link."""
+        One process per device, ops on its compute track, transfers on a track per incoming link. Each op's
+        event names its node in `args` as TensorFlow's traces do, so checks of a traced step (such as
+        `placer.graph.order.order_violations`) read a simulated one alike."""
         devices = sorted({op.device for op in self.ops} | {t.target for t in self.transfers})
         pid = {device: index for index, device in enumerate(devices)}
         events: list[dict[str, Any]] = [
@@ -82,7 +84,7 @@ class SimResult:
                    for source, target in sorted({(t.source, t.target) for t in self.transfers})]
         for op in self.ops:
             events.append({"ph": "X", "name": op.name, "pid": pid[op.device], "tid": 0, "ts": op.start * 1e6,
-                           "dur": (op.end - op.start) * 1e6, "cat": "op"})
+                           "dur": (op.end - op.start) * 1e6, "cat": "op", "args": {"name": op.name}})
         for transfer in self.transfers:
             events.append({"ph": "X", "name": f"recv {transfer.tensor}", "pid": pid[transfer.target],
                            "tid": 1 + pid.get(transfer.source, 0), "ts": transfer.start * 1e6,

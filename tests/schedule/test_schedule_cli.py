@@ -103,3 +103,58 @@ def test_placer_schedule_takes_a_model_or_a_placement_file_where_a_shape_goes(tm
 def test_placer_schedule_names_what_it_takes_for_an_unknown_subject(capsys):
     assert main(["schedule", "no-such-thing", "--micro-batches", "4"]) == 2
     assert "is not a shape" in capsys.readouterr().err
+
+
+def test_placer_schedule_prices_each_plan_op_by_op_and_saves_the_prediction_in_the_plan(tmp_path, capsys):
+    plan_file = tmp_path / "plan.json"
+    assert main(["schedule", "two-tower", "--target", "modeled:2xV100", "--micro-batches", "4", "--method", "gpipe",
+                 "--method", "sequential", "--save", str(plan_file), "--json"]) == 0
+    rows = {row["method"]: row for row in json.loads(capsys.readouterr().out)["plans"]}
+    for row in rows.values():
+        assert row["predicted"]["ok"] and row["predicted"]["target"] == "modeled:2xV100"
+        assert row["predicted"]["calibration"] == ""  # a modeled target: no calibration to match later
+    # One micro-batch after the other leaves the second device idle between them; GPipe overlaps them.
+    assert rows["sequential"]["predicted"]["seconds"] > rows["gpipe"]["predicted"]["seconds"]
+    from placer.schedule.origin import plan_prediction
+
+    saved = plan_prediction(read_schedule_file(plan_file))
+    assert saved.target == "modeled:2xV100" and saved.step_time.seconds == rows["gpipe"]["predicted"]["seconds"]
+
+
+def test_placer_schedule_on_a_calibrated_target_pays_its_overheads_and_apply_refuses_the_plan_elsewhere(tmp_path,
+                                                                                                     capsys):
+    """On `calibrated:FILE` (op costs cached beside FILE, so nothing is profiled here) each plan's op-level
+    prediction includes the fitted step overhead its blocks' makespan leaves out; `placer apply` refuses to
+    compare it with a step measured on another target than the calibration's, before building anything."""
+    from placer.calibration import Calibration, this_machine
+    from placer.cost import open_target
+    from placer.cost.calibrated import cost_cache
+    from placer.hardware import HOST_CPU
+    from placer.heuristics import make_heuristic
+    from placer.models import build_model
+    from placer.profile import roofline_costs
+    from placer.schedule.micro_batch import build_micro_batch_graph, micro_batched_step
+
+    overhead = 5e-3
+    devices = tuple(f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(2))
+    calibration = Calibration(step_overhead=overhead, spanning_overhead=0.0, send_cpu=2e-5, send_cpu_per_byte=1e-9,
+                              recv_cpu=2e-5, recv_cpu_per_byte=1e-9, latency=5e-5, bandwidth=float("inf"), samples={},
+                              target="local:2", devices=devices, rounds=2, machine=this_machine())
+    path = calibration.save(tmp_path / "calibration.json")
+    graph = build_model("two-tower", "tiny")
+    step = micro_batched_step(build_micro_batch_graph("two-tower", "tiny", 4), 4)
+    for costed in (graph, step.graph):  # what `placer calibrate`'s target would have profiled
+        roofline_costs(costed, HOST_CPU).save(cost_cache(path, costed))
+    with open_target(graph, f"calibrated:{path}") as target:
+        expert = make_heuristic("expert", graph, target.devices, model="two-tower")
+    placement, plan = tmp_path / "expert.json", tmp_path / "plan.json"
+    expert.with_metadata(model="two-tower", size="tiny").save(placement, graph)
+
+    assert main(["schedule", str(placement), "--cluster", f"calibrated:{path}", "--micro-batches", "4",
+                 "--method", "1f1b", "--save", str(plan), "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)["plans"]
+    assert row["makespan_seconds"] < overhead < row["predicted"]["seconds"]
+    assert row["predicted"]["calibrated_on"] == "local:2"
+
+    assert main(["apply", str(placement), "--schedule", str(plan), "--target", "inprocess:2"]) == 2
+    assert "a calibration of local:2, so it predicts steps there, not on inprocess:2" in capsys.readouterr().err

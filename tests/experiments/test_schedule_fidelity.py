@@ -1,0 +1,32 @@
+"""experiments/schedule_fidelity.py --dry-run prices every plan both ways and measures nothing."""
+
+import json
+
+from experiments.schedule_fidelity import main
+from placer.calibration import Calibration, this_machine
+
+
+def test_a_dry_run_prices_each_plan_op_by_op_and_by_block_spans_without_measuring(tmp_path, capsys, monkeypatch):
+    import placer.measure
+
+    def no_testbed(*args, **kwargs):
+        raise AssertionError("a dry run starts no measurement")
+
+    monkeypatch.setattr(placer.measure, "Measurer", no_testbed)
+    calibration = Calibration(step_overhead=1e-3, spanning_overhead=3e-4, send_cpu=5e-5, send_cpu_per_byte=1e-9,
+                              recv_cpu=5e-5, recv_cpu_per_byte=1e-9, latency=1e-4, bandwidth=float("inf"), samples={},
+                              target="local:2", rounds=2, machine=this_machine(),
+                              devices=tuple(f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(2)))
+    path = calibration.save(tmp_path / "calibration.json")
+    out = tmp_path / "fidelity.json"
+    main(["--calibration", str(path), "--models", "two-tower", "--methods", "sequential", "gpipe", "--dry-run",
+          "--time-limit", "2", "--out", str(out)])
+    report = json.loads(out.read_text())
+    rows = {(r["mode"], r["method"]): r for r in report["rows"]}
+    assert set(rows) == {(mode, method) for mode in ("training", "inference") for method in ("sequential", "gpipe")}
+    for row in rows.values():
+        assert row["measured_ms"] is None
+        # The op-level price pays the calibrated step overhead (1 ms) that the blocks' spans leave out.
+        assert row["predicted_ms"] > row["span_ms"] and row["predicted_ms"] > 1.0
+    assert report["dry_run"] and report["command"].startswith("python")
+    assert "op_level_picks" in capsys.readouterr().out
