@@ -42,6 +42,11 @@ def add_schedule_arguments(parser) -> None:
     parser.add_argument("--save", metavar="FILE", help="write the plan of the first --method (default tessel) as a "
                         "placer.schedule JSON file; with --model it records the model and placement it was made for, "
                         "which `placer apply --schedule` checks")
+    parser.add_argument("--save-plan", metavar="FILE", help="with --model and a target that can run it (inprocess:N, "
+                        "local:..., or calibrated:FILE, the twin of the real target it was calibrated on): write a "
+                        "placer.plan file holding the machine use (the target's processes, cores and thread pools), "
+                        "the placement and the first --method's schedule, with its makespan as the predicted step "
+                        "time; `placer apply PLAN` runs it")
     parser.add_argument("--timeline", metavar="FILE", help="write that plan as a Chrome trace")
     parser.add_argument("--measure", action="store_true", help="with --model and a measured --target (inprocess:2, "
                         "local:2): run each plan for real as a micro-batched step (the model built at batch/M, its "
@@ -61,6 +66,8 @@ def schedule_command(args) -> int:
     if args.micro_batches < 1:
         raise PlacerError(f"--micro-batches must be at least 1, got {args.micro_batches}")
     _read_subject(args)
+    if args.save_plan:
+        _check_plan_target(args)
     measured = args.model is not None and parse_target_spec(args.target).backend == "measured"
     if args.measure and not measured:
         if args.model is None:
@@ -70,10 +77,10 @@ def schedule_command(args) -> int:
                           f"not {args.target}")
     if measured:
         return _real_target_command(args)
-    template, origin = (shape_template(args.shape, args.devices), None) if args.shape else _model_template(args)
+    template, placed = (shape_template(args.shape, args.devices), None) if args.shape else _model_template(args)
     if args.inference:
         template = template.forward_only()
-    plans = _make_plans(args, template, origin)
+    plans = _make_plans(args, template, placed)
     return _report_plans(args, template, plans)
 
 
@@ -107,21 +114,56 @@ def _read_subject(args) -> None:
                           "or --model MODEL), not both")
 
 
-def _make_plans(args, template, origin) -> dict:
-    """Every --method's plan of `template`, the first one saved (--save, --timeline) with what it was made for."""
+def _check_plan_target(args) -> None:
+    """Refuse --save-plan where the plan could not run, before any work."""
+    from placer.cost import parse_target_spec
+
+    if args.shape is not None:
+        raise PlacerError("--save-plan writes a plan of a placed model: give --model (or a model or placement file), "
+                          "not a shape")
+    spec = parse_target_spec(args.target)
+    if spec.backend != "measured" and spec.calibration is None:
+        raise PlacerError(f"--save-plan writes a plan that `placer apply` runs, so it needs a target that can run it: "
+                          f"inprocess:N, local:..., or calibrated:FILE (the twin of a real target), not {args.target}")
+
+
+def _make_plans(args, template, placed=None) -> dict:
+    """Every --method's plan of `template`, the first one saved (--save, --timeline, --save-plan) with what it was
+    made for. placed: (graph, placement file) of a placed model."""
     from placer.schedule.methods import METHODS, make_schedule
-    from placer.schedule.origin import with_origin
+    from placer.schedule.origin import PlanOrigin, with_origin
 
     plans = {method: make_schedule(method, template, args.micro_batches, args.memory_limit, time_limit=args.time_limit)
              for method in args.method or METHODS}
-    if origin is not None:
+    if placed is not None:
+        origin = PlanOrigin.of(args.model, args.size, placed[1])
         plans = {method: with_origin(plan, origin) for method, plan in plans.items()}
     first = plans[_kept(args)]
     if args.save:
         first.save(args.save)
     if args.timeline:
         first.save_chrome_trace(args.timeline)
+    if args.save_plan:
+        _save_plan(args, first, *placed)
     return plans
+
+
+def _save_plan(args, schedule, graph, placement_file) -> None:
+    """The plan of the placed model on --target with `schedule`, its makespan as the predicted step time."""
+    import shlex
+
+    from placer.cost import StepTime
+    from placer.plan import Plan
+
+    seconds = schedule.seconds()
+    predicted = None if seconds is None else StepTime(seconds, "simulated", args.target, samples=(seconds,))
+    command = ["placer", "schedule", args.model, "--size", args.size, "--placement", args.placement, "--target",
+               args.target, "--micro-batches", str(args.micro_batches), "--method", _kept(args)]
+    command += ["--memory-limit", str(args.memory_limit)] if args.memory_limit is not None else []
+    command += ["--inference"] if args.inference else []
+    Plan.made_for(args.model, args.size, graph, placement_file, args.target, schedule=schedule, predicted=predicted,
+                  made_by="placer schedule", command=shlex.join([*command, "--save-plan", args.save_plan])
+                  ).save(args.save_plan)
 
 
 def _kept(args) -> str:
@@ -147,22 +189,16 @@ def _report_plans(args, template, plans: dict) -> int:
         seconds = f" ({row['makespan'] * template.time_unit * 1e3:.3f} ms)" if template.time_unit else ""
         print(f"  {row['method']:<12} makespan {row['makespan']:>5}{seconds}  bubbles {row['bubble_rate']:6.1%}  "
               f"peak memory {row['peak_memory']}{over}{searched}")
-    for path, what in ((args.save, "plan"), (args.timeline, "timeline (chrome://tracing or https://ui.perfetto.dev)")):
+    for path, what in ((args.save, "plan"), (args.timeline, "timeline (chrome://tracing or https://ui.perfetto.dev)"),
+                       (args.save_plan, "schedule in a plan file (run it with `placer apply`)")):
         if path:
             print(f"wrote the {_kept(args)} {what}: {path}")
     return 0
 
 
-def _origin(args, graph, placement):
-    """What plans of `graph` placed by `placement` are made for, as their files record it."""
-    from placer.schedule.origin import PlanOrigin
-
-    return PlanOrigin.of(args.model, args.size, placement.to_file(graph, args.placement))
-
-
 def _model_template(args):
-    """The block template of a placed model, its op costs from the simulated target's simulator, and what
-    it was made for."""
+    """The block template of a placed model, its op costs from the simulated target's simulator, and the graph
+    and placement file it was made for."""
     from placer.cost import open_target, parse_target_spec
     from placer.models import load_model
     from placer.schedule.from_placement import blocks_from_placement
@@ -170,7 +206,8 @@ def _model_template(args):
     graph = load_model(args.model, args.size)
     with open_target(graph, parse_target_spec(args.target)) as target:
         placement = placement_named(args.placement, args.model, graph, target.devices, target.simulator)
-        return blocks_from_placement(target.simulator, placement, args.micro_batches), _origin(args, graph, placement)
+        return (blocks_from_placement(target.simulator, placement, args.micro_batches),
+                (graph, placement.to_file(graph, args.placement)))
 
 
 def _real_target_command(args) -> int:
@@ -193,12 +230,12 @@ def _real_target_command(args) -> int:
     with Measurer(parse_target_spec(args.target).measured, config) as measurer:
         devices = measurer.devices
         placement = placement_named(args.placement, args.model, graph, devices)
-        origin = _origin(args, graph, placement)
+        placed = (graph, placement.to_file(graph, args.placement))
         placement = placement_at_micro_batch(placement, graph, micro_batch_graph, devices)
         template = profiled_template(measurer, micro_batch_graph, placement, args.micro_batches)
         if args.inference:
             template = template.forward_only()
-        plans = _make_plans(args, template, origin)
+        plans = _make_plans(args, template, placed)
         if not args.measure:
             return _report_plans(args, template, plans)
         # Every plan orders the same template's blocks, so one step (training, or forward-only) serves them all.
