@@ -73,6 +73,12 @@ class Plan:
                 f"{self.source} is for graph {self.graph_name!r} (fingerprint {self.fingerprint[:12]}), but its placement "
                 f"places graph {self.placement.graph_name!r} (fingerprint {self.placement.fingerprint[:12]}): "
                 f"{self.remake}")
+        outside = [name for name in self.placement.devices if not _has_device(self.machine, name)]
+        if outside:
+            raise PlanFileError(
+                f"{self.source}'s placement puts ops on {', '.join(short_name(d) for d in outside)}, which "
+                f"{self.run_target} ({describe_machine(self.machine)}) does not have: the placement was made for "
+                f"another target. {self.remake}")
         if self.schedule is not None:
             try:
                 check_plan_fits(self.schedule, self.placement, f"{self.source}'s schedule")
@@ -337,6 +343,20 @@ def _same_machine(a: Any, b: MachineUse) -> bool:
     if isinstance(a, LocalTestbed) and isinstance(b, LocalTestbed):
         return a.layout() == b.layout()
     return False
+
+
+def _has_device(machine: MachineUse, name: str) -> bool:
+    """True if `machine` has CPU device `name` (a process's logical CPUs, a worker's one CPU); GPUs are not known
+    before TensorFlow lists them, so they pass here and the placement's own check refuses a missing one."""
+    from placer.devices import name_parts
+    from placer.testbed import JOB
+
+    job, task, kind, index = name_parts(name)
+    if kind != "CPU":
+        return True
+    if isinstance(machine, InProcess):
+        return (job, task) == ("localhost", 0) and index < machine.logical_cpus
+    return job == JOB and task < machine.workers and index == 0
 
 
 def _calibration_digest(path: str | Path) -> str | None:

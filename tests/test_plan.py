@@ -122,6 +122,14 @@ def test_plan_for_another_target_is_refused_and_its_own_target_is_what_runs(mlp_
         plan.check_target("modeled:2xV100")
 
 
+def test_placement_made_for_another_targets_devices_is_refused_when_the_plan_is_made(mlp, cpus2):
+    with pytest.raises(PlanFileError, match="puts ops on CPU:1, which inprocess:1 .* does not have"):
+        _mlp_plan(mlp, cpus2, target="inprocess:1")
+    if CORES >= 2:  # local:2 needs a core per worker
+        with pytest.raises(PlanFileError, match="puts ops on CPU:0, CPU:1, which local:2 .* does not have"):
+            _mlp_plan(mlp, cpus2, target="local:2")
+
+
 def test_plan_made_on_a_calibrated_twin_runs_on_the_calibrated_target_and_refuses_another_calibration(
         tmp_path, mlp, cpus2):
     calibration = _calibration(tmp_path / "calibration.json")
