@@ -78,12 +78,12 @@ class Plan:
             raise PlanFileError(
                 f"{self.source}'s placement puts ops on {', '.join(short_name(d) for d in outside)}, which "
                 f"{self.run_target} ({describe_machine(self.machine)}) does not have: the placement was made for "
-                f"another target. {self.remake}")
+                f"another target; {self.remake}")
         if self.schedule is not None:
             try:
                 check_plan_fits(self.schedule, self.placement, f"{self.source}'s schedule")
             except ScheduleError as error:
-                raise PlanFileError(f"{error}. {self.remake}") from None
+                raise PlanFileError(f"{error}; {self.remake}") from None
 
     # -- construction ---------------------------------------------------------------------------------
 
@@ -97,7 +97,7 @@ class Plan:
         from placer.cost.spec import parse_target_spec
 
         spec = parse_target_spec(target)
-        machine = _machine_of(spec, command)
+        machine = _machine_of(spec)
         placement_file = placement if isinstance(placement, PlacementFile) else placement.to_file(graph)
         placement_file = placement_file.with_metadata(model=model, size=size)
         if schedule is not None and plan_origin(schedule) is None:
@@ -112,10 +112,7 @@ class Plan:
     @property
     def remake(self) -> str:
         """What to re-run to make this plan again (for another graph or target: with that model or --target)."""
-        command = self.provenance.get("command")
-        if command:
-            return f"make the plan again with `{command}` (with the model, size or --target you want)"
-        return f"make a plan for the graph and target you want with {_HOW_TO_MAKE}"
+        return _remake(self.provenance.get("command"))
 
     def check_model(self, model: str | None, size: str | None) -> None:
         """Refuse another model or size than the plan's, before any graph is built."""
@@ -129,7 +126,7 @@ class Plan:
         try:
             check_same_graph(self.placement, graph)
         except PlacementFileError as error:
-            raise PlanFileError(f"{error}. {self.remake}") from None
+            raise PlanFileError(f"{error}; {self.remake}") from None
 
     def check_target(self, target: str | None = None, *, allow_exposed_ports: bool = False) -> MachineUse:
         """What runs the plan: its machine use, if `target` (a spec a user gave, or None) is the target it was made
@@ -152,7 +149,7 @@ class Plan:
                 made = (f"with calibration {self.calibration} (as it was then)" if self.calibration
                         else f"on {self.target}, without a calibration")
                 raise PlanFileError(f"{self.source} was made {made}, not with {spec.calibration_path}: its placement, "
-                                    f"schedule and prediction come from another simulator. {self.remake}")
+                                    f"schedule and prediction come from another simulator; {self.remake}")
             return machine
         if spec.backend != "measured":
             raise PlanFileError(f"{target!r} is a modeled machine, which cannot run a plan: give the real target it was "
@@ -173,7 +170,7 @@ class Plan:
             return  # the calibration only made the prediction; without it the plan still runs
         if _calibration_digest(self.calibration) != self.calibration_digest:
             raise PlanFileError(f"{self.calibration} was calibrated again since {self.source} was made: its placement, "
-                                f"schedule and prediction come from the old calibration. {self.remake}")
+                                f"schedule and prediction come from the old calibration; {self.remake}")
 
     # -- views and the file ---------------------------------------------------------------------------
 
@@ -252,8 +249,7 @@ def plan_from_json_dict(data: Any, *, source: str = "the plan") -> Plan:
         raise PlanFileError(f"{source} needs the model it was made for under \"model\": its spec, size and fingerprint")
     if not isinstance(data.get("target"), str) or not isinstance(provenance, dict):
         raise PlanFileError(f"{source} needs the target spec it was made for under \"target\"")
-    remake = f"make the plan again with `{provenance['command']}`" if provenance.get("command") else (
-        f"make a plan with {_HOW_TO_MAKE}")
+    remake = _remake(provenance.get("command"))
     try:
         placement = placement_file_from_json_dict(data.get("placement"), source=f"{source}'s placement")
     except PlacementFileError as error:
@@ -277,6 +273,13 @@ def plan_from_json_dict(data: Any, *, source: str = "the plan") -> Plan:
                 dict(provenance), source)
 
 
+def _remake(command: str | None) -> str:
+    """What to re-run to make a plan again, from the command line that made it when it recorded one."""
+    if command:
+        return f"make the plan again with `{command}` (with the model, size or --target you want)"
+    return f"make a plan for the graph and target you want with {_HOW_TO_MAKE}"
+
+
 # -- machine use -------------------------------------------------------------------------------------------
 
 
@@ -292,7 +295,7 @@ def describe_machine(machine: MachineUse) -> str:
         for task, w in enumerate(workers))
 
 
-def _machine_of(spec: TargetSpec, command: str) -> MachineUse:
+def _machine_of(spec: TargetSpec) -> MachineUse:
     """The real target a plan made for `spec` runs on: the target itself, or the one a calibration was made on."""
     if spec.calibration is not None:
         try:
@@ -330,8 +333,8 @@ def _machine_from_json(data: Any, source: str, remake: str) -> MachineUse:
     except (KeyError, TypeError, ValueError) as error:
         raise PlanFileError(f"{source}'s machine use is malformed ({error!r}); {remake}") from None
     except DeviceSpecError as error:
-        raise PlanFileError(f"{source} uses more of the machine than this one has: {error}. {remake} on this "
-                            "machine") from None
+        raise PlanFileError(f"{source} uses more of the machine than this one has: {error}; on this machine, "
+                            f"{remake}") from None
     raise PlanFileError(f"{source} needs how it uses the machine under \"machine\": {{\"process\": ...}} or "
                         f"{{\"workers\": [...]}}; {remake}")
 
