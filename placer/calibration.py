@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -167,6 +168,11 @@ class Calibration:
         data["bandwidth"] = self.bandwidth if math.isfinite(self.bandwidth) else None  # JSON has no inf
         data["intervals"] = {k: [x if math.isfinite(x) else None for x in v] for k, v in self.intervals.items()}
         return write_atomically(path, json.dumps(data, indent=1))
+
+
+def calibration_digest(path: str | Path) -> str:
+    """Which calibration a file holds: a digest of its bytes, so that one redone into the same file differs."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
 def load_calibration(path: str | Path) -> Calibration:

@@ -87,8 +87,11 @@ def add_placer_commands(sub: argparse._SubParsersAction) -> None:
     dashboard.add_argument("--port", type=int, default=6006, help="port on 127.0.0.1 (default 6006; 0: any free port)")
 
     apply = sub.add_parser("apply", parents=[common], help="run real training steps of MODEL with an exported placement "
-                           "(and its schedule over micro-batches) and compare its step time")
-    apply.add_argument("placement", help="a placement file (placer.placement JSON), made for MODEL at --size")
+                           "(and its schedule over micro-batches), or of a plan, and compare its step time")
+    apply.add_argument("placement", metavar="PLACEMENT|PLAN", help="a placement file (placer.placement JSON), made for "
+                       "MODEL at --size; or a plan file (placer.plan JSON: machine use, placement and schedule, from "
+                       "`placer schedule --save-plan`), run on the machine use it was made for and compared with its "
+                       "prediction; a plan for another model, size, target or calibration is refused")
     apply.add_argument("model", nargs="?", help="a built-in model, or module:function / file.py:function returning an OpGraph "
                                                 "(default: the model `placer export` recorded in the file)")
     apply.add_argument("--size", help="size of a built-in model (default: the size the file records, else tiny)")

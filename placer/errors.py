@@ -79,3 +79,8 @@ class ScheduleMismatchError(ScheduleError):
 
 class OpWidthError(PlacementError):
     """An op asks for more threads than the device it is placed on runs it with."""
+
+
+class PlanFileError(PlacerError):
+    """A plan file (`placer.plan`) is malformed, or was made for another graph, target, calibration or machine
+    than the one it is used with."""

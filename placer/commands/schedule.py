@@ -44,6 +44,11 @@ def add_schedule_arguments(parser) -> None:
     parser.add_argument("--save", metavar="FILE", help="write the plan of the first --method (default tessel) as a "
                         "placer.schedule JSON file; with --model it records the model and placement it was made for, "
                         "and its op-level prediction, which `placer apply --schedule` checks and prints")
+    parser.add_argument("--save-plan", metavar="FILE", help="with --model and a target that can run it (inprocess:N, "
+                        "local:..., or calibrated:FILE, the twin of the real target it was calibrated on): write a "
+                        "placer.plan file holding the machine use (the target's processes, cores and thread pools), "
+                        "the placement and the first --method's schedule, with its op-level prediction (else its "
+                        "makespan) as the predicted step time; `placer apply PLAN` runs it")
     parser.add_argument("--timeline", metavar="FILE", help="write that plan as a Chrome trace")
     parser.add_argument("--measure", action="store_true", help="with --model and a measured --target (inprocess:2, "
                         "local:2): run each plan for real as a micro-batched step (the model built at batch/M, its "
@@ -64,6 +69,8 @@ def schedule_command(args) -> int:
     if args.micro_batches < 1:
         raise PlacerError(f"--micro-batches must be at least 1, got {args.micro_batches}")
     _read_subject(args)
+    if args.save_plan:
+        _check_plan_target(args)
     measured = args.model is not None and parse_target_spec(args.target).backend == "measured"
     if args.measure and not measured:
         if args.model is None:
@@ -74,16 +81,16 @@ def schedule_command(args) -> int:
     if measured:
         return _real_target_command(args)
     if args.shape:
-        template, origin, price = shape_template(args.shape, args.devices), None, None
+        template, placed, price = shape_template(args.shape, args.devices), None, None
     else:
-        template, origin, price = _model_template(args)
+        template, placed, price = _model_template(args)
     if args.inference:
         template = template.forward_only()
-    plans = _make_plans(args, template, origin)
+    plans = _make_plans(args, template, placed)
     if price is not None:
         predictions = price(plans)
         plans = {method: with_prediction(plan, predictions[method]) for method, plan in plans.items()}
-    _save_first(args, plans)
+    _save_first(args, plans, placed)
     return _report_plans(args, template, plans)
 
 
@@ -117,25 +124,65 @@ def _read_subject(args) -> None:
                           "or --model MODEL), not both")
 
 
-def _make_plans(args, template, origin) -> dict:
-    """Every --method's plan of `template`, each recording what it was made for."""
+def _check_plan_target(args) -> None:
+    """Refuse --save-plan where the plan could not run, before any work."""
+    from placer.cost import parse_target_spec
+
+    if args.shape is not None:
+        raise PlacerError("--save-plan writes a plan of a placed model: give --model (or a model or placement file), "
+                          "not a shape")
+    spec = parse_target_spec(args.target)
+    if spec.backend != "measured" and spec.calibration is None:
+        raise PlacerError(f"--save-plan writes a plan that `placer apply` runs, so it needs a target that can run it: "
+                          f"inprocess:N, local:..., or calibrated:FILE (the twin of a real target), not {args.target}")
+
+
+def _make_plans(args, template, placed=None) -> dict:
+    """Every --method's plan of `template`, each recording what it was made for. placed: (graph, placement file)
+    of a placed model."""
     from placer.schedule.methods import METHODS, make_schedule
-    from placer.schedule.origin import with_origin
+    from placer.schedule.origin import PlanOrigin, with_origin
 
     plans = {method: make_schedule(method, template, args.micro_batches, args.memory_limit, time_limit=args.time_limit)
              for method in args.method or METHODS}
-    if origin is not None:
+    if placed is not None:
+        origin = PlanOrigin.of(args.model, args.size, placed[1])
         plans = {method: with_origin(plan, origin) for method, plan in plans.items()}
     return plans
 
 
-def _save_first(args, plans: dict) -> None:
-    """The first --method's plan to --save and its timeline to --timeline."""
+def _save_first(args, plans: dict, placed) -> None:
+    """The first --method's plan to --save, its timeline to --timeline, and a plan file to --save-plan."""
     first = plans[_kept(args)]
     if args.save:
         first.save(args.save)
     if args.timeline:
         first.save_chrome_trace(args.timeline)
+    if args.save_plan:
+        _save_plan(args, first, *placed)
+
+
+def _save_plan(args, schedule, graph, placement_file) -> None:
+    """The plan of the placed model on --target with `schedule`, its op-level prediction (else its makespan) as
+    the predicted step time."""
+    import shlex
+
+    from placer.cost import StepTime
+    from placer.plan import Plan
+    from placer.schedule.origin import plan_prediction
+
+    prediction, seconds = plan_prediction(schedule), schedule.seconds()
+    if prediction is not None:
+        predicted = prediction.step_time
+    else:
+        predicted = None if seconds is None else StepTime(seconds, "simulated", args.target, samples=(seconds,))
+    command = ["placer", "schedule", args.model, "--size", args.size, "--placement", args.placement, "--target",
+               args.target, "--micro-batches", str(args.micro_batches), "--method", _kept(args)]
+    command += ["--memory-limit", str(args.memory_limit)] if args.memory_limit is not None else []
+    command += ["--inference"] if args.inference else []
+    Plan.made_for(args.model, args.size, graph, placement_file, args.target, schedule=schedule, predicted=predicted,
+                  made_by="placer schedule", command=shlex.join([*command, "--save-plan", args.save_plan])
+                  ).save(args.save_plan)
 
 
 def _kept(args) -> str:
@@ -174,22 +221,17 @@ def _report_plans(args, template, plans: dict) -> int:
     if any(row["predicted"] is not None for row in rows):
         print(f"makespan: the blocks' spans alone; op by op: the micro-batched step in each plan's order simulated on "
               f"{args.target} with its transfers, barriers and update (what `placer apply --schedule` runs)")
-    for path, what in ((args.save, "plan"), (args.timeline, "timeline (chrome://tracing or https://ui.perfetto.dev)")):
+    for path, what in ((args.save, "plan"), (args.timeline, "timeline (chrome://tracing or https://ui.perfetto.dev)"),
+                       (args.save_plan, "schedule in a plan file (run it with `placer apply`)")):
         if path:
             print(f"wrote the {_kept(args)} {what}: {path}")
     return 0
 
 
-def _origin(args, graph, placement):
-    """What plans of `graph` placed by `placement` are made for, as their files record it."""
-    from placer.schedule.origin import PlanOrigin
-
-    return PlanOrigin.of(args.model, args.size, placement.to_file(graph, args.placement))
-
-
 def _model_template(args):
-    """The block template of a placed model, its op costs from the simulated target's simulator; what it was
-    made for; and, for a built-in model, how to price its plans op by op on that target (None for another)."""
+    """The block template of a placed model, its op costs from the simulated target's simulator; the graph and
+    placement file it was made for; and, for a built-in model, how to price its plans op by op on that target
+    (None for another)."""
     from placer.cost import open_target, parse_target_spec
     from placer.models import is_builtin_model, load_model
     from placer.schedule.from_placement import blocks_from_placement
@@ -200,7 +242,7 @@ def _model_template(args):
         placement = placement_named(args.placement, args.model, graph, target.devices, target.simulator)
         template = blocks_from_placement(target.simulator, placement, args.micro_batches)
     if not is_builtin_model(args.model):  # only a built-in model can be built again at the micro-batch size
-        return template, _origin(args, graph, placement), None
+        return template, (graph, placement.to_file(graph, args.placement)), None
 
     def price(plans: dict) -> dict:
         from placer.schedule.micro_batch import build_micro_batch_graph, placement_at_micro_batch
@@ -210,7 +252,7 @@ def _model_template(args):
         return predict_plans(plans, micro_batch_graph,
                              placement_at_micro_batch(placement, graph, micro_batch_graph, spec.devices), spec)
 
-    return template, _origin(args, graph, placement), price
+    return template, (graph, placement.to_file(graph, args.placement)), price
 
 
 def _real_target_command(args) -> int:
@@ -233,13 +275,13 @@ def _real_target_command(args) -> int:
     with Measurer(parse_target_spec(args.target).measured, config) as measurer:
         devices = measurer.devices
         placement = placement_named(args.placement, args.model, graph, devices)
-        origin = _origin(args, graph, placement)
+        placed = (graph, placement.to_file(graph, args.placement))
         placement = placement_at_micro_batch(placement, graph, micro_batch_graph, devices)
         template = profiled_template(measurer, micro_batch_graph, placement, args.micro_batches)
         if args.inference:
             template = template.forward_only()
-        plans = _make_plans(args, template, origin)
-        _save_first(args, plans)
+        plans = _make_plans(args, template, placed)
+        _save_first(args, plans, placed)
         if not args.measure:
             return _report_plans(args, template, plans)
         # Every plan orders the same template's blocks, so one step (training, or forward-only) serves them all.

@@ -7,10 +7,9 @@ was made on (e.g. `local:2`): milliseconds per placement instead of a real step.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
-from placer.calibration import Calibration, load_calibration
+from placer.calibration import Calibration, calibration_digest, load_calibration
 from placer.devices import Device, DeviceSet, machine_from_dict
 from placer.errors import DeviceSpecError, ProfileError
 from placer.graph.opgraph import OpGraph
@@ -40,12 +39,8 @@ def cost_cache(calibration_path: str | Path, graph: OpGraph) -> Path:
     """Where the op costs of `graph` profiled on the calibrated target are kept. The name carries a digest
     of the calibration file, so a calibration redone into the same file does not reuse costs profiled net
     of the old one's step overhead."""
-    return cost_cache_dir(calibration_path) / f"{graph.name}-{graph.fingerprint[:16]}-{calibration_digest(calibration_path)}.json"
-
-
-def calibration_digest(calibration_path: str | Path) -> str:
-    """A short digest of a calibration file's bytes: a calibration redone into the same file has another."""
-    return hashlib.sha256(Path(calibration_path).read_bytes()).hexdigest()[:8]
+    digest = calibration_digest(calibration_path)[:8]
+    return cost_cache_dir(calibration_path) / f"{graph.name}-{graph.fingerprint[:16]}-{digest}.json"
 
 
 def profiled_costs(graph: OpGraph, calibration: Calibration, calibration_path: str | Path, measurer=None):

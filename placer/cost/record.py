@@ -74,6 +74,21 @@ class StepTime:
             return cls.failed(measurement.failure.kind, measurement.failure.message, "measured", target, **details)
         return cls(measurement.median, "measured", target, **details)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StepTime:
+        """The record `to_dict` wrote (derived fields such as `spread` are recomputed, not read)."""
+        failure = data.get("failure")
+        seconds = math.inf if failure is not None or data.get("seconds") is None else float(data["seconds"])
+        return cls(
+            seconds, str(data["backend"]), str(data.get("target", "")), failure, str(data.get("message", "")),
+            samples=tuple(float(s) for s in data.get("samples", ())), peak_memory=dict(data.get("peak_memory", {})),
+            busy=dict(data.get("busy", {})),
+            moved_ops=tuple(MovedOp(m["op"], m["requested"], m["actual"], m.get("ran_as", ""))
+                            for m in data.get("moved_ops", ())),
+            ops_checked=int(data.get("ops_checked", 0)), ops_not_traced=int(data.get("ops_not_traced", 0)),
+            placement_check=str(data.get("placement_check", "")), overhead=dict(data.get("overhead", {})),
+        )
+
     @property
     def ok(self) -> bool:
         return self.failure is None

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from placer.cost.calibrated import PREFIX, calibration_digest
+from placer.calibration import calibration_digest
+from placer.cost.calibrated import PREFIX
 from placer.cost.record import StepTime
 from placer.cost.spec import TargetSpec
 from placer.devices import short_name
