@@ -266,6 +266,8 @@ def fit_calibration(probes: Sequence[Probe], timings: Mapping[str, Mapping[str, 
     step = np.median(placed, axis=1)
     _warn_short_chains(probes, np.median(reference, axis=1), best)
     residuals = {probe.name: float((extra[i] - modeled_extra(probe, best)) / step[i]) for i, probe in enumerate(probes)}
+    residual_rounds = {probe.name: tuple(float((placed[i, r] - reference[i, r] - modeled_extra(probe, best)) / placed[i, r])
+                                         for r in all_rounds) for i, probe in enumerate(probes)}
     recorded = ("reference", "probe", "reference_cpu", "probe_cpu")
     return Calibration(
         **{name: float(best[name]) for name in PARAMETERS},
@@ -273,7 +275,7 @@ def fit_calibration(probes: Sequence[Probe], timings: Mapping[str, Mapping[str, 
                      for side in recorded if side in timings[n]} for n in names},
         target=target, devices=tuple(devices), intervals=intervals, residuals=residuals,
         rounds=reference.shape[1], machine=dict(machine or {}), core_fit="cpu-time" if cpu is not None else "busy-probes",
-        remote_overhead=float(best["remote_overhead"]),
+        remote_overhead=float(best["remote_overhead"]), residual_rounds=residual_rounds,
     )
 
 

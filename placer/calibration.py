@@ -30,8 +30,11 @@ CORE_FITS = ("busy-probes", "cpu-time")
 """Where the cores' transfer costs came from: the busy families' step times, or the free probes' CPU time
 per worker (then the busy families are checks too)."""
 POOR_FIT = 0.25
-"""A probe whose fitted cost misses its measured one by more than this share of the probe's step time
-makes the calibration a poor fit: predictions from it are flagged."""
+"""A probe whose fitted cost misses its measured one by more than this share of the probe's step time is a
+miss. A miss whose rounds disagree in sign is noise, which calibrating again on a quiet machine can fix: it
+makes the calibration a poor fit, and predictions from it are flagged. A miss the same way in every round is
+what the transfer model cannot express (e.g. a per-byte cost that is not linear in the size): calibrating
+again would not change it, so it is reported as the model's limit, not as a poor fit."""
 
 def this_machine() -> dict:
     """What a calibration (or a cost table) depends on beyond the device names: the processor and its cores."""
@@ -74,6 +77,8 @@ class Calibration:
     remote_overhead: float = 0.0
     """Seconds a step costs beyond its ops when device 0 (the master's worker) runs none of it, over one
     that runs on device 0 alone; 0 in files made before the remote probes."""
+    residual_rounds: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    """Per probe, each round's residual (as `residuals`); empty in files made before they were kept."""
 
     @property
     def check_families(self) -> tuple[str, ...]:
@@ -88,8 +93,24 @@ class Calibration:
         return {name: r for name, r in self.residuals.items() if name.split()[0] in self.check_families}
 
     @property
+    def misses(self) -> dict[str, float]:
+        """Fitted probes the model misses by more than `POOR_FIT` of their step time."""
+        return {name: r for name, r in self.fitted_residuals.items() if abs(r) > POOR_FIT}
+
+    @property
+    def model_limits(self) -> dict[str, float]:
+        """Misses the same way in every round (at least 3): what the model cannot express, not noise."""
+        consistent = {}
+        for name, residual in self.misses.items():
+            rounds = self.residual_rounds.get(name, ())
+            if len(rounds) >= 3 and all(r * residual > 0 for r in rounds):
+                consistent[name] = residual
+        return consistent
+
+    @property
     def poor_fit(self) -> bool:
-        return any(abs(r) > POOR_FIT for r in self.fitted_residuals.values())
+        """Misses that calibrating again on a quiet machine may fix: their rounds disagree."""
+        return bool(set(self.misses) - set(self.model_limits))
 
     def send_seconds(self, nbytes: float) -> float:
         return self.send_cpu + self.send_cpu_per_byte * nbytes
@@ -156,6 +177,10 @@ class Calibration:
                          f"[{low * scale:.3f}, {high * scale:.3f}]")
         lines.append(f"  fit: {self.describe_residuals()}"
                      + ("  POOR FIT: calibrate again on a quiet machine" if self.poor_fit else ""))
+        if self.model_limits:
+            lines.append("  the model misses in every round (a limit of the transfer model, which calibrating again "
+                         "will not change): " + ", ".join(f"{name} {100 * value:+.0f}%"
+                                                          for name, value in self.model_limits.items()))
         if self.check_residuals:
             lines.append("  model check (probes not fitted): " + ", ".join(
                 f"{name} {100 * value:+.0f}%" for name, value in self.check_residuals.items()))
@@ -200,4 +225,5 @@ def load_calibration(path: str | Path) -> Calibration:
         raise ProfileError(f"{path} is a damaged calibration: unknown core_fit {data['core_fit']!r}; calibrate again")
     data["devices"] = tuple(data.get("devices") or ())
     data["intervals"] = {k: tuple(math.inf if x is None else x for x in v) for k, v in (data.get("intervals") or {}).items()}
+    data["residual_rounds"] = {k: tuple(v) for k, v in (data.get("residual_rounds") or {}).items()}
     return Calibration(**data)

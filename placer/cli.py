@@ -245,6 +245,7 @@ def _calibrate(args) -> int:
     calibration.save(args.out)
     if args.json:
         print(json.dumps({"file": str(args.out), "poor_fit": calibration.poor_fit,
+                          "model_limits": calibration.model_limits,
                           **json.loads(Path(args.out).read_text())}, indent=1))
     else:
         print(calibration.describe())
