@@ -1,6 +1,7 @@
 """Do two testbed workers slow each other when both compute at once? A probe, before any model of it.
 
-    python experiments/co_running.py [--target local:2] [--rounds 5] [--matmuls 40] [--out results/co_running.json]
+    python experiments/co_running.py [--target local:2] [--rounds 5] [--matmuls 40] [--calibration FILE]
+        [--out results/co_running.json]
 
 The simulator runs each worker's ops at their profiled speed whether or not the other worker is busy. If the
 two cores share something (a cache, memory bandwidth, a physical core under the VM), a placement that keeps
@@ -19,6 +20,9 @@ for the previous one: a chain of transfers), timed alone, beside a compute chain
 shared with the hops), and the compute chains alone. If a hop cost what it costs between idle workers, the
 hops and the chains would overlap: together = max(hops alone, chains alone). hop_ms_loaded is what each hop
 costs beside the chains, (together - chains alone) / hops when the hops outlast the chains.
+
+With --calibration FILE (a calibration of the target), each layout is also predicted by its calibrated twin
+(`calibrated:FILE`), so the probe shows which of these effects the simulator already prices.
 """
 
 from __future__ import annotations
@@ -96,6 +100,7 @@ def main(argv=None) -> int:
     parser.add_argument("--matmuls", type=int, default=40, help="links per compute chain (default 40)")
     parser.add_argument("--adds", type=int, default=20, help="links per memory chain (default 20)")
     parser.add_argument("--hops", type=int, default=40, help="transfers in the hop chain (default 40)")
+    parser.add_argument("--calibration", help="a calibration of the target: also predict every layout on its twin")
     parser.add_argument("--out", default="results/co_running.json")
     args = parser.parse_args(argv)
 
@@ -127,6 +132,8 @@ def main(argv=None) -> int:
             together_over_alone = [t / a for t, a in zip(rounds["together"], rounds["alone"])]
             rows.append({"kind": kind, "links": links, "alone_ms": medians["alone"] * 1e3,
                          "together_ms": medians["together"] * 1e3, "serial_ms": medians["serial"] * 1e3,
+                         "predicted_alone_ms": predicted_ms(args, alone, "alone"),
+                         "predicted_together_ms": predicted_ms(args, pair, "together"),
                          "slowdown": medians["together"] / medians["alone"],
                          "slowdown_rounds": together_over_alone,
                          "serial_over_alone": medians["serial"] / medians["alone"]})
@@ -136,9 +143,20 @@ def main(argv=None) -> int:
         rows.append(hops_beside_chains(measurer, devices, args, compare))
     command = "python experiments/co_running.py " + " ".join(argv if argv is not None else sys.argv[1:])
     write_report("co_running", ["kind", "links", "alone_ms", "together_ms", "serial_ms", "slowdown",
-                                "serial_over_alone", "hop_us_idle", "hop_us_loaded"], rows, args.out, command=command.strip(), target=args.target,
+                                "serial_over_alone", "hop_us_idle", "hop_us_loaded", "predicted_alone_ms",
+                                "predicted_together_ms"], rows, args.out, command=command.strip(), target=args.target,
                  rounds=args.rounds, median_slowdown=statistics.median(r["slowdown"] for r in rows if "slowdown" in r))
     return 0
+
+
+def predicted_ms(args, graph, layout: str) -> float | None:
+    """The layout's step as the calibrated twin predicts it (None without --calibration)."""
+    if not args.calibration:
+        return None
+    from placer.cost import open_target
+
+    with open_target(graph, f"calibrated:{args.calibration}") as twin:
+        return twin.evaluate(layout_placement(graph, twin.devices, layout)).seconds * 1e3
 
 
 def hops_beside_chains(measurer, devices, args, compare) -> dict:
@@ -164,6 +182,9 @@ def hops_beside_chains(measurer, devices, args, compare) -> dict:
             "together_ms": medians["both"] * 1e3, "chains_ms": medians["chains"] * 1e3,
             "hop_us_idle": medians["hops"] / args.hops * 1e6,
             "hop_us_loaded": max(medians["both"] - medians["chains"], 0.0) / args.hops * 1e6,
+            "predicted_alone_ms": predicted_ms(args, hops, "together"),
+            "predicted_chains_ms": predicted_ms(args, chains, "together"),
+            "predicted_together_ms": predicted_ms(args, both, "together"),
             "overlap_expected_ms": max(medians["hops"], medians["chains"]) * 1e3}
 
 
