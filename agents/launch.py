@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, model_positional: bool = T
     """The flags of `placer train` and the launch scripts: one per ExperimentConfig field, plus these."""
     if model_positional:
         parser.add_argument("model", nargs="?", help="a built-in model (`placer models`), module:function or "
-                                                     "file.py:function returning an OpGraph")
+                                                     "file.py:function returning an OpGraph or a compiled keras.Model")
     parser.add_argument("--config", metavar="FILE", help="YAML/JSON file of settings (the fields of "
                                                          "agents.experiment.ExperimentConfig)")
     add_dataclass_arguments(parser, ExperimentConfig, skip=_NOT_FLAGS)

@@ -35,7 +35,8 @@ def add_placer_commands(sub: argparse._SubParsersAction) -> None:
 
     measure = sub.add_parser("measure", parents=[common], help="the step time of a placed training graph: measured "
                              "for real, or simulated on a modeled machine (--target modeled:2xV100)")
-    measure.add_argument("model", help="a built-in model (see `placer models`), or module:function / file.py:function returning an OpGraph")
+    measure.add_argument("model", help="a built-in model (see `placer models`), or module:function / file.py:function "
+                         "returning an OpGraph or a compiled keras.Model")
     measure.add_argument("--size", default="tiny", help="size of a built-in model: tiny, small or paper (default tiny)")
     measure.add_argument("--placement", action="append", help="a placement file, or a baseline: single-device (the "
                          "default), round-robin, expert, cpu-only, random, and on a simulated target metis, scotch, "
@@ -92,8 +93,9 @@ def add_placer_commands(sub: argparse._SubParsersAction) -> None:
                        "MODEL at --size; or a plan file (placer.plan JSON: machine use, placement and schedule, from "
                        "`placer schedule --save-plan`), run on the machine use it was made for and compared with its "
                        "prediction; a plan for another model, size, target or calibration is refused")
-    apply.add_argument("model", nargs="?", help="a built-in model, or module:function / file.py:function returning an OpGraph "
-                                                "(default: the model `placer export` recorded in the file)")
+    apply.add_argument("model", nargs="?", help="a built-in model, or module:function / file.py:function returning "
+                                                "an OpGraph or a compiled keras.Model (default: the model `placer "
+                                                "export` recorded in the file)")
     apply.add_argument("--size", help="size of a built-in model (default: the size the file records, else tiny)")
     add_target_argument(apply, "inprocess:N, local:N (testbed), env, or a cluster spec with the placement's devices "
                                "(default: the inprocess:N or local:N the file records, else inprocess:1)")

@@ -50,7 +50,8 @@ WANDB_ALIASES = {"disabled": "off"}
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
     model: str = setting("two-tower", cli=False)
-    """A built-in model (`placer models`) or module:function / file.py:function returning an OpGraph."""
+    """A built-in model (`placer models`) or module:function / file.py:function returning an OpGraph or a
+    compiled keras.Model."""
     size: str = setting("tiny", choices=("tiny", "small", "paper"))
     """tiny, small or paper (built-in models; passed to a user's function that takes `size`)."""
     backend: str = setting("simulated", choices=("simulated", "measured"))

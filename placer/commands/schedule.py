@@ -24,8 +24,8 @@ def add_schedule_arguments(parser) -> None:
                         "--placement FILE, its model read from the file)")
     parser.add_argument("--devices", type=int, default=4, help="modeled devices of the shape (default 4)")
     parser.add_argument("--model", help="instead of a shape: a built-in model or module:function / file.py:function "
-                        "returning an OpGraph, placed by --placement on --target; one forward and one backward "
-                        "block per device, spans from op costs (see --target), memory in MiB of activations")
+                        "returning an OpGraph or a compiled keras.Model, placed by --placement on --target; one "
+                        "forward and one backward block per device, spans from op costs (see --target), memory in MiB of activations")
     parser.add_argument("--size", help="size of a built-in model (default: the placement file's, else tiny)")
     parser.add_argument("--placement", default="expert", help="with --model: a placement file or a heuristic's name "
                         "(default expert)")

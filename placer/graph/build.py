@@ -179,8 +179,8 @@ def graph_from_keras(
         model = model_fn()
         if not isinstance(model, tf_keras.Model):
             raise GraphBuildError(
-                f"model_fn for {name!r} returned {type(model).__name__}, not a tf_keras.Model; Keras 3 models "
-                "go through placer.graph.graph_from_tf_function"
+                f"model_fn for {name!r} returned {type(model).__name__}, not a tf_keras.Model; a compiled Keras 3 "
+                "model goes through placer.graph.graph_from_keras_model"
             )
         y_pred = model(model_inputs, training=True)
         loss_fn = tf_keras.losses.get(loss)

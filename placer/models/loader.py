@@ -1,5 +1,6 @@
 """Turn a model spec into the training step's `OpGraph`: a built-in model name, `package.module:function`,
-`path/to/file.py:function`, or an `OpGraph` already built. Every way this can fail is one GraphBuildError.
+`path/to/file.py:function` (returning an OpGraph or a compiled `keras.Model`), or an `OpGraph` or compiled
+`keras.Model` already built. Every way this can fail is one GraphBuildError.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from placer.models.registry import MODELS, build_model, model_names, require_siz
 if TYPE_CHECKING:  # building graphs needs TensorFlow; checking a spec must not
     from placer.graph.opgraph import OpGraph
 
-SPEC_FORMS = "`package.module:function` or `path/to/file.py:function` (a function returning an OpGraph)"
+SPEC_FORMS = ("`package.module:function` or `path/to/file.py:function` (a function returning an OpGraph or a "
+              "compiled keras.Model)")
 
 _FILE_MODULE_PREFIX = "placer_model_file_"
 
@@ -30,7 +32,7 @@ def is_builtin_model(spec: Any) -> bool:
     return isinstance(spec, str) and spec in MODELS
 
 
-def check_model_spec(spec: str | OpGraph, size: str | None = None) -> None:
+def check_model_spec(spec: str | OpGraph | Any, size: str | None = None) -> None:
     """Refuse a spec that cannot name a model, without importing or building anything.
 
     Checks what is cheap: a name that is no built-in model and no `module:function`, a model file that
@@ -38,7 +40,10 @@ def check_model_spec(spec: str | OpGraph, size: str | None = None) -> None:
     built-in model does not have. A spec that passes may still fail in `load_model` (the module does not
     import, the function raises)."""
     if not isinstance(spec, str):
-        _require_op_graph(spec)
+        from placer.graph.keras_model import is_keras_model
+
+        if not is_keras_model(spec):  # a Keras model is checked when its step is derived: that builds it
+            _require_op_graph(spec)
     elif is_builtin_model(spec):
         if size is not None:
             require_size(spec, size)
@@ -55,12 +60,16 @@ def absolute_model_spec(spec: str) -> str:
     return spec if path is None else f"{path.resolve()}:{function_name}"
 
 
-def load_model(spec: str | OpGraph, size: str = "tiny") -> OpGraph:
+def load_model(spec: str | OpGraph | Any, size: str = "tiny") -> OpGraph:
     """The training-step graph that `spec` names: a built-in model at `size`, or what a model function returns.
 
     A model function is called with `size=size` if it has a parameter named `size`, else with no arguments.
-    An OpGraph is returned as it is. A model file is executed once per process, as a module of its own
-    (keyed by its resolved path, so two files with the same name do not clash)."""
+    An OpGraph is returned as it is. A compiled `keras.Model` (Keras 3 or tf-keras) becomes its own
+    `train_step` on a synthetic batch of its input shapes (`placer.graph.graph_from_keras_model`: 32 examples,
+    or the batch its inputs fix). Keras's layer-name counters start from zero for each model function, so a
+    spec builds the same op names (and fingerprint) in every call and process. A model file is executed once
+    per process, as a module of its own (keyed by its resolved path, so two files with the same name do not
+    clash)."""
     from placer.graph.opgraph import OpGraph
 
     if not isinstance(spec, str):
@@ -70,24 +79,49 @@ def load_model(spec: str | OpGraph, size: str = "tiny") -> OpGraph:
     where, function_name, path = _split(spec)
     module = _module_from_file(path, spec) if path is not None else _import_module(where, spec)
     builder = _function_of(module, where, function_name, spec)
-    graph = _call(builder, size, spec)
+    from placer.graph.keras_model import is_keras_model, keras_names_from_zero
+
+    with keras_names_from_zero():
+        graph = _call(builder, size, spec)
+        if is_keras_model(graph):
+            graph = _keras_model_step(graph, f"model function {spec!r} returned a Keras model, but")
     if not isinstance(graph, OpGraph):
         raise GraphBuildError(
-            f"model function {spec!r} returned {_describe_value(graph)}, not an OpGraph. Make it return the training "
-            "step built with a placer.graph builder: graph_from_keras (a tf-keras model, loss and optimizer), "
-            "graph_from_function (a function adding the step to a tf.Graph) or graph_from_tf_function (a TF2 step)"
+            f"model function {spec!r} returned {_describe_value(graph)}, not an OpGraph or a keras.Model. Return "
+            "a compiled keras.Model, or the training step built with a placer.graph builder: graph_from_keras (a "
+            "tf-keras model, loss and optimizer), graph_from_function (a function adding the step to a tf.Graph), "
+            "graph_from_tf_function (a TF2 step) or graph_from_keras_model (a compiled model at another batch)"
         )
     return graph
 
 
 def _require_op_graph(spec: Any) -> OpGraph:
+    from placer.graph.keras_model import is_keras_model
     from placer.graph.opgraph import OpGraph
 
+    if is_keras_model(spec):
+        return _keras_model_step(spec, "the Keras model given as the model cannot be placed:")
     if not isinstance(spec, OpGraph):
         raise GraphBuildError(
-            f"a model is a built-in model's name, {SPEC_FORMS}, or an OpGraph; got {_describe_value(spec)}"
+            f"a model is a built-in model's name, {SPEC_FORMS}, an OpGraph or a compiled keras.Model; got "
+            f"{_describe_value(spec)}"
         )
     return spec
+
+
+def _keras_model_step(model: Any, context: str) -> OpGraph:
+    from placer.graph.keras_model import graph_from_keras_model
+
+    try:
+        return graph_from_keras_model(model)
+    except PlacerError as error:  # says what the model lacks
+        raise GraphBuildError(f"{context} {error}") from error
+    except Exception as error:  # the model's own train_step failed while tracing
+        raise GraphBuildError(
+            f"{context} its train_step failed on a synthetic batch: {_one_line(error)}. Check that "
+            "model.train_on_batch runs on a batch of its input shapes, or return "
+            "placer.graph.graph_from_keras_model(model, inputs=..., targets=...) with SyntheticTensors that fit"
+        ) from error
 
 
 # -- the spec --------------------------------------------------------------------------------------------

@@ -1,0 +1,254 @@
+"""The training step of a user's compiled `keras.Model` (Keras 3 or tf-keras): the model's own `train_step` (its
+loss, optimizer and metrics, as `model.fit` runs them) on a synthetic batch of its input shapes, as an OpGraph.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from placer.errors import GraphBuildError
+
+DEFAULT_BATCH_SIZE = 32
+"""The batch `model.fit` uses when it is given none; used unless the model's inputs fix a batch dimension."""
+
+# Integer inputs (token or class ids) are drawn from [0, 1): id 0 is valid for any embedding or lookup, and an
+# op's cost does not depend on which ids it gathers.
+_INTEGER_INPUT_MAXVAL = 1
+
+_KERAS_PACKAGES = ("keras.", "tf_keras.")
+
+
+def is_keras_model(value: Any) -> bool:
+    """True for a Keras 3 or tf-keras `Model`; imports neither (a model can only exist once its package has)."""
+    if "keras" in sys.modules:
+        import keras
+
+        if isinstance(value, keras.Model):
+            return True
+    if "tf_keras" in sys.modules:
+        import tf_keras
+
+        if isinstance(value, tf_keras.Model):
+            return True
+    return False
+
+
+def graph_from_keras_model(
+    model: Any,
+    *,
+    batch_size: int | None = None,
+    inputs: Any = None,
+    targets: Any = None,
+    name: str | None = None,
+):
+    """The training step of a compiled Keras 3 or tf-keras `model`: its own `train_step` on a synthetic batch.
+
+    batch_size: examples per step (default: the batch dimension the model's inputs fix, else 32, as `fit`).
+    inputs, targets: `SyntheticTensor`s (a list for several inputs or outputs) replacing the batch derived from
+    the model's input and output shapes: for a model without static input shapes, or to draw integer targets
+    from another range. name: the graph's name (default: the model's).
+    Refused before anything is traced: a model that is not compiled, or has no input shapes and no `inputs`.
+    """
+    from placer.graph.build import SyntheticTensor, graph_from_tf_function
+
+    if not is_keras_model(model):
+        raise GraphBuildError(f"expected a keras.Model (Keras 3 or tf-keras), got a {type(model).__name__}")
+    if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1):
+        raise GraphBuildError(f"batch_size must be a positive whole number, got {batch_size!r}")
+    problems = []
+    if not _is_compiled(model):
+        problems.append("it is not compiled: compile the model (model.compile(optimizer=..., loss=...)) or return "
+                        "an OpGraph")
+    elif getattr(model, "loss", None) is None and not _overrides(model, "train_step", "compute_loss"):
+        problems.append("it was compiled without a loss: give model.compile a loss (loss=...)")
+    input_tensors = None if inputs is not None else _symbolic_tensors(model, "inputs")
+    if inputs is None and not input_tensors:
+        problems.append("it has no input shapes: start it with keras.Input(shape=...) (or give the first layer "
+                        "input_shape=...), call model.build(input_shape), or pass inputs=SyntheticTensor(...)")
+    if problems:
+        raise GraphBuildError(f"cannot derive the training step of Keras model {model.name!r}: "
+                              + "; and ".join(problems))
+    batch = _batch_size(model, input_tensors, batch_size)
+    input_specs = _as_list(inputs) if inputs is not None else [
+        _synthetic(tensor, batch, f"input {i}", integer_maxval=_INTEGER_INPUT_MAXVAL)
+        for i, tensor in enumerate(input_tensors)
+    ]
+    target_specs = _as_list(targets) if targets is not None else _synthetic_targets(model, batch)
+    for spec in input_specs + target_specs:
+        if not isinstance(spec, SyntheticTensor):
+            raise GraphBuildError(f"inputs and targets are SyntheticTensors (or lists of them), got {spec!r:.80}")
+
+    optimizer = model.optimizer
+    if not getattr(optimizer, "built", True):
+        # Its slot variables then exist before tracing, so the step is traced once, with every variable captured.
+        optimizer.build(model.trainable_variables)
+
+    def train_step():
+        x = _one_or_list([spec.make(f"synthetic_input_{i}") for i, spec in enumerate(input_specs)])
+        y = _one_or_list([spec.make(f"synthetic_target_{i}") for i, spec in enumerate(target_specs)])
+        logs = model.train_step((x, y))
+        # train_step returns the metrics' running values; the loss first, so it is the step's loss tensor
+        return logs["loss"] if isinstance(logs, Mapping) and "loss" in logs else logs
+
+    return graph_from_tf_function(train_step, name=name or model.name)
+
+
+@contextmanager
+def keras_names_from_zero() -> Iterator[None]:
+    """Keras names layers from process-wide counters (`dense`, `dense_1`, ...), so a model's op names depend on
+    what was built before it. Inside this block they count from zero, so the same model function builds the
+    same op names, and graph fingerprint, every time; afterwards each counter is the larger of the two, so
+    later names stay unique. Covers Keras 3 and tf-keras's eager models."""
+    restores = []
+    if "keras" in sys.modules:
+        restores.append(_fresh_keras3_names())
+    if "tf_keras" in sys.modules:
+        restores.append(_fresh_tf_keras_names())
+    try:
+        yield
+    finally:
+        for restore in restores:
+            restore()
+
+
+def _fresh_keras3_names():
+    from keras.src.backend.common import global_state
+
+    attribute = "object_name_uids"  # keras.src.utils.naming's counters
+    before = global_state.get_global_attribute(attribute)
+    global_state.set_global_attribute(attribute, None)
+
+    def restore():
+        during = global_state.get_global_attribute(attribute)
+        global_state.set_global_attribute(attribute, _larger_counts(before, during))
+
+    return restore
+
+
+def _fresh_tf_keras_names():
+    import tensorflow as tf
+    from tf_keras.src import backend
+
+    # Layer names count in the default graph, other uids in the eager models' own graph; a model built inside a
+    # tf.Graph counts in that graph and is unaffected.
+    graphs = list({id(g): g for g in (tf.compat.v1.get_default_graph(), backend.get_graph())}.values())
+    before = [backend.PER_GRAPH_OBJECT_NAME_UIDS.pop(graph, None) for graph in graphs]
+
+    def restore():
+        for graph, counts in zip(graphs, before):
+            merged = _larger_counts(counts, backend.PER_GRAPH_OBJECT_NAME_UIDS.get(graph))
+            if merged is not None:
+                backend.PER_GRAPH_OBJECT_NAME_UIDS[graph] = merged
+
+    return restore
+
+
+def _larger_counts(before, during):
+    if before is None or during is None:
+        return during if before is None else before
+    for key, count in during.items():
+        before[key] = max(before[key], count)
+    return before
+
+
+# -- what the model says about itself ---------------------------------------------------------------------
+
+
+def _is_compiled(model) -> bool:
+    # Keras 3 says `compiled`; tf-keras keeps it private. Both set the optimizer on compile.
+    compiled = getattr(model, "compiled", getattr(model, "_is_compiled", False))
+    return bool(compiled) and getattr(model, "optimizer", None) is not None
+
+
+def _overrides(model, *methods: str) -> bool:
+    """True if a class of the model's own (not Keras's) defines one of `methods`."""
+    return any(method in vars(cls) for cls in type(model).__mro__
+               if not cls.__module__.startswith(_KERAS_PACKAGES) and cls is not object for method in methods)
+
+
+def _symbolic_tensors(model, which: str) -> list:
+    try:
+        tensors = getattr(model, which)
+    except (AttributeError, ValueError):  # subclassed models have no symbolic inputs; some raise when asked
+        return []
+    if tensors is None:
+        return []
+    return list(tensors) if isinstance(tensors, (list, tuple)) else [tensors]
+
+
+def _batch_size(model, input_tensors: list | None, batch_size: int | None) -> int:
+    fixed = {tensor.shape[0] for tensor in input_tensors or [] if len(tensor.shape) and tensor.shape[0] is not None}
+    if len(fixed) > 1:
+        raise GraphBuildError(f"the inputs of Keras model {model.name!r} fix different batch sizes {sorted(fixed)}")
+    if fixed and batch_size is not None and batch_size not in fixed:
+        raise GraphBuildError(f"batch_size {batch_size} differs from the batch size {fixed.pop()} that the inputs of "
+                              f"Keras model {model.name!r} fix: leave batch_size out, or build the model without one")
+    if batch_size is not None:
+        return batch_size
+    return fixed.pop() if fixed else DEFAULT_BATCH_SIZE
+
+
+def _synthetic(tensor, batch: int, what: str, integer_maxval: int):
+    from placer.graph.build import SyntheticTensor
+
+    shape = tuple(tensor.shape)[1:]
+    if any(d is None for d in shape):
+        raise GraphBuildError(f"{what} of the Keras model has shape {tuple(tensor.shape)} with an unknown dimension "
+                              "beyond the batch: pass SyntheticTensors of the shapes to train on (inputs=, targets=)")
+    dtype = _dtype_name(tensor.dtype)
+    return SyntheticTensor((batch, *shape), dtype, maxval=integer_maxval if _is_integer(dtype) else None)
+
+
+def _synthetic_targets(model, batch: int) -> list:
+    """A target per output, shaped for that output's loss: class ids for a sparse loss, else the output's shape."""
+    from placer.graph.build import SyntheticTensor
+
+    outputs = _symbolic_tensors(model, "outputs")
+    if not outputs:
+        raise GraphBuildError(f"Keras model {model.name!r} has no symbolic outputs to shape targets from: pass "
+                              "targets=SyntheticTensor(...)")
+    names = getattr(model, "output_names", None) or [None] * len(outputs)
+    targets = []
+    for index, (output, output_name) in enumerate(zip(outputs, names)):
+        spec = _synthetic(output, batch, f"output {index}", integer_maxval=2)
+        if _is_sparse_loss(_loss_of_output(model.loss, index, output_name)):
+            classes = spec.shape[-1]
+            spec = SyntheticTensor(spec.shape[:-1], "int32", maxval=classes)
+        targets.append(spec)
+    return targets
+
+
+def _loss_of_output(loss, index: int, output_name: str | None):
+    if isinstance(loss, Mapping):
+        return loss.get(output_name)
+    if isinstance(loss, Sequence) and not isinstance(loss, str):
+        return loss[index] if index < len(loss) else None
+    return loss
+
+
+def _is_sparse_loss(loss) -> bool:
+    """Sparse losses take class ids, not one value per output unit (by the name Keras gives the loss)."""
+    if loss is None:
+        return False
+    names = [loss] if isinstance(loss, str) else [getattr(loss, "name", ""), getattr(loss, "__name__", ""),
+                                                  type(loss).__name__, getattr(getattr(loss, "fn", None), "__name__", "")]
+    return any("sparse" in str(n).lower() for n in names)
+
+
+def _dtype_name(dtype) -> str:
+    return dtype if isinstance(dtype, str) else getattr(dtype, "name", str(dtype))
+
+
+def _is_integer(dtype: str) -> bool:
+    return dtype.startswith(("int", "uint"))
+
+
+def _as_list(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _one_or_list(tensors: list):
+    return tensors[0] if len(tensors) == 1 else tensors
