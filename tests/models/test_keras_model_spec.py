@@ -1,0 +1,122 @@
+"""A model spec that returns a compiled keras.Model: placed as the model's own training step, or refused with
+what the model lacks, before any step is traced."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import gymnasium as gym
+import keras
+import pytest
+
+import envs  # noqa: F401  (registers the environments)
+import placer.graph.build
+from placer.errors import GraphBuildError
+from placer.models import check_model_spec, load_model
+
+# A user's model file: a 2-layer MLP as a Keras user writes it, compiled or not, with input shapes or not.
+KERAS_MODEL_FILE = """
+import keras
+
+
+def build():
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(4)])
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    return model
+
+
+def uncompiled_without_shapes():
+    return keras.Sequential([keras.layers.Dense(16, activation="relu"), keras.layers.Dense(4)])
+
+
+def uncompiled():
+    return keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+"""
+
+
+@pytest.fixture
+def keras_model_file(tmp_path):
+    path = tmp_path / "my_model.py"
+    path.write_text(textwrap.dedent(KERAS_MODEL_FILE))
+    return path
+
+
+def test_a_compiled_keras_model_becomes_its_training_step_with_its_loss_and_optimizer(keras_model_file):
+    graph = load_model(f"{keras_model_file}:build")
+
+    assert graph.name == "sequential" and graph.loss is not None and graph.train_op in graph
+    # a synthetic batch of the model's input shape at fit's default batch, with class ids for the sparse loss
+    assert graph.op("synthetic_input_0/RandomUniform").output_shapes == ((32, 8),)
+    assert graph.op("synthetic_target_0").output_shapes == ((32,),)
+    assert graph.op("synthetic_target_0").output_dtypes == ("int32",)
+    # Adam's two slots per weight are variables of the step: the compiled optimizer is the one that updates
+    weights = 8 * 16 + 16 + 16 * 4 + 4
+    assert graph.num_parameters >= 3 * weights
+    assert any(op.type == "MatMul" and "gradient_tape" in op.name for op in graph.step_ops)
+
+
+def test_the_same_keras_spec_gives_the_same_fingerprint_in_one_process_and_in_a_fresh_one(keras_model_file):
+    spec = f"{keras_model_file}:build"
+    first = load_model(spec)
+    keras.Sequential([keras.Input((3,)), keras.layers.Dense(2), keras.layers.Dense(2)])  # moves Keras's name counters
+    again = load_model(spec)
+    assert again.fingerprint == first.fingerprint
+
+    fresh = subprocess.run(
+        [sys.executable, "-c", f"from placer.models import load_model; print(load_model({spec!r}).fingerprint)"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    assert fresh.stdout.split()[-1] == first.fingerprint
+    # names built afterwards stay unique beside the loaded model's
+    assert keras.layers.Dense(1).name not in {"dense", "dense_1", "dense_2", "dense_3"}
+
+
+def test_an_uncompiled_model_without_input_shapes_is_refused_before_any_step_naming_both(keras_model_file, monkeypatch):
+    def no_tracing(*args, **kwargs):
+        raise AssertionError("a training step was traced")
+
+    monkeypatch.setattr(placer.graph.build, "graph_from_tf_function", no_tracing)
+    with pytest.raises(GraphBuildError) as refused:
+        load_model(f"{keras_model_file}:uncompiled_without_shapes")
+    message = str(refused.value)
+    assert "uncompiled_without_shapes" in message
+    assert "not compiled: compile the model (model.compile(optimizer=..., loss=...)) or return an OpGraph" in message
+    assert "no input shapes" in message and "keras.Input(shape=...)" in message
+
+    with pytest.raises(GraphBuildError) as only_compile:
+        load_model(f"{keras_model_file}:uncompiled")
+    assert "not compiled" in str(only_compile.value) and "input shapes" not in str(only_compile.value)
+
+
+def test_a_compiled_keras_model_object_is_accepted_where_a_spec_is():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile(optimizer="sgd", loss="mse")
+    check_model_spec(model)
+    environment = gym.make("placer/Placement-v0", model=model, devices="modeled:2xV100").unwrapped
+    environment.reset(seed=0)
+    _, reward, _, _, info = environment.step(environment.action_space.sample())
+    assert environment.graph.loss is not None and reward < 0 and info["step_time"] > 0
+
+    with pytest.raises(GraphBuildError, match="not compiled"):
+        load_model(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]))
+
+
+def test_placer_measure_runs_a_keras_model_spec_end_to_end(keras_model_file):
+    run = subprocess.run(
+        [sys.executable, "-m", "agents.cli", "measure", f"{keras_model_file}:build", "--target", "inprocess:1",
+         "--repeats", "2", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(run.stdout)
+    assert report["graph"] == "sequential" and report["result"]["ok"] and len(report["result"]["samples"]) == 2
+
+    refused = subprocess.run(
+        [sys.executable, "-m", "agents.cli", "measure", f"{keras_model_file}:uncompiled_without_shapes"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "model.compile(optimizer=..., loss=...)" in refused.stderr
