@@ -82,7 +82,7 @@ def graph_from_keras_model(
             raise GraphBuildError(f"inputs and targets are SyntheticTensors (or lists of them), got {spec!r:.80}")
 
     optimizer = model.optimizer
-    if not getattr(optimizer, "built", True):
+    if not getattr(optimizer, "built", True) and model.built:
         # Its slot variables then exist before tracing, so the step is traced once, with every variable captured.
         optimizer.build(model.trainable_variables)
 
