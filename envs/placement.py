@@ -44,7 +44,7 @@ class PlacementProblemEnv(gym.Env):
         render_mode: str | None = None,
     ):
         """model: a built-in model name (`placer models`), module:function or file.py:function returning an
-        OpGraph, or an OpGraph. backend: "simulated" or "measured". devices: the target (see
+        OpGraph or a compiled keras.Model, an OpGraph, or a compiled keras.Model. backend: "simulated" or "measured". devices: the target (see
         `placer.cost.open_target`): for "simulated", a modeled machine ("modeled:2xV100", a machine file or
         a DeviceSet; default 2 V100s); for "measured", "local:2" (default), "inprocess:2" or a cluster spec.
         costs: "roofline" or cost tables (simulated only). reference: the placement the "improvement"
