@@ -87,8 +87,10 @@ def graph_from_keras_model(
         optimizer.build(model.trainable_variables)
 
     def train_step():
-        x = _one_or_list([spec.make(f"synthetic_input_{i}") for i, spec in enumerate(input_specs)])
-        y = _one_or_list([spec.make(f"synthetic_target_{i}") for i, spec in enumerate(target_specs)])
+        x = _structured(model, "_inputs_struct",
+                        [spec.make(f"synthetic_input_{i}") for i, spec in enumerate(input_specs)])
+        y = _structured(model, "_outputs_struct",
+                        [spec.make(f"synthetic_target_{i}") for i, spec in enumerate(target_specs)])
         logs = model.train_step((x, y))
         # train_step returns the metrics' running values; the loss first, so it is the step's loss tensor
         return logs["loss"] if isinstance(logs, Mapping) and "loss" in logs else logs
@@ -210,20 +212,33 @@ def _synthetic_targets(model, batch: int) -> list:
     if not outputs:
         raise GraphBuildError(f"Keras model {model.name!r} has no symbolic outputs to shape targets from: pass "
                               "targets=SyntheticTensor(...)")
-    names = getattr(model, "output_names", None) or [None] * len(outputs)
     targets = []
-    for index, (output, output_name) in enumerate(zip(outputs, names)):
+    for index, (output, names) in enumerate(zip(outputs, _output_names(model, len(outputs)))):
         spec = _synthetic(output, batch, f"output {index}", integer_maxval=2)
-        if _is_sparse_loss(_loss_of_output(model.loss, index, output_name)):
+        if _is_sparse_loss(_loss_of_output(model.loss, index, names)):
             classes = spec.shape[-1]
             spec = SyntheticTensor(spec.shape[:-1], "int32", maxval=classes)
         targets.append(spec)
     return targets
 
 
-def _loss_of_output(loss, index: int, output_name: str | None):
+def _output_names(model, count: int) -> list[tuple[str, ...]]:
+    """The names a loss dict may key each output by: its key in a dict of outputs, and its layer's name."""
+    keys: list[Any] = [None] * count
+    structure = getattr(model, "_outputs_struct", None)  # Keras 3 functional models only
+    if isinstance(structure, Mapping):
+        from keras import tree
+
+        paths = [path for path, _ in tree.flatten_with_path(structure)]
+        if len(paths) == count:
+            keys = [path[-1] if path else None for path in paths]
+    layer_names = list(getattr(model, "output_names", None) or [None] * count)
+    return [tuple(str(n) for n in (key, layer) if n is not None) for key, layer in zip(keys, layer_names)]
+
+
+def _loss_of_output(loss, index: int, names: tuple[str, ...]):
     if isinstance(loss, Mapping):
-        return loss.get(output_name)
+        return next((loss[name] for name in names if name in loss), None)
     if isinstance(loss, Sequence) and not isinstance(loss, str):
         return loss[index] if index < len(loss) else None
     return loss
@@ -250,5 +265,13 @@ def _as_list(value) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def _one_or_list(tensors: list):
+def _structured(model, structure_attribute: str, tensors: list):
+    """`tensors` (in the order of `model.inputs` or `model.outputs`) in the structure a Keras 3 functional model
+    was built on (a dict of named inputs, say), so it takes them without a structure warning; else one or a list."""
+    structure = getattr(model, structure_attribute, None)  # Keras 3 functional models only
+    if structure is not None:
+        from keras import tree
+
+        if len(tree.flatten(structure)) == len(tensors):
+            return tree.pack_sequence_as(structure, tensors)
     return tensors[0] if len(tensors) == 1 else tensors

@@ -35,6 +35,20 @@ def test_float_targets_take_the_outputs_shape_for_a_dense_loss():
     assert target.output_shapes == ((4, 3),) and target.output_dtypes == ("float32",)
 
 
+def test_named_inputs_and_outputs_get_a_batch_each_and_targets_for_each_outputs_loss():
+    features, tokens = keras.Input((5,), name="features"), keras.Input((7,), dtype="int32", name="tokens")
+    joined = keras.layers.Concatenate()([features, keras.layers.Flatten()(keras.layers.Embedding(100, 4)(tokens))])
+    model = keras.Model({"features": features, "tokens": tokens},
+                        {"label": keras.layers.Dense(3)(joined), "score": keras.layers.Dense(1)(joined)})
+    model.compile(optimizer="adam", loss={"label": "sparse_categorical_crossentropy", "score": "mse"})
+
+    graph = graph_from_keras_model(model, batch_size=4)
+    assert _input_shape(graph) == (4, 5)
+    assert graph.op("synthetic_input_1").output_dtypes == ("int32",)  # token ids: valid rows of any embedding
+    assert graph.op("synthetic_target_0").output_shapes == ((4,),)  # class ids for the sparse loss
+    assert graph.op("synthetic_target_1/RandomUniform").output_shapes == ((4, 1),)
+
+
 class SubclassedMLP(keras.Model):
     def __init__(self):
         super().__init__()
