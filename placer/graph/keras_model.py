@@ -7,9 +7,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from placer.errors import GraphBuildError
+
+if TYPE_CHECKING:  # importing the builders needs TensorFlow; recognising a Keras model must not
+    from placer.graph.opgraph import OpGraph
 
 DEFAULT_BATCH_SIZE = 32
 """The batch `model.fit` uses when it is given none; used unless the model's inputs fix a batch dimension."""
@@ -43,7 +46,7 @@ def graph_from_keras_model(
     inputs: Any = None,
     targets: Any = None,
     name: str | None = None,
-):
+) -> OpGraph:
     """The training step of a compiled Keras 3 or tf-keras `model`: its own `train_step` on a synthetic batch.
 
     batch_size: examples per step (default: the batch dimension the model's inputs fix, else 32, as `fit`).
@@ -83,7 +86,8 @@ def graph_from_keras_model(
 
     optimizer = model.optimizer
     if not getattr(optimizer, "built", True) and model.built:
-        # Its slot variables then exist before tracing, so the step is traced once, with every variable captured.
+        # With its slot variables made before tracing, the step is traced once; left to train_step, they are made
+        # during the first trace and tf.function traces the step again.
         optimizer.build(model.trainable_variables)
 
     def train_step():
@@ -92,7 +96,7 @@ def graph_from_keras_model(
         y = _structured(model, "_outputs_struct",
                         [spec.make(f"synthetic_target_{i}") for i, spec in enumerate(target_specs)])
         logs = model.train_step((x, y))
-        # train_step returns the metrics' running values; the loss first, so it is the step's loss tensor
+        # train_step returns the metrics' running values, a dict; its "loss" is what the graph names as the loss
         return logs["loss"] if isinstance(logs, Mapping) and "loss" in logs else logs
 
     return graph_from_tf_function(train_step, name=name or model.name)
