@@ -70,20 +70,36 @@ def load_model(spec: str | OpGraph | Any, size: str = "tiny") -> OpGraph:
     spec builds the same op names (and fingerprint) in every call and process. A model file is executed once
     per process, as a module of its own (keyed by its resolved path, so two files with the same name do not
     clash)."""
+    return _load(spec, size)[0]
+
+
+def load_keras_model(spec: str, size: str = "tiny") -> tuple[Any, OpGraph]:
+    """The compiled `keras.Model` a model function returns, built as `load_model` builds it (layer names counted
+    from zero), and its training-step graph; GraphBuildError if the spec does not name a Keras model."""
+    graph, model = _load(spec, size)
+    if model is None:
+        raise GraphBuildError(f"model {spec!r} is not a Keras model: its model function returns an OpGraph, or it "
+                              "is a built-in model. Layer placements are for model functions returning a keras.Model")
+    return model, graph
+
+
+def _load(spec: str | OpGraph | Any, size: str) -> tuple[OpGraph, Any]:
+    """The graph `spec` names, and the Keras model it was derived from (None when the spec gave no Keras model)."""
+    from placer.graph.keras_model import is_keras_model, keras_names_from_zero
     from placer.graph.opgraph import OpGraph
 
     if not isinstance(spec, str):
-        return _require_op_graph(spec)
+        return _require_op_graph(spec), spec if is_keras_model(spec) else None
     if is_builtin_model(spec):
-        return build_model(spec, size)
+        return build_model(spec, size), None
     where, function_name, path = _split(spec)
     module = _module_from_file(path, spec) if path is not None else _import_module(where, spec)
     builder = _function_of(module, where, function_name, spec)
-    from placer.graph.keras_model import is_keras_model, keras_names_from_zero
-
+    keras_model = None
     with keras_names_from_zero():
         graph = _call(builder, size, spec)
         if is_keras_model(graph):
+            keras_model = graph
             graph = _keras_model_step(graph, f"model function {spec!r} returned a Keras model, but")
     if not isinstance(graph, OpGraph):
         raise GraphBuildError(
@@ -92,7 +108,7 @@ def load_model(spec: str | OpGraph | Any, size: str = "tiny") -> OpGraph:
             "tf-keras model, loss and optimizer), graph_from_function (a function adding the step to a tf.Graph), "
             "graph_from_tf_function (a TF2 step) or graph_from_keras_model (a compiled model at another batch)"
         )
-    return graph
+    return graph, keras_model
 
 
 def _require_op_graph(spec: Any) -> OpGraph:
