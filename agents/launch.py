@@ -139,12 +139,21 @@ def export(args: argparse.Namespace) -> int:
     if source != "learned":
         print(f"  the fastest placement the run measured is {source}'s, not the learned one "
               f"({metadata['learned_step_time'] * 1e3:.3f} ms): that is what the file holds")
+    if args.keras:
+        from placer.keras import add_layer_placement
+
+        layers = add_layer_placement(args.out, metadata["model"], metadata["size"])
+        print(f"  with a device per layer of the Keras model, for placer.keras.place(model, {str(args.out)!r}):")
+        print("\n".join(f"    {line}" for line in layers.describe().splitlines()))
     return 0
 
 
 def _add_export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR")
     parser.add_argument("--out", required=True, metavar="FILE", help="where to write the placement file")
+    parser.add_argument("--keras", action="store_true",
+                        help="also write a device per layer of the run's Keras model (a model function returning a "
+                             "keras.Model), for placer.keras.place(model, FILE) before model.fit")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,187 @@
+"""placer.keras: a learned placement on a user's Keras 3 model, from `placer train` to `model.fit`.
+
+`model.fit` on two in-process CPU devices runs in a subprocess: TensorFlow's logical devices must be made before
+it starts, and this test process has started it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+MODEL = '''
+import keras
+
+def build():
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dropout(0.1),
+                              keras.layers.Dense(32, activation="relu"), keras.layers.Dense(4)])
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+'''
+
+# Fits the model placed by the placement file argv[1] or, with "alternate", by a hand-made placement that puts
+# every other layer on CPU:1; prints what the check, the loss and the step timer showed as JSON.
+FIT = '''
+import json, sys
+from placer.keras import LayerPlacement, StepTimer, layer_paths, make_logical_cpus, place, trace_devices
+make_logical_cpus(2)
+import keras, numpy as np
+sys.path.insert(0, sys.argv[2])
+from model import build
+
+keras.utils.set_random_seed(0)
+keras.layers.Dense(3)  # a layer built before the model: its layers' names differ from the exported graph's
+model = build()
+if sys.argv[1] == "alternate":
+    cpus = ["/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1"]
+    placement = LayerPlacement({path: cpus[(i + 1) % 2] for i, path in enumerate(layer_paths(model))})
+else:
+    placement = sys.argv[1]
+placed = place(model, placement)
+x = np.random.default_rng(0).normal(size=(512, 16)).astype("float32")
+y = np.argmax(x[:, :4], axis=1)  # learnable: the loss falls within a few epochs
+with trace_devices() as trace:
+    first = model.fit(x, y, epochs=1, batch_size=64, verbose=0)
+check = placed.check(trace)
+timer = StepTimer(warmup=2)
+later = model.fit(x, y, epochs=3, batch_size=64, verbose=0, callbacks=[timer])
+print(json.dumps({
+    "layers": dict(placed.layers.devices),
+    "losses": first.history["loss"] + later.history["loss"],
+    "ok": check.ok, "checked": check.ops_checked, "moved": [m.op for m in check.moved_ops],
+    "not_traced": list(check.layers_not_traced), "describe": check.describe(),
+    "on_cpu1": sorted(op for op, device in trace.ran_on.items() if device.endswith("CPU:1")),
+    "step_times": timer.step_times, "median": timer.median,
+}))
+'''
+
+
+def _python(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _fit(placement: str, model_dir) -> dict:
+    script = model_dir / "fit.py"
+    script.write_text(FIT)
+    run = _python(str(script), placement, str(model_dir))
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("keras_model")
+    (directory / "model.py").write_text(textwrap.dedent(MODEL))
+    return directory
+
+
+def test_a_keras_model_goes_from_placer_train_through_export_to_model_fit_on_its_placement(model_dir, tmp_path):
+    spec = f"{model_dir / 'model.py'}:build"
+    train = _python("-m", "agents.cli", "train", spec, "--target", "inprocess:2", "--agent", "random", "--updates", "2",
+                    "--samples-per-update", "2", "--repeats", "2", "--final-rounds", "1", "--no-progress",
+                    "--runs", str(tmp_path / "runs"))
+    assert train.returncode == 0, train.stderr[-3000:]
+    (run_dir,) = (tmp_path / "runs").glob("*/*")
+    out = tmp_path / "placement.json"
+    export = _python("-m", "agents.cli", "export", str(run_dir), "--out", str(out), "--keras")
+    assert export.returncode == 0, export.stderr[-3000:]
+    assert "0:Dense" in export.stdout and "3:Dense" in export.stdout
+
+    layers = json.loads(out.read_text())["metadata"]["keras_layers"]["layers"]
+    assert list(layers) == ["0:Dense", "1:Dropout", "2:Dense", "3:Dense"]
+    fit = _fit(str(out), model_dir)
+    assert fit["layers"] == layers
+    assert fit["ok"], fit["describe"]
+    assert fit["losses"][-1] < fit["losses"][0]
+    assert len(fit["step_times"]) == 3 * 8 - 2 and fit["median"] > 0  # 3 epochs of 512 / 64 steps, 2 warm-up
+
+
+def test_place_runs_each_layers_forward_gradients_and_optimizer_update_on_its_device(model_dir):
+    fit = _fit("alternate", model_dir)
+    assert fit["ok"], fit["describe"]
+    assert fit["checked"] > 100 and fit["moved"] == [] and fit["not_traced"] == []
+    on_cpu1 = fit["on_cpu1"]
+    # layers 0 and 2 are on CPU:1: their forward ops, their gradients and their Adam updates ran there
+    for scope in ("dense_", "gradients/", "placed_update"):
+        assert any(scope in op for op in on_cpu1), (scope, on_cpu1[:20])
+    assert fit["losses"][-1] < fit["losses"][0]
+
+
+def _model(*layers):
+    import keras
+
+    model = keras.Sequential([keras.Input((16,)), *layers])
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def test_placement_of_another_model_is_refused_before_any_step_naming_the_layers_that_differ():
+    import keras
+
+    from placer.keras import KerasPlacementError, LayerPlacement, place
+
+    placement = LayerPlacement({"0:Dense": "/device:CPU:0", "1:Dropout": "/device:CPU:0", "2:Dense": "/device:CPU:0"})
+    model = _model(keras.layers.Dense(8), keras.layers.Dense(4))
+    with pytest.raises(KerasPlacementError, match=r"another model.*1:Dropout, 2:Dense.*1:Dense"):
+        place(model, placement)
+    assert int(model.optimizer.iterations.numpy()) == 0
+
+
+def test_a_device_the_machine_lacks_is_refused_before_any_step_naming_it():
+    import keras
+
+    from placer.keras import KerasPlacementError, LayerPlacement, place
+
+    model = _model(keras.layers.Dense(8), keras.layers.Dense(4))
+    placement = LayerPlacement({"0:Dense": "/device:CPU:0", "1:Dense": "/job:worker/task:1/device:CPU:0"})
+    with pytest.raises(KerasPlacementError, match=r"does not have: /job:worker/task:1/device:CPU:0.*make_logical_cpus"):
+        place(model, placement)
+    assert not model.optimizer.built
+
+
+def test_layer_placement_takes_each_layers_majority_device_and_reports_the_layers_it_splits(model_dir, cpus2):
+    from placer.keras import layer_placement
+    from placer.models.loader import load_keras_model
+    from placer.placement import Placement
+
+    model, graph = load_keras_model(f"{model_dir / 'model.py'}:build")
+    split = layer_placement(graph, Placement.round_robin(graph, cpus2), model)
+    assert list(split.devices) == ["0:Dense", "1:Dropout", "2:Dense", "3:Dense"]
+    assert split.split and all(sum(counts.values()) > 1 for counts in split.split.values())
+    for path, counts in split.split.items():
+        assert counts[split.devices[path]] == max(counts.values())
+
+    on_second = layer_placement(graph, Placement.from_assignment(graph, cpus2, [1] * len(graph.groups)), model)
+    assert not on_second.split and all(device.endswith("CPU:1") for device in on_second.devices.values())
+
+
+def test_layer_placement_refuses_a_model_that_did_not_build_the_graph(model_dir, cpus2):
+    import keras
+
+    from placer.keras import KerasPlacementError, layer_placement
+    from placer.models.loader import load_keras_model
+    from placer.placement import Placement
+
+    _, graph = load_keras_model(f"{model_dir / 'model.py'}:build")
+    other = _model(keras.layers.Dense(8), keras.layers.Dense(4))
+    with pytest.raises(KerasPlacementError, match="does not build graph"):
+        layer_placement(graph, Placement.round_robin(graph, cpus2), other)
+
+
+def test_the_layer_placement_travels_in_the_placement_file_and_a_file_without_one_says_how_to_add_it(
+        model_dir, cpus2, tmp_path):
+    from placer.keras import KerasPlacementError, add_layer_placement, read_layer_placement
+    from placer.models.loader import load_model
+    from placer.placement import Placement
+
+    spec = f"{model_dir / 'model.py'}:build"
+    graph = load_model(spec)
+    path = Placement.round_robin(graph, cpus2).save(tmp_path / "placement.json", graph)
+    with pytest.raises(KerasPlacementError, match="--keras"):
+        read_layer_placement(path)
+    written = add_layer_placement(path, spec)
+    assert read_layer_placement(path) == written
