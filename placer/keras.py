@@ -22,6 +22,7 @@ from placer.errors import PlacementError
 from placer.placement import Placement, PlacementFile, check_same_graph, read_placement_file
 
 if TYPE_CHECKING:
+    from placer.devices import DeviceSet
     from placer.graph.opgraph import OpGraph
     from placer.measure.result import MovedOp
 
@@ -108,15 +109,27 @@ def layer_placement(graph: OpGraph, placement: Placement | PlacementFile | str |
     device most of them are on (ties: the placement's first device), and a layer whose ops sit on several
     devices is listed in `split`. Refused: a placement of another graph, a model that is not the graph's."""
     op_devices = _op_devices(graph, placement)
+    device_order = {device: i for i, device in enumerate(dict.fromkeys(op_devices.values()))}
+    devices: dict[str, str] = {}
+    split: dict[str, dict[str, int]] = {}
+    for path, ops in layer_ops(graph, model).items():
+        counts = Counter(op_devices[name] for name in ops)
+        devices[path] = max(counts, key=lambda device: (counts[device], -device_order[device]))
+        if len(counts) > 1:
+            split[path] = dict(counts.most_common())
+    return LayerPlacement(devices, split)
+
+
+def layer_ops(graph: OpGraph, model: Any) -> dict[str, set[str]]:
+    """The ops of `graph` (the training step of `model`) that belong to each layer, by layer path: its forward ops,
+    their gradients, and its variables' and optimizer slots' colocation groups (their reads and updates)."""
     scopes = _layer_scopes(model, graph)
     op_names = [op.name for op in graph.ops]
     group_of = {op.name: op.group for op in graph.ops}
     ops_of_group: dict[int, list[str]] = {}
     for op in graph.ops:
         ops_of_group.setdefault(op.group, []).append(op.name)
-    device_order = {device: i for i, device in enumerate(dict.fromkeys(op_devices.values()))}
-    devices: dict[str, str] = {}
-    split: dict[str, dict[str, int]] = {}
+    layers: dict[str, set[str]] = {}
     for path, layer in layer_paths(model).items():
         prefixes = tuple(f"{scope}/" for scope in scopes.get(path, ())) + tuple(
             f"gradient_tape/{scope}/" for scope in scopes.get(path, ()))
@@ -127,11 +140,66 @@ def layer_placement(graph: OpGraph, placement: Placement | PlacementFile | str |
         if not ops:
             raise KerasPlacementError(f"layer {path} ({layer.name!r}) has no op in graph {graph.name!r}: the graph is "
                                       "not this model's training step")
-        counts = Counter(op_devices[name] for name in ops)
-        devices[path] = max(counts, key=lambda device: (counts[device], -device_order[device]))
-        if len(counts) > 1:
-            split[path] = dict(counts.most_common())
-    return LayerPlacement(devices, split)
+        layers[path] = ops
+    _add_update_ops(graph, model, layers)
+    return layers
+
+
+def _add_update_ops(graph: OpGraph, model: Any, layers: dict[str, set[str]]) -> None:
+    """Give each layer the optimizer's ops that compute its variables' updates (Adam's moments and step), which
+    `place` runs on the layer's device: an op in the optimizer's scope belongs to the first layer its outputs
+    reach; an op that reaches none (the step count's own update), or reads the optimizer's own variables, to no
+    layer."""
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None:
+        return
+    owner = {op: path for path, ops in layers.items() for op in ops}
+    consumers: dict[str, list[str]] = {}
+    for op in graph.ops:
+        for producer in op.data_inputs:
+            consumers.setdefault(producer.split(":")[0], []).append(op.name)
+    # reads of the optimizer's own variables (step count, learning rate) run where those live, shared by all layers
+    shared = {op.group for op in graph.ops if op.type == "VarHandleOp" and op.name not in owner}
+    scope = f"{optimizer.name}/"
+    for op in graph.ops:
+        if op.name in owner or not op.name.startswith(scope) or op.group in shared:
+            continue
+        seen, frontier = {op.name}, [op.name]
+        while frontier and op.name not in owner:
+            following = []
+            for name in frontier:
+                for consumer in consumers.get(name, ()):
+                    if consumer in owner:
+                        owner[op.name] = owner[consumer]
+                        break
+                    if consumer not in seen:
+                        seen.add(consumer)
+                        following.append(consumer)
+                if op.name in owner:
+                    break
+            frontier = following
+        if op.name in owner:
+            layers[owner[op.name]].add(op.name)
+
+
+def placement_of_layers(graph: OpGraph, model: Any, layers: LayerPlacement, devices: DeviceSet) -> Placement:
+    """The op-level placement of `graph` that runs what `place(model, layers)` runs: each colocation group on the
+    device of the layer most of its ops belong to, groups of no layer (loss, metrics, the optimizer's step count)
+    on the first device. `placer apply` and `placer measure` time it like any placement."""
+    layer_of_op = {op: path for path, ops in layer_ops(graph, model).items() for op in ops}
+    missing = [path for path in layers.devices if path not in layer_paths(model)]
+    if missing:
+        raise KerasPlacementError(f"the layer placement names layers {_few(missing)} that Keras model {model.name!r} "
+                                  "does not have")
+    index = {name: devices.index(name) for name in dict.fromkeys(layers.devices.values())}
+    votes: dict[int, Counter[str]] = {}
+    for op in graph.ops:
+        path = layer_of_op.get(op.name)
+        if path is not None:
+            votes.setdefault(op.group, Counter())[path] += 1
+    assignment = [index[layers.devices[votes[group.index].most_common(1)[0][0]]] if group.index in votes else 0
+                  for group in graph.groups]
+    return Placement.from_assignment(graph, devices, assignment, {LAYER_PLACEMENT_KEY: layers.to_json_dict()})
 
 
 def add_layer_placement(path: str | Path, model: str, size: str = "tiny") -> LayerPlacement:
@@ -295,6 +363,9 @@ def place(model: Any, placement: str | Path | PlacementFile | LayerPlacement) ->
     import tensorflow as tf
 
     layers = read_layer_placement(placement)
+    if not isinstance(model, keras.Model):
+        raise KerasPlacementError(f"place() takes a Keras 3 keras.Model, not a {type(model).__module__}."
+                                  f"{type(model).__name__}")
     if keras.backend.backend() != "tensorflow":
         raise KerasPlacementError(f"placer.keras places Keras 3 on TensorFlow; the Keras backend here is "
                                   f"{keras.backend.backend()!r} (set KERAS_BACKEND=tensorflow)")

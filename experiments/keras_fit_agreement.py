@@ -1,0 +1,123 @@
+"""How close the step time `model.fit` achieves on a Keras 3 model placed by `placer.keras.place` comes to what
+`placer apply` measures for the same placement (the op-level placement that runs each layer where `place` does).
+
+    python experiments/keras_fit_agreement.py [--model SPEC] [--size small] [--target inprocess:2] [--repeats 20]
+                                              [--placement FILE] [--out results/keras_fit_agreement.json]
+
+Per placement (every layer on the first device; every other layer on the second; and a `--placement` file with a
+layer placement, from `placer export --keras`): `placer apply`'s timing (`run_training`: the measurement worker,
+a session, synthetic data made in the graph) and `model.fit`'s (a fresh process with the same in-process CPU
+devices, `place`, the `StepTimer` callback, after the same warm-up) on batches of the traced step's size.
+The default model is `mlp` below: four Dense layers, 64 wide at `tiny` and 1024 wide at `small`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+WIDTHS = {"tiny": 64, "small": 1024}
+WARMUP = 2
+
+
+def mlp(size: str = "small"):
+    """The default model: a compiled Keras 3 MLP whose four Dense layers can sit on different devices."""
+    import keras
+
+    width = WIDTHS[size]
+    model = keras.Sequential([keras.Input((width,)), *[keras.layers.Dense(width, activation="relu") for _ in range(3)],
+                              keras.layers.Dense(10)])
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=f"{Path(__file__).resolve()}:mlp",
+                        help="a model function returning a compiled keras.Model with one input (default: mlp above)")
+    parser.add_argument("--size", default="small")
+    parser.add_argument("--target", default="inprocess:2", help="inprocess:N: N logical CPU devices in one process")
+    parser.add_argument("--repeats", type=int, default=20, help="timed steps per placement, each way")
+    parser.add_argument("--placement", help="also a placement file carrying a layer placement (placer export --keras)")
+    parser.add_argument("--fit-layers", help=argparse.SUPPRESS)  # the fit process: a layer placement as JSON
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    if not args.target.startswith("inprocess:"):
+        parser.error("--target must be inprocess:N: model.fit runs on this process's own devices")
+    if args.fit_layers:
+        print(json.dumps(fit_step_times(args)))
+        return
+
+    from experiments._report import write_report
+    from placer.apply import run_training
+    from placer.keras import LayerPlacement, layer_paths, placement_of_layers, read_layer_placement
+    from placer.measure import MeasureConfig, Measurer
+    from placer.models.loader import load_keras_model
+
+    model, graph = load_keras_model(args.model, args.size)
+    config = MeasureConfig(warmup_steps=WARMUP, timed_steps=args.repeats)
+    rows = []
+    with Measurer(args.target, config) as measurer:
+        devices = measurer.devices.names
+        paths = list(layer_paths(model))
+        layer_placements = {
+            "one device": LayerPlacement({path: devices[0] for path in paths}),
+            "alternate layers": LayerPlacement({path: devices[i % len(devices)] for i, path in enumerate(paths)}),
+        }
+        if args.placement:
+            layer_placements[Path(args.placement).name] = read_layer_placement(args.placement)
+        for name, layers in layer_placements.items():
+            applied = run_training(graph, placement_of_layers(graph, model, layers, measurer.devices), measurer, config)
+            fitted = _fit_in_fresh_process(args, layers)
+            fit_ms, apply_ms = fitted["median"] * 1e3, applied.seconds * 1e3
+            rows.append({"placement": name, "apply_ms": apply_ms, "fit_ms": fit_ms,
+                         "fit_vs_apply_pct": (fit_ms / apply_ms - 1) * 100,
+                         "within_10pct": abs(fit_ms / apply_ms - 1) <= 0.10,
+                         "fit_check": fitted["check"], "apply_moved_ops": len(applied.moved_ops)})
+    write_report("keras_fit_agreement", ["placement", "apply_ms", "fit_ms", "fit_vs_apply_pct", "within_10pct"], rows,
+                 args.out, model=args.model, size=args.size, target=args.target, repeats=args.repeats, warmup=WARMUP)
+
+
+def _fit_in_fresh_process(args, layers) -> dict:
+    """`model.fit`'s step times in a new process: its logical CPU devices must be made before TensorFlow starts."""
+    command = [sys.executable, __file__, "--model", args.model, "--size", args.size, "--target", args.target,
+               "--repeats", str(args.repeats), "--fit-layers", json.dumps(layers.to_json_dict())]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=1200)
+    if run.returncode != 0:
+        raise SystemExit(f"the fit process failed:\n{run.stderr[-3000:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def fit_step_times(args) -> dict:
+    """In the fit process: place the model, check one traced fit step's devices, then time `repeats` steps."""
+    from placer.keras import LayerPlacement, StepTimer, make_logical_cpus, place, trace_devices
+
+    make_logical_cpus(int(args.target.split(":", 1)[1]))
+    import numpy as np
+
+    from placer.graph.keras_model import DEFAULT_BATCH_SIZE
+    from placer.models.loader import load_keras_model
+
+    model, graph = load_keras_model(args.model, args.size)
+    placed = place(model, LayerPlacement.from_json_dict(json.loads(args.fit_layers)))
+    batch = model.inputs[0].shape[0] or DEFAULT_BATCH_SIZE  # the batch of the traced step placer apply runs
+    steps = WARMUP + args.repeats
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(batch * steps, *model.inputs[0].shape[1:])).astype("float32")
+    y = rng.integers(0, model.outputs[0].shape[-1], size=batch * steps)
+    with trace_devices() as trace:
+        model.fit(x[:batch], y[:batch], batch_size=batch, epochs=1, verbose=0)
+    timer = StepTimer(warmup=WARMUP)
+    model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0, callbacks=[timer])
+    return {"median": timer.median, "steps": len(timer.step_times), "check": placed.check(trace).describe()}
+
+
+if __name__ == "__main__":
+    main()
