@@ -263,7 +263,7 @@ def _wrapped_calls(model, wrap) -> Iterator[None]:
 
 def _layer_variables(layer, model) -> list:
     """The layer's variables and, once its optimizer is built, their optimizer slots (Adam's momentum, ...)."""
-    variables = list(layer.weights)
+    variables = list(layer.variables)  # weights, and state such as a dropout seed generator's
     optimizer = getattr(model, "optimizer", None)
     if optimizer is not None and getattr(optimizer, "built", False):
         for variable in list(variables):

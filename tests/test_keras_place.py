@@ -1,4 +1,5 @@
-"""placer.keras: a learned placement on a user's Keras 3 model, from `placer train` to `model.fit`.
+"""placer.keras: a learned placement on a user's Keras 3 model, from `placer train` to `model.fit`, with the model
+and the training script of the guide (docs/keras.md).
 
 `model.fit` on two in-process CPU devices runs in a subprocess: TensorFlow's logical devices must be made before
 it starts, and this test process has started it.
@@ -7,21 +8,14 @@ it starts, and this test process has started it.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
-import textwrap
+from pathlib import Path
 
 import pytest
 
-MODEL = '''
-import keras
-
-def build():
-    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dropout(0.1),
-                              keras.layers.Dense(32, activation="relu"), keras.layers.Dense(4)])
-    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return model
-'''
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "keras.md"
 
 # Fits the model placed by the placement file argv[1] or, with "alternate", by a hand-made placement that puts
 # every other layer on CPU:1; prints what the check, the loss and the step timer showed as JSON.
@@ -31,7 +25,7 @@ from placer.keras import LayerPlacement, StepTimer, layer_paths, make_logical_cp
 make_logical_cpus(2)
 import keras, numpy as np
 sys.path.insert(0, sys.argv[2])
-from model import build
+from my_model import build
 
 keras.utils.set_random_seed(0)
 keras.layers.Dense(3)  # a layer built before the model: its layers' names differ from the exported graph's
@@ -72,21 +66,35 @@ def _fit(placement: str, model_dir) -> dict:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+def guide_files() -> dict[str, str]:
+    """The guide's Python files: each python block whose first line is "# NAME.py"."""
+    files = {}
+    for block in re.findall(r"```python\n(.*?)```", GUIDE.read_text(), re.DOTALL):
+        first = block.splitlines()[0]
+        if re.fullmatch(r"# \w+\.py", first):
+            files[first[2:]] = block
+    return files
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
+    """A directory holding the guide's my_model.py and train.py."""
     directory = tmp_path_factory.mktemp("keras_model")
-    (directory / "model.py").write_text(textwrap.dedent(MODEL))
+    files = guide_files()
+    assert set(files) == {"my_model.py", "train.py"}
+    for name, text in files.items():
+        (directory / name).write_text(text)
     return directory
 
 
 def test_a_keras_model_goes_from_placer_train_through_export_to_model_fit_on_its_placement(model_dir, tmp_path):
-    spec = f"{model_dir / 'model.py'}:build"
+    spec = f"{model_dir / 'my_model.py'}:build"
     train = _python("-m", "agents.cli", "train", spec, "--target", "inprocess:2", "--agent", "random", "--updates", "2",
                     "--samples-per-update", "2", "--repeats", "2", "--final-rounds", "1", "--no-progress",
                     "--runs", str(tmp_path / "runs"))
     assert train.returncode == 0, train.stderr[-3000:]
     (run_dir,) = (tmp_path / "runs").glob("*/*")
-    out = tmp_path / "placement.json"
+    out = model_dir / "placement.json"  # where the guide's train.py reads it
     export = _python("-m", "agents.cli", "export", str(run_dir), "--out", str(out), "--keras")
     assert export.returncode == 0, export.stderr[-3000:]
     assert "0:Dense" in export.stdout and "3:Dense" in export.stdout
@@ -98,6 +106,10 @@ def test_a_keras_model_goes_from_placer_train_through_export_to_model_fit_on_its
     assert fit["ok"], fit["describe"]
     assert fit["losses"][-1] < fit["losses"][0]
     assert len(fit["step_times"]) == 3 * 8 - 2 and fit["median"] > 0  # 3 epochs of 512 / 64 steps, 2 warm-up
+
+    guide = subprocess.run([sys.executable, "train.py"], cwd=model_dir, capture_output=True, text=True, timeout=300)
+    assert guide.returncode == 0, guide.stderr[-3000:]
+    assert "placement check: all" in guide.stdout and "fit step time median" in guide.stdout, guide.stdout
 
 
 def test_place_runs_each_layers_forward_gradients_and_optimizer_update_on_its_device(model_dir):
@@ -148,7 +160,7 @@ def test_layer_placement_takes_each_layers_majority_device_and_reports_the_layer
     from placer.models.loader import load_keras_model
     from placer.placement import Placement
 
-    model, graph = load_keras_model(f"{model_dir / 'model.py'}:build")
+    model, graph = load_keras_model(f"{model_dir / 'my_model.py'}:build")
     split = layer_placement(graph, Placement.round_robin(graph, cpus2), model)
     assert list(split.devices) == ["0:Dense", "1:Dropout", "2:Dense", "3:Dense"]
     assert split.split and all(sum(counts.values()) > 1 for counts in split.split.values())
@@ -166,7 +178,7 @@ def test_layer_placement_refuses_a_model_that_did_not_build_the_graph(model_dir,
     from placer.models.loader import load_keras_model
     from placer.placement import Placement
 
-    _, graph = load_keras_model(f"{model_dir / 'model.py'}:build")
+    _, graph = load_keras_model(f"{model_dir / 'my_model.py'}:build")
     other = _model(keras.layers.Dense(8), keras.layers.Dense(4))
     with pytest.raises(KerasPlacementError, match="does not build graph"):
         layer_placement(graph, Placement.round_robin(graph, cpus2), other)
@@ -178,7 +190,7 @@ def test_the_layer_placement_travels_in_the_placement_file_and_a_file_without_on
     from placer.models.loader import load_model
     from placer.placement import Placement
 
-    spec = f"{model_dir / 'model.py'}:build"
+    spec = f"{model_dir / 'my_model.py'}:build"
     graph = load_model(spec)
     path = Placement.round_robin(graph, cpus2).save(tmp_path / "placement.json", graph)
     with pytest.raises(KerasPlacementError, match="--keras"):
