@@ -1,0 +1,20 @@
+"""A learned placement on your own Keras 3 model, for `model.fit`: one device per layer (its forward ops, their
+gradients, its variables and their optimizer update), a check of where `fit`'s ops ran, and a step timer.
+
+Keras code places per layer, not per op: `layer_placement` turns an op-level placement of a model's training
+step into a device per layer (`placer.keras.layers`), `place` runs the model on it (`placer.keras.place`), and
+`trace_devices`, `StepTimer` and `make_logical_cpus` go around your `fit` (`placer.keras.fit`).
+"""
+
+from placer.keras.fit import OpTrace, StepTimer, make_logical_cpus, trace_devices
+from placer.keras.layers import (
+    LAYER_PLACEMENT_KEY, KerasPlacementError, LayerPlacement, add_layer_placement, layer_ops, layer_paths,
+    layer_placement, placement_of_layers, read_layer_placement,
+)
+from placer.keras.place import FitPlacementCheck, PlacedModel, place
+
+__all__ = [
+    "LAYER_PLACEMENT_KEY", "FitPlacementCheck", "KerasPlacementError", "LayerPlacement", "OpTrace", "PlacedModel",
+    "StepTimer", "add_layer_placement", "layer_ops", "layer_paths", "layer_placement", "make_logical_cpus", "place",
+    "placement_of_layers", "read_layer_placement", "trace_devices",
+]
