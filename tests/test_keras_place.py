@@ -197,3 +197,20 @@ def test_the_layer_placement_travels_in_the_placement_file_and_a_file_without_on
         read_layer_placement(path)
     written = add_layer_placement(path, spec)
     assert read_layer_placement(path) == written
+
+
+def test_placement_of_layers_is_the_op_placement_whose_layer_placement_it_was_made_from(model_dir, cpus2):
+    from placer.keras import LayerPlacement, layer_paths, layer_placement, placement_of_layers
+    from placer.models.loader import load_keras_model
+
+    model, graph = load_keras_model(f"{model_dir / 'my_model.py'}:build")
+    layers = LayerPlacement({path: cpus2.names[i % 2] for i, path in enumerate(layer_paths(model))})
+    placement = placement_of_layers(graph, model, layers, cpus2)
+    assert layer_placement(graph, placement, model) == layers  # no layer split: its updates go with it too
+    assert set(placement.group_devices) == {0, 1}
+
+
+def test_export_keras_refuses_a_run_whose_model_is_not_a_keras_model(simulated_run, tmp_path):
+    export = _python("-m", "agents.cli", "export", str(simulated_run), "--out", str(tmp_path / "p.json"), "--keras")
+    assert export.returncode == 2
+    assert "is not a Keras model" in export.stderr and "Traceback" not in export.stderr

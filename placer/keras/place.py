@@ -208,7 +208,7 @@ def _placed_call(call, device: str, scopes: list[str]):
 
     def placed_call(*args, **kwargs):
         with tf.device(device):
-            scopes.append(tf.get_current_name_scope())
+            _remember(scopes, tf.get_current_name_scope())
             return call(*args, **kwargs)
 
     return placed_call
@@ -223,10 +223,15 @@ def _placed_update(update_step, device_of_variable: Mapping[int, str], path_of_v
         if device is None:  # a variable of no placed layer (the model's own): where TensorFlow puts it
             return update_step(gradient, variable, learning_rate)
         with tf.device(device), tf.name_scope(_UPDATE_SCOPE):
-            scopes.setdefault(path_of_variable[id(variable)], []).append(tf.get_current_name_scope())
+            _remember(scopes.setdefault(path_of_variable[id(variable)], []), tf.get_current_name_scope())
             return update_step(gradient, variable, learning_rate)
 
     return placed_update_step
+
+
+def _remember(scopes: list[str], scope: str) -> None:
+    if scope not in scopes:  # fit, evaluate and predict each trace the layer again
+        scopes.append(scope)
 
 
 def _colocated_gradients(train_step):
