@@ -53,6 +53,11 @@ class ThreadSetting:
         return dataclasses.replace(target, worker_cores=tuple(w.cores for w in workers), intra_op_threads=intra,
                                    inter_op_threads=inter)
 
+    def explicit(self, cores: int) -> ThreadSetting:
+        """These pools with TensorFlow's defaults filled in for a device of `cores` cores: one thread per core
+        in each pool (what the simulator prices for a pool left to TensorFlow)."""
+        return ThreadSetting(self.intra_op_threads or cores, self.inter_op_threads or cores)
+
     def __str__(self) -> str:
         if self.intra_op_threads is None and self.inter_op_threads is None:
             return "TensorFlow's default"
