@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from placer.concurrency.settings import ThreadSetting, global_settings
-from placer.concurrency.width_costs import WidthCosts
+from placer.concurrency.settings import ThreadSetting, TuneResult, global_settings
+from placer.concurrency.width_costs import WidthCosts, profile_widths
 from placer.devices import DeviceSet, machine_from_dict
 from placer.errors import DeviceSpecError, ProfileError
 from placer.graph.opgraph import OpGraph
@@ -75,3 +75,24 @@ def choose_setting(graph: OpGraph, op_times: OpTimeModel, cores: int | None = No
 
     best = min(predicted, key=lambda s: (predicted[s], threads(s)))
     return ModelChoice(best, predicted, time.perf_counter() - started)
+
+
+def price_settings(graph: OpGraph, settings: Mapping[str, ThreadSetting], op_times: OpTimeModel | None = None, *,
+                   cores: int | None = None, measure_config=None) -> TuneResult:
+    """`placer.concurrency.tune`'s answer priced instead of timed: each named setting of one in-process CPU device
+    simulated from `op_times` (default: `graph`'s op costs profiled now at each width up to the cores, with
+    `measure_config`)."""
+    from placer.cost import StepTime
+
+    here = len(os.sched_getaffinity(0))
+    cores = cores or here
+    started = time.perf_counter()
+    op_times = op_times or profile_widths(graph, range(1, cores + 1), measure_config=measure_config)
+    predicted = {name: predicted_step_time(graph, op_times, setting, cores) for name, setting in settings.items()}
+    # The in-process spec to run a setting with exists only for this machine's cores.
+    targets = {name: str(setting.target()) for name, setting in settings.items()} if cores == here else {}
+    return TuneResult(
+        graph=graph.name, settings=dict(settings), medians=predicted, rounds={name: () for name in settings},
+        step_times={name: StepTime(seconds, "simulated", thread_setting_device(settings[name], cores).name,
+                                   samples=(seconds,)) for name, seconds in predicted.items()},
+        seconds=time.perf_counter() - started, targets=targets, predicted=True)

@@ -4,7 +4,7 @@ known: two independent ops, then a cheap join."""
 import pytest
 import tensorflow as tf
 
-from placer.concurrency.choose import choose_setting, predicted_step_time
+from placer.concurrency.choose import choose_setting, predicted_step_time, price_settings
 from placer.concurrency.settings import ThreadSetting, global_settings
 from placer.concurrency.width_costs import WidthCosts
 from placer.errors import DeviceSpecError, ProfileError
@@ -89,3 +89,13 @@ def test_a_width_the_op_costs_were_not_profiled_at_is_refused_naming_what_to_pro
 def test_op_costs_profiled_for_another_graph_are_refused(pair, two_tower):
     with pytest.raises(ProfileError, match="another graph"):
         predicted_step_time(two_tower, width_costs(pair, {1: 10}), ThreadSetting(1, 1), cores=1)
+
+
+def test_priced_settings_answer_as_tune_does_with_a_simulated_step_time_per_setting(pair):
+    settings = {"recommended": ThreadSetting(2, 1), "intra 1 / inter 2": ThreadSetting(1, 2)}
+    result = price_settings(pair, settings, width_costs(pair, {1: 10, 2: 6}), cores=2)
+    assert result.predicted and result.best == "intra 1 / inter 2"
+    assert result.medians == pytest.approx({"recommended": 12 * MS, "intra 1 / inter 2": 10 * MS})
+    assert {name: (t.backend, t.seconds) for name, t in result.step_times.items()} == {
+        name: ("simulated", seconds) for name, seconds in result.medians.items()}
+    assert "predicted step time per thread setting" in result.describe()

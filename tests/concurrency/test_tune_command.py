@@ -28,6 +28,11 @@ def test_tune_refuses_a_target_it_cannot_set_the_threads_of_before_starting_anyt
     assert complaint in capsys.readouterr().err
 
 
+def test_tune_predict_refuses_the_testbed_before_profiling_anything(capsys):
+    assert main(["tune", "two-tower", "--target", "local:1", "--predict"]) == 2
+    assert "--predict prices the thread settings of one in-process CPU device" in capsys.readouterr().err
+
+
 def test_tune_refuses_a_placement_in_process_and_an_unknown_one_on_the_testbed(capsys):
     assert main(["tune", "two-tower", "--placement", "expert"]) == 2
     assert "--placement is for the testbed's workers" in capsys.readouterr().err
