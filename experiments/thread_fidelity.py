@@ -156,14 +156,14 @@ def main() -> None:
                                                                   "settings_within_aim")]
     pick_columns += ["profiling_s", "sweep_s"]
     print()
-    print_table(pick_columns, pick_rows)
-    print()
     write_report("thread_fidelity", setting_columns, setting_rows, args.out, picks=pick_rows, cores=cores,
                  widths=list(widths), rounds=args.rounds, warmup=args.warmup, repeats=args.repeats,
                  profile_steps=args.profile_steps, profile_rounds=args.profile_rounds, profiles=profiles,
                  settings={name: [s.intra_op_threads, s.inter_op_threads] for name, s in candidates.items()},
                  mode="dry run" if args.dry_run else "predict only" if args.predict_only else "measured",
                  command="python experiments/thread_fidelity.py " + " ".join(sys.argv[1:]))
+    print()
+    print_table(pick_columns, pick_rows)
     if any(row["best"] for row in pick_rows):
         for price in price_names:
             errors = [abs(r[f"{price}_error_pct"]) for r in setting_rows if r[f"{price}_error_pct"] is not None]
