@@ -41,9 +41,8 @@ tf_logs.configure()
 
 from experiments._report import write_report  # noqa: E402
 from placer.concurrency import tune, tuning_candidates  # noqa: E402
-from placer.concurrency.choose import choose_setting  # noqa: E402
+from placer.concurrency.choose import choose_setting, predicted_step_time  # noqa: E402
 from placer.concurrency.performance_model import fit_performance_model, profile_thread_counts  # noqa: E402
-from placer.concurrency.choose import predicted_step_time  # noqa: E402
 from placer.cost import compare, open_target  # noqa: E402
 from placer.devices import Link  # noqa: E402
 from placer.measure import MeasureConfig  # noqa: E402
@@ -160,9 +159,7 @@ def per_op_concurrency(spec: str, graph, settings: dict, performance_model, args
             label = f"in-process {name}"
             opened[label] = open_target(graph, setting.target(), measure_config=config)
             timed[label] = (opened[label], Placement.on_device(graph, opened[label].devices, 0))
-            # TensorFlow's default pools have one thread per core each.
-            explicit = type(setting)(setting.intra_op_threads or cores, setting.inter_op_threads or cores)
-            predicted[label] = predicted_step_time(graph, performance_model, explicit, cores)
+            predicted[label] = predicted_step_time(graph, performance_model, setting, cores)
         testbed = opened[args.widths] = open_target(graph, args.widths, measure_config=config)
         devices = testbed.devices
         placements = {"round-robin": Placement.round_robin(graph, devices)}

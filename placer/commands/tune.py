@@ -1,6 +1,7 @@
 """`placer tune MODEL`: time the model's training step under TensorFlow's default thread pools, the recommended
 setting and every (intra, inter) pair up to the cores, side by side, and print which is fastest; in-process
-(`--target inprocess:1`) or on the local testbed (`--target local:...`, every worker with the setting).
+(`--target inprocess:1`) or on the local testbed (`--target local:...`, every worker with the setting). With
+`--predict`, price every setting with the simulator from the model's op costs profiled once per width instead.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ def add_tune_arguments(parser) -> None:
                         "setting, a baseline (single-device, round-robin, expert, ...) or a placement file "
                         "(default single-device)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds timing every setting once (default 3)")
+    parser.add_argument("--predict", action="store_true",
+                        help="in-process: price every setting with the simulator from the model's op costs profiled "
+                        "once at each intra-op width (one measurement process per width), instead of timing each")
     add_measure_arguments(parser, MeasureConfig(warmup_steps=3, timed_steps=10))
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--allow-exposed-ports", action="store_true",
@@ -48,6 +52,9 @@ def tune_command(args) -> int:
     if fixed:
         raise PlacerError(f"{args.target!r} fixes the threads that placer tune is choosing: leave out intra= and "
                           "inter=")
+    if args.predict and not isinstance(target, InProcess):
+        raise PlacerError("--predict prices the thread settings of one in-process CPU device: use --target "
+                          "inprocess:1 (on the testbed, time them)")
     if args.placement != "single-device" and not isinstance(target, LocalTestbed):
         raise PlacerError("--placement is for the testbed's workers (--target local:...); in-process there is one device")
     if args.rounds < 1:
@@ -62,14 +69,21 @@ def tune_command(args) -> int:
     candidates = tuning_candidates(on=target)
     graph = load_model(args.model, args.size)
     where = f"on {target}" + (f", placement {args.placement}" if place else "")
-    print(f"{graph.summary()}\ntiming {len(candidates)} thread settings {where} side by side in {args.rounds} rounds",
-          flush=True)
-    result = tune(graph, candidates, rounds=args.rounds, measure_config=config, on=target, place=place,
-                  progress=_progress)
+    if args.predict:
+        from placer.concurrency.choose import price_settings
+
+        print(f"{graph.summary()}\nprofiling its ops at each intra-op width, then pricing {len(candidates)} thread "
+              f"settings {where} by simulation", flush=True)
+        result = price_settings(graph, candidates, measure_config=config)
+    else:
+        print(f"{graph.summary()}\ntiming {len(candidates)} thread settings {where} side by side in {args.rounds} "
+              "rounds", flush=True)
+        result = tune(graph, candidates, rounds=args.rounds, measure_config=config, on=target, place=place,
+                      progress=_progress)
     if args.json:
         print(json.dumps({
             "graph": graph.name, "fingerprint": graph.fingerprint, "target": str(target), "best": result.best,
-            "seconds": result.seconds,
+            "predicted": result.predicted, "seconds": result.seconds,
             "settings": {name: {"intra_op_threads": s.intra_op_threads, "inter_op_threads": s.inter_op_threads,
                                 "target": result.targets[name], "rounds": result.rounds[name],
                                 # the median round's record (the failure where one failed), as measure's rows

@@ -1,45 +1,98 @@
-"""A thread setting chosen from the performance model instead of timed: each setting's step simulated on one
-CPU device whose ops take their predicted time at the intra-op width, `inter` of them at once, slowed down
-when the threads of ops running together outnumber the cores."""
+"""Thread settings priced by the event simulator instead of timed, and the one predicted fastest.
+
+A setting (intra, inter) on a machine of N cores is one simulated CPU device of N cores with those pools: its ops
+take their time at the intra-op width from an `OpTimeModel` (op costs profiled at each width, `WidthCosts`, or the
+performance model), `inter` of them run at once, and all are slowed down when the threads of the ops running
+together outnumber the cores (`placer.simulate.simulator.co_running_slowdown`). The simulator's own path, nothing beside it.
+"""
 
 from __future__ import annotations
 
 import os
 import time
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping
 
-from placer.concurrency.performance_model import PerformanceModel
-from placer.concurrency.settings import ThreadSetting, global_settings
-from placer.devices import machine_from_dict
+from placer.concurrency.settings import ThreadSetting, TuneResult, global_settings
+from placer.concurrency.width_costs import WidthCosts, profile_widths
+from placer.devices import DeviceSet, machine_from_dict
+from placer.errors import DeviceSpecError, ProfileError
 from placer.graph.opgraph import OpGraph
 from placer.simulate import Simulator
+from placer.simulate.simulator import OpTimeModel
 
 
 @dataclass(frozen=True)
 class ModelChoice:
-    """The setting the performance model predicts fastest, every setting's prediction, and how long it took."""
+    """The setting the simulator predicts fastest, every setting's prediction, and how long it took."""
 
     setting: ThreadSetting
     predicted: Mapping[ThreadSetting, float]
     seconds: float
 
 
-def predicted_step_time(graph: OpGraph, model: PerformanceModel, setting: ThreadSetting, cores: int) -> float:
-    """Seconds of one step of `graph` on one CPU device of `cores` cores under `setting` (both pools given),
-    as simulated with the model at the setting's width."""
-    intra, inter = setting.intra_op_threads, setting.inter_op_threads
-    if intra is None or inter is None:
-        raise ValueError("the model predicts explicit settings: give both intra- and inter-op threads")
-    machine = machine_from_dict({"devices": [{"name": "CPU:0", "cores": cores, "intra_op_threads": intra,
-                                              "inter_op_threads": inter}]})
-    return Simulator(graph, machine, model).simulate([0] * len(graph.groups)).step_time
+def thread_setting_device(setting: ThreadSetting, cores: int) -> DeviceSet:
+    """The simulated CPU device of `cores` cores running `setting` (a pool left to TensorFlow: one thread per
+    core). An op runs on at most the cores' threads, so a wider intra-op pool is refused; more inter-op threads
+    than cores are allowed, their ops slowed down by the oversubscription."""
+    explicit = setting.explicit(cores)
+    if explicit.intra_op_threads > cores:
+        raise DeviceSpecError(
+            f"{setting} asks for {explicit.intra_op_threads} threads per op on a device of {cores} cores: price "
+            f"settings of up to {cores} intra-op threads, or price it for a machine with the cores for it "
+            f"(cores={explicit.intra_op_threads})")
+    return machine_from_dict({"name": f"{cores} cores, {setting}", "devices": [
+        {"name": "CPU:0", "cores": cores, "intra_op_threads": explicit.intra_op_threads,
+         "inter_op_threads": explicit.inter_op_threads}]})
 
 
-def choose_setting(graph: OpGraph, model: PerformanceModel, cores: int | None = None) -> ModelChoice:
-    """Predict every (intra, inter) pair up to `cores` and keep the fastest (ties: fewer threads)."""
+def predicted_step_time(graph: OpGraph, op_times: OpTimeModel, setting: ThreadSetting, cores: int) -> float:
+    """Seconds of one step of `graph`, all on one CPU device of `cores` cores under `setting`, as the simulator
+    predicts it with `op_times` at the setting's width. A width `op_times` was not profiled or fitted at is
+    refused, naming the setting and what to profile."""
+    devices = thread_setting_device(setting, cores)
+    if isinstance(op_times, WidthCosts):
+        op_times.check_graph(graph)
+    try:
+        simulator = Simulator(graph, devices, op_times)
+    except ProfileError as error:
+        raise ProfileError(f"cannot price {setting} on {cores} cores: {error}") from None
+    return simulator.simulate([0] * len(graph.groups)).step_time
+
+
+def choose_setting(graph: OpGraph, op_times: OpTimeModel, cores: int | None = None,
+                   settings: Iterable[ThreadSetting] | None = None) -> ModelChoice:
+    """Price every setting (default: each (intra, inter) pair up to `cores`, this process's cores by default)
+    and keep the fastest (ties: fewer threads in all)."""
     cores = cores or len(os.sched_getaffinity(0))
     started = time.perf_counter()
-    predicted = {s: predicted_step_time(graph, model, s, cores) for s in global_settings(cores)}
-    best = min(predicted, key=lambda s: (predicted[s], s.intra_op_threads * s.inter_op_threads))
+    settings = list(settings) if settings is not None else global_settings(cores)
+    predicted = {s: predicted_step_time(graph, op_times, s, cores) for s in settings}
+
+    def threads(setting: ThreadSetting) -> int:
+        explicit = setting.explicit(cores)
+        return explicit.intra_op_threads * explicit.inter_op_threads
+
+    best = min(predicted, key=lambda s: (predicted[s], threads(s)))
     return ModelChoice(best, predicted, time.perf_counter() - started)
+
+
+def price_settings(graph: OpGraph, settings: Mapping[str, ThreadSetting], op_times: OpTimeModel | None = None, *,
+                   cores: int | None = None, measure_config=None) -> TuneResult:
+    """`placer.concurrency.tune`'s answer priced instead of timed: each named setting of one in-process CPU device
+    simulated from `op_times` (default: `graph`'s op costs profiled now at each width up to the cores, with
+    `measure_config`)."""
+    from placer.cost import StepTime
+
+    here = len(os.sched_getaffinity(0))
+    cores = cores or here
+    started = time.perf_counter()
+    op_times = op_times or profile_widths(graph, range(1, cores + 1), measure_config=measure_config)
+    predicted = {name: predicted_step_time(graph, op_times, setting, cores) for name, setting in settings.items()}
+    # The in-process spec to run a setting with exists only for this machine's cores.
+    targets = {name: str(setting.target()) for name, setting in settings.items()} if cores == here else {}
+    return TuneResult(
+        graph=graph.name, settings=dict(settings), medians=predicted, rounds={name: () for name in settings},
+        step_times={name: StepTime(seconds, "simulated", thread_setting_device(settings[name], cores).name,
+                                   samples=(seconds,)) for name, seconds in predicted.items()},
+        seconds=time.perf_counter() - started, targets=targets, predicted=True)

@@ -53,6 +53,11 @@ class ThreadSetting:
         return dataclasses.replace(target, worker_cores=tuple(w.cores for w in workers), intra_op_threads=intra,
                                    inter_op_threads=inter)
 
+    def explicit(self, cores: int) -> ThreadSetting:
+        """These pools with TensorFlow's defaults filled in for a device of `cores` cores: one thread per core
+        in each pool (what the simulator prices for a pool left to TensorFlow)."""
+        return ThreadSetting(self.intra_op_threads or cores, self.inter_op_threads or cores)
+
     def __str__(self) -> str:
         if self.intra_op_threads is None and self.inter_op_threads is None:
             return "TensorFlow's default"
@@ -136,6 +141,8 @@ class TuneResult:
     """Wall time of the whole choice: starting a measurement process per setting, and the timings."""
     targets: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """The target spec each setting ran on, e.g. "local:widths=1+1,intra=1+1,inter=2+2"."""
+    predicted: bool = False
+    """True where the step times were simulated (`placer.concurrency.choose.price_settings`), not timed."""
 
     @property
     def failures(self) -> dict[str, StepTime]:
@@ -153,7 +160,9 @@ class TuneResult:
     def describe(self) -> str:
         width = max(map(len, self.medians))
         reference = next((name for name in self.medians if "recommended" in name.split(" = ")), None)
-        lines = [f"{self.graph}: step time per thread setting (median of interleaved rounds)"]
+        how = ("simulated from op costs profiled at each width" if self.predicted
+               else "median of interleaved rounds")
+        lines = [f"{self.graph}: {'predicted ' * self.predicted}step time per thread setting ({how})"]
         for name, seconds in sorted(self.medians.items(), key=lambda item: item[1]):
             mark = "  best" if name == self.best else ""
             if name in self.failures:
@@ -165,7 +174,7 @@ class TuneResult:
                 versus = f"  {100 * (seconds / self.medians[reference] - 1):+.1f}% step time vs recommended"
             where = f"  ({self.targets[name]})" if name in self.targets else ""
             lines.append(f"  {name:<{width}}  {seconds * 1e3:9.2f} ms{versus}{mark}{where}")
-        lines.append(f"  chosen in {self.seconds:.0f} s")
+        lines.append(f"  {'predicted' if self.predicted else 'chosen'} in {self.seconds:.0f} s")
         return "\n".join(lines)
 
 

@@ -28,6 +28,23 @@ def test_tune_refuses_a_target_it_cannot_set_the_threads_of_before_starting_anyt
     assert complaint in capsys.readouterr().err
 
 
+def test_tune_predict_refuses_the_testbed_before_profiling_anything(capsys):
+    assert main(["tune", "two-tower", "--target", "local:1", "--predict"]) == 2
+    assert "--predict prices the thread settings of one in-process CPU device" in capsys.readouterr().err
+
+
+def test_tune_predict_prices_every_candidate_from_op_costs_profiled_once_and_names_the_setting_to_use(capsys):
+    assert main(["tune", "two-tower", "--predict", "--warmup", "1", "--repeats", "2", "--json"]) == 0
+    out = capsys.readouterr().out
+    result = json.loads(out[out.index("{"):])
+    assert result["predicted"] and set(result["settings"]) == set(tuning_candidates())
+    assert all(s["step_time"]["backend"] == "simulated" and s["step_time"]["seconds"] > 0 and s["rounds"] == []
+               for s in result["settings"].values())
+    best = result["settings"][result["best"]]
+    assert best["step_time"]["seconds"] == min(s["step_time"]["seconds"] for s in result["settings"].values())
+    assert best["target"].startswith("inprocess:1")
+
+
 def test_tune_refuses_a_placement_in_process_and_an_unknown_one_on_the_testbed(capsys):
     assert main(["tune", "two-tower", "--placement", "expert"]) == 2
     assert "--placement is for the testbed's workers" in capsys.readouterr().err
