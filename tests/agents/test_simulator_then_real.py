@@ -108,6 +108,8 @@ def test_with_a_simulator_phase_every_heuristic_is_measured_at_the_end_and_expor
     metadata = read_placement_file(out).metadata
     assert metadata["source"] == fastest and metadata["step_time"] == final[fastest]
     printed = capsys.readouterr().out
+    which = "the learned placement" if fastest == "learned" else f"{fastest}'s placement"
+    assert f"wrote {out}: {which} of two-tower (tiny)" in printed
     assert (f"the fastest placement the run measured is {fastest}'s" in printed) == (fastest != "learned")
 
 
