@@ -109,11 +109,11 @@ class ExperimentConfig:
     this many rounds, and the medians decide what was beaten (the best of many noisy samples is
     optimistic, and a baseline timed once at the start may have met a busy machine). 0: skip."""
     baselines: Sequence[str] | None = setting(None, metavar="A,B,...")
-    """Baselines timed on the same target and, when measured, again in the final comparison (comma-separated).
-    None: every heuristic the run can compute: single-device, round-robin and expert (built-in models), plus
-    METIS, Scotch, m-TOPO, m-ETF and m-SCT when the run has a simulator (a simulated target, or
-    simulator_updates on a measured one: placed with the calibrated simulator's op costs); one that fails to
-    place the graph is logged and left out."""
+    """Baselines timed on the same target, and measured again in the final comparison (comma-separated); None:
+    every heuristic the run can compute, that is single-device, round-robin, expert (built-in models), and
+    with a simulator (a simulated target, or simulator_updates) METIS, Scotch, m-TOPO, m-ETF and m-SCT. On a
+    measured target those five are placed with its calibrated simulator's op costs; a heuristic that fails
+    to place the graph is logged and left out."""
     wandb: str = setting("off", choices=WANDB_MODES, value_aliases=WANDB_ALIASES)
     """Also log to Weights & Biases: auto (online with an account, else offline), offline, online; off."""
     wandb_project: str = setting("placer")
