@@ -134,7 +134,8 @@ def export(args: argparse.Namespace) -> int:
     metadata = export_run(args.run_dir, args.out)
     beaten = ", ".join(metadata["beaten_baselines"]) or "none"
     source = metadata["source"]
-    print(f"wrote {args.out}: {metadata['model']} ({metadata['size']}) on {metadata['cluster']}, "
+    which = "the learned placement" if source == "learned" else f"{source}'s placement"
+    print(f"wrote {args.out}: {which} of {metadata['model']} ({metadata['size']}) on {metadata['cluster']}, "
           f"{metadata['step_time'] * 1e3:.3f} ms per step ({metadata['step_time_kind']}); beat: {beaten}")
     if source != "learned":
         print(f"  the fastest placement the run measured is {source}'s, not the learned one "

@@ -110,8 +110,11 @@ class ExperimentConfig:
     this many rounds, and the medians decide what was beaten (the best of many noisy samples is
     optimistic, and a baseline timed once at the start may have met a busy machine). 0: skip."""
     baselines: Sequence[str] | None = setting(None, metavar="A,B,...")
-    """Baselines timed on the same backend (comma-separated); None: single-device, round-robin and expert,
-    plus METIS, Scotch, m-TOPO, m-ETF and m-SCT on the simulator (where their libraries are installed)."""
+    """Baselines timed on the same target, and measured again in the final comparison (comma-separated); None:
+    every heuristic the run can compute, that is single-device, round-robin, expert (built-in models), and
+    with a simulator (a simulated target, or simulator_updates) METIS, Scotch, m-TOPO, m-ETF and m-SCT. On a
+    measured target those five are placed with its calibrated simulator's op costs; a heuristic that fails
+    to place the graph is logged and left out."""
     wandb: str = setting("off", choices=WANDB_MODES, value_aliases=WANDB_ALIASES)
     """Also log to Weights & Biases: auto (online with an account, else offline), offline, online; off."""
     wandb_project: str = setting("placer")
@@ -208,21 +211,33 @@ class ExperimentConfig:
                 raise ExperimentError(f"{name} must be a positive number, got {value!r}")
 
     def _checked_baselines(self) -> list[str]:
-        from placer.heuristics import check_heuristic
+        from placer.heuristics import canonical_name, check_heuristic, heuristics, is_heuristic_name
         from placer.models import is_builtin_model
 
         if isinstance(self.baselines, str) or not all(isinstance(b, str) for b in self.baselines):
             raise ExperimentError(f"baselines must be a list of names, got {self.baselines!r}")
-        try:
-            return [check_heuristic(name, builtin_model=is_builtin_model(self.model),
-                                    simulator=self.backend == "simulated") for name in self.baselines]
-        except PlacerError as error:
-            raise ExperimentError(str(error)) from None
+        checked = []
+        for name in self.baselines:
+            try:
+                checked.append(check_heuristic(name, builtin_model=is_builtin_model(self.model),
+                                               simulator=self.has_simulator))
+            except PlacerError as error:
+                needs_simulator = is_heuristic_name(name) and heuristics()[canonical_name(name)].needs_simulator
+                hint = ("; or give --simulator-updates N: the run then places it with the op costs of its "
+                        "target's calibrated simulator" if needs_simulator and self.backend == "measured" else "")
+                raise ExperimentError(f"{error}{hint}") from None
+        return checked
 
     @property
     def agent_settings(self) -> dict[str, Any]:
         """The options the agent is built with: the preset's, then `agent_options` over them."""
         return with_preset(self.preset, self.agent, self.agent_options)
+
+    @property
+    def has_simulator(self) -> bool:
+        """The run has a simulator whose op costs the cost-reading heuristics (METIS, Scotch, Baechi's) place
+        from: a simulated target, or the calibrated simulator of a measured one (simulator_updates)."""
+        return self.backend == "simulated" or self.simulator_updates > 0
 
     @property
     def target(self) -> str:

@@ -50,7 +50,10 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
         log.info("%s (%s): %d ops in the step, %d colocation groups; %s on %s (%s)",
                  graph.name, config.size, len(graph.step_ops), len(graph.groups), config.backend, config.target,
                  ", ".join(d.short_name for d in devices))
-        baselines = _load_or_time_baselines(config, env, run_dir, log)
+        # a run with a simulator phase calibrates first, so that the heuristics that read op costs are placed
+        # with its calibrated simulator and measured beside the others
+        calibration = _calibrate_target(config, env, run_dir, log) if config.simulator_updates else None
+        baselines = _load_or_time_baselines(config, env, run_dir, log, calibration)
         best_baseline = min(((b.seconds, name) for name, b in baselines.items() if b.ok), default=(math.inf, None))
         agent = make_agent(config.agent, graph, env.device_mask, devices, options=config.agent_settings, seed=config.seed,
                            init=config.init)
@@ -73,7 +76,7 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
         log.info("training %s: %s updates of %d samples, time budget %s", agent.name, config.updates,
                  config.samples_per_update, f"{config.time_budget} min" if config.time_budget else "none")
         start = _start_placement(agent, env, run_dir, log)
-        simulator = _train_on_simulator(config, env, agent, run_dir, log) if config.simulator_updates else None
+        simulator = _train_on_simulator(config, env, agent, run_dir, log, calibration) if calibration else None
         state = train(agent, env, run_dir, training, callbacks=[on_update],
                       start_from=simulator.best_assignment if simulator else None)
         final = _final_comparison(config, env, run_dir, state.best_assignment, baselines, log, start, simulator)
@@ -88,9 +91,11 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
         best_file = run_dir / run_files.BEST_PLACEMENT
         trackers.finish(summary.to_dict(), best_file if best_file.exists() else None,
                         _best_table(state.best_assignment, graph, devices))
-        log.info("best step time %.3f ms after %d samples (%.0f s); best baseline %s %.3f ms; beat: %s",
-                 summary.best_step_time * 1e3, summary.samples, summary.wall_time, best_baseline[1],
-                 best_baseline[0] * 1e3, ", ".join(summary.beaten_baselines) or "none")
+        # the summary's best baseline: the final comparison's when there is one, as in the printed table
+        log.info("best step time %.3f ms after %d samples (%.0f s); best baseline %s %.3f ms; beat: %s; "
+                 "fastest measured: %s", summary.best_step_time * 1e3, summary.samples, summary.wall_time,
+                 summary.best_baseline, summary.best_baseline_step_time * 1e3,
+                 ", ".join(summary.beaten_baselines) or "none", summary.fastest)
         return ExperimentResult(run_dir, summary)
     finally:
         env.close()
@@ -110,8 +115,15 @@ def _make_env(config: ExperimentConfig):
 # -- baselines ------------------------------------------------------------------------------------
 
 
-def _load_or_time_baselines(config: ExperimentConfig, env, run_dir: Path, log) -> dict[str, BaselineTiming]:
-    """Each baseline's placement and step time on the run's target, kept in the run directory."""
+def _load_or_time_baselines(config: ExperimentConfig, env, run_dir: Path, log,
+                            calibration: Path | None = None) -> dict[str, BaselineTiming]:
+    """Each baseline's placement and step time on the run's target, kept in the run directory. The heuristics
+    that read op costs take them from the target's own simulator, else from its calibrated simulator
+    (`calibration`, a measured run with a simulator phase)."""
+    from contextlib import nullcontext
+
+    from placer.cost import open_target
+    from placer.cost.calibrated import PREFIX
     from placer.heuristics import HeuristicError, applicable_heuristics, time_heuristics
     from placer.models import is_builtin_model
 
@@ -120,16 +132,22 @@ def _load_or_time_baselines(config: ExperimentConfig, env, run_dir: Path, log) -
         return timings
     model = config.model if is_builtin_model(config.model) else None
     wanted = list(config.baselines) if config.baselines is not None else applicable_heuristics(
-        builtin_model=model is not None, simulator=env.target.simulator is not None)
-    try:  # baselines the user named must be made; of the default ones, those that cannot be are left out
-        made = time_heuristics(env.target, wanted, model=model, seed=config.seed, strict=config.baselines is not None,
-                               progress=lambda names: _progress(names, config.progress, "baselines"))
-    except HeuristicError as error:
-        raise ExperimentError(str(error)) from None
+        builtin_model=model is not None, simulator=config.has_simulator)
+    with open_target(env.graph, f"{PREFIX}{calibration}") if calibration is not None else nullcontext() as twin:
+        if twin is not None:
+            log.info("baselines that read op costs are placed with the calibrated simulator of %s (%s)",
+                     config.target, calibration)
+        try:  # baselines the user named must be made; of the default ones, those that cannot be are left out
+            made = time_heuristics(env.target, wanted, model=model, seed=config.seed,
+                                   strict=config.baselines is not None,
+                                   simulator=None if twin is None else twin.simulator,
+                                   progress=lambda names: _progress(names, config.progress, "baselines"))
+        except HeuristicError as error:
+            raise ExperimentError(str(error)) from None
     timings = {}
     for name, timing in made.items():
-        if timing.placement is None:
-            log.warning("baseline %s skipped: %s", name, timing.error)  # e.g. a partitioner's library is missing
+        if timing.placement is None:  # a library missing or raising, a list scheduler out of memory
+            log.warning("baseline %s skipped: %s", name, timing.error)
             continue
         timings[name] = run_files.write_baseline(run_dir, timing, env.graph)
         result = timing.step_time
@@ -194,15 +212,13 @@ class SimulatorResult:
     best_assignment: tuple[int, ...] | None
 
 
-def _train_on_simulator(config: ExperimentConfig, env, agent, run_dir: Path, log) -> SimulatorResult:
-    """The first phase of a measured run with `simulator_updates`: train `agent` on the calibrated simulator
-    of the run's target (in RUN_DIR/simulator/, resumable like the run), and return what it reached. The
-    measured phase then continues from the same agent and starts from this phase's best placement."""
-    from agents.loop import TrainingConfig, train
-    from envs.placement import PlacementEnv
+def _calibrate_target(config: ExperimentConfig, env, run_dir: Path, log) -> Path:
+    """The calibration of a measured run's target (`config.calibration`, else made now into the run directory)
+    with the run's op costs profiled there and cached beside it: what `calibrated:PATH` opens as the target's
+    simulator. Returns its path."""
     from placer.calibrate import calibrate
     from placer.calibration import load_calibration
-    from placer.cost.calibrated import PREFIX, profiled_costs
+    from placer.cost.calibrated import profiled_costs
 
     calibration_path = Path(config.calibration) if config.calibration else run_dir / run_files.CALIBRATION
     if calibration_path.exists():
@@ -213,7 +229,20 @@ def _train_on_simulator(config: ExperimentConfig, env, agent, run_dir: Path, log
         calibration = calibrate(env.target.measurer, progress=progress)
         calibration.save(calibration_path)
         log.info("%s", calibration.describe())
-    profiled_costs(env.graph, calibration, calibration_path, measurer=env.target.measurer)  # cached for the env
+    profiled_costs(env.graph, calibration, calibration_path, measurer=env.target.measurer)
+    return calibration_path
+
+
+def _train_on_simulator(config: ExperimentConfig, env, agent, run_dir: Path, log,
+                        calibration_path: Path) -> SimulatorResult:
+    """The first phase of a measured run with `simulator_updates`: train `agent` on the calibrated simulator
+    of the run's target (`calibration_path`; in RUN_DIR/simulator/, resumable like the run), and return what
+    it reached. The measured phase then continues from the same agent and starts from this phase's best
+    placement."""
+    from agents.loop import TrainingConfig, train
+    from envs.placement import PlacementEnv
+    from placer.cost.calibrated import PREFIX
+
     simulated = PlacementEnv(model=env.graph, backend="simulated", devices=f"{PREFIX}{calibration_path}",
                              reward=config.reward, failing_step_time=config.failing_step_time)
     try:

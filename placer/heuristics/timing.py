@@ -55,7 +55,8 @@ def time_heuristics(target: CostTarget, names: Iterable[str], *, model: str | No
     execution, where those heuristics cannot be made unless a calibrated simulator is given).
     strict: raise HeuristicError for a heuristic that cannot be made here (unknown, not applicable, a library
     missing), as for names a user gave; otherwise it comes back with its `error`. A heuristic whose rule
-    finds no placement (a list scheduler out of memory) always comes back with its error: that is a result.
+    finds no placement (a list scheduler out of memory) or whose library raises always comes back with its
+    error: that is a result.
     made: placements already made, by name (a Placement or a device per unit): timed as given.
     progress: wraps the list of names as they are worked through (a progress bar)."""
     simulator = target.simulator if simulator is None else simulator
@@ -75,6 +76,12 @@ def time_heuristics(target: CostTarget, names: Iterable[str], *, model: str | No
             if strict and isinstance(error, HeuristicError):
                 raise
             timings[name] = HeuristicTiming(name, None, None, time.perf_counter() - started, str(error))
+            continue
+        except Exception as error:  # noqa: BLE001
+            # METIS, Scotch, HiGHS and numba raise their own errors: one heuristic that breaks on a graph is
+            # a row of the comparison, not the end of it
+            timings[name] = HeuristicTiming(name, None, None, time.perf_counter() - started,
+                                            f"{type(error).__name__}: {error}")
             continue
         placing = 0.0 if name in made else time.perf_counter() - started
         timings[name] = HeuristicTiming(name, placement, target.evaluate(placement), placing)

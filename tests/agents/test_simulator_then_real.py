@@ -13,6 +13,8 @@ from agents.experiment.config import ExperimentConfig, ExperimentError
 from agents.experiment.run import run_experiment
 from placer.calibration import Calibration, this_machine
 
+SIMULATOR_HEURISTICS = {"metis", "scotch", "m-topo", "m-etf", "m-sct"}
+"""The heuristics that place with a simulator's op costs."""
 DEVICES = ("/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1")
 SMALL_AGENT = {"num_groups": 4, "hidden_size": 16, "grouping_hidden_size": 8}
 
@@ -72,3 +74,53 @@ def test_simulator_first_settings_are_checked_before_any_work(tmp_path):
         _config(tmp_path, calibration=str(_calibration(tmp_path / "other.json", target="local:2")))
     with pytest.raises(ExperimentError, match="cannot read calibration"):
         _config(tmp_path, calibration=str(tmp_path / "missing.json"))
+
+
+def test_with_a_simulator_phase_every_heuristic_is_measured_at_the_end_and_export_takes_the_fastest(
+        tmp_path, monkeypatch, capsys):
+    import dataclasses
+
+    from agents.cli import main
+    from agents.experiment.results import describe
+    from placer.heuristics import registry
+    from placer.placement import read_placement_file
+
+    def expert_breaks(inputs):
+        raise RuntimeError("the expert's rule broke")
+
+    monkeypatch.setitem(registry.HEURISTICS, "expert",
+                        dataclasses.replace(registry.HEURISTICS["expert"], make=expert_breaks))
+    result = run_experiment(_config(tmp_path, baselines=None, agent="random", agent_options={}))
+    summary, run_dir = result.summary, result.run_dir
+    # placed with the calibrated simulator's op costs, then measured side by side with the learned placement
+    assert set(summary.baselines) == SIMULATOR_HEURISTICS | {"single-device", "round-robin"}
+    assert set(summary.baselines) <= set(summary.final_comparison)
+    # a heuristic that raises is logged and left out; the run goes on without it
+    assert "baseline expert skipped: RuntimeError: the expert's rule broke" in (run_dir / "log.txt").read_text()
+    table = describe(summary, run_dir)
+    assert all(f"  {name} " in table for name in summary.baselines)
+
+    final = summary.final_comparison
+    fastest = min(final, key=lambda name: (final[name], name != "learned"))
+    assert summary.fastest == fastest
+    out = tmp_path / "placement.json"
+    assert main(["export", str(run_dir), "--out", str(out)]) == 0
+    metadata = read_placement_file(out).metadata
+    assert metadata["source"] == fastest and metadata["step_time"] == final[fastest]
+    printed = capsys.readouterr().out
+    which = "the learned placement" if fastest == "learned" else f"{fastest}'s placement"
+    assert f"wrote {out}: {which} of two-tower (tiny)" in printed
+    assert (f"the fastest placement the run measured is {fastest}'s" in printed) == (fastest != "learned")
+
+
+def test_without_a_simulator_only_the_heuristics_that_read_no_op_costs_are_measured(tmp_path):
+    config = _config(tmp_path, simulator_updates=0, calibration=None, baselines=None, agent="random",
+                     agent_options={})
+    summary = run_experiment(config).summary
+    assert set(summary.final_comparison) == {"learned", "single-device", "round-robin", "expert"}
+
+
+def test_a_heuristic_that_reads_op_costs_is_a_measured_baseline_only_with_a_simulator_phase(tmp_path):
+    assert _config(tmp_path, baselines=["metis", "m-etf"]).baselines == ("metis", "m-etf")
+    with pytest.raises(ExperimentError, match="metis baseline reads the simulator's op costs.*--simulator-updates N"):
+        _config(tmp_path, simulator_updates=0, calibration=None, baselines=["metis"])

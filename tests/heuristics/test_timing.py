@@ -54,6 +54,19 @@ def test_a_heuristic_whose_rule_finds_no_room_comes_back_with_its_error_even_whe
     assert timing.placement is None and "fits on no device" in timing.error
 
 
+def test_a_heuristic_whose_library_raises_comes_back_with_its_error_and_the_others_are_timed(target, monkeypatch):
+    import placer.heuristics.partitioners as partitioners
+
+    def scotch_breaks(*args, **kwargs):
+        raise RuntimeError("SCOTCH_graphPart: internal error")
+
+    monkeypatch.setattr(partitioners, "scotch_placement", scotch_breaks)
+    timings = time_heuristics(target, ["scotch", "metis"], strict=True)
+    assert timings["scotch"].placement is None and not timings["scotch"].ok
+    assert timings["scotch"].error == "RuntimeError: SCOTCH_graphPart: internal error"
+    assert timings["metis"].ok
+
+
 def test_a_placement_that_does_not_fit_comes_back_as_a_failed_step_time(two_tower):
     machine = modeled_machine(2)
     cramped = DeviceSet(tuple(dataclasses.replace(d, memory_bytes=1000) for d in machine), machine.links, "cramped")
