@@ -11,9 +11,11 @@ from placer import cli as placer_cli
 
 from agents.graph_policy.commands import place_command, pretrain_command
 from agents.launch import Command, export_command, train_command
+from agents.optimize import optimize_command
 
 AGENT_COMMANDS: dict[str, Command] = {"train": train_command, "export": export_command,
-                                      "pretrain": pretrain_command, "place": place_command}
+                                      "pretrain": pretrain_command, "place": place_command,
+                                      "optimize": optimize_command}
 """The commands of agents/, beside placer/'s `PLACER_COMMANDS`."""
 
 

@@ -1,0 +1,667 @@
+"""`placer optimize MODEL --target TARGET`: the fastest way to run MODEL's training step on this machine, searched
+over how the machine is used (one process and its thread pools, or the target's workers and theirs), where the ops
+run, and a micro-batch schedule; priced on the calibrated twin of TARGET, confirmed measured side by side, written
+as a plan file.
+
+The search is staged (one pass of alternating dimensions), not joint, because the dimensions are priced by
+different means at very different costs:
+
+1. One process under every thread setting `placer tune` sweeps (TensorFlow's default, the recommended one,
+   every intra/inter pair up to the cores). The calibrated twin cannot price these: its op costs were profiled
+   under the target's own pools, and a process's pools change every op's time. Each setting is a process of its
+   own, so they are measured, never priced.
+2. Placements on TARGET: every heuristic of the registry and, optionally, the hierarchical planner trained for
+   a few updates on the twin (`agents.loop.train`), or a run's learned placement (`--from-run`). Priced in
+   milliseconds each on the twin, so all of them are priced.
+3. For the placement predicted fastest only: the target's workers under the other thread settings of `placer
+   tune` (each setting needs a testbed of its own, so not for every placement), and with `--schedules` GPipe,
+   1F1B and Tessel over micro-batches, priced op by op on the twin (each needs the model rebuilt at the
+   micro-batch size and its step profiled: seconds per placement, minutes for a joint grid).
+
+Then every one-dimension candidate (one process under each setting; each distinct placement under the target's
+default pools; the learned one) and the best `keep` predicted of each joint family are measured side by side
+in interleaved rounds (`placer.cost.compare`), and the fastest measured is recommended. Because every
+one-dimension candidate is in that same comparison, the staging can miss a joint combination but never
+recommends a plan slower (measured) than the best one-dimension candidate: `recommend` checks it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shlex
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+
+from placer.errors import PlacerError
+from placer.measure.config import MeasureConfig
+
+from agents.flags import add_dataclass_arguments, field_docs, setting
+from agents.launch import Command
+
+if TYPE_CHECKING:
+    from placer.concurrency import ThreadSetting
+    from placer.cost import Compared, StepTime
+    from placer.graph.opgraph import OpGraph
+    from placer.placement import Placement
+    from placer.plan import MachineUse, Plan
+    from placer.schedule.plan import SchedulePlan
+
+SCHEDULE_METHODS = ("gpipe", "1f1b", "tessel-fast")
+"""The schedules tried with --schedules (sequential is one batch cut in pieces; Tessel's exact search is too slow
+to run inside a budget of minutes, its fast search is not)."""
+MEASURE_CONFIG = MeasureConfig(warmup_steps=3, timed_steps=10)
+"""How each candidate is timed in each round, as `placer tune` times a thread setting."""
+MAX_SETTINGS = 12
+"""Thread settings measured per machine use at most: on N cores `placer tune` sweeps N*N pairs, each a process of
+its own; beyond this, TensorFlow's default, the recommended one, and the pairs of a power of two intra-op threads
+and one or two inter-op threads are kept (`placer tune MODEL` times the whole sweep)."""
+MEASURING_RESERVE = 60.0
+"""Seconds of the budget kept for the measured comparison: optional stages (learning, schedules) are skipped
+rather than eat into it."""
+
+
+class OptimizeError(PlacerError):
+    """Input `placer optimize` refuses before any work, or a search with nothing that ran."""
+
+
+@dataclass(frozen=True)
+class OptimizeArgs:
+    """What `placer optimize` searches, and for how long."""
+
+    model: str = setting("", cli=False)
+    """A built-in model (`placer models`), module:function or file.py:function returning an OpGraph."""
+    size: str = "tiny"
+    """Size of a built-in model: tiny, small or paper."""
+    target: str = setting("local:2", flags=("--cluster",), metavar="TARGET")
+    """The real target whose devices the placements use: local:N (the testbed) or inprocess:N, N at least 2; one
+    process (inprocess:1) under every thread setting is always tried beside it."""
+    calibration: str | None = setting(None, metavar="FILE")
+    """The target's calibration (`placer calibrate --target TARGET --out FILE`): reused if FILE exists, else
+    calibrated now (about a minute on local:2) into FILE. Default: --out's name with .calibration.json."""
+    rounds: int = 3
+    """Interleaved rounds of the measured comparison; each candidate's step time is its median over them."""
+    learn_updates: int = setting(10, metavar="N")
+    """Updates of 4 placements the hierarchical planner trains on the calibrated twin (0: no learned placement)."""
+    from_run: str | None = setting(None, metavar="RUN_DIR")
+    """Also a run's learned placement (`placer train MODEL --target TARGET`): the best placement it kept."""
+    schedules: bool = False
+    """Also GPipe, 1F1B and Tessel's fast search over --micro-batches for the placement predicted fastest."""
+    micro_batches: int = setting(2, metavar="M")
+    """With --schedules: micro-batches per step (must divide the batch)."""
+    keep: int = setting(2, metavar="K")
+    """Of each joint family (a placement with tuned pools, with a schedule): the K predicted fastest are measured."""
+    budget: float = setting(180.0, metavar="SECONDS")
+    """Seconds the search aims to finish in: learning and schedules are cut short or skipped to keep 60 for the
+    measured comparison (calibrating and measuring are never cut)."""
+    out: str = setting("plan.json", metavar="PLAN")
+    """Where to write the recommended plan (`placer apply PLAN` runs it)."""
+    seed: int = 0
+    """Seed of the heuristics and the learned planner."""
+    progress: bool = True
+    """Progress bars on stderr."""
+
+
+# -- candidates and what they measured ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to run the step: a machine use, a placement on it, maybe a schedule, and its prediction."""
+
+    name: str
+    dimensions: tuple[str, ...]
+    """What it changes from one process under TensorFlow's default pools: () for that, else some of "pools",
+    "placement" (the target's workers, and where the ops run there) and "schedule"."""
+    machine: MachineUse
+    placement: Placement | None
+    """On the machine's devices; None: every op on its first device (made once the machine is open)."""
+    schedule: SchedulePlan | None = None
+    predicted: StepTime | None = None
+    """On the calibrated twin; None where the twin cannot price it (another process's or workers' pools)."""
+    made_by: str = ""
+    """What proposed it: a thread setting, heuristics, the learned planner, a schedule method."""
+    scheduled: Any = field(default=None, compare=False, repr=False)
+    """With a schedule: the `placer.schedule.execute.ScheduledStep` a measurer runs."""
+
+    @property
+    def one_dimension(self) -> bool:
+        return len(self.dimensions) <= 1
+
+    @property
+    def predicted_seconds(self) -> float:
+        return self.predicted.seconds if self.predicted is not None and self.predicted.ok else math.inf
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A candidate's timings in the measured comparison."""
+
+    candidate: Candidate
+    compared: Compared[StepTime]
+
+    @property
+    def ok(self) -> bool:
+        return self.compared.ok
+
+    @property
+    def median(self) -> float:
+        return self.compared.median
+
+
+def to_measure(candidates: Sequence[Candidate], keep: int) -> list[Candidate]:
+    """What the measured comparison times: every one-dimension candidate (so the recommendation can be held to
+    the best of them), and of each joint family (the same dimensions) the `keep` predicted fastest, besides
+    every one the twin cannot price. Order kept."""
+    kept: set[str] = set()
+    families: dict[tuple[str, ...], list[Candidate]] = {}
+    for candidate in candidates:
+        if candidate.one_dimension or candidate.predicted is None:
+            kept.add(candidate.name)
+        else:
+            families.setdefault(candidate.dimensions, []).append(candidate)
+    for family in families.values():
+        kept.update(c.name for c in sorted(family, key=lambda c: c.predicted_seconds)[:keep])
+    return [c for c in candidates if c.name in kept]
+
+
+def confirm(candidates: Sequence[Candidate], measure: Callable[[Candidate], StepTime], rounds: int, *,
+            progress: Callable[[Iterable[int]], Iterable[int]] | None = None) -> list[Measured]:
+    """Every candidate measured side by side in `rounds` interleaved rounds (`placer.cost.compare`)."""
+    from placer.cost import compare
+
+    names = [c.name for c in candidates]
+    if len(set(names)) != len(names):
+        raise ValueError(f"candidates need distinct names, got {names}")
+    compared = compare(measure, {c.name: c for c in candidates}, rounds, progress=progress)
+    return [Measured(c, compared[c.name]) for c in candidates]
+
+
+def recommend(measured: Sequence[Measured]) -> Measured:
+    """The fastest measured candidate; between equal medians, the one changing fewer dimensions. Never slower
+    than the best one-dimension candidate of the same comparison (checked: one flag away, a user would have had
+    that one)."""
+    ran = [m for m in measured if m.ok]
+    if not ran:
+        failures = "; ".join(f"{m.candidate.name}: {m.compared.failure.failure} ({m.compared.failure.message})"
+                             for m in measured if m.compared.failure is not None)
+        raise OptimizeError(f"every candidate failed when measured: {failures or 'nothing was measured'}")
+    best = min(ran, key=lambda m: (m.median, len(m.candidate.dimensions)))
+    simple = [m.median for m in ran if m.candidate.one_dimension]
+    if simple and best.median > min(simple):
+        raise AssertionError(f"{best.candidate.name} is recommended but a one-dimension candidate measured faster")
+    return best
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    """The search: every candidate measured side by side, the recommendation and its plan, what was priced but
+    not measured, and what was skipped."""
+
+    model: str
+    size: str
+    graph: str
+    target: str
+    calibration: str
+    rounds: int
+    measured: tuple[Measured, ...]
+    recommended: Measured
+    plan: Plan
+    plan_path: str
+    priced_only: tuple[Candidate, ...] = ()
+    """Joint candidates priced on the twin but not among the `keep` predicted fastest of their family."""
+    notes: tuple[str, ...] = ()
+    """What was skipped or could not be made, and why."""
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        winner = self.recommended.median
+        rows = sorted(self.measured, key=lambda m: m.median)
+        name_width = max(len(m.candidate.name) for m in rows)
+        machine_width = max(len(str(m.candidate.machine)) for m in rows)
+        lines = [f"{self.model} ({self.size}, graph {self.graph!r}): {len(rows)} ways to run its step, measured side by "
+                 f"side in {self.rounds} interleaved rounds; predicted on calibrated:{self.calibration}",
+                 f"  {'':1} {'plan':<{name_width}}  {'machine use':<{machine_width}}  {'schedule':<16} "
+                 f"{'predicted':>10} {'measured':>10}  vs fastest"]
+        for m in rows:
+            c = m.candidate
+            mark = "*" if m is self.recommended else " "
+            schedule = "none" if c.schedule is None else f"{c.schedule.method} x{c.schedule.micro_batches}"
+            predicted = f"{c.predicted.seconds * 1e3:7.2f} ms" if c.predicted is not None and c.predicted.ok else "-"
+            if m.ok:
+                measured, ratio = f"{m.median * 1e3:7.2f} ms", f"{m.median / winner:.2f}x"
+            else:
+                measured, ratio = "failed", f"({m.compared.failure.failure}: {m.compared.failure.message[:60]})"
+            lines.append(f"  {mark} {c.name:<{name_width}}  {str(c.machine):<{machine_width}}  {schedule:<16} "
+                         f"{predicted:>10} {measured:>10}  {ratio}")
+        for candidate in self.priced_only:
+            lines.append(f"  priced only (not among the fastest predicted of its kind): {candidate.name}, "
+                         f"{candidate.predicted_seconds * 1e3:.2f} ms predicted")
+        lines += [f"  note: {note}" for note in self.notes]
+        best = self.recommended.candidate
+        lines.append(f"recommended: {best.name} on {best.machine}, {winner * 1e3:.2f} ms per step measured"
+                     + _versus_default(self.measured, self.recommended))
+        lines.append(f"wrote {self.plan_path} in {self.seconds:.0f} s of search; run it with `placer apply "
+                     f"{self.plan_path}`")
+        return "\n".join(lines)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        def row(m: Measured) -> dict[str, Any]:
+            c = m.candidate
+            return {"name": c.name, "dimensions": list(c.dimensions), "made_by": c.made_by, "machine": str(c.machine),
+                    "schedule": None if c.schedule is None else {"method": c.schedule.method,
+                                                                 "micro_batches": c.schedule.micro_batches},
+                    "predicted": None if c.predicted is None else c.predicted.to_dict(),
+                    "ok": m.ok, "median": m.median if m.ok else None, "rounds": m.compared.rounds,
+                    "vs_fastest": m.median / self.recommended.median if m.ok else None,
+                    "step_time": m.compared.median_timing.to_dict() if m.compared.timings else None}
+
+        return {"model": self.model, "size": self.size, "graph": self.graph, "target": self.target,
+                "calibration": self.calibration, "rounds": self.rounds, "recommended": self.recommended.candidate.name,
+                "plan": self.plan_path, "measured": [row(m) for m in self.measured],
+                "priced_only": [{"name": c.name, "predicted": c.predicted.to_dict()} for c in self.priced_only],
+                "notes": list(self.notes), "seconds": self.seconds}
+
+
+def _versus_default(measured: Sequence[Measured], best: Measured) -> str:
+    default = next((m for m in measured if not m.candidate.dimensions and m.ok), None)
+    if default is None or default is best:
+        return ""
+    return f", {100 * (1 - best.median / default.median):.1f}% shorter than one process under TensorFlow's default"
+
+
+# -- the search ------------------------------------------------------------------------------------------
+
+
+def check_optimize_args(args: OptimizeArgs, *, allow_exposed_ports: bool = False):
+    """Refuse, before any work, what cannot be searched; returns the parsed target (`InProcess`/`LocalTestbed`)."""
+    from placer.measure import InProcess, LocalTestbed, parse_target
+    from placer.models import check_model_spec, is_builtin_model
+
+    if not args.model:
+        raise OptimizeError("which model? give MODEL (see `placer models`)")
+    check_model_spec(args.model, args.size)
+    target = parse_target(args.target, allow_exposed_ports=allow_exposed_ports)  # refuses cores this machine lacks
+    devices = target.logical_cpus if isinstance(target, InProcess) else (
+        target.workers if isinstance(target, LocalTestbed) else 0)
+    if devices < 2:
+        raise OptimizeError(f"placer optimize places ops over the target's devices and calibrates its links, so it needs "
+                            f"a target this machine starts with at least two devices (local:2, inprocess:2), not "
+                            f"{args.target!r}; one process under every thread setting is tried beside it anyway")
+    for name, value, least in (("--rounds", args.rounds, 1), ("--learn-updates", args.learn_updates, 0),
+                               ("--keep", args.keep, 1), ("--micro-batches", args.micro_batches, 1)):
+        if value < least:
+            raise OptimizeError(f"{name} must be at least {least}, got {value}")
+    if not (math.isfinite(args.budget) and args.budget > 0):
+        raise OptimizeError(f"--budget must be a positive number of seconds, got {args.budget}")
+    if args.schedules:
+        from placer.models import model_batch
+        from placer.schedule.from_placement import check_micro_batches
+
+        if not is_builtin_model(args.model):
+            raise OptimizeError(f"--schedules rebuilds the model at the micro-batch size, which needs a built-in model "
+                                f"that can be built at another batch (two-tower, nmt-2, nmt-4, nmt-8), not {args.model!r}")
+        check_micro_batches(model_batch(args.model, args.size), args.micro_batches)
+    if calibration_file(args).exists():
+        _read_calibration(calibration_file(args), target)
+    if args.from_run:
+        _run_placement(args)
+    if Path(args.out).is_dir():
+        raise OptimizeError(f"--out {args.out} is a directory: give the plan file's path, e.g. {Path(args.out) / 'plan.json'}")
+    return target
+
+
+def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
+             thread_settings: Mapping[str, ThreadSetting] | None = None, allow_exposed_ports: bool = False,
+             command: str | None = None, say: Callable[[str], None] | None = None) -> OptimizeResult:
+    """Search, measure side by side, write the recommended plan to `args.out` (see the module docstring).
+
+    thread_settings: the settings tried for one process and for the target's workers (default: `placer tune`'s
+    candidates). command: the command line recorded in the plan to make it again. say: where progress lines go."""
+    from placer.calibrate import calibrate
+    from placer.concurrency import tuning_candidates
+    from placer.cost import StepTime, open_target
+    from placer.cost.calibrated import PREFIX, profiled_costs
+    from placer.models import load_model
+    from placer.placement import check_same_graph
+
+    started = time.monotonic()
+    target = check_optimize_args(args, allow_exposed_ports=allow_exposed_ports)
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    measure_config = measure_config or MEASURE_CONFIG
+    settings = dict(thread_settings) if thread_settings is not None else _at_most(tuning_candidates(), MAX_SETTINGS)
+    calibration_path = calibration_file(args)
+    command = command or _command_line(args)
+    notes: list[str] = []
+
+    def left() -> float:
+        return args.budget - (time.monotonic() - started)
+
+    graph = load_model(args.model, args.size)
+    if args.from_run:  # before any process starts
+        check_same_graph(_run_placement(args), graph)
+    say(graph.summary())
+    with ExitStack() as stack:
+        say(f"starting {target}")
+        real = stack.enter_context(open_target(graph, target, measure_config=measure_config,
+                                               allow_exposed_ports=allow_exposed_ports))
+        if calibration_path.exists():
+            calibration = _read_calibration(calibration_path, target)
+        else:
+            say(f"calibrating {target}'s links and step overheads for its simulator (about a minute)")
+            calibration = calibrate(real.measurer, progress=_progress(args, "calibrating", "round"))
+            calibration_path.parent.mkdir(parents=True, exist_ok=True)
+            calibration.save(calibration_path)
+        say(f"profiling {graph.name}'s ops on {target} for the calibrated simulator (once per graph, cached)")
+        profiled_costs(graph, calibration, calibration_path, measurer=real.measurer)
+        twin_spec = f"{PREFIX}{calibration_path}"
+        twin = stack.enter_context(open_target(graph, twin_spec))
+
+        placements = _heuristic_candidates(args, target, twin, notes)
+        if args.learn_updates:
+            seconds = left() - MEASURING_RESERVE
+            if seconds < 5:
+                notes.append(f"no learned placement: {max(left(), 0):.0f} s of --budget left, and the measured "
+                             f"comparison needs about {MEASURING_RESERVE:.0f}; raise --budget")
+            else:
+                say(f"training the hierarchical planner on {twin_spec} ({args.learn_updates} updates, at most "
+                    f"{seconds:.0f} s)")
+                learned = _learned_placement(args, graph, twin_spec, seconds)
+                if learned is not None:
+                    placements.append(_placement_candidate("learned", learned, target, twin,
+                                                           learned.metadata.get("method", "")))
+        if args.from_run:
+            placement = _run_placement(args).to_placement(graph, twin.devices)
+            placements.append(_placement_candidate(f"learned ({args.from_run})", placement, target, twin,
+                                                   f"the best placement of run {args.from_run}"))
+        placements = _merge_same_placements(placements)
+        best = min(placements, key=lambda c: c.predicted_seconds)
+        joint = _pool_candidates(best, target, settings if thread_settings is not None else None)
+        if args.schedules:
+            if left() - MEASURING_RESERVE < 10:
+                notes.append(f"no schedules: {max(left(), 0):.0f} s of --budget left; raise --budget")
+            else:
+                say(f"pricing {', '.join(SCHEDULE_METHODS)} over {args.micro_batches} micro-batches of {best.name} "
+                    "op by op on the calibrated simulator")
+                joint += _schedule_candidates(args, graph, best, real, twin, calibration, calibration_path, notes,
+                                              time_limit=min(10.0, max(1.0, left() - MEASURING_RESERVE)))
+        one_process = [Candidate(f"one process, {name}", () if name.split(" = ")[0] == "default" else ("pools",),
+                                 thread_setting.target(1), None, made_by=f"thread setting {thread_setting}")
+                       for name, thread_setting in settings.items()]
+        candidates = [*one_process, *placements, *joint]
+        measured_candidates = to_measure(candidates, args.keep)
+        measured_names = {c.name for c in measured_candidates}
+        priced_only = tuple(c for c in candidates if c.name not in measured_names)
+
+        targets = {str(target): real}
+        for candidate in measured_candidates:
+            key = str(candidate.machine)
+            if key not in targets:  # every process started before any timing: one that cannot start fails first
+                say(f"starting {key}")
+                targets[key] = stack.enter_context(open_target(graph, candidate.machine, measure_config=measure_config,
+                                                               allow_exposed_ports=allow_exposed_ports))
+        measured_candidates = [c if c.placement is not None else dataclasses.replace(
+            c, placement=_on_first_device(graph, targets[str(c.machine)].devices)) for c in measured_candidates]
+        say(f"measuring {len(measured_candidates)} candidates side by side in {args.rounds} interleaved rounds")
+
+        def measure(candidate: Candidate) -> StepTime:
+            on = targets[str(candidate.machine)]
+            if candidate.scheduled is None:
+                return on.evaluate(candidate.placement)
+            scheduled = candidate.scheduled  # the micro-batched step in the schedule's order, as `placer apply` runs it
+            return StepTime.from_measurement(on.measurer.measure(scheduled.graph, scheduled.placement), str(on.spec))
+
+        measured = confirm(measured_candidates, measure, args.rounds, progress=_progress(args, "measuring", "round"))
+    winner = recommend(measured)
+    plan = _plan_of(args, graph, winner, measured, target, twin_spec, command)
+    plan.save(args.out)
+    return OptimizeResult(args.model, args.size, graph.name, str(target), str(calibration_path), args.rounds,
+                          tuple(measured), winner, plan, str(args.out), priced_only, tuple(notes),
+                          time.monotonic() - started)
+
+
+def _heuristic_candidates(args: OptimizeArgs, target, twin, notes: list[str]) -> list[Candidate]:
+    """Every heuristic the registry can make here, priced on the twin."""
+    from placer.heuristics import applicable_heuristics, time_heuristics
+    from placer.models import is_builtin_model
+
+    builtin = is_builtin_model(args.model)
+    names = applicable_heuristics(builtin_model=builtin, simulator=True)
+    timings = time_heuristics(twin, names, model=args.model if builtin else None, seed=args.seed,
+                              progress=_progress(args, "heuristics", "placement"))
+    candidates = []
+    for name, timing in timings.items():
+        if timing.placement is None:
+            notes.append(f"heuristic {name} could not place the graph: {timing.error}")
+            continue
+        candidates.append(Candidate(name, ("placement",), target, timing.placement, predicted=timing.step_time,
+                                    made_by=f"heuristic {name}"))
+    if not candidates:
+        raise OptimizeError(f"no heuristic could place {args.model} on {args.target}: {'; '.join(notes)}")
+    return candidates
+
+
+def _placement_candidate(name: str, placement: Placement, target, twin, made_by: str) -> Candidate:
+    return Candidate(name, ("placement",), target, placement, predicted=twin.evaluate(placement), made_by=made_by)
+
+
+def _merge_same_placements(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """One candidate per distinct placement, named after everything that proposed it ("expert = metis"): the
+    same placement timed twice would only add noise and time."""
+    merged: dict[tuple[int, ...], list[Candidate]] = {}
+    for candidate in candidates:
+        merged.setdefault(tuple(candidate.placement.group_devices), []).append(candidate)
+    return [dataclasses.replace(same[0], name=" = ".join(c.name for c in same),
+                                made_by="; ".join(c.made_by for c in same)) for same in merged.values()]
+
+
+def _learned_placement(args: OptimizeArgs, graph: OpGraph, twin_spec: str, seconds: float) -> Placement | None:
+    """The best placement the hierarchical planner finds in `args.learn_updates` updates (at most `seconds`) on
+    the calibrated twin, through the one training loop."""
+    from envs.placement import PlacementEnv
+    from placer.placement import Placement
+
+    from agents.factory import make_agent
+    from agents.loop import TrainingConfig, train
+
+    env = PlacementEnv(model=graph, backend="simulated", devices=twin_spec)
+    try:
+        env.reset(seed=args.seed)
+        agent = make_agent("hierarchical", graph, env.device_mask, env.devices, seed=args.seed)
+        with tempfile.TemporaryDirectory(prefix="placer-optimize-") as run_dir:
+            state = train(agent, env, run_dir, TrainingConfig(updates=args.learn_updates, time_budget=seconds,
+                                                              progress=args.progress))
+        if state.best_assignment is None:
+            return None
+        return Placement.from_assignment(graph, env.devices, list(state.best_assignment), {
+            "method": f"hierarchical planner, {state.updates} updates on the calibrated simulator"})
+    finally:
+        env.close()
+
+
+def _run_placement(args: OptimizeArgs):
+    """The placement file of `args.from_run`'s best placement; refuses a run of another model or size."""
+    from agents.run_files import read_run
+
+    run = read_run(args.from_run)
+    if run.placement is None:
+        raise OptimizeError(f"{args.from_run} has no best placement yet (no update has completed)")
+    if (run.config.model, str(run.config.size)) != (args.model, str(args.size)):
+        raise OptimizeError(f"{args.from_run} learned a placement of {run.config.model} ({run.config.size}), not of "
+                            f"{args.model} ({args.size}): give a run of this model, or train one with `placer train "
+                            f"{args.model} --size {args.size} --target {args.target}`")
+    return run.placement
+
+
+def _pool_candidates(best: Candidate, target, settings: Mapping[str, ThreadSetting] | None) -> list[Candidate]:
+    """`best`'s placement on the target's workers (or process) under every other thread setting: `settings`, or
+    those `placer tune` sweeps on that target."""
+    from placer.concurrency import tuning_candidates
+    from placer.errors import DeviceSpecError
+    from placer.measure import LocalTestbed
+
+    if target.intra_op_threads is not None or target.inter_op_threads is not None:
+        return []  # the user fixed the target's pools
+    if settings is None:
+        settings = _at_most(tuning_candidates(on=target) if isinstance(target, LocalTestbed) else tuning_candidates(),
+                            MAX_SETTINGS)
+    default = target.layout() if isinstance(target, LocalTestbed) else target
+    candidates, seen = [], set()
+    for name, thread_setting in settings.items():
+        try:
+            machine = thread_setting.on(target)
+        except DeviceSpecError:  # more threads than a worker's cores
+            continue
+        layout = machine.layout() if isinstance(machine, LocalTestbed) else machine
+        if layout == default or str(machine) in seen:
+            continue
+        seen.add(str(machine))
+        candidates.append(Candidate(f"{best.name}, pools {thread_setting}", ("placement", "pools"), machine,
+                                    best.placement, made_by=f"{best.made_by}; thread setting {name}"))
+    return candidates
+
+
+def _schedule_candidates(args: OptimizeArgs, graph: OpGraph, best: Candidate, real, twin, calibration,
+                         calibration_path: Path, notes: list[str], *, time_limit: float) -> list[Candidate]:
+    """`best`'s placement over `args.micro_batches` micro-batches by each of `SCHEDULE_METHODS`, priced op by op
+    on the twin; each carries the scheduled step a measurer runs."""
+    from placer.cost.calibrated import profiled_costs
+    from placer.errors import ScheduleError
+    from placer.schedule.execute import scheduled_step, step_for_plan
+    from placer.schedule.from_placement import blocks_from_placement
+    from placer.schedule.methods import make_schedule
+    from placer.schedule.micro_batch import build_micro_batch_graph, placement_at_micro_batch
+    from placer.schedule.origin import PlanOrigin, with_origin, with_prediction
+    from placer.schedule.predict import predict_plans
+
+    try:
+        template = blocks_from_placement(twin.simulator, best.placement, args.micro_batches)
+        origin = PlanOrigin.of(args.model, args.size, best.placement.to_file(graph))
+        plans = {method: with_origin(make_schedule(method, template, args.micro_batches, time_limit=time_limit), origin)
+                 for method in SCHEDULE_METHODS}
+        micro_batch_graph = build_micro_batch_graph(args.model, args.size, args.micro_batches)
+        placement = placement_at_micro_batch(best.placement, graph, micro_batch_graph, twin.devices)
+        step, step_placement = step_for_plan(next(iter(plans.values())), micro_batch_graph, placement, twin.devices)
+        # Profiled on the open target: the twin would otherwise start a second one of its own to profile on.
+        profiled_costs(step.graph, calibration, calibration_path, measurer=real.measurer)
+        predictions = predict_plans(plans, micro_batch_graph, placement, twin.spec)
+    except ScheduleError as error:
+        notes.append(f"no schedules for {best.name}: {error}")
+        return []
+    return [Candidate(f"{best.name} + {method} x{args.micro_batches}", ("placement", "schedule"), best.machine,
+                      best.placement, with_prediction(plan, predictions[method]), predictions[method].step_time,
+                      f"{best.made_by}; {method} schedule",
+                      scheduled_step(step, step_placement, twin.devices, plan))
+            for method, plan in plans.items()]
+
+
+def _at_most(settings: Mapping[str, ThreadSetting], count: int) -> dict[str, ThreadSetting]:
+    """`settings` as they are, or past `count` thinned as `MAX_SETTINGS` says."""
+    if len(settings) <= count:
+        return dict(settings)
+    return {name: s for name, s in settings.items()
+            if {"default", "recommended"} & set(name.split(" = "))
+            or (s.intra_op_threads is not None and s.intra_op_threads & (s.intra_op_threads - 1) == 0
+                and s.inter_op_threads in (1, 2))}
+
+
+def calibration_file(args: OptimizeArgs) -> Path:
+    """Where the target's calibration is read from, or written to when it does not exist yet."""
+    return Path(args.calibration) if args.calibration else Path(args.out).with_suffix(".calibration.json")
+
+
+def _on_first_device(graph: OpGraph, devices) -> Placement:
+    from placer.placement import Placement
+
+    return Placement.on_device(graph, devices, 0).with_metadata(method="single-device")
+
+
+def _read_calibration(path: str | Path, target):
+    """The calibration at `path`, refused unless it was made on `target`."""
+    from placer.calibration import load_calibration
+    from placer.measure import parse_target
+
+    try:
+        calibration = load_calibration(path)
+    except PlacerError as error:
+        raise OptimizeError(f"--calibration {path}: {error}") from None
+    try:
+        made_on = str(parse_target(calibration.target)) if calibration.target else "an unknown target"
+    except PlacerError:
+        made_on = calibration.target
+    if made_on != str(target):
+        raise OptimizeError(f"{path} is a calibration of {made_on}, not of {target}: calibrate this target with "
+                            f"`placer calibrate --target {target} --out FILE` and give --calibration FILE, or delete "
+                            f"{path} to have placer optimize calibrate it")
+    return calibration
+
+
+def _plan_of(args: OptimizeArgs, graph: OpGraph, winner: Measured, measured: Sequence[Measured], target,
+             twin_spec: str, command: str) -> Plan:
+    """The recommended plan, its provenance naming the candidate that won and what the comparison measured. A
+    plan on the calibrated target itself is made for the twin, so that it records (and checks) the calibration."""
+    from placer.plan import Plan
+
+    candidate = winner.candidate
+    made_for = twin_spec if str(candidate.machine) == str(target) else str(candidate.machine)
+    plan = Plan.made_for(args.model, args.size, graph, candidate.placement, made_for, schedule=candidate.schedule,
+                         predicted=candidate.predicted, made_by="placer optimize", command=command)
+    provenance = {
+        **plan.provenance, "candidate": candidate.name, "dimensions": list(candidate.dimensions),
+        "made_from": candidate.made_by,
+        "measured": {"median": winner.median, "rounds": winner.compared.rounds, "target": str(candidate.machine)},
+        "alternatives": {m.candidate.name: (m.median if m.ok else None) for m in measured},
+    }
+    return dataclasses.replace(plan, provenance=provenance)
+
+
+def _command_line(args: OptimizeArgs) -> str:
+    words = ["placer", "optimize", args.model, "--size", args.size, "--target", args.target]
+    if args.calibration:
+        words += ["--calibration", args.calibration]
+    return shlex.join([*words, "--out", args.out])
+
+
+def _progress(args: OptimizeArgs, description: str, unit: str):
+    if not args.progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return lambda items: tqdm(items, desc=description, unit=unit, leave=False, dynamic_ncols=True)
+
+
+# -- the command -----------------------------------------------------------------------------------------
+
+
+def add_optimize_arguments(parser) -> None:
+    from placer.measure.config import add_measure_arguments
+
+    parser.add_argument("model", metavar="MODEL", help=field_docs(OptimizeArgs)["model"])
+    add_dataclass_arguments(parser, OptimizeArgs, defaults={f.name: f.default for f in dataclasses.fields(OptimizeArgs)})
+    add_measure_arguments(parser, MEASURE_CONFIG)
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--allow-exposed-ports", action="store_true",
+                        help="run the local testbed without a private network namespace (unsafe)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="also show TensorFlow's own log lines")
+
+
+def optimize_command_run(args) -> int:
+    from placer.measure.config import measure_config
+
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(OptimizeArgs)}
+    config = measure_config(args, MEASURE_CONFIG)  # refuses bad --warmup/--repeats before any work
+    result = optimize(OptimizeArgs(**values), measure_config=config, allow_exposed_ports=args.allow_exposed_ports)
+    print(json.dumps(result.to_json_dict(), indent=1) if args.json else result.describe())
+    return 0
+
+
+optimize_command = Command(
+    "search how to run MODEL's step here (one process and its thread pools, the target's workers and a placement, "
+    "a micro-batch schedule) on the target's calibrated simulator, measure the best side by side, and write the "
+    "fastest measured as a plan", add_optimize_arguments, optimize_command_run)

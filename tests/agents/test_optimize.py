@@ -1,0 +1,183 @@
+"""`placer optimize`: the fastest measured plan over thread settings, placements and schedules, never slower
+(measured, side by side) than the best one-dimension candidate, written as a plan that round-trips; bad input
+refused before anything runs."""
+
+import json
+import os
+import random
+
+import pytest
+
+from agents.optimize import (
+    Candidate, OptimizeArgs, OptimizeError, confirm, optimize, recommend, to_measure,
+)
+from placer.calibration import Calibration, this_machine
+from placer.cost import StepTime
+from placer.measure.targets import InProcess
+
+IN_PROCESS = ("/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1")
+
+
+def _candidate(name, dimensions=(), predicted=None, machine=InProcess(1)):
+    return Candidate(name, dimensions, machine, None,
+                     predicted=None if predicted is None else StepTime(predicted, "simulated", "twin"))
+
+
+def _timings(medians, noise=0.0, seed=0, failing=()):
+    """A fake measurer: each candidate's step time around its median, or a failure."""
+    rng = random.Random(seed)
+
+    def measure(candidate):
+        if candidate.name in failing:
+            return StepTime.failed("oom", "out of memory", "measured", "fake")
+        return StepTime(medians[candidate.name] * (1 + rng.uniform(-noise, noise)), "measured", "fake")
+
+    return measure
+
+
+# -- the selection rule ----------------------------------------------------------------------------------
+
+
+def test_the_fastest_measured_plan_is_recommended_not_the_fastest_predicted():
+    candidates = [_candidate("one process, default"), _candidate("one process, intra 1 / inter 2", ("pools",)),
+                  _candidate("expert", ("placement",), predicted=0.007),
+                  _candidate("expert + 1f1b x2", ("placement", "schedule"), predicted=0.004)]
+    measured = confirm(candidates, _timings({"one process, default": 0.0098, "one process, intra 1 / inter 2": 0.0052,
+                                             "expert": 0.007, "expert + 1f1b x2": 0.009}), rounds=3)
+    assert recommend(measured).candidate.name == "one process, intra 1 / inter 2"
+
+
+def test_the_recommendation_is_never_slower_measured_than_the_best_one_dimension_candidate():
+    for seed in range(50):
+        rng = random.Random(seed)
+        names = ["one process, default", "one process, tuned", "round-robin", "learned", "learned, pools 1/1",
+                 "learned + gpipe x2"]
+        dimensions = [(), ("pools",), ("placement",), ("placement",), ("placement", "pools"), ("placement", "schedule")]
+        candidates = [_candidate(n, d) for n, d in zip(names, dimensions)]
+        medians = {name: rng.uniform(0.004, 0.010) for name in names}
+        measured = confirm(candidates, _timings(medians, noise=0.2, seed=seed), rounds=3)
+        best_one_dimension = min(m.median for m in measured if m.candidate.one_dimension)
+        assert recommend(measured).median <= best_one_dimension
+
+
+def test_between_equal_medians_the_simpler_plan_is_recommended():
+    candidates = [_candidate("expert, pools 1/1", ("placement", "pools")), _candidate("expert", ("placement",))]
+    measured = confirm(candidates, _timings({"expert, pools 1/1": 0.005, "expert": 0.005}), rounds=1)
+    assert recommend(measured).candidate.name == "expert"
+
+
+def test_a_failed_candidate_is_never_recommended_and_all_failing_is_an_error():
+    candidates = [_candidate("one process, default"), _candidate("metis", ("placement",))]
+    measured = confirm(candidates, _timings({"one process, default": 0.01}, failing={"metis"}), rounds=2)
+    assert recommend(measured).candidate.name == "one process, default"
+    everything_failed = confirm(candidates, _timings({}, failing={"one process, default", "metis"}), rounds=2)
+    with pytest.raises(OptimizeError, match="every candidate failed"):
+        recommend(everything_failed)
+
+
+def test_every_one_dimension_candidate_is_measured_and_of_each_joint_family_the_predicted_fastest():
+    candidates = [_candidate("one process, default"), _candidate("slow heuristic", ("placement",), predicted=1.0),
+                  *[_candidate(f"best + {m}", ("placement", "schedule"), predicted=p)
+                    for m, p in (("gpipe", 0.003), ("1f1b", 0.002), ("tessel-fast", 0.004))],
+                  _candidate("best, pools 1/1", ("placement", "pools"))]  # the twin cannot price pools: measured
+    kept = [c.name for c in to_measure(candidates, keep=2)]
+    assert kept == ["one process, default", "slow heuristic", "best + gpipe", "best + 1f1b", "best, pools 1/1"]
+
+
+# -- bad input -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def nothing_may_run(monkeypatch):
+    """Fails the test if a graph is built or a target opened."""
+    import placer.cost
+    import placer.models
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("work started before the input was checked")
+
+    monkeypatch.setattr(placer.models, "load_model", refuse)
+    monkeypatch.setattr(placer.cost, "open_target", refuse)
+
+
+def _calibration_of(target, devices, path):
+    Calibration(step_overhead=2e-4, spanning_overhead=1e-4, send_cpu=2e-5, send_cpu_per_byte=1e-10, recv_cpu=2e-5,
+                recv_cpu_per_byte=1e-10, latency=1e-5, bandwidth=float("inf"), samples={}, target=target,
+                devices=devices, rounds=2, machine=this_machine()).save(path)
+    return path
+
+
+@pytest.mark.parametrize("flags, refusal", [
+    (["no-such-model"], "not a built-in model"),
+    (["mlp", "--target", f"local:{len(os.sched_getaffinity(0)) + 1}"], "cores"),
+    (["mlp", "--target", "inprocess:1"], "at least two devices"),
+    (["mlp", "--target", "modeled:2xV100"], "modeled:2xV100"),
+    (["mlp", "--budget", "0"], "--budget"),
+    (["mlp", "--rounds", "0"], "--rounds"),
+    (["two-tower", "--schedules", "--micro-batches", "3"], "do not divide the batch"),
+    (["mlp", "--schedules"], "cannot be built at another batch"),
+])
+def test_bad_input_is_refused_before_anything_runs(flags, refusal, nothing_may_run, tmp_path, capsys):
+    from agents.cli import main
+
+    out = tmp_path / "plan.json"
+    assert main(["optimize", *flags, "--out", str(out), "--no-progress"]) == 2
+    assert refusal in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_calibration_of_another_target_is_refused_with_what_to_run(nothing_may_run, tmp_path):
+    from agents.optimize import check_optimize_args
+
+    calibration = _calibration_of("inprocess:2", IN_PROCESS, tmp_path / "calibration.json")
+    with pytest.raises(OptimizeError, match="placer calibrate --target inprocess:3"):
+        check_optimize_args(OptimizeArgs("mlp", target="inprocess:3", calibration=str(calibration)))
+
+
+# -- end to end ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def optimized(tmp_path_factory):
+    """The tiny MLP optimized on inprocess:2 with a ready calibration, two thread settings, no learning, two
+    rounds of few steps (about 40 s on 2 cores: four measurement processes)."""
+    from placer.concurrency import ThreadSetting
+    from placer.measure import MeasureConfig
+
+    folder = tmp_path_factory.mktemp("optimize")
+    calibration = _calibration_of("inprocess:2", IN_PROCESS, folder / "calibration.json")
+    args = OptimizeArgs("mlp", target="inprocess:2", calibration=str(calibration), rounds=2, learn_updates=0,
+                        out=str(folder / "plan.json"), progress=False)
+    return optimize(args, measure_config=MeasureConfig(warmup_steps=1, timed_steps=3),
+                    thread_settings={"default": ThreadSetting(), "intra 1 / inter 1": ThreadSetting(1, 1)},
+                    say=lambda line: None)
+
+
+def test_optimize_measures_one_process_every_heuristic_and_tuned_pools_side_by_side(optimized):
+    from placer.heuristics import applicable_heuristics
+
+    names = " = ".join(m.candidate.name for m in optimized.measured)
+    assert "one process, default" in names and "one process, intra 1 / inter 1" in names
+    for heuristic in applicable_heuristics(builtin_model=True, simulator=True):  # measured, or said why not
+        assert heuristic in names or any(note.startswith(f"heuristic {heuristic} ") for note in optimized.notes)
+    assert any(m.candidate.dimensions == ("placement", "pools") for m in optimized.measured)
+    assert all(len(m.compared.timings) == 2 for m in optimized.measured if m.ok)
+    ran = [m.median for m in optimized.measured if m.ok]
+    assert optimized.recommended.median == min(ran)
+    json.dumps(optimized.to_json_dict())  # --json prints it
+    assert "recommended:" in optimized.describe()
+
+
+def test_the_written_plan_is_the_recommended_one_and_round_trips(optimized, mlp):
+    from placer.plan import read_plan_file
+
+    plan = read_plan_file(optimized.plan_path)
+    winner = optimized.recommended
+    assert plan.provenance["made_by"] == "placer optimize"
+    assert plan.provenance["candidate"] == winner.candidate.name
+    assert plan.provenance["measured"]["median"] == pytest.approx(winner.median)
+    assert set(plan.provenance["alternatives"]) == {m.candidate.name for m in optimized.measured}
+    assert plan.machine == winner.candidate.machine
+    plan.check_graph(mlp)
+    assert plan.check_target() == winner.candidate.machine
+    assert plan.to_json_dict() == read_plan_file(optimized.plan_path).to_json_dict()
