@@ -360,7 +360,7 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
             calibration.save(calibration_path)
         say(f"profiling {graph.name}'s ops on {target} for the calibrated simulator (once per graph, cached)")
         profiled_costs(graph, calibration, calibration_path, measurer=real.measurer)
-        twin_spec = f"{PREFIX}{calibration_path}"
+        twin_spec = f"{PREFIX}{calibration_path.resolve()}"  # the plan names it: readable from any directory
         twin = stack.enter_context(open_target(graph, twin_spec))
 
         placements = _heuristic_candidates(args, target, twin, notes)
@@ -391,10 +391,7 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
                     "op by op on the calibrated simulator")
                 joint += _schedule_candidates(args, graph, best, real, twin, calibration, calibration_path, notes,
                                               time_limit=min(10.0, max(1.0, left() - MEASURING_RESERVE)))
-        one_process = [Candidate(f"one process, {name}", () if name.split(" = ")[0] == "default" else ("pools",),
-                                 thread_setting.target(1), None, made_by=f"thread setting {thread_setting}")
-                       for name, thread_setting in settings.items()]
-        candidates = [*one_process, *placements, *joint]
+        candidates = [*_one_process_candidates(settings), *placements, *joint]
         measured_candidates = to_measure(candidates, args.keep)
         measured_names = {c.name for c in measured_candidates}
         priced_only = tuple(c for c in candidates if c.name not in measured_names)
@@ -419,11 +416,19 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
 
         measured = confirm(measured_candidates, measure, args.rounds, progress=_progress(args, "measuring", "round"))
     winner = recommend(measured)
-    plan = _plan_of(args, graph, winner, measured, target, twin_spec, command)
+    plan = plan_of(args, graph, winner, measured, target, twin_spec, command)
     plan.save(args.out)
     return OptimizeResult(args.model, args.size, graph.name, str(target), str(calibration_path), args.rounds,
                           tuple(measured), winner, plan, str(args.out), priced_only, tuple(notes),
                           time.monotonic() - started)
+
+
+def _one_process_candidates(settings: Mapping[str, ThreadSetting]) -> list[Candidate]:
+    """One process, one CPU device, every op on it, under each thread setting (TensorFlow's default changes
+    nothing: no dimension)."""
+    return [Candidate(f"one process, {name}", () if "default" in name.split(" = ") else ("pools",),
+                      thread_setting.target(1), None, made_by=f"thread setting {thread_setting}")
+            for name, thread_setting in settings.items()]
 
 
 def _heuristic_candidates(args: OptimizeArgs, target, twin, notes: list[str]) -> list[Candidate]:
@@ -522,7 +527,7 @@ def _pool_candidates(best: Candidate, target, settings: Mapping[str, ThreadSetti
         if layout == default or str(machine) in seen:
             continue
         seen.add(str(machine))
-        candidates.append(Candidate(f"{best.name}, pools {thread_setting}", ("placement", "pools"), machine,
+        candidates.append(Candidate(f"{best.name}, pools {name}", ("placement", "pools"), machine,
                                     best.placement, made_by=f"{best.made_by}; thread setting {name}"))
     return candidates
 
@@ -602,10 +607,11 @@ def _read_calibration(path: str | Path, target):
     return calibration
 
 
-def _plan_of(args: OptimizeArgs, graph: OpGraph, winner: Measured, measured: Sequence[Measured], target,
-             twin_spec: str, command: str) -> Plan:
-    """The recommended plan, its provenance naming the candidate that won and what the comparison measured. A
-    plan on the calibrated target itself is made for the twin, so that it records (and checks) the calibration."""
+def plan_of(args: OptimizeArgs, graph: OpGraph, winner: Measured, measured: Sequence[Measured], target,
+            twin_spec: str, command: str) -> Plan:
+    """The plan of `winner` (the recommended candidate, or any other of `measured`), its provenance naming the
+    candidate and what the comparison measured. A plan on the calibrated target itself is made for the twin
+    (`twin_spec`), so that it records, and `placer apply` checks, the calibration."""
     from placer.plan import Plan
 
     candidate = winner.candidate

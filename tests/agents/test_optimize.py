@@ -181,3 +181,19 @@ def test_the_written_plan_is_the_recommended_one_and_round_trips(optimized, mlp)
     plan.check_graph(mlp)
     assert plan.check_target() == winner.candidate.machine
     assert plan.to_json_dict() == read_plan_file(optimized.plan_path).to_json_dict()
+
+
+def test_every_measured_alternative_makes_a_plan_that_runs_on_its_own_machine_use(optimized, mlp, tmp_path):
+    from agents.optimize import plan_of
+    from placer.plan import read_plan_file
+
+    args = OptimizeArgs("mlp", target="inprocess:2")
+    twin = f"calibrated:{optimized.calibration}"
+    for index, alternative in enumerate(optimized.measured):
+        plan = plan_of(args, mlp, alternative, optimized.measured, InProcess(2), twin, "placer optimize mlp")
+        read = read_plan_file(plan.save(tmp_path / f"plan-{index}.json"))
+        assert read.machine == alternative.candidate.machine
+        assert read.provenance["candidate"] == alternative.candidate.name
+        read.check_graph(mlp)
+        if alternative.candidate.machine == InProcess(2):  # on the calibrated target: made for its twin
+            assert read.check_target(twin) == InProcess(2)
