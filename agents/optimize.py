@@ -225,8 +225,9 @@ class OptimizeResult:
         rows = sorted(self.measured, key=lambda m: m.median)
         name_width = max(len(m.candidate.name) for m in rows)
         machine_width = max(len(str(m.candidate.machine)) for m in rows)
+        rounds = f"{self.rounds} interleaved round" + ("s" if self.rounds > 1 else "")
         lines = [f"{self.model} ({self.size}, graph {self.graph!r}): {len(rows)} ways to run its step, measured side by "
-                 f"side in {self.rounds} interleaved rounds; predicted on calibrated:{self.calibration}",
+                 f"side in {rounds}; predicted on calibrated:{self.calibration}",
                  f"  {'':1} {'plan':<{name_width}}  {'machine use':<{machine_width}}  {'schedule':<16} "
                  f"{'predicted':>10} {'measured':>10}  vs fastest"]
         for m in rows:
@@ -247,6 +248,10 @@ class OptimizeResult:
         best = self.recommended.candidate
         lines.append(f"recommended: {best.name} on {best.machine}, {winner * 1e3:.2f} ms per step measured"
                      + _versus_default(self.measured, self.recommended))
+        on_target = [m for m in rows if m.ok and "placement" in m.candidate.dimensions]
+        if "placement" not in best.dimensions and on_target:  # say plainly that splitting the step did not pay
+            lines.append(f"  the fastest use of {self.target}'s devices, {on_target[0].candidate.name}, measured "
+                         f"{on_target[0].median * 1e3:.2f} ms ({on_target[0].median / winner:.2f}x)")
         lines.append(f"wrote {self.plan_path} in {self.seconds:.0f} s of search; run it with `placer apply "
                      f"{self.plan_path}`")
         return "\n".join(lines)
