@@ -7,9 +7,10 @@ The search is staged (one pass of alternating dimensions), not joint, because th
 different means at very different costs:
 
 1. One process under every thread setting `placer tune` sweeps (TensorFlow's default, the recommended one,
-   every intra/inter pair up to the cores). The calibrated twin cannot price these: its op costs were profiled
-   under the target's own pools, and a process's pools change every op's time. Each setting is a process of its
-   own, so they are measured, never priced.
+   every intra/inter pair up to the cores), measured. The calibrated twin cannot price these (its op costs were
+   profiled under the target's own pools), and pricing them otherwise (`placer tune --predict`) profiles the
+   ops in a process per intra-op width: on a machine of few cores that costs what measuring them does, and
+   measuring decides. Past `MAX_SETTINGS` (N*N pairs on N cores), the priced fastest are measured.
 2. Placements on TARGET: every heuristic of the registry and, optionally, the hierarchical planner trained for
    a few updates on the twin (`agents.loop.train`), or a run's learned placement (`--from-run`). Priced in
    milliseconds each on the twin, so all of them are priced.
@@ -60,8 +61,9 @@ MEASURE_CONFIG = MeasureConfig(warmup_steps=3, timed_steps=10)
 """How each candidate is timed in each round, as `placer tune` times a thread setting."""
 MAX_SETTINGS = 12
 """Thread settings measured per machine use at most: on N cores `placer tune` sweeps N*N pairs, each a process of
-its own; beyond this, TensorFlow's default, the recommended one, and the pairs of a power of two intra-op threads
-and one or two inter-op threads are kept (`placer tune MODEL` times the whole sweep)."""
+its own. Beyond this, one process keeps TensorFlow's default, the recommended setting and those the simulator
+prices fastest (`settings_to_measure`); the target's workers, which it cannot price, keep the pairs of a power of
+two intra-op threads and one or two inter-op threads (`placer tune MODEL --target TARGET` times them all)."""
 MEASURING_RESERVE = 60.0
 """Seconds of the budget kept for the measured comparison: optional stages (learning, schedules) are skipped
 rather than eat into it."""
@@ -340,7 +342,7 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
     target = check_optimize_args(args, allow_exposed_ports=allow_exposed_ports)
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
     measure_config = measure_config or MEASURE_CONFIG
-    settings = dict(thread_settings) if thread_settings is not None else _at_most(tuning_candidates(), MAX_SETTINGS)
+    sweep = dict(thread_settings) if thread_settings is not None else tuning_candidates()
     calibration_path = calibration_file(args)
     command = command or _command_line(args)
     notes: list[str] = []
@@ -352,6 +354,7 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
     if args.from_run:  # before any process starts
         check_same_graph(_run_placement(args), graph)
     say(graph.summary())
+    settings, left_out = settings_to_measure(sweep, MAX_SETTINGS, _settings_pricer(graph, measure_config, say))
     with ExitStack() as stack:
         say(f"starting {target}")
         real = stack.enter_context(open_target(graph, target, measure_config=measure_config,
@@ -399,7 +402,8 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
         candidates = [*_one_process_candidates(settings), *placements, *joint]
         measured_candidates = to_measure(candidates, args.keep)
         measured_names = {c.name for c in measured_candidates}
-        priced_only = tuple(c for c in candidates if c.name not in measured_names)
+        priced_only = (*(c for c in candidates if c.name not in measured_names),
+                       *_one_process_candidates({name: sweep[name] for name in left_out}, left_out))
 
         targets = {str(target): real}
         for candidate in measured_candidates:
@@ -428,11 +432,47 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
                           time.monotonic() - started)
 
 
-def _one_process_candidates(settings: Mapping[str, ThreadSetting]) -> list[Candidate]:
+def settings_to_measure(settings: Mapping[str, ThreadSetting], count: int,
+                        price: Callable[[Mapping[str, ThreadSetting]], Mapping[str, StepTime]]
+                        ) -> tuple[dict[str, ThreadSetting], dict[str, StepTime]]:
+    """The thread settings of one process to measure: all of `settings` when they are at most `count`; else
+    TensorFlow's default, the recommended one, and of the others with a power-of-two intra-op pool the ones
+    `price` predicts fastest, `count` in all. Also the settings left out with their predictions.
+
+    price: predicted step times of the settings it is given, by name (`placer.concurrency.choose.price_settings`
+    from op costs profiled at each of their intra-op widths: a process per width, hence powers of two only)."""
+    if len(settings) <= count:
+        return dict(settings), {}
+    always = [name for name in settings if {"default", "recommended"} & set(name.split(" = "))]
+    pricable = {name: s for name, s in settings.items() if name not in always and s.intra_op_threads
+                and s.intra_op_threads & (s.intra_op_threads - 1) == 0}
+    predicted = dict(price(pricable))
+    ranked = sorted(pricable, key=lambda name: predicted[name].seconds if predicted[name].ok else math.inf)
+    kept = set(always) | set(ranked[:max(count - len(always), 0)])
+    return ({name: s for name, s in settings.items() if name in kept},
+            {name: predicted[name] for name in ranked if name not in kept})
+
+
+def _settings_pricer(graph: OpGraph, measure_config: MeasureConfig, say: Callable[[str], None]):
+    def price(settings: Mapping[str, ThreadSetting]) -> Mapping[str, StepTime]:
+        from placer.concurrency.choose import price_settings
+        from placer.concurrency.width_costs import profile_widths
+
+        widths = sorted({s.intra_op_threads for s in settings.values()})
+        say(f"pricing {len(settings)} thread settings of one process from op costs profiled at {widths} intra-op "
+            "threads")
+        return price_settings(graph, settings, profile_widths(graph, widths, measure_config=measure_config)).step_times
+
+    return price
+
+
+def _one_process_candidates(settings: Mapping[str, ThreadSetting],
+                            predicted: Mapping[str, StepTime] | None = None) -> list[Candidate]:
     """One process, one CPU device, every op on it, under each thread setting (TensorFlow's default changes
-    nothing: no dimension)."""
+    nothing: no dimension); `predicted`: those the simulator priced."""
     return [Candidate(f"one process, {name}", () if "default" in name.split(" = ") else ("pools",),
-                      thread_setting.target(1), None, made_by=f"thread setting {thread_setting}")
+                      thread_setting.target(1), None, predicted=(predicted or {}).get(name),
+                      made_by=f"thread setting {thread_setting}")
             for name, thread_setting in settings.items()]
 
 
@@ -572,7 +612,7 @@ def _schedule_candidates(args: OptimizeArgs, graph: OpGraph, best: Candidate, re
 
 
 def _at_most(settings: Mapping[str, ThreadSetting], count: int) -> dict[str, ThreadSetting]:
-    """`settings` as they are, or past `count` thinned as `MAX_SETTINGS` says."""
+    """`settings` as they are, or past `count` thinned as `MAX_SETTINGS` says for the target's workers."""
     if len(settings) <= count:
         return dict(settings)
     return {name: s for name, s in settings.items()

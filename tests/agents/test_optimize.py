@@ -197,3 +197,23 @@ def test_every_measured_alternative_makes_a_plan_that_runs_on_its_own_machine_us
         read.check_graph(mlp)
         if alternative.candidate.machine == InProcess(2):  # on the calibrated target: made for its twin
             assert read.check_target(twin) == InProcess(2)
+
+
+def test_past_the_limit_one_process_keeps_the_default_the_recommended_and_the_settings_priced_fastest():
+    from agents.optimize import settings_to_measure
+    from placer.concurrency import ThreadSetting, tuning_candidates
+
+    sweep = tuning_candidates(cores=4)  # 16 pairs, the default and the recommended one
+    priced = []
+
+    def price(settings):
+        priced.extend(settings)
+        return {name: StepTime(s.intra_op_threads * 1e-3 / s.inter_op_threads, "simulated", "twin")
+                for name, s in settings.items()}
+
+    kept, left_out = settings_to_measure(sweep, 5, price)
+    assert len(kept) == 5 and any("default" in name for name in kept) and any("recommended" in name for name in kept)
+    assert all(sweep[name].intra_op_threads in (1, 2, 4) for name in priced)  # one profiled process per width
+    fastest = min(left_out.values(), key=lambda t: t.seconds).seconds
+    assert all(price({name: sweep[name]})[name].seconds <= fastest for name in kept if name in priced)
+    assert settings_to_measure({"default": ThreadSetting()}, 5, price) == ({"default": ThreadSetting()}, {})
