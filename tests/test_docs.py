@@ -157,8 +157,9 @@ def used_flags(words: tuple[str, ...]) -> list[str]:
 
 def test_docs_show_the_main_job_and_benchmark_commands():
     """Guards the extraction itself: a parser that found nothing would make every check below pass."""
-    main_job = ("train", "two-tower", "--target", "local:2", "--simulator-updates", "20", "--updates", "10")
-    assert any(command.argv[1:] == main_job for command in PLACER_COMMANDS if command.where.startswith("README"))
+    for main_job in (("optimize", "two-tower", "--target", "local:2"),
+                     ("train", "two-tower", "--target", "local:2", "--simulator-updates", "20", "--updates", "10")):
+        assert any(command.argv[1:] == main_job for command in PLACER_COMMANDS if command.where.startswith("README"))
     assert len(PLACER_COMMANDS) > 40 and len(EXPERIMENT_COMMANDS) > 15
     assert any(command.argv[1:3] == ("cluster", "up") for command in PLACER_COMMANDS)
 
