@@ -237,3 +237,16 @@ def test_save_plan_is_refused_on_a_modeled_machine_before_any_work(tmp_path, cap
     path = tmp_path / "plan.json"
     assert main(["schedule", "two-tower", "--target", "modeled:2xV100", "--save-plan", str(path)]) == 2
     assert "needs a target that can run it" in capsys.readouterr().err and not path.exists()
+
+
+def test_cli_apply_holds_a_plan_nothing_priced_against_what_its_maker_measured(mlp, cpus2, tmp_path, capsys):
+    """One process wins `placer optimize` unpriced (the twin models the workers): apply compares with its rounds."""
+    from placer.cli import main
+
+    plan = dataclasses.replace(_mlp_plan(mlp, cpus2), provenance={
+        "made_by": "placer optimize", "command": REMAKE, "measured": {"median": 0.005, "target": "inprocess:2"}})
+    path = plan.save(tmp_path / "measured-plan.json")
+    capsys.readouterr()
+    assert main(["apply", str(path), "--repeats", "2", "--warmup", "1"]) == 0
+    assert ("step time measured when the plan was made 5.00 ms (by placer optimize on inprocess:2); this run"
+            in capsys.readouterr().out)

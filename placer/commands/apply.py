@@ -86,11 +86,17 @@ def _apply_plan(args, config) -> int:
                                     what, identity)
     predicted = plan.predicted
     compared = None
+    measured = plan.provenance.get("measured") or {}
     if predicted is not None and predicted.ok:
         compared = (predicted.seconds, "predicted step time", f" ({predicted.backend} on {predicted.target or plan.target})")
+    elif isinstance(measured.get("median"), (int, float)):
+        # A plan nothing could price (one process: the calibrated twin models the testbed's workers) still
+        # carries what its maker measured: the number to hold this run against.
+        compared = (float(measured["median"]), "step time measured when the plan was made",
+                    f" (by {plan.provenance.get('made_by', 'its maker')} on {measured.get('target', plan.target)})")
     return _apply_placement(args, graph, plan.placement, target, config,
                             f"plan {args.placement} ({describe_machine(target)})", identity, compared,
-                            "the plan records no predicted step time to compare with")
+                            "the plan records no predicted or measured step time to compare with")
 
 
 def _apply_placement(args, graph, placement_file, target, config, what: str, identity: dict,
