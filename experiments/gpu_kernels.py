@@ -5,10 +5,10 @@
         [--table-out kernels.json] [--machine-out machine.json] [--out results/gpu_kernels_MACHINE.json]
 
 Without --measure: the packaged table (`placer.hardware.H200_KERNELS`, measured on an H200 on 2026-11-26) is
-fitted (`placer.kernels.fit_kernel_model`), and each kernel's predicted time is set against its measured one.
+fitted (`placer.kernel_model.fit_kernel_model`), and each kernel's predicted time is set against its measured one.
 
 With --measure, on a machine with an NVIDIA GPU and PyTorch (TensorFlow is not needed there: the kernels
-are cuBLAS's and cuDNN's, the ones TensorFlow's GPU ops call): every kernel of `placer.kernels.PAPER_KERNELS`
+are cuBLAS's and cuDNN's, the ones TensorFlow's GPU ops call): every kernel of `placer.kernel_model.PAPER_KERNELS`
 is timed with CUDA events (5 warm-ups, the mean of 50 back-to-back launches) in FP32 and in TF32, and copies
 from host to GPU of 4 KB to 64 MB from pinned memory. It writes the kernel table (`--table-out`), a machine
 file of `--gpus` such GPUs and a host CPU (`--machine-out`: the fitted kernel model, the measured host link,
@@ -28,7 +28,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from experiments._report import write_report  # noqa: E402
 from placer.hardware import H200_KERNELS, H200_PEAKS, H200_SOURCE, HOST_CPU, LINKS  # noqa: E402
-from placer.kernels import (PAPER_KERNELS, KernelModel, KernelShape, KernelTiming, fit_kernel_model,  # noqa: E402
+from placer.kernel_model import (PAPER_KERNELS, KernelModel, KernelShape, KernelTiming, fit_kernel_model,  # noqa: E402
                             write_kernel_table)
 
 GPU_PEAKS = {

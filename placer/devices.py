@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from placer.errors import DeviceSpecError
-from placer.kernels import KernelModel, unknown_op_types
+from placer.kernel_model import KernelModel, unknown_op_types
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
           "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}

@@ -1,7 +1,7 @@
 """Specifications of hardware that is not on this machine, for modeled machines and their op costs.
 
 Peaks are the vendors' (FP32 without tensor cores, TF32 on tensor cores, HBM bandwidth, per-direction link
-bandwidth). How close kernels come to them is each model's `KernelModel` (`placer.kernels`): for the A100 and
+bandwidth). How close kernels come to them is each model's `KernelModel` (`placer.kernel_model`): for the A100 and
 H100 it is fitted from kernels measured on a real H200 (`H200_KERNELS`), with TensorFloat-32 on as TensorFlow
 runs them; for the K80, P100 and V100 it is the roofline's default efficiency, never checked on those GPUs.
 `modeled_machine(gpus=4, gpu="V100", link="nvlink2")` builds a `DeviceSet` from them.
@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from placer.devices import Device, DeviceSet, Link
 from placer.errors import DeviceSpecError
-from placer.kernels import PAPER_KERNELS, KernelModel, KernelTiming, fit_kernel_model
+from placer.kernel_model import PAPER_KERNELS, KernelModel, KernelTiming, fit_kernel_model
 
 GiB = 2**30
 

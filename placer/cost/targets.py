@@ -177,7 +177,7 @@ def target_cost_tables(graph: OpGraph, spec: TargetSpec, costs: Any = "roofline"
 def roofline_tables(graph: OpGraph, devices: DeviceSet) -> dict[str, Any]:
     """A roofline cost table per kind of device in `devices`, from `placer.hardware` or the devices' own peaks."""
     from placer.hardware import GPUS, HOST_CPU, DeviceModel
-    from placer.kernels import KernelModel
+    from placer.kernel_model import KernelModel
     from placer.profile import roofline_costs
 
     tables = {}

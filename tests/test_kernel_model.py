@@ -10,7 +10,7 @@ from placer.cost import open_target, parse_target_spec
 from placer.devices import load_machine
 from placer.errors import DeviceSpecError
 from placer.hardware import GPUS, H200_KERNELS, H200_PEAKS, MEASURED_KERNELS, modeled_machine
-from placer.kernels import (KernelModel, KernelShape, KernelTiming, fit_kernel_model, read_kernel_table,
+from placer.kernel_model import (KernelModel, KernelShape, KernelTiming, fit_kernel_model, read_kernel_table,
                             write_kernel_table)
 from placer.placement import Placement
 
