@@ -120,13 +120,7 @@ def main(argv=None) -> int:
                      "together": (pair, layout_placement(pair, devices, "together")),
                      "serial": (pair, layout_placement(pair, devices, "serial"))}
 
-            def evaluate(item):
-                from placer.cost import StepTime
-
-                graph, placement = item
-                return StepTime.from_measurement(measurer.measure(graph, placement), args.target)
-
-            compared = compare(evaluate, items, args.rounds)
+            compared = compare(measuring(measurer, args.target), items, args.rounds)
             medians = {name: compared[name].median for name in LAYOUTS}
             rounds = {name: compared[name].rounds for name in LAYOUTS}
             together_over_alone = [t / a for t, a in zip(rounds["together"], rounds["alone"])]
@@ -149,6 +143,17 @@ def main(argv=None) -> int:
     return 0
 
 
+def measuring(measurer, target: str):
+    """What `compare` times: one (graph, placement) item measured on `measurer`, as a StepTime."""
+    from placer.cost import StepTime
+
+    def evaluate(item):
+        graph, placement = item
+        return StepTime.from_measurement(measurer.measure(graph, placement), target)
+
+    return evaluate
+
+
 def predicted_ms(args, graph, layout: str) -> float | None:
     """The layout's step as the calibrated twin predicts it (None without --calibration)."""
     if not args.calibration:
@@ -161,8 +166,6 @@ def predicted_ms(args, graph, layout: str) -> float | None:
 
 def hops_beside_chains(measurer, devices, args, compare) -> dict:
     """The hop chain alone, the compute chains alone (one per worker), and both in one step."""
-    from placer.cost import StepTime
-
     hops = probe_graph("compute", args.matmuls, chains=0, hops=args.hops)
     chains = probe_graph("compute", args.matmuls, chains=2)
     both = probe_graph("compute", args.matmuls, chains=2, hops=args.hops)
@@ -170,11 +173,7 @@ def hops_beside_chains(measurer, devices, args, compare) -> dict:
              "chains": (chains, layout_placement(chains, devices, "together")),
              "both": (both, layout_placement(both, devices, "together"))}
 
-    def evaluate(item):
-        graph, placement = item
-        return StepTime.from_measurement(measurer.measure(graph, placement), args.target)
-
-    compared = compare(evaluate, items, args.rounds)
+    compared = compare(measuring(measurer, args.target), items, args.rounds)
     medians = {name: compared[name].median for name in items}
     print(f"hops: {args.hops} hops alone {medians['hops'] * 1e3:.2f} ms, chains alone {medians['chains'] * 1e3:.2f} ms, "
           f"both {medians['both'] * 1e3:.2f} ms", flush=True)
