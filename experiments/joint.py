@@ -12,7 +12,8 @@ side by side in interleaved rounds. From that one comparison, per model (medians
 - threads alone: the fastest one-process thread setting (what `placer tune` picks);
 - placement alone: the fastest heuristic placement on the target's workers, and the learned placement;
 - one after another: the fastest placement predicted, then the target's workers under other pools (then a
-  schedule): each decision made with the others fixed;
+  schedule): each decision made with the others fixed; scheduled: the fastest of those with a micro-batch
+  schedule (with --schedules);
 - joint: what `placer optimize` recommends, the fastest measured of all.
 Reported: the joint plan against the best one-dimension decision, and the threads-alone pick against the
 recommended setting (the IPDPS 2019 comparison). Search time per model. Every number comes from one
@@ -37,7 +38,7 @@ tf_logs.configure()
 from experiments._report import write_report  # noqa: E402
 
 COLUMNS = ["model", "default_ms", "recommended_ms", "threads_ms", "threads_setting", "placement_ms",
-           "placement", "learned_ms", "sequential_ms", "joint_ms", "joint", "joint_vs_best_one_dim_pct",
+           "placement", "learned_ms", "sequential_ms", "scheduled_ms", "joint_ms", "joint", "joint_vs_best_one_dim_pct",
            "threads_vs_recommended_pct", "search_s"]
 
 
@@ -58,13 +59,14 @@ def summarize(model: str, result) -> dict:
     placement = fastest(lambda c: c.dimensions == ("placement",) and c.made_by.startswith("heuristic"))
     learned = fastest(lambda c: any(name == "learned" or name.startswith("learned (") for name in c.name.split(" = ")))
     sequential = fastest(lambda c: len(c.dimensions) > 1)
+    scheduled = fastest(lambda c: "schedule" in c.dimensions)
     one_dimension = fastest(lambda c: c.one_dimension)
     joint = result.recommended
     return {
         "model": model, "default_ms": ms(default), "recommended_ms": ms(recommended), "threads_ms": ms(threads),
         "threads_setting": threads and threads.candidate.name, "placement_ms": ms(placement),
         "placement": placement and placement.candidate.name, "learned_ms": ms(learned),
-        "sequential_ms": ms(sequential), "joint_ms": ms(joint), "joint": joint.candidate.name,
+        "sequential_ms": ms(sequential), "scheduled_ms": ms(scheduled), "joint_ms": ms(joint), "joint": joint.candidate.name,
         "joint_vs_best_one_dim_pct": 100 * (1 - joint.median / one_dimension.median) if one_dimension else None,
         "threads_vs_recommended_pct": 100 * (1 - threads.median / recommended.median)
         if threads and recommended else None,
