@@ -8,7 +8,7 @@ and the cross-entropy method under the same budget of sampled placements.
 
 Each setup is MODEL:GPUS on a modeled machine (host CPU + GPUS x V100, NVLink between GPUs, roofline op
 costs). Per setup: the step time of every baseline of experiments/baselines_report.py that a learned
-placement should beat (single-device, expert, metis, scotch, m-topo, m-etf, m-sct; out-of-memory counts as
+placement should beat (single-device, expert, metis, scotch, m-topo, m-etf, m-sct, exact; out-of-memory counts as
 infinite), which one is best, then per agent the best placement it found, its reduction against that
 best baseline, the samples it used, its wall time, and for the planner where it started (its greedy
 placement before any update) and the median wall time of one policy update, propose + learn, without the
@@ -44,7 +44,7 @@ from experiments._report import write_report  # noqa: E402
 from placer.errors import PlacerError  # noqa: E402
 from placer.heuristics import time_heuristics  # noqa: E402
 
-BASELINES = ("single-device", "expert", "metis", "scotch", "m-topo", "m-etf", "m-sct")
+BASELINES = ("single-device", "expert", "metis", "scotch", "m-topo", "m-etf", "m-sct", "exact")
 """The baselines a learned placement is compared with (the trivial and random ones never win)."""
 
 COLUMNS = ["setup", "units", "agent", "start_ms", "best_ms", "best_baseline", "best_baseline_ms", "reduction_vs_best_baseline_pct",

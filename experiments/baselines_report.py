@@ -7,7 +7,7 @@ the local testbed.
 Simulated, per model and machine (host CPU + N x V100, NVLink, roofline costs): the simulated step time
 of each baseline, whether it fits in memory, and how long computing the placement took. Baselines:
 every one in `placer.heuristics` (single-device, round-robin, expert, cpu-only, random, metis, scotch,
-m-topo, m-etf, m-sct).
+m-topo, m-etf, m-sct, exact).
 
 Measured (`--measured`), on `local:2` (two gRPC workers pinned to one core each, started afresh per
 model): the links and overheads are calibrated once and each model's op costs profiled on the testbed,

@@ -2,12 +2,17 @@
 `placer apply` measures for the same placement (the op-level placement that runs each layer where `place` does).
 
     python experiments/keras_fit_agreement.py [--model SPEC] [--size small] [--target inprocess:2] [--repeats 20]
-                                              [--placement FILE] [--out results/keras_fit_agreement.json]
+                                              [--rounds 3] [--placement FILE] [--out results/keras_fit_agreement.json]
 
 Per placement (every layer on the first device; every other layer on the second; and a `--placement` file with a
 layer placement, from `placer export --keras`): `placer apply`'s timing (`run_training`: the measurement worker,
 a session, synthetic data made in the graph) and `model.fit`'s (a fresh process with the same in-process CPU
-devices, `place`, the `StepTimer` callback, after the same warm-up) on batches of the traced step's size.
+devices, `place`, the `StepTimer` callback, after the same warm-up) on batches of the traced step's size, in
+`--rounds` interleaved rounds (apply, fit, the next placement, ...; each row is the median of its rounds' medians).
+The fit process also times the placed model's own `train_step` called in a loop as a `tf.function` on the same
+batch, without `fit` around it: the difference between that and `placer apply` is TensorFlow's eager
+multi-device function runtime against a session; between `fit` and it, `fit`'s own per-step work (its data
+iterator, callbacks, logs).
 The default model is `mlp` below: four Dense layers, 64 wide at `tiny` and 1024 wide at `small`.
 """
 
@@ -16,8 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -44,13 +51,16 @@ def main() -> None:
                         help="a model function returning a compiled keras.Model with one input (default: mlp above)")
     parser.add_argument("--size", default="small")
     parser.add_argument("--target", default="inprocess:2", help="inprocess:N: N logical CPU devices in one process")
-    parser.add_argument("--repeats", type=int, default=20, help="timed steps per placement, each way")
+    parser.add_argument("--repeats", type=int, default=20, help="timed steps per placement, each way, per round")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (apply then fit, per placement)")
     parser.add_argument("--placement", help="also a placement file carrying a layer placement (placer export --keras)")
     parser.add_argument("--fit-layers", help=argparse.SUPPRESS)  # the fit process: a layer placement as JSON
     parser.add_argument("--out")
     args = parser.parse_args()
     if not args.target.startswith("inprocess:"):
         parser.error("--target must be inprocess:N: model.fit runs on this process's own devices")
+    if args.rounds < 1 or args.repeats < 1:
+        parser.error("--rounds and --repeats must be at least 1")
     if args.fit_layers:
         print(json.dumps(fit_step_times(args)))
         return
@@ -73,16 +83,27 @@ def main() -> None:
         }
         if args.placement:
             layer_placements[Path(args.placement).name] = read_layer_placement(args.placement)
-        for name, layers in layer_placements.items():
-            applied = run_training(graph, placement_of_layers(graph, model, layers, measurer.devices), measurer, config)
-            fitted = _fit_in_fresh_process(args, layers)
-            fit_ms, apply_ms = fitted["median"] * 1e3, applied.seconds * 1e3
-            rows.append({"placement": name, "apply_ms": apply_ms, "fit_ms": fit_ms,
+        rounds: dict[str, list[tuple]] = {name: [] for name in layer_placements}
+        for _ in range(args.rounds):
+            for name, layers in layer_placements.items():
+                applied = run_training(graph, placement_of_layers(graph, model, layers, measurer.devices), measurer,
+                                       config)
+                rounds[name].append((applied, _fit_in_fresh_process(args, layers)))
+        for name, measured in rounds.items():
+            apply_ms = statistics.median(applied.seconds for applied, _ in measured) * 1e3
+            fit_ms = statistics.median(fitted["fit"] for _, fitted in measured) * 1e3
+            train_step_ms = statistics.median(fitted["train_step"] for _, fitted in measured) * 1e3
+            rows.append({"placement": name, "apply_ms": apply_ms, "train_step_ms": train_step_ms, "fit_ms": fit_ms,
                          "fit_vs_apply_pct": (fit_ms / apply_ms - 1) * 100,
                          "within_10pct": abs(fit_ms / apply_ms - 1) <= 0.10,
-                         "fit_check": fitted["check"], "apply_moved_ops": len(applied.moved_ops)})
-    write_report("keras_fit_agreement", ["placement", "apply_ms", "fit_ms", "fit_vs_apply_pct", "within_10pct"], rows,
-                 args.out, model=args.model, size=args.size, target=args.target, repeats=args.repeats, warmup=WARMUP)
+                         "train_step_vs_apply_pct": (train_step_ms / apply_ms - 1) * 100,
+                         "rounds": [{"apply_ms": applied.seconds * 1e3, "train_step_ms": fitted["train_step"] * 1e3,
+                                     "fit_ms": fitted["fit"] * 1e3} for applied, fitted in measured],
+                         "fit_check": measured[-1][1]["check"], "apply_moved_ops": len(measured[-1][0].moved_ops)})
+    write_report("keras_fit_agreement",
+                 ["placement", "apply_ms", "train_step_ms", "fit_ms", "fit_vs_apply_pct", "within_10pct"], rows,
+                 args.out, model=args.model, size=args.size, target=args.target, repeats=args.repeats,
+                 rounds=args.rounds, warmup=WARMUP)
 
 
 def _fit_in_fresh_process(args, layers) -> dict:
@@ -96,7 +117,8 @@ def _fit_in_fresh_process(args, layers) -> dict:
 
 
 def fit_step_times(args) -> dict:
-    """In the fit process: place the model, check one traced fit step's devices, then time `repeats` steps."""
+    """In the fit process: place the model, check one traced fit step's devices, then time `repeats` steps of
+    `fit` and as many of the model's `train_step` as a `tf.function` on one batch (seconds, medians)."""
     from placer.keras import LayerPlacement, StepTimer, make_logical_cpus, place, trace_devices
 
     make_logical_cpus(int(args.target.split(":", 1)[1]))
@@ -116,7 +138,24 @@ def fit_step_times(args) -> dict:
         model.fit(x[:batch], y[:batch], batch_size=batch, epochs=1, verbose=0)
     timer = StepTimer(warmup=WARMUP)
     model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0, callbacks=[timer])
-    return {"median": timer.median, "steps": len(timer.step_times), "check": placed.check(trace).describe()}
+    return {"fit": timer.median, "train_step": _train_step_median(model, x[:batch], y[:batch], args.repeats),
+            "steps": len(timer.step_times), "check": placed.check(trace).describe()}
+
+
+def _train_step_median(model, x, y, repeats: int) -> float:
+    """The model's own `train_step` on one batch, as `fit` compiles it but called directly; each call waits for
+    its logs, as `fit` does before its callbacks."""
+    import tensorflow as tf
+
+    step = tf.function(lambda inputs, targets: model.train_step((inputs, targets)))
+    inputs, targets = tf.constant(x), tf.constant(y)
+    times = []
+    for index in range(WARMUP + repeats):
+        started = time.perf_counter()
+        tf.nest.map_structure(lambda value: value.numpy(), step(inputs, targets))
+        if index >= WARMUP:
+            times.append(time.perf_counter() - started)
+    return statistics.median(times)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from agents import run_files  # noqa: E402
 from experiments._report import write_report  # noqa: E402
 
-BASELINE_COLUMNS = ["single-device", "expert", "round-robin", "metis", "scotch", "m-topo", "m-etf", "m-sct"]
+BASELINE_COLUMNS = ["single-device", "expert", "round-robin", "metis", "scotch", "m-topo", "m-etf", "m-sct", "exact"]
 
 
 def command_of(config: dict) -> str:

@@ -107,6 +107,12 @@ def _m_sct(inputs: HeuristicInputs) -> Placement:
     return m_sct(inputs.graph, inputs.devices, inputs.simulator)
 
 
+def _exact(inputs: HeuristicInputs) -> Placement:
+    from placer.heuristics.exact import exact_placement
+
+    return exact_placement(inputs.graph, inputs.devices, inputs.simulator)
+
+
 HEURISTICS: dict[str, Heuristic] = {
     heuristic.name: heuristic
     for heuristic in (
@@ -126,6 +132,8 @@ HEURISTICS: dict[str, Heuristic] = {
                   needs_simulator=True),
         Heuristic("scotch", "Scotch k-way partition of the unit graph, balanced by op cost (pyscotch)", _scotch,
                   needs_simulator=True),
+        Heuristic("exact", "placement and order of the graph coarsened to a few dozen clusters, one integer "
+                  "program solved by HiGHS within 10 s (simulator op costs)", _exact, needs_simulator=True),
     )
 }
 """Every heuristic by name, in the order tables list them."""

@@ -13,7 +13,7 @@ from agents.experiment.config import ExperimentConfig, ExperimentError
 from agents.experiment.run import run_experiment
 from placer.calibration import Calibration, this_machine
 
-SIMULATOR_HEURISTICS = {"metis", "scotch", "m-topo", "m-etf", "m-sct"}
+SIMULATOR_HEURISTICS = {"metis", "scotch", "m-topo", "m-etf", "m-sct", "exact"}
 """The heuristics that place with a simulator's op costs."""
 DEVICES = ("/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1")
 SMALL_AGENT = {"num_groups": 4, "hidden_size": 16, "grouping_hidden_size": 8}

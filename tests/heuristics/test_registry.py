@@ -8,7 +8,7 @@ from placer.heuristics import (
 )
 
 EVERY_HEURISTIC = ("single-device", "round-robin", "expert", "cpu-only", "random",
-                   "m-etf", "m-sct", "m-topo", "metis", "scotch")
+                   "m-etf", "m-sct", "m-topo", "metis", "scotch", "exact")
 
 
 @pytest.fixture(scope="module")
