@@ -11,9 +11,8 @@ profiled on the testbed, its spans priced from the sequential plan's step simula
 them, with the merge, update and per-step overheads as a tail), and each method's plan of those spans. Each
 plan's micro-batched step, held to the plan's order, is priced twice: op by op on the calibrated simulator
 (`calibrated:FILE`: its transfers, barriers, the update and the fitted overheads; `placer.schedule.predict`)
-and by the plan's makespan and the tail; then it is
-measured on local:2 with every plan of the model and mode side by side in interleaved rounds (medians of the
-rounds' medians). Reported per plan: measured, both predictions and their errors; per model and mode, the
+and by the plan's makespan and the tail; then it is measured on local:2 with every plan of the model and mode
+side by side in interleaved rounds (medians of the rounds' medians). Reported per plan: measured, both predictions and their errors; per model and mode, the
 fastest plan measured and the fastest each price picks. Without --calibration the testbed is calibrated first
 (into results/schedule_fidelity/calibration.json). --dry-run prices every plan (costs cached beside the
 calibration, else roofline estimates of a host CPU on its links) and measures nothing.
@@ -80,13 +79,12 @@ def scheduled_plans(model: str, mode: str, args, measurer) -> tuple[dict, dict, 
     if mode == "inference":
         template = template.forward_only()
     micro_batch_graph = build_micro_batch_graph(model, args.size, args.micro_batches)
-    step, step_placement = step_for_plan(sequential(template, args.micro_batches), micro_batch_graph,
-                                         placement_at_micro_batch(placement, graph, micro_batch_graph, spec.devices),
+    at_micro_batch = placement_at_micro_batch(placement, graph, micro_batch_graph, spec.devices)
+    # One step (training, or forward-only) serves every plan; its op costs price the spans and each plan.
+    step, step_placement = step_for_plan(sequential(template, args.micro_batches), micro_batch_graph, at_micro_batch,
                                          spec.devices)
     step_costs, step_source = op_costs(step.graph, args.calibration, measurer)
-    template = priced_template(template, micro_batch_graph,
-                               placement_at_micro_batch(placement, graph, micro_batch_graph, spec.devices), spec,
-                               costs=step_costs)
+    template = priced_template(template, micro_batch_graph, at_micro_batch, spec, costs=step_costs)
     plans = {method: make_schedule(method, template, args.micro_batches, None, time_limit=args.time_limit)
              for method in args.methods}
     priced = {}
