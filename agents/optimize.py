@@ -588,18 +588,22 @@ def _schedule_candidates(args: OptimizeArgs, graph: OpGraph, best: Candidate, re
     from placer.schedule.methods import make_schedule
     from placer.schedule.micro_batch import build_micro_batch_graph, placement_at_micro_batch
     from placer.schedule.origin import PlanOrigin, with_origin, with_prediction
-    from placer.schedule.predict import predict_plans
+    from placer.schedule.predict import predict_plans, priced_template
+    from placer.schedule.standard import sequential
 
     try:
         template = blocks_from_placement(twin.simulator, best.placement, args.micro_batches)
+        micro_batch_graph = build_micro_batch_graph(args.model, args.size, args.micro_batches)
+        placement = placement_at_micro_batch(best.placement, graph, micro_batch_graph, twin.devices)
+        step, step_placement = step_for_plan(sequential(template, args.micro_batches), micro_batch_graph, placement,
+                                             twin.devices)
+        # Profiled on the open target: the twin would otherwise start a second one of its own to profile on.
+        profiled_costs(step.graph, calibration, calibration_path, measurer=real.measurer)
+        # Every method searches spans that include the transfers, barriers and update the step pays.
+        template = priced_template(template, micro_batch_graph, placement, twin.spec)
         origin = PlanOrigin.of(args.model, args.size, best.placement.to_file(graph))
         plans = {method: with_origin(make_schedule(method, template, args.micro_batches, time_limit=time_limit), origin)
                  for method in SCHEDULE_METHODS}
-        micro_batch_graph = build_micro_batch_graph(args.model, args.size, args.micro_batches)
-        placement = placement_at_micro_batch(best.placement, graph, micro_batch_graph, twin.devices)
-        step, step_placement = step_for_plan(next(iter(plans.values())), micro_batch_graph, placement, twin.devices)
-        # Profiled on the open target: the twin would otherwise start a second one of its own to profile on.
-        profiled_costs(step.graph, calibration, calibration_path, measurer=real.measurer)
         predictions = predict_plans(plans, micro_batch_graph, placement, twin.spec)
     except ScheduleError as error:
         notes.append(f"no schedules for {best.name}: {error}")

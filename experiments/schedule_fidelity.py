@@ -6,11 +6,13 @@
 
 Per model and mode (training; inference, forward-only steps): the model placed in two stages (two-tower one
 tower per worker; NMT's encoder on the first, the rest on the second), its block template from op costs
-profiled on the testbed, and each method's plan. Each plan's micro-batched step, held to the plan's order, is
-priced twice: op by op on the calibrated simulator (`calibrated:FILE`: its transfers, barriers, the update and
-the fitted overheads; `placer.schedule.predict`) and by the plan's makespan (block spans alone); then it is
-measured on local:2 with every plan of the model and mode side by side in interleaved rounds (medians of the
-rounds' medians). Reported per plan: measured, both predictions and their errors; per model and mode, the
+profiled on the testbed, its spans priced from the sequential plan's step simulated on the calibrated target
+(`placer.schedule.predict.priced_template`: each block's ops, the transfers it receives and the cores' costs of
+them, with the merge, update and per-step overheads as a tail), and each method's plan of those spans. Each
+plan's micro-batched step, held to the plan's order, is priced twice: op by op on the calibrated simulator
+(`calibrated:FILE`: its transfers, barriers, the update and the fitted overheads; `placer.schedule.predict`)
+and by the plan's makespan and the tail; then it is measured on local:2 with every plan of the model and mode
+side by side in interleaved rounds (medians of the rounds' medians). Reported per plan: measured, both predictions and their errors; per model and mode, the
 fastest plan measured and the fastest each price picks. Without --calibration the testbed is calibrated first
 (into results/schedule_fidelity/calibration.json). --dry-run prices every plan (costs cached beside the
 calibration, else roofline estimates of a host CPU on its links) and measures nothing.
@@ -56,14 +58,17 @@ def op_costs(graph, calibration: str, measurer) -> tuple[dict, str]:
 
 def scheduled_plans(model: str, mode: str, args, measurer) -> tuple[dict, dict, str]:
     """Each method's plan of `model` in `mode`, its ordered step on the calibrated target's devices, and both
-    prices: {method: (scheduled step, op-level StepTime, block-span seconds)}, facts, and the costs' source."""
+    prices: {method: (scheduled step, op-level StepTime, plan)}, facts, and the costs' source. Every method
+    searches the same block spans, priced from the step simulated on the calibrated target
+    (`placer.schedule.predict.priced_template`)."""
     from placer.cost import open_target, parse_target_spec
     from placer.models import build_model
     from placer.schedule.execute import scheduled_step, step_for_plan
     from placer.schedule.from_placement import blocks_from_placement
     from placer.schedule.methods import make_schedule
     from placer.schedule.micro_batch import build_micro_batch_graph, placement_at_micro_batch
-    from placer.schedule.predict import predict_scheduled_step
+    from placer.schedule.predict import predict_scheduled_step, priced_template
+    from placer.schedule.standard import sequential
 
     spec = parse_target_spec(f"calibrated:{args.calibration}")
     graph = build_model(model, args.size)
@@ -73,20 +78,33 @@ def scheduled_plans(model: str, mode: str, args, measurer) -> tuple[dict, dict, 
         template = blocks_from_placement(target.simulator, placement, args.micro_batches)
     if mode == "inference":
         template = template.forward_only()
-    plans = {method: make_schedule(method, template, args.micro_batches, None, time_limit=args.time_limit)
-             for method in args.methods}
     micro_batch_graph = build_micro_batch_graph(model, args.size, args.micro_batches)
-    step, step_placement = step_for_plan(next(iter(plans.values())), micro_batch_graph,
-                                         placement_at_micro_batch(placement, graph, micro_batch_graph, spec.devices),
+    at_micro_batch = placement_at_micro_batch(placement, graph, micro_batch_graph, spec.devices)
+    # One step (training, or forward-only) serves every plan; its op costs price the spans and each plan.
+    step, step_placement = step_for_plan(sequential(template, args.micro_batches), micro_batch_graph, at_micro_batch,
                                          spec.devices)
     step_costs, step_source = op_costs(step.graph, args.calibration, measurer)
+    template = priced_template(template, micro_batch_graph, at_micro_batch, spec, costs=step_costs)
+    plans = {method: make_schedule(method, template, args.micro_batches, None, time_limit=args.time_limit)
+             for method in args.methods}
     priced = {}
     for method, plan in plans.items():
         scheduled = scheduled_step(step, step_placement, spec.devices, plan)
         priced[method] = (scheduled, predict_scheduled_step(scheduled, spec, costs=step_costs), plan)
     print(f"  {model} {mode}: {len(step.graph.ops)} ops, blocks {[b.name for b in template.blocks]}", file=sys.stderr,
           flush=True)
-    return priced, {"blocks": [b.name for b in template.blocks]}, f"{source}; step {step_source}"
+    return priced, {"blocks": [b.name for b in template.blocks], "spans": {b.name: b.span for b in template.blocks},
+                    "time_unit": template.time_unit, "tail_seconds": template.tail_seconds,
+                    "orders": {method: plan_orders(plan) for method, plan in plans.items()}}, f"{source}; step {step_source}"
+
+
+def plan_orders(plan) -> dict[str, list[str]]:
+    """Per device, the plan's blocks in the order it runs them ("f@worker:0/CPU:0 mb1"): what the measured step
+    is held to, so that a plan searched again can be told apart from the one measured."""
+    from placer.schedule.execute import device_blocks
+
+    return {device: [f"{b.spec.name} mb{b.micro_batch}" for b in device_blocks(plan, device)]
+            for device in plan.template.devices}
 
 
 def rows_of(model: str, mode: str, priced: dict, measured: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -185,8 +203,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                  time_limit=args.time_limit, dry_run=args.dry_run, plans=facts, fastest=summary,
                  command=" ".join(["python", *sys.argv]),
                  note="measured: median over interleaved rounds of each run's median step; predicted: op by op on "
-                      "calibrated:FILE (transfers, barriers, update, overheads); span: the plan's makespan (block "
-                      "spans alone); errors: predicted minus measured, in % of measured")
+                      "calibrated:FILE (transfers, barriers, update, overheads); span: the plan's makespan over "
+                      "block spans priced on calibrated:FILE, and the tail (merge, update, overheads); errors: "
+                      "predicted minus measured, in % of measured")
     print()
     print_table(["model", "mode", "measured_fastest", "op_level_picks", "block_spans_pick"], summary)
 

@@ -1,7 +1,8 @@
 """`placer schedule SHAPE`, `placer schedule MODEL [--placement P]` or `placer schedule PLACEMENT.json`: schedule micro-batches of one of
-Tessel's placement shapes, or of a placed model (spans simulated, or profiled on a measured target), with every
-method; print makespan, bubble rate and peak memory (on a simulated target, each plan's step priced op by op),
-save a plan and its timeline; `--measure` runs the plans.
+Tessel's placement shapes, or of a placed model (spans priced on a simulated target with the transfers each
+block receives, or profiled on a measured target), with every method; print makespan, bubble rate and peak
+memory (on a simulated target, each plan's step priced op by op), save a plan and its timeline; `--measure`
+runs the plans.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ def add_schedule_arguments(parser) -> None:
     parser.add_argument("--size", help="size of a built-in model (default: the placement file's, else tiny)")
     parser.add_argument("--placement", default="expert", help="with --model: a placement file or a heuristic's name "
                         "(default expert)")
-    add_target_argument(parser, "with --model: a simulated target, spans from the simulator's op costs, and each "
+    add_target_argument(parser, "with --model: a simulated target, spans from the model's micro-batched step "
+                        "simulated there (a built-in model: each block's ops, the transfers it receives, and the "
+                        "merge, update and overheads as a tail; another model: its op costs alone), and each "
                         "plan's micro-batched step (its order, transfers and update) simulated op by op there (default "
                         "modeled:2xV100; calibrated:FILE for the twin of a real target); or a measured one (inprocess:2, "
                         "local:2), spans from op costs profiled there on the model built at batch/M: the plan `placer "
@@ -82,10 +85,10 @@ def schedule_command(args) -> int:
         return _real_target_command(args)
     if args.shape:
         template, placed, price = shape_template(args.shape, args.devices), None, None
+        if args.inference:
+            template = template.forward_only()
     else:
         template, placed, price = _model_template(args)
-    if args.inference:
-        template = template.forward_only()
     plans = _make_plans(args, template, placed)
     if price is not None:
         predictions = price(plans)
@@ -219,7 +222,8 @@ def _report_plans(args, template, plans: dict) -> int:
         print(f"  {row['method']:<12} makespan {row['makespan']:>5}{seconds}{predicted}  bubbles "
               f"{row['bubble_rate']:6.1%}  peak memory {row['peak_memory']}{over}{searched}")
     if any(row["predicted"] is not None for row in rows):
-        print(f"makespan: the blocks' spans alone; op by op: the micro-batched step in each plan's order simulated on "
+        print(f"makespan: the blocks' spans, priced on {args.target} with the transfers each block receives, and the "
+              f"tail (merge, update, overheads); op by op: the micro-batched step in each plan's order simulated on "
               f"{args.target} with its transfers, barriers and update (what `placer apply --schedule` runs)")
     for path, what in ((args.save, "plan"), (args.timeline, "timeline (chrome://tracing or https://ui.perfetto.dev)"),
                        (args.save_plan, "schedule in a plan file (run it with `placer apply`)")):
@@ -229,9 +233,11 @@ def _report_plans(args, template, plans: dict) -> int:
 
 
 def _model_template(args):
-    """The block template of a placed model, its op costs from the simulated target's simulator; the graph and
-    placement file it was made for; and, for a built-in model, how to price its plans op by op on that target
-    (None for another)."""
+    """The block template of a placed model (forward blocks only with --inference), the graph and placement
+    file it was made for, and for a built-in model how to price its plans op by op on the simulated target
+    (None for another). A built-in model's spans are priced from its micro-batched step simulated on that
+    target (`priced_template`: transfers, barriers, the update and overheads included); another model's are
+    its op costs there alone, since only a built-in model can be built again at the micro-batch size."""
     from placer.cost import open_target, parse_target_spec
     from placer.models import is_builtin_model, load_model
     from placer.schedule.from_placement import blocks_from_placement
@@ -241,18 +247,22 @@ def _model_template(args):
     with open_target(graph, spec) as target:
         placement = placement_named(args.placement, args.model, graph, target.devices, target.simulator)
         template = blocks_from_placement(target.simulator, placement, args.micro_batches)
-    if not is_builtin_model(args.model):  # only a built-in model can be built again at the micro-batch size
-        return template, (graph, placement.to_file(graph, args.placement)), None
+    if args.inference:
+        template = template.forward_only()
+    placed = (graph, placement.to_file(graph, args.placement))
+    if not is_builtin_model(args.model):
+        return template, placed, None
+    from placer.schedule.micro_batch import build_micro_batch_graph, placement_at_micro_batch
+    from placer.schedule.predict import predict_plans, priced_template
+
+    micro_batch_graph = build_micro_batch_graph(args.model, args.size, args.micro_batches)
+    micro_batch_placement = placement_at_micro_batch(placement, graph, micro_batch_graph, spec.devices)
+    template = priced_template(template, micro_batch_graph, micro_batch_placement, spec)
 
     def price(plans: dict) -> dict:
-        from placer.schedule.micro_batch import build_micro_batch_graph, placement_at_micro_batch
-        from placer.schedule.predict import predict_plans
+        return predict_plans(plans, micro_batch_graph, micro_batch_placement, spec)
 
-        micro_batch_graph = build_micro_batch_graph(args.model, args.size, args.micro_batches)
-        return predict_plans(plans, micro_batch_graph,
-                             placement_at_micro_batch(placement, graph, micro_batch_graph, spec.devices), spec)
-
-    return template, (graph, placement.to_file(graph, args.placement)), price
+    return template, placed, price
 
 
 def _real_target_command(args) -> int:

@@ -53,10 +53,20 @@ class BlockTemplate:
     memory_unit: int | None = None
     """Bytes per memory unit when the deltas come from real activations; None for modeled units."""
     metadata: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    tail_seconds: float = 0.0
+    """Seconds every step pays beyond its blocks' makespan whatever the schedule: the merge of the
+    micro-batches' gradients, the update and the target's per-step overheads (`placer.schedule.predict.
+    priced_template`); 0 where spans are op costs alone."""
 
     def __post_init__(self):
         if not self.devices or not self.blocks:
             raise BlockTemplateError(f"template {self.name!r} needs at least one device and one block")
+        if not isinstance(self.tail_seconds, (int, float)) or not 0 <= self.tail_seconds < float("inf"):
+            raise BlockTemplateError(f"template {self.name!r} has tail {self.tail_seconds!r} s; a step's tail is a "
+                                     "finite number of seconds, at least 0")
+        if self.tail_seconds and self.time_unit is None:
+            raise BlockTemplateError(f"template {self.name!r} has a tail of {self.tail_seconds} s but unit spans (no "
+                                     "time unit): a tail in seconds needs spans in seconds")
         if len(set(self.devices)) != len(self.devices):
             raise BlockTemplateError(f"template {self.name!r} lists a device twice: {list(self.devices)}")
         names = [block.name for block in self.blocks]
@@ -132,7 +142,8 @@ class BlockTemplate:
 
     def forward_only(self) -> BlockTemplate:
         """The template of inference: the forward blocks alone, waiting for each other as before, keeping no
-        activations (nothing waits for a backward to free them)."""
+        activations (nothing waits for a backward to free them). Its tail is 0: a forward-only step has no
+        update; price it (`priced_template`) for the tail of its own step."""
         forwards = [block for block in self.blocks if block.kind == FORWARD]
         if not forwards:
             raise BlockTemplateError(f"template {self.name!r} has no forward blocks to run for inference")
@@ -168,7 +179,7 @@ class BlockTemplate:
 
     def to_json_dict(self) -> dict[str, Any]:
         return {"name": self.name, "devices": list(self.devices), "time_unit": self.time_unit,
-                "memory_unit": self.memory_unit, "metadata": dict(self.metadata),
+                "memory_unit": self.memory_unit, "tail_seconds": self.tail_seconds, "metadata": dict(self.metadata),
                 "blocks": [block.to_json_dict() for block in self.blocks]}
 
 
@@ -178,7 +189,7 @@ def template_from_json_dict(data: Any, *, source: str = "template") -> BlockTemp
         blocks = tuple(BlockSpec(str(b["name"]), str(b["kind"]), b["span"], b["memory"], tuple(map(str, b["devices"])),
                                  tuple(map(str, b.get("after", ())))) for b in data["blocks"])
         return BlockTemplate(str(data["name"]), tuple(map(str, data["devices"])), blocks, data.get("time_unit"),
-                             data.get("memory_unit"), dict(data.get("metadata") or {}))
+                             data.get("memory_unit"), dict(data.get("metadata") or {}), data.get("tail_seconds", 0.0))
     except (KeyError, TypeError, AttributeError) as error:
         raise BlockTemplateError(f"{source}: the block template is malformed ({error!r}); "
                                  "write it with SchedulePlan.save") from None

@@ -19,7 +19,7 @@ from placer.schedule.from_placement import block_dependencies, op_blocks
 from placer.schedule.inference import forward_only_graph, forward_only_placement
 from placer.schedule.micro_batch import MicroBatchedStep, micro_batched_step
 from placer.schedule.origin import PlanPrediction, plan_prediction
-from placer.schedule.plan import SchedulePlan
+from placer.schedule.plan import ScheduledBlock, SchedulePlan
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,22 @@ def block_chains(step: MicroBatchedStep, placement: Placement, devices: DeviceSe
 
     `placement` places `step.micro_batch_graph`; its blocks (`op_blocks`) must be the plan's template's, with
     the same dependencies, and the plan must have as many micro-batches as the step."""
+    ops_of = block_ops(step, placement, devices, plan)
+    chains = []
+    for device in plan.template.devices:
+        scheduled = [b for b in device_blocks(plan, device) if b.key in ops_of]
+        if len(scheduled) > 1:
+            chains.append(OpChain(device, tuple(frozenset(ops_of[b.key]) for b in scheduled),
+                                  tuple(f"{b.spec.name} mb{b.micro_batch}" for b in scheduled)))
+    return tuple(chains)
+
+
+def block_ops(step: MicroBatchedStep, placement: Placement, devices: DeviceSet, plan: SchedulePlan
+              ) -> dict[tuple[str, int], frozenset[str]]:
+    """The ops of `step.graph` each (block, micro-batch) of `plan` runs: the copies of its block's ops.
+
+    Raises ScheduleMismatchError unless `placement` (of `step.micro_batch_graph`) makes the plan's template's
+    blocks with the same dependencies, and MicroBatchError unless the plan has as many micro-batches as the step."""
     if plan.micro_batches != step.micro_batches:
         raise MicroBatchError(f"the plan orders {plan.micro_batches} micro-batches but the step has {step.micro_batches}: "
                               "make the plan and the step with the same --micro-batches")
@@ -64,14 +80,12 @@ def block_chains(step: MicroBatchedStep, placement: Placement, devices: DeviceSe
         block = membership.get(original)
         if block is not None:
             ops_of.setdefault((block, micro_batch), set()).add(copy)
-    chains = []
-    for device in plan.template.devices:
-        scheduled = sorted((b for b in plan.blocks if device in b.spec.devices), key=lambda b: (b.start, b.end))
-        scheduled = [b for b in scheduled if b.key in ops_of]
-        if len(scheduled) > 1:
-            chains.append(OpChain(device, tuple(frozenset(ops_of[b.key]) for b in scheduled),
-                                  tuple(f"{b.spec.name} mb{b.micro_batch}" for b in scheduled)))
-    return tuple(chains)
+    return {key: frozenset(ops) for key, ops in ops_of.items()}
+
+
+def device_blocks(plan: SchedulePlan, device: str) -> list[ScheduledBlock]:
+    """The blocks `plan` runs on `device`, in the order it starts them."""
+    return sorted((b for b in plan.blocks if device in b.spec.devices), key=lambda b: (b.start, b.end))
 
 
 def step_for_plan(plan: SchedulePlan, micro_batch_graph: OpGraph, placement: Placement, devices: DeviceSet
@@ -110,7 +124,8 @@ class ScheduleRun:
     links_traced: int = 0
     links: int = 0
     predicted: float | None = None
-    """The plan's makespan in seconds, when its spans come from op costs (transfers, barriers, update left out)."""
+    """The plan's makespan and tail in seconds (`SchedulePlan.seconds`), when its spans are in seconds: priced
+    on a simulated target (transfers, barriers, update and overheads included), or op costs alone."""
     prediction: PlanPrediction | None = None
     """The plan's op-level prediction (`placer.schedule.predict`), when its file records one."""
 

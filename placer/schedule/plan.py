@@ -93,8 +93,11 @@ class SchedulePlan:
         return _peak_memory(self.template, self.blocks)
 
     def seconds(self) -> float | None:
-        """The makespan in seconds when the template's spans come from real costs."""
-        return None if self.template.time_unit is None else self.makespan * self.template.time_unit
+        """The step's seconds when the template's spans come from real costs: the makespan and the template's
+        tail (the merge, the update and the per-step overheads where the spans were priced on a target)."""
+        if self.template.time_unit is None:
+            return None
+        return self.makespan * self.template.time_unit + self.template.tail_seconds
 
     def describe(self) -> str:
         peak = self.peak_memory()

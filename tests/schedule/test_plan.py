@@ -67,6 +67,20 @@ def test_templates_with_cycles_or_memory_that_never_frees_are_refused():
         BlockTemplate("leak", ("d",), (BlockSpec("a", "forward", 1, 2, ("d",)), BlockSpec("b", "backward", 1, -1, ("d",), ("a",))))
 
 
+def test_a_step_tail_that_is_negative_or_has_no_seconds_to_add_to_is_refused():
+    blocks = (BlockSpec("f", "forward", 1, 1, ("d",)), BlockSpec("b", "backward", 1, -1, ("d",), ("f",)))
+    with pytest.raises(BlockTemplateError, match="finite number of seconds, at least 0"):
+        BlockTemplate("back in time", ("d",), blocks, time_unit=1e-3, tail_seconds=-1e-3)
+    with pytest.raises(BlockTemplateError, match="needs spans in seconds"):
+        BlockTemplate("unit spans", ("d",), blocks, tail_seconds=1e-3)
+
+
+def test_a_plan_pays_its_templates_tail_after_its_makespan():
+    blocks = (BlockSpec("f", "forward", 1, 1, ("d",)), BlockSpec("b", "backward", 2, -1, ("d",), ("f",)))
+    plan = one_f_one_b(BlockTemplate("tailed", ("d",), blocks, time_unit=1e-3, tail_seconds=0.5e-3), 2)
+    assert plan.makespan == 6 and plan.seconds() == pytest.approx(6.5e-3)
+
+
 def test_a_plan_survives_a_json_round_trip(tmp_path):
     plan = one_f_one_b(shape_template("k-shape", 4), 4, memory_limit=4)
     path = plan.save(tmp_path / "plan.json")

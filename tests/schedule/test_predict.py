@@ -1,6 +1,7 @@
 """Plans priced op by op: a two-stage pipeline over two devices, two micro-batches, known op costs and a known
 link, whose predicted step time is worked out by hand; the plan's order held in the simulated step; a plan
-priced on one calibration refused with another."""
+priced on one calibration refused with another; block spans priced from the simulated step, transfers and
+overheads included."""
 
 import json
 
@@ -20,7 +21,8 @@ from placer.schedule.execute import scheduled_step
 from placer.schedule.from_placement import blocks_from_placement
 from placer.schedule.micro_batch import micro_batched_step
 from placer.schedule.origin import check_plan_calibration, plan_prediction, with_prediction
-from placer.schedule.predict import costs_of_ordered_step, predict_plans, predict_scheduled_step
+from placer.schedule.plan import read_schedule_file
+from placer.schedule.predict import costs_of_ordered_step, predict_plans, predict_scheduled_step, priced_template
 from placer.simulate import Simulator
 
 MS = 1e-3
@@ -135,3 +137,54 @@ def test_a_plan_priced_on_one_calibration_is_refused_with_another_naming_what_to
     calibration(tmp_path / "first.json", step_overhead=3 * MS)  # calibrated again into the same file
     with pytest.raises(ScheduleMismatchError, match="calibrated again since.*placer schedule"):
         check_plan_calibration(priced, parse_target_spec("local:2"))
+
+
+def test_priced_spans_include_the_transfers_each_block_receives(pipeline):
+    graph, devices, placement, template, step, step_costs = pipeline
+    priced = priced_template(template, graph, placement, devices, costs={"CPU": step_costs}, time_unit=0.5 * MS)
+    # From the sequential step worked out above, per micro-batch: the forward on CPU:1 waits 1.5 ms for its
+    # activation before its 1 ms, the backward on CPU:0 1.5 ms for its gradient before its 2 ms.
+    # (b1@CPU:0 holds CPU:0's free gradient ops: the least span, one unit.)
+    assert {b.name: b.span * 0.5 for b in priced.blocks} == {"f@CPU:0": 1, "f@CPU:1": 2.5, "b@CPU:1": 2, "b2@CPU:0": 3.5,
+                                                            "b1@CPU:0": 0.5}
+    assert {b.name: b.span * 0.1 for b in template.blocks} == pytest.approx(  # op costs alone: no transfers
+        {"f@CPU:0": 1, "f@CPU:1": 1, "b@CPU:1": 2, "b2@CPU:0": 2, "b1@CPU:0": 0.1})
+    assert [(b.name, b.memory, b.after) for b in priced.blocks] == [(b.name, b.memory, b.after) for b in template.blocks]
+    assert priced.tail_seconds == pytest.approx(0.0)  # the updates are free and modeled devices add no overhead
+    assert sequential(priced, MICRO_BATCHES).seconds() == pytest.approx(2 * 9 * MS)  # as the step is predicted
+
+
+def test_priced_spans_carry_the_calibrated_overheads_in_the_tail(pipeline, tmp_path):
+    graph, devices, placement, template, step, step_costs = pipeline
+    target = calibration(tmp_path / "calibration.json")
+    priced = priced_template(template, graph, placement, target, costs={"CPU": step_costs}, time_unit=0.5 * MS)
+    assert priced.tail_seconds == pytest.approx(1.5 * MS)  # one step's overhead and one more worker's
+    assert sequential(priced, MICRO_BATCHES).seconds() == pytest.approx(19.5 * MS)
+    assert priced.metadata["spans_priced_on"] == target
+    saved = sequential(priced, MICRO_BATCHES).save(tmp_path / "plan.json")
+    assert read_schedule_file(saved).template.tail_seconds == pytest.approx(1.5 * MS)
+
+
+def test_pricing_transfers_turns_the_ranking_of_a_pipeline_and_one_device(pipeline):
+    graph, _, placement, template, step, step_costs = pipeline
+    link = {"bandwidth": BANDWIDTH, "latency": 1.5 * MS}  # 2.5 ms a transfer
+    devices = machine_from_dict({"devices": [{"name": "CPU:0"}, {"name": "CPU:1"}],
+                                 "links": [{"source": "CPU:0", "target": "CPU:1", **link},
+                                           {"source": "CPU:1", "target": "CPU:0", **link}]})
+    placement = Placement.from_assignment(graph, devices, list(placement.group_device_array))
+    one_device = Placement.on_device(graph, devices, 0)
+    costs = {"CPU": step_costs}
+    table = CostTable(graph.fingerprint, "CPU", {name: ms * MS for name, ms in OP_MS.items()}, "hand-made")
+    alone = blocks_from_placement(Simulator(graph, devices, table), one_device, MICRO_BATCHES, of_micro_batch=True)
+    split = blocks_from_placement(Simulator(graph, devices, table), placement, MICRO_BATCHES, of_micro_batch=True)
+    # Op costs alone: the pipeline overlaps its stages (9 ms) and beats one device (2 x 6 ms).
+    assert gpipe(split, MICRO_BATCHES).seconds() == pytest.approx(9 * MS)
+    assert sequential(alone, MICRO_BATCHES).seconds() == pytest.approx(12 * MS)
+    # Priced with its four transfers of 2.5 ms the pipeline is slower, as the step simulated op by op says.
+    pipelined = gpipe(priced_template(split, graph, placement, devices, costs=costs), MICRO_BATCHES)
+    single = sequential(priced_template(alone, graph, one_device, devices, costs=costs), MICRO_BATCHES)
+    assert single.seconds() == pytest.approx(12 * MS) and pipelined.seconds() > 14 * MS
+    by_op = {name: prediction.step_time.seconds for name, prediction in [
+        *predict_plans({"pipeline": pipelined}, graph, placement, devices, costs=costs).items(),
+        *predict_plans({"one device": single}, graph, one_device, devices, costs=costs).items()]}
+    assert by_op["one device"] == pytest.approx(12 * MS) and by_op["pipeline"] == pytest.approx(14 * MS)

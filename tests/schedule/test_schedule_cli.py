@@ -124,8 +124,9 @@ def test_placer_schedule_prices_each_plan_op_by_op_and_saves_the_prediction_in_t
 def test_placer_schedule_on_a_calibrated_target_pays_its_overheads_and_apply_refuses_the_plan_elsewhere(tmp_path,
                                                                                                      capsys):
     """On `calibrated:FILE` (op costs cached beside FILE, so nothing is profiled here) each plan's op-level
-    prediction includes the fitted step overhead its blocks' makespan leaves out; `placer apply` refuses to
-    compare it with a step measured on another target than the calibration's, before building anything."""
+    prediction and its blocks' price (spans priced there, the tail after them) both include the fitted step
+    overhead; `placer apply` refuses to compare it with a step measured on another target than the
+    calibration's, before building anything."""
     from placer.calibration import Calibration, this_machine
     from placer.cost import open_target
     from placer.cost.calibrated import cost_cache
@@ -152,8 +153,11 @@ def test_placer_schedule_on_a_calibrated_target_pays_its_overheads_and_apply_ref
 
     assert main(["schedule", str(placement), "--cluster", f"calibrated:{path}", "--micro-batches", "4",
                  "--method", "1f1b", "--save", str(plan), "--json"]) == 0
-    [row] = json.loads(capsys.readouterr().out)["plans"]
-    assert row["makespan_seconds"] < overhead < row["predicted"]["seconds"]
+    printed = json.loads(capsys.readouterr().out)
+    [row] = printed["plans"]
+    assert overhead < printed["template"]["tail_seconds"] < row["makespan_seconds"]
+    assert overhead < row["predicted"]["seconds"]
+    assert printed["template"]["metadata"]["spans_priced_on"] == f"calibrated:{path}"
     assert row["predicted"]["calibrated_on"] == "local:2"
 
     assert main(["apply", str(placement), "--schedule", str(plan), "--target", "inprocess:2"]) == 2
