@@ -66,6 +66,7 @@ class EngineDevices(NamedTuple):
     send_per_byte: float        # ... and per byte sent
     recv_fixed: float           # seconds of the receiving device's slot per transfer
     recv_per_byte: float        # ... and per byte received
+    sharing: bool               # any device shares (`shared.any()`, kept to pick the compiled loop without a scan)
 
 
 class Workspace(NamedTuple):
@@ -130,7 +131,7 @@ class Workspace(NamedTuple):
                              "simulator's 32-bit event keys")
         # Each change of a shared device's running set plans its running ops' ends again: up to two changes per
         # op, each pushing at most one event per slot, the superseded ones left in the heap until they come up.
-        replanned = 2 * n * int(devices.slots.max()) if devices.shared.any() else 0
+        replanned = 2 * n * int(devices.slots.max()) if devices.sharing else 0
         return cls(
             start=np.empty(n), end=np.empty(n), pending=np.empty(n, dtype=np.int32),
             uses=np.empty(n, dtype=np.int32), deferred=np.empty(n, dtype=np.int32),
@@ -337,7 +338,7 @@ def simulate_step(graph, devices, op_device, persistent, work, track_memory=True
     device d, in `work` (a `Workspace`). Returns (step time, ops finished, missing link as source * d + target
     or -1, transfers made). Without `track_memory`, `work.peak` is not computed (left at `persistent`)."""
     on_cores = max(devices.send_fixed, devices.send_per_byte, devices.recv_fixed, devices.recv_per_byte) > 0.0
-    loop = _LOOPS[on_cores, bool(track_memory), bool(devices.shared.any())]
+    loop = _LOOPS[on_cores, bool(track_memory), devices.sharing]
     return loop(graph, devices, op_device, persistent, work)
 
 

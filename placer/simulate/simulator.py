@@ -164,8 +164,9 @@ class Simulator:
             self.edge_src, self.tensor_bytes, self.in_degree, tensor_src, tensor_control, self.share_cost,
         )
         self._engine_devices = EngineDevices(
-            self.slots, np.array(shared, dtype=np.bool_).reshape(d), self.link_bandwidth, self.link_latency, float(config.send_cpu),
-            float(config.send_cpu_per_byte), float(config.recv_cpu), float(config.recv_cpu_per_byte),
+            self.slots, np.array(shared, dtype=np.bool_).reshape(d), self.link_bandwidth, self.link_latency,
+            float(config.send_cpu), float(config.send_cpu_per_byte), float(config.recv_cpu),
+            float(config.recv_cpu_per_byte), any(shared),
         )
         self._work = Workspace.allocate(self._engine_graph, self._engine_devices)
         self._op_device = np.empty(len(step), dtype=np.int32)

@@ -1,6 +1,8 @@
 """Thread settings priced by the simulator from op costs profiled at each width, on a graph whose answer is
 known: two independent ops, then a cheap join."""
 
+import json
+
 import pytest
 import tensorflow as tf
 
@@ -153,3 +155,17 @@ def test_priced_settings_answer_as_tune_does_with_a_simulated_step_time_per_sett
     assert {name: (t.backend, t.seconds) for name, t in result.step_times.items()} == {
         name: ("simulated", seconds) for name, seconds in result.medians.items()}
     assert "predicted step time per thread setting" in result.describe()
+
+
+def test_op_costs_per_width_saved_as_data_price_the_same_and_refuse_another_graph(pair, two_tower):
+    from placer.concurrency.width_costs import width_costs_from_dict
+
+    costs = op_width_costs(pair, {"a": {1: 10, 2: 6}, "b": {1: 4, 2: 3}})
+    again = width_costs_from_dict(json.loads(json.dumps(costs.to_dict())), pair)
+    assert again.widths == (1, 2)
+    assert (predicted_step_time(pair, again, ThreadSetting(2, 2), cores=2)
+            == predicted_step_time(pair, costs, ThreadSetting(2, 2), cores=2))
+    with pytest.raises(ProfileError, match="another graph"):
+        width_costs_from_dict(costs.to_dict(), two_tower)
+    with pytest.raises(ProfileError, match="not op costs per width"):
+        width_costs_from_dict({"graph": "pair"})
