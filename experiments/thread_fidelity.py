@@ -191,7 +191,8 @@ def main() -> None:
             else f"repriced from {args.reprice} (measured {stored['date']})" if stored else "measured")
     write_report("thread_fidelity", setting_columns, setting_rows, out, picks=pick_rows, cores=cores,
                  widths=list(widths), **measurement, profiles=profiles, models=list(models),
-                 co_running_slowdown=co_running, co_running_probe=None if args.co_running == "none" else args.co_running,
+                 co_running_slowdown=co_running,
+                 co_running_probe=None if args.co_running == "none" else args.co_running,
                  settings={name: [s.intra_op_threads, s.inter_op_threads] for name, s in candidates.items()},
                  mode=mode, command="python experiments/thread_fidelity.py " + " ".join(sys.argv[1:]),
                  width_costs=saved_costs)
