@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from placer.errors import ProfileError
 from placer.graph.opgraph import OpGraph, OpNode
@@ -49,6 +49,14 @@ class WidthCosts:
                 f"on a machine with at least {threads} cores)")
         return table.seconds(op.name)
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the graph and each width's op seconds, so that settings can be priced again later without
+        profiling (`width_costs_from_dict`)."""
+        return {"graph": self.graph, "graph_fingerprint": self.graph_fingerprint, "widths": {
+            str(width): {"device_kind": table.device_kind, "source": table.source, "metadata": dict(table.metadata),
+                         "op_seconds": dict(table.op_seconds)}
+            for width, table in sorted(self.tables.items())}}
+
     def check_graph(self, graph: OpGraph) -> None:
         if graph.fingerprint != self.graph_fingerprint:
             raise ProfileError(f"the op costs of {self.graph!r} were profiled for another graph than {graph.name!r}: "
@@ -72,6 +80,21 @@ def profile_widths(graph: OpGraph, widths: Sequence[int] | None = None, *, steps
                                   label=f"CPU at {width} intra-op thread{'s' * (width > 1)}")
         tables[width] = replace(table, metadata={**table.metadata, "intra_op_threads": width, "inter_op_threads": 1})
     return WidthCosts(graph.name, graph.fingerprint, tables)
+
+
+def width_costs_from_dict(data: Mapping[str, Any], graph: OpGraph | None = None) -> WidthCosts:
+    """The op costs `WidthCosts.to_dict` wrote; with `graph`, refused if they were profiled for another graph."""
+    try:
+        fingerprint = data["graph_fingerprint"]
+        tables = {int(width): CostTable(fingerprint, entry["device_kind"], entry["op_seconds"], entry["source"],
+                                        entry.get("metadata") or {})
+                  for width, entry in data["widths"].items()}
+        costs = WidthCosts(data["graph"], fingerprint, tables)
+    except (KeyError, TypeError, ValueError) as error:
+        raise ProfileError(f"not op costs per width ({error!r}): write them with WidthCosts.to_dict") from None
+    if graph is not None:
+        costs.check_graph(graph)
+    return costs
 
 
 def _listed(numbers: Sequence[int]) -> str:

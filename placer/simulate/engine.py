@@ -18,6 +18,11 @@ needed on another device is sent once per destination:
   measured both costs; with both workers idle, one transfer took about the larger of the two, not their
   sum (`placer calibrate`). The bytes count on the receiver once they are there.
 
+A CPU device whose ops share its cores (`shared`: several inter-op threads and op times from a performance model
+at each width, `placer.simulate.thread_pools`) runs them by processor sharing: an op's cost is the seconds it
+takes while k ops run there, and each running op's progress rate changes whenever another starts or ends on
+the device (its end is re-planned then; the superseded end events are skipped when they come up).
+
 Over links alone an arrival is known when the transfer starts, so it is not an event: an op waits for its
 inputs as a count, and one event makes it ready when its last input lands (on cores, receives are work
 that competes for slots, so arrivals stay events).
@@ -47,18 +52,21 @@ class EngineGraph(NamedTuple):
     in_degree: np.ndarray    # [n] input edges per op
     tensor_src: np.ndarray   # [t] producer op of each tensor
     tensor_control: np.ndarray  # [t] True where the "tensor" is a control edge's (no bytes, only an order)
+    share_cost: np.ndarray   # [n, d, k] seconds of each op on a shared device while j + 1 ops run there (j < k)
 
 
 class EngineDevices(NamedTuple):
     """The devices' arrays and the transfer model's costs (all four 0: links only, as between GPUs)."""
 
     slots: np.ndarray           # [d] ops a device runs at once
+    shared: np.ndarray          # [d] True where its running ops share its cores: op time depends on how many run
     link_bandwidth: np.ndarray  # [d, d] bytes per second (0: no link)
     link_latency: np.ndarray    # [d, d] seconds
     send_fixed: float           # seconds of the sending device's slot per transfer
     send_per_byte: float        # ... and per byte sent
     recv_fixed: float           # seconds of the receiving device's slot per transfer
     recv_per_byte: float        # ... and per byte received
+    sharing: bool               # any device shares (`shared.any()`, kept to pick the compiled loop without a scan)
 
 
 class Workspace(NamedTuple):
@@ -100,6 +108,12 @@ class Workspace(NamedTuple):
     ready_head: np.ndarray
     event_time: np.ndarray     # the event heap
     event_key: np.ndarray
+    remaining: np.ndarray      # [n] shared devices: the fraction of each running op's work still to do...
+    finish_at: np.ndarray      # ... and when it ends at the current rates (an end event at another time is stale)
+    running: np.ndarray        # [d, max slots] the ops running on each shared device...
+    running_count: np.ndarray  # ... how many,
+    settled_at: np.ndarray     # ... when their remaining work was last brought up to date,
+    replan: np.ndarray         # ... and whether their ends must be planned again (the running set changed)
 
     @classmethod
     def allocate(cls, graph: EngineGraph, devices: EngineDevices) -> "Workspace":
@@ -115,6 +129,9 @@ class Workspace(NamedTuple):
         if 4 * (n + 2 * t * d + m) + 4 >= 2**31:
             raise ValueError(f"a graph of {n} ops, {m} edges and {t} tensors on {d} devices is too large for the "
                              "simulator's 32-bit event keys")
+        # Each change of a shared device's running set plans its running ops' ends again: up to two changes per
+        # op, each pushing at most one event per slot, the superseded ones left in the heap until they come up.
+        replanned = 2 * n * int(devices.slots.max()) if devices.sharing else 0
         return cls(
             start=np.empty(n), end=np.empty(n), pending=np.empty(n, dtype=np.int32),
             uses=np.empty(n, dtype=np.int32), deferred=np.empty(n, dtype=np.int32),
@@ -130,7 +147,11 @@ class Workspace(NamedTuple):
             next_release=np.empty(d),
             ready_time=np.empty((d, capacity)), ready_key=np.empty((d, capacity), dtype=np.int32),
             ready_size=np.empty(d, dtype=np.int32), ready_head=np.empty(d, dtype=np.int32),
-            event_time=np.empty(n + 4 * m + 1), event_key=np.empty(n + 4 * m + 1, dtype=np.int32),
+            event_time=np.empty(n + 4 * m + 1 + replanned),
+            event_key=np.empty(n + 4 * m + 1 + replanned, dtype=np.int32),
+            remaining=np.empty(n), finish_at=np.empty(n),
+            running=np.empty((d, max(int(devices.slots.max()), 1)), dtype=np.int32),
+            running_count=np.zeros(d, dtype=np.int32), settled_at=np.zeros(d), replan=np.zeros(d, dtype=np.bool_),
         )
 
 # Events are keyed id * 4 + kind, so that simultaneous events are handled in a fixed order.
@@ -238,6 +259,34 @@ def _allocate_outputs(i, dev, now, d, uses, live, peak, op_alloc, release_time, 
         peak[dev] = live[dev]
 
 
+@njit(cache=True, inline="always")
+def _settle(dev, now, share_cost, running, running_count, settled_at, remaining):
+    """Brings the remaining work of the ops running on shared device `dev` up to `now`, at the rate each had
+    while the current number of ops ran there."""
+    k = running_count[dev]
+    elapsed = now - settled_at[dev]
+    if k > 0 and elapsed > 0.0:
+        for s in range(k):
+            j = running[dev, s]
+            cost = share_cost[j, dev, k - 1]
+            left = remaining[j] - elapsed / cost if cost > 0.0 else 0.0
+            # An op due now must end now, not a rounding error later, behind events it ties with.
+            remaining[j] = left if left > 1e-9 else 0.0
+    settled_at[dev] = now
+
+
+@njit(cache=True, inline="always")
+def _replan(dev, now, share_cost, running, running_count, remaining, finish_at, event_time, event_key, events):
+    """Plans the end of every op running on shared device `dev` at the rates of the current running set;
+    returns the heap's new size."""
+    k = running_count[dev]
+    for s in range(k):
+        j = running[dev, s]
+        finish_at[j] = now + remaining[j] * share_cost[j, dev, k - 1]
+        events = _push(event_time, event_key, events, finish_at[j], j * 4 + EVENT_OP_DONE)
+    return events
+
+
 @njit(cache=True)
 def place_ops(group_devices, op_group, variable_groups, variable_bytes, op_device, persistent):
     """Fills `op_device` (each op's device, from its colocation group's) and `persistent` (variable bytes resident
@@ -288,47 +337,77 @@ def simulate_step(graph, devices, op_device, persistent, work, track_memory=True
     """Simulates one step of `graph` with op i on device `op_device[i]` and `persistent[d]` bytes resident on
     device d, in `work` (a `Workspace`). Returns (step time, ops finished, missing link as source * d + target
     or -1, transfers made). Without `track_memory`, `work.peak` is not computed (left at `persistent`)."""
-    if max(devices.send_fixed, devices.send_per_byte, devices.recv_fixed, devices.recv_per_byte) > 0.0:
-        if track_memory:
-            return _simulate_on_cores(graph, devices, op_device, persistent, work)
-        return _simulate_on_cores_untracked(graph, devices, op_device, persistent, work)
-    if track_memory:
-        return _simulate_on_links(graph, devices, op_device, persistent, work)
-    return _simulate_on_links_untracked(graph, devices, op_device, persistent, work)
+    on_cores = max(devices.send_fixed, devices.send_per_byte, devices.recv_fixed, devices.recv_per_byte) > 0.0
+    loop = _LOOPS[on_cores, bool(track_memory), devices.sharing]
+    return loop(graph, devices, op_device, persistent, work)
 
 
+# One compiled loop per transfer model, memory mode and whether any device shares its cores, each with those
+# three as constants so that the branches it does not take are compiled out.
 @njit(cache=True)
 def _simulate_on_links(graph, devices, op_device, persistent, work):
-    return _event_loop(graph, devices, op_device, persistent, work, False, True)
+    return _event_loop(graph, devices, op_device, persistent, work, False, True, False)
 
 
 @njit(cache=True)
 def _simulate_on_cores(graph, devices, op_device, persistent, work):
-    return _event_loop(graph, devices, op_device, persistent, work, True, True)
+    return _event_loop(graph, devices, op_device, persistent, work, True, True, False)
 
 
 @njit(cache=True)
 def _simulate_on_links_untracked(graph, devices, op_device, persistent, work):
-    return _event_loop(graph, devices, op_device, persistent, work, False, False)
+    return _event_loop(graph, devices, op_device, persistent, work, False, False, False)
 
 
 @njit(cache=True)
 def _simulate_on_cores_untracked(graph, devices, op_device, persistent, work):
-    return _event_loop(graph, devices, op_device, persistent, work, True, False)
+    return _event_loop(graph, devices, op_device, persistent, work, True, False, False)
 
 
 @njit(cache=True)
-def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_memory):
-    """The loop, compiled once per transfer model and memory mode: with `on_cores` and `track_memory`
-    constants, the other branches are compiled out. The links-only loop (modeled GPUs) is a third shorter
-    than the one on cores, which makes it 15-20 % faster; without memory, `peak` is left at `persistent`."""
+def _simulate_on_links_shared(graph, devices, op_device, persistent, work):
+    return _event_loop(graph, devices, op_device, persistent, work, False, True, True)
+
+
+@njit(cache=True)
+def _simulate_on_cores_shared(graph, devices, op_device, persistent, work):
+    return _event_loop(graph, devices, op_device, persistent, work, True, True, True)
+
+
+@njit(cache=True)
+def _simulate_on_links_untracked_shared(graph, devices, op_device, persistent, work):
+    return _event_loop(graph, devices, op_device, persistent, work, False, False, True)
+
+
+@njit(cache=True)
+def _simulate_on_cores_untracked_shared(graph, devices, op_device, persistent, work):
+    return _event_loop(graph, devices, op_device, persistent, work, True, False, True)
+
+
+_LOOPS = {
+    (False, True, False): _simulate_on_links, (True, True, False): _simulate_on_cores,
+    (False, False, False): _simulate_on_links_untracked, (True, False, False): _simulate_on_cores_untracked,
+    (False, True, True): _simulate_on_links_shared, (True, True, True): _simulate_on_cores_shared,
+    (False, False, True): _simulate_on_links_untracked_shared, (True, False, True): _simulate_on_cores_untracked_shared,
+}
+
+
+@njit(cache=True)
+def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_memory, sharing):
+    """The loop, compiled once per transfer model, memory mode and sharing: with `on_cores`, `track_memory`
+    and `sharing` constants, the other branches are compiled out. The links-only loop (modeled GPUs) is a third
+    shorter than the one on cores, which makes it 15-20 % faster; without memory, `peak` is left at
+    `persistent`; without `sharing` (no device's ops share its cores), the processor-sharing bookkeeping costs
+    nothing."""
     literally(on_cores)
     literally(track_memory)
+    literally(sharing)
     op_cost, op_alloc, tensor_bytes = graph.op_cost, graph.op_alloc, graph.tensor_bytes
     out_ptr, out_dst, out_tensor, edge_src = graph.out_ptr, graph.out_dst, graph.out_tensor, graph.edge_src
     in_ptr, in_src, in_tensor, tensor_src = graph.in_ptr, graph.in_src, graph.in_tensor, graph.tensor_src
     tensor_control = graph.tensor_control
     slots, link_bandwidth, link_latency = devices.slots, devices.link_bandwidth, devices.link_latency
+    shared, share_cost = devices.shared, graph.share_cost
     send_fixed, send_per_byte = devices.send_fixed, devices.send_per_byte
     recv_fixed, recv_per_byte = devices.recv_fixed, devices.recv_per_byte
     n = op_device.shape[0]
@@ -342,6 +421,8 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
     control_pending, control_grouped = work.control_pending, work.control_grouped  # all 0 between calls
     ready_time, ready_key, ready_size = work.ready_time, work.ready_key, work.ready_size
     event_time, event_key = work.event_time, work.event_key
+    remaining, finish_at, running, running_count = work.remaining, work.finish_at, work.running, work.running_count
+    settled_at, replan = work.settled_at, work.replan
 
     start[:] = -1.0
     end[:] = -1.0
@@ -361,6 +442,8 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
     live[:] = persistent
     peak[:] = persistent
     ready_size[:] = 0
+    running_count[:] = 0
+    replan[:] = False
     ready_head = work.ready_head
     ready_head[:] = 0
     sent_count = 0
@@ -562,12 +645,23 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
                     events = _push(event_time, event_key, events, now + cost, i * 4 + EVENT_OP_DONE)
                     continue
                 start[i] = now
-                cost = cost_of[i]
-                busy[dev] += cost
                 if track_memory:
                     _allocate_outputs(i, dev, now, d, uses, live, peak, op_alloc, release_time, release_src,
                                       release_next, link_head, next_release)
+                if sharing and shared[dev]:  # it slows the ops running beside it; their ends are planned below
+                    _settle(dev, now, share_cost, running, running_count, settled_at, remaining)
+                    running[dev, running_count[dev]] = i
+                    running_count[dev] += 1
+                    remaining[i] = 1.0
+                    replan[dev] = True
+                    continue
+                cost = cost_of[i]
+                busy[dev] += cost
                 events = _push(event_time, event_key, events, now + cost, i * 4 + EVENT_OP_DONE)
+            if sharing and replan[dev]:
+                events = _replan(dev, now, share_cost, running, running_count, remaining, finish_at, event_time,
+                                 event_key, events)
+                replan[dev] = False
         if deferred_count > 0:
             # Ops an op just made ready join the queue only after the ops already waiting had their chance
             # at the slot it freed, as when their inputs arrived by events at the same time.
@@ -604,7 +698,20 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
                     events = _push(event_time, event_key, events, there, e * 4 + EVENT_ARRIVAL)
         elif kind == EVENT_OP_DONE:
             i = key >> 2
-            free_slots[op_device[i]] += 1
+            dev = op_device[i]
+            if sharing and shared[dev]:
+                if end[i] >= 0.0 or now != finish_at[i]:
+                    continue  # an end planned before the running set changed
+                # The ops left running speed up: bring them up to now, remove this one, plan theirs again.
+                _settle(dev, now, share_cost, running, running_count, settled_at, remaining)
+                for s in range(running_count[dev]):
+                    if running[dev, s] == i:
+                        running_count[dev] -= 1
+                        running[dev, s] = running[dev, running_count[dev]]
+                        break
+                busy[dev] += now - start[i]
+                replan[dev] = True
+            free_slots[dev] += 1
             finishing[finishing_tail] = i
             finishing_tail += 1
         else:

@@ -16,6 +16,7 @@ from placer.placement import Placement
 from placer.profile import CostTable
 from placer.simulate.engine import EngineDevices, EngineGraph, Workspace, memory_fits, place_ops, simulate_step
 from placer.simulate.result import SimResult, SimulatedOp, SimulatedTransfer
+from placer.simulate.thread_pools import shared_pool_costs
 
 # Outputs of these ops alias memory that already exists (a variable, a constant, their input), so
 # running them allocates nothing.
@@ -29,16 +30,6 @@ class OpTimeModel(Protocol):
     """Predicts an op's compute seconds at a number of threads (`placer.concurrency.PerformanceModel`)."""
 
     def predict(self, graph: OpGraph, op: OpNode, threads: int) -> float: ...
-
-
-def co_running_slowdown(cores: int | None, intra_op_threads: int, inter_op_threads: int) -> float:
-    """How much slower each op of a CPU device runs when `inter_op_threads` ops of `intra_op_threads` threads
-    each share its `cores`: past the cores, by their ratio (1 where the cores are not known).
-
-    Static: it assumes every inter-op thread is busy, an upper bound for a device that is often idle."""
-    if cores is None:
-        return 1.0
-    return max(1.0, intra_op_threads * inter_op_threads / cores)
 
 
 @dataclass(frozen=True)
@@ -69,15 +60,21 @@ class SimulatorConfig:
     default_link: Link | None = None
     """Link for device pairs the device set has none for; without it such a transfer is an error."""
     bytes_per_parameter: int = 4
+    co_running_slowdown: float = 1.0
+    """How much slower an op runs while other ops run beside it on the same CPU device's cores, at the same
+    threads (shared caches and memory bandwidth; `experiments/co_running.py` measures it). Applies to CPU
+    devices timed by an `OpTimeModel` (`placer.simulate.thread_pools`); 1: not slowed."""
 
 
 class Simulator:
     """Predicts the step time, memory and timeline of placements of one graph on one device set.
 
     `costs` are measured or modeled cost tables (one for all devices, or per device model or kind), or an
-    `OpTimeModel`: then each CPU device's ops take the model's time at the device's width (`Device.width`),
-    slowed down when its ops' threads outnumber its cores (`co_running_slowdown`), and it runs its inter-op
-    threads' worth of ops at once (`SimulatorConfig.cpu_slots` where the device does not say)."""
+    `OpTimeModel`: then each CPU device runs its inter-op threads' worth of ops at once
+    (`SimulatorConfig.cpu_slots` where the device does not say), and they share its intra-op pool and cores
+    (`placer.simulate.thread_pools`): an op alone takes the model's time at the device's width
+    (`Device.width`), ops running together each take it at their share of the threads, slowed down by
+    `SimulatorConfig.co_running_slowdown`."""
 
     def __init__(self, graph: OpGraph, devices: DeviceSet, costs: CostTable | Mapping[str, CostTable] | OpTimeModel,
                  config: SimulatorConfig | None = None):
@@ -96,11 +93,13 @@ class Simulator:
         self._op_group = np.array([op.group for op in step], dtype=np.int32)
 
         if hasattr(costs, "predict"):
-            self.op_cost, slots = self._modeled_costs(costs)
+            self.op_cost, slots, self.share_cost, shared = self._modeled_costs(costs)
         else:
             tables = [self._table_for(device, costs) for device in devices]
             self.op_cost = np.array([[table.seconds(op.name) for table in tables] for op in step], dtype=np.float64).reshape(len(step), len(devices))
             slots = [config.gpu_slots if d.kind == "GPU" else config.cpu_slots for d in devices]
+            # A cost table holds one time per op and device, whatever runs beside it: no device shares.
+            self.share_cost, shared = self.op_cost[:, :, None].copy(), [False] * len(devices)
         self.op_alloc = np.array(
             [0 if op.type in ALIAS_OP_TYPES else sum(op.output_bytes) for op in step], dtype=np.float64
         )
@@ -162,11 +161,12 @@ class Simulator:
         self._engine_graph = EngineGraph(
             self.op_cost, self.op_alloc, self.out_ptr, self.out_dst, self.out_tensor, self.in_ptr, src[by_dst],
             self.out_tensor[by_dst],
-            self.edge_src, self.tensor_bytes, self.in_degree, tensor_src, tensor_control,
+            self.edge_src, self.tensor_bytes, self.in_degree, tensor_src, tensor_control, self.share_cost,
         )
         self._engine_devices = EngineDevices(
-            self.slots, self.link_bandwidth, self.link_latency, float(config.send_cpu),
-            float(config.send_cpu_per_byte), float(config.recv_cpu), float(config.recv_cpu_per_byte),
+            self.slots, np.array(shared, dtype=np.bool_).reshape(d), self.link_bandwidth, self.link_latency,
+            float(config.send_cpu), float(config.send_cpu_per_byte), float(config.recv_cpu),
+            float(config.recv_cpu_per_byte), any(shared),
         )
         self._work = Workspace.allocate(self._engine_graph, self._engine_devices)
         self._op_device = np.empty(len(step), dtype=np.int32)
@@ -174,9 +174,10 @@ class Simulator:
         self._capacity_list = self.capacity.tolist()
         self._memory_bound = np.empty(len(devices), dtype=np.float64)
 
-    def _modeled_costs(self, model: OpTimeModel) -> tuple[np.ndarray, list[int]]:
-        """Op seconds per CPU device at its width, and the ops each runs at once."""
-        step, columns, slots = self.graph.step_ops, [], []
+    def _modeled_costs(self, model: OpTimeModel) -> tuple[np.ndarray, list[int], np.ndarray, list[bool]]:
+        """Op seconds per CPU device alone at its width, the ops each runs at once, op seconds per device while
+        j + 1 ops run there ([ops, devices, most slots]), and whether that differs from alone (the device shares)."""
+        step, slots, shared, per_device = self.graph.step_ops, [], [], []
         for device in self.devices:
             if device.kind != "CPU" or device.width is None:
                 raise DeviceSpecError(
@@ -184,10 +185,22 @@ class Simulator:
                     "device its cores or intra_op_threads (a machine file's `cores:`), or simulate it with a cost table"
                 )
             inter = device.inter_op_threads or self.config.cpu_slots
-            slowdown = co_running_slowdown(device.cores, device.width, inter)
-            columns.append([model.predict(self.graph, op, device.width) * slowdown for op in step])
+            widths: dict[int, np.ndarray] = {}
+
+            def seconds_at_width(width: int) -> np.ndarray:
+                if width not in widths:
+                    widths[width] = np.array([model.predict(self.graph, op, width) for op in step], dtype=np.float64)
+                return widths[width]
+
+            costs = shared_pool_costs(seconds_at_width, device.cores, device.width, inter,
+                                      self.config.co_running_slowdown).reshape(len(step), inter)
+            per_device.append(costs)
             slots.append(inter)
-        return np.array(columns, dtype=np.float64).T.reshape(len(step), len(self.devices)), slots
+            shared.append(bool((costs[:, 1:] != costs[:, :1]).any()))
+        share_cost = np.zeros((len(step), len(self.devices), max(slots)), dtype=np.float64)
+        for d, costs in enumerate(per_device):
+            share_cost[:, d, :costs.shape[1]] = costs
+        return share_cost[:, :, 0].copy(), slots, share_cost, shared
 
     def _table_for(self, device, costs) -> CostTable:
         if isinstance(costs, CostTable):

@@ -140,8 +140,8 @@ def test_two_one_core_workers_run_the_towers_side_by_side_at_one_thread_each(gra
     assert simulate(graph, devices, Placement.on_device(graph, devices, 0)) == pytest.approx(60e-3)
 
 
-def test_ops_co_running_on_shared_cores_slow_down_by_the_oversubscription(graph):
-    # Two ops of one thread at once on one core: each twice as slow, so nothing is gained over one at a time.
+def test_one_thread_ops_co_running_on_one_core_share_it_and_on_two_cores_overlap_at_full_speed(graph):
+    # Two ops of one thread at once on one core: half a core each, so nothing is gained over one at a time.
     shared = machine((1, 1, 2))
     assert simulate(graph, shared, Placement.on_device(graph, shared, 0)) == pytest.approx(60e-3)
     # Two ops of one thread at once on two cores: the towers overlap at full speed.
