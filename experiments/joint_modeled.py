@@ -1,0 +1,202 @@
+"""Placement and micro-batch schedule decided together on modeled GPU machines: predictions, not measurements.
+
+    python experiments/joint_modeled.py [--models inception-v3:paper nmt-4:paper] [--gpus 4 8] [--gpu H100]
+        [--micro-batches 4] [--learn-updates 20] [--out results/joint_modeled.json]
+
+The GPU half of experiments/joint.py. TensorFlow cannot run on a GPU here, so every number is the simulator's
+step time on `modeled:NxGPU` (the H100's op costs rest on kernels measured on an H200: `placer measure` says
+which ops do). Thread pools are a host CPU's setting, so the decisions are two: where the ops run, and the
+micro-batch schedule. Per model and machine (ms per step):
+- single: every op on one GPU;
+- placement alone: the fastest heuristic placement (the exact baseline included), and the placement the
+  hierarchical planner learns in --learn-updates simulated updates (the same loop as `placer train`);
+- expert scheduled: the papers' expert placement under its fastest micro-batch schedule (GPipe, 1F1B, Tessel's
+  fast search over --micro-batches), or unscheduled if none is faster (models that cannot be built at another
+  batch, the CNNs, get no schedules);
+- one after another: the fastest placement alone, then the fastest schedule for it;
+- joint: the fastest pair of every placement above (the expert's included) and every schedule (or none).
+A schedule is priced op by op (`placer.schedule.predict`): its micro-batched step with transfers, the merge of the
+micro-batches' gradients and the update. Reported: the joint decision against the best one-dimension decision
+(a placement alone, or the single GPU under its best schedule).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from placer import tf_logs  # noqa: E402
+
+tf_logs.configure()
+
+from experiments._report import write_report  # noqa: E402
+
+COLUMNS = ["model", "machine", "single_ms", "placement_ms", "placement", "learned_ms", "expert_ms",
+           "expert_scheduled_ms", "expert_schedule", "sequential_ms", "sequential", "joint_ms", "joint",
+           "joint_vs_best_one_dim_pct", "search_s"]
+SCHEDULE_METHODS = ("gpipe", "1f1b", "tessel-fast")
+
+
+def scheduled_predictions(graph, micro_batch_graph, target, placement, micro_batches: int,
+                          notes: list[str]) -> dict[str, float]:
+    """Seconds per step of `placement` under each schedule method, priced op by op on `target`
+    (`micro_batch_graph`: the model built at the micro-batch size)."""
+    from placer.errors import PlacerError
+    from placer.schedule.from_placement import blocks_from_placement
+    from placer.schedule.methods import make_schedule
+    from placer.schedule.micro_batch import placement_at_micro_batch
+    from placer.schedule.predict import predict_plans, priced_template
+
+    try:
+        at_micro_batch = placement_at_micro_batch(placement, graph, micro_batch_graph, target.devices)
+        # every method searches spans that include the transfers, barriers and update the step pays
+        template = priced_template(blocks_from_placement(target.simulator, placement, micro_batches), micro_batch_graph,
+                                   at_micro_batch, target.spec)
+        plans = {method: make_schedule(method, template, micro_batches, time_limit=30.0) for method in SCHEDULE_METHODS}
+        predictions = predict_plans(plans, micro_batch_graph, at_micro_batch, target.spec)
+    except PlacerError as error:
+        notes.append(f"no schedules for {placement.metadata.get('method', 'a placement')}: {error}")
+        return {}
+    return {method: prediction.step_time.seconds for method, prediction in predictions.items()
+            if prediction.step_time.ok}
+
+
+def learned_placement(graph, spec: str, updates: int, seed: int = 0):
+    """The best placement the hierarchical planner finds in `updates` simulated updates (None with 0)."""
+    import tempfile
+
+    from agents.factory import make_agent
+    from agents.loop import TrainingConfig, train
+    from envs.placement import PlacementEnv
+    from placer.placement import Placement
+
+    if updates <= 0:
+        return None
+    env = PlacementEnv(model=graph, backend="simulated", devices=spec)
+    try:
+        env.reset(seed=seed)
+        agent = make_agent("hierarchical", graph, env.device_mask, env.devices, seed=seed)
+        with tempfile.TemporaryDirectory(prefix="placer-joint-") as run_dir:
+            state = train(agent, env, run_dir, TrainingConfig(updates=updates, progress=False))
+        if state.best_assignment is None:
+            return None
+        return Placement.from_assignment(graph, env.devices, list(state.best_assignment),
+                                         {"method": f"learned ({state.updates} updates)"})
+    finally:
+        env.close()
+
+
+def decide(model: str, size: str, gpus: int, gpu: str, micro_batches: int, learn_updates: int) -> dict:
+    """One row: every decision's predicted step time for `model` on `gpus` modeled GPUs."""
+    from placer.cost import open_target
+    from placer.heuristics import applicable_heuristics, time_heuristics
+    from placer.models.loader import load_model
+    from placer.models import model_spec
+    from placer.schedule.micro_batch import build_micro_batch_graph
+
+    started = time.monotonic()
+    graph = load_model(model, size)
+    notes: list[str] = []
+    micro_batch_graph = None
+    if model_spec(model).batch_of is None:
+        notes.append(f"no schedules: {model} cannot be built at the micro-batch size")
+    else:
+        micro_batch_graph = build_micro_batch_graph(model, size, micro_batches)
+    spec = f"modeled:{gpus}x{gpu}"
+    with open_target(graph, spec) as target:
+        timed = time_heuristics(target, applicable_heuristics(builtin_model=True, simulator=True), model=model)
+        placements = {name: t.placement for name, t in timed.items() if t.ok}
+        alone = {name: t.seconds for name, t in timed.items() if t.ok}
+        notes += [f"{name}: {t.error or 'failed'}" for name, t in timed.items() if not t.ok]
+        learned = learned_placement(graph, spec, learn_updates)
+        if learned is not None:
+            placements["learned"] = learned
+            alone["learned"] = target.evaluate(learned).seconds
+        scheduled = {(name, method): seconds for name, placement in placements.items()
+                     for method, seconds in (scheduled_predictions(graph, micro_batch_graph, target, placement,
+                                                                   micro_batches, notes)
+                                             if micro_batch_graph is not None else {}).items()}
+    row = summarize(alone, scheduled)
+    return {"model": f"{model} {size}", "machine": spec, **row, "search_s": time.monotonic() - started,
+            "notes": notes}
+
+
+def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float]) -> dict:
+    """The row's decisions from every placement's predicted seconds unscheduled (`alone`, by name; "learned" is
+    the planner's, "single-device" one GPU) and under each schedule (`scheduled`, by (placement, method))."""
+    heuristics = {name: s for name, s in alone.items() if name != "learned"}
+    best_placement = min(heuristics, key=heuristics.get)
+    everything = {**alone, **{f"{name} + {method}": s for (name, method), s in scheduled.items()}}
+    # one decision made, the other left at its default: a placement unscheduled, or one GPU under a schedule
+    one_dimension = {**alone, **{f"single-device + {method}": s for (name, method), s in scheduled.items()
+                                 if name == "single-device"}}
+    best_one_dim = min(one_dimension, key=one_dimension.get)
+    first = min(alone, key=alone.get)
+    sequential = min([(first, alone[first])] + [(f"{first} + {method}", s) for (name, method), s in scheduled.items()
+                                                 if name == first], key=lambda item: item[1])
+    expert_schedules = {method: s for (name, method), s in scheduled.items() if name == "expert"}
+    expert_schedule = min(expert_schedules, key=expert_schedules.get) if expert_schedules else None
+    if expert_schedule is not None and expert_schedules[expert_schedule] >= alone.get("expert", float("inf")):
+        expert_schedule = None  # no schedule makes the expert's placement faster
+    joint = min(everything, key=everything.get)
+
+    def ms(seconds):
+        return None if seconds is None else seconds * 1e3
+
+    return {
+        "single_ms": ms(alone.get("single-device")), "placement_ms": ms(heuristics[best_placement]),
+        "placement": best_placement, "learned_ms": ms(alone.get("learned")), "expert_ms": ms(alone.get("expert")),
+        "expert_scheduled_ms": ms(expert_schedules[expert_schedule] if expert_schedule else alone.get("expert")),
+        "expert_schedule": expert_schedule or "none",
+        "sequential_ms": ms(sequential[1]), "sequential": sequential[0], "joint_ms": ms(everything[joint]),
+        "joint": joint, "joint_vs_best_one_dim_pct": 100 * (1 - everything[joint] / one_dimension[best_one_dim]),
+        "best_one_dim": best_one_dim, "predicted_ms": {name: ms(s) for name, s in everything.items()},
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["nmt-4:paper", "inception-v3:paper"],
+                        help="MODEL:SIZE each, built-in models (default nmt-4:paper inception-v3:paper)")
+    parser.add_argument("--gpus", nargs="+", type=int, default=[4, 8])
+    parser.add_argument("--gpu", default="H100", help="the modeled GPU (default H100: op costs from measured kernels)")
+    parser.add_argument("--micro-batches", type=int, default=4)
+    parser.add_argument("--learn-updates", type=int, default=20,
+                        help="simulated updates of the hierarchical planner (0: no learned placement)")
+    parser.add_argument("--out", default="results/joint_modeled.json")
+    args = parser.parse_args(argv)
+    if args.micro_batches < 2:
+        parser.error("--micro-batches must be at least 2: one micro-batch is no schedule")
+    from placer.models import MODELS
+    from placer.models.registry import require_size
+
+    specs = []
+    for spec in args.models:
+        model, _, size = spec.partition(":")
+        if model not in MODELS:
+            parser.error(f"{model!r} is not a built-in model (`placer models`): schedules rebuild the model at the "
+                         "micro-batch size")
+        require_size(model, size or "paper")
+        specs.append((model, size or "paper"))
+
+    rows = []
+    for model, size in specs:
+        for gpus in args.gpus:
+            row = decide(model, size, gpus, args.gpu, args.micro_batches, args.learn_updates)
+            rows.append(row)
+            print(f"{model} {size} on {row['machine']}: joint {row['joint_ms']:.2f} ms ({row['joint']}), "
+                  f"{row['joint_vs_best_one_dim_pct']:+.1f} % against the best one-dimension decision "
+                  f"({row['best_one_dim']})", flush=True)
+    command = "python experiments/joint_modeled.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    write_report("joint_modeled", COLUMNS, rows, args.out, command=command.strip(), gpu=args.gpu,
+                 micro_batches=args.micro_batches, learn_updates=args.learn_updates,
+                 caveat="predictions of the simulator on modeled machines, not measurements")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""The modeled half of the joint benchmark: which decision each column reports, and one small run end to end."""
+
+import json
+
+import pytest
+
+from experiments.joint_modeled import main, summarize
+
+MS = 1e-3
+
+
+def test_each_column_is_the_decision_it_names():
+    alone = {"single-device": 10 * MS, "metis": 6 * MS, "expert": 7 * MS, "learned": 5.5 * MS}
+    scheduled = {("single-device", "gpipe"): 9 * MS, ("metis", "1f1b"): 6.5 * MS, ("expert", "gpipe"): 8 * MS,
+                 ("expert", "1f1b"): 4 * MS, ("learned", "gpipe"): 5 * MS}
+    row = summarize(alone, scheduled)
+    assert (row["placement"], row["placement_ms"]) == ("metis", pytest.approx(6.0))  # the learned one is its own column
+    assert row["learned_ms"] == pytest.approx(5.5)
+    assert (row["expert_schedule"], row["expert_scheduled_ms"]) == ("1f1b", pytest.approx(4.0))
+    # one after another: the fastest placement alone (learned), then the fastest schedule for it
+    assert (row["sequential"], row["sequential_ms"]) == ("learned + gpipe", pytest.approx(5.0))
+    assert (row["joint"], row["joint_ms"]) == ("expert + 1f1b", pytest.approx(4.0))
+    assert row["best_one_dim"] == "learned"
+    assert row["joint_vs_best_one_dim_pct"] == pytest.approx(100 * (1 - 4 / 5.5))
+
+
+def test_a_schedule_that_slows_the_expert_down_is_not_reported_as_its_schedule():
+    row = summarize({"single-device": 10 * MS, "expert": 7 * MS}, {("expert", "gpipe"): 8 * MS})
+    assert (row["expert_schedule"], row["expert_scheduled_ms"]) == ("none", pytest.approx(7.0))
+    assert row["joint"] == "expert" and row["joint_vs_best_one_dim_pct"] == pytest.approx(0.0)
+
+
+def test_the_single_gpu_under_a_schedule_counts_as_one_decision():
+    row = summarize({"single-device": 10 * MS, "metis": 9 * MS}, {("single-device", "gpipe"): 8 * MS})
+    assert row["best_one_dim"] == "single-device + gpipe" and row["joint_vs_best_one_dim_pct"] == pytest.approx(0.0)
+
+
+def test_bad_arguments_are_refused_before_any_model_is_built(capsys):
+    with pytest.raises(SystemExit):
+        main(["--models", "my_model.py:build"])
+    assert "not a built-in model" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--micro-batches", "1"])
+
+
+@pytest.mark.slow
+def test_a_small_run_prices_every_heuristic_and_schedule(tmp_path):
+    out = tmp_path / "joint_modeled.json"
+    assert main(["--models", "two-tower:tiny", "--gpus", "2", "--micro-batches", "2", "--learn-updates", "0",
+                 "--out", str(out)]) == 0
+    row = json.loads(out.read_text())["rows"][0]
+    assert {"single-device", "metis", "exact", "expert", "expert + gpipe", "expert + 1f1b"} <= set(row["predicted_ms"])
+    assert row["joint_ms"] == pytest.approx(min(row["predicted_ms"].values()))
+    assert row["joint_vs_best_one_dim_pct"] >= 0
