@@ -17,10 +17,12 @@ different means at very different costs:
 3. For the placement predicted fastest only: the target's workers under the other thread settings of `placer
    tune` (each setting needs a testbed of its own, so not for every placement), and with `--schedules` GPipe,
    1F1B and Tessel over micro-batches, priced op by op on the twin (each needs the model rebuilt at the
-   micro-batch size and its step profiled: seconds per placement, minutes for a joint grid).
+   micro-batch size and its step profiled: seconds per placement, minutes for a joint grid), for it and for the
+   expert's placement (the placement pipeline schedules were made for).
 
 Then every one-dimension candidate (one process under each setting; each distinct placement under the target's
-default pools; the learned one) and the best `keep` predicted of each joint family are measured side by side
+default pools; the learned one) and the best `keep` predicted of each joint family (the same dimensions changed
+from the same placement) are measured side by side
 in interleaved rounds (`placer.cost.compare`), and the fastest measured is recommended. Because every
 one-dimension candidate is in that same comparison, the staging can miss a joint combination but never
 recommends a plan slower (measured) than the best one-dimension candidate: `recommend` checks it.
@@ -159,15 +161,16 @@ class Measured:
 
 def to_measure(candidates: Sequence[Candidate], keep: int) -> list[Candidate]:
     """What the measured comparison times: every one-dimension candidate (so the recommendation can be held to
-    the best of them), and of each joint family (the same dimensions) the `keep` predicted fastest, besides
-    every one the twin cannot price. Order kept."""
+    the best of them), and of each joint family (the same dimensions changed from the same placement) the `keep`
+    predicted fastest, besides every one the twin cannot price. Order kept."""
     kept: set[str] = set()
-    families: dict[tuple[str, ...], list[Candidate]] = {}
+    families: dict[tuple, list[Candidate]] = {}
     for candidate in candidates:
         if candidate.one_dimension or candidate.predicted is None:
             kept.add(candidate.name)
         else:
-            families.setdefault(candidate.dimensions, []).append(candidate)
+            placed = None if candidate.placement is None else tuple(candidate.placement.group_devices)
+            families.setdefault((candidate.dimensions, placed), []).append(candidate)
     for family in families.values():
         kept.update(c.name for c in sorted(family, key=lambda c: c.predicted_seconds)[:keep])
     return [c for c in candidates if c.name in kept]
@@ -399,6 +402,13 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
                     "op by op on the calibrated simulator")
                 joint += _schedule_candidates(args, graph, best, real, twin, calibration, calibration_path, notes,
                                               time_limit=min(10.0, max(1.0, left() - MEASURING_RESERVE)))
+                # The expert's placement is what pipeline schedules were made for: its best schedule is the
+                # schedule-only decision a user of those papers would take.
+                expert = next((c for c in placements if "expert" in c.name.split(" = ")), None)
+                if expert is not None and expert is not best and left() - MEASURING_RESERVE >= 10:
+                    say(f"pricing the same schedules of {expert.name}")
+                    joint += _schedule_candidates(args, graph, expert, real, twin, calibration, calibration_path,
+                                                  notes, time_limit=min(10.0, max(1.0, left() - MEASURING_RESERVE)))
         candidates = [*_one_process_candidates(settings), *placements, *joint]
         measured_candidates = to_measure(candidates, args.keep)
         measured_names = {c.name for c in measured_candidates}

@@ -13,7 +13,8 @@ side by side in interleaved rounds. From that one comparison, per model (medians
 - placement alone: the fastest heuristic placement on the target's workers, and the learned placement;
 - one after another: the fastest placement predicted, then the target's workers under other pools (then a
   schedule): each decision made with the others fixed; scheduled: the fastest of those with a micro-batch
-  schedule (with --schedules);
+  schedule (with --schedules); expert scheduled: the expert's placement under its fastest measured schedule
+  (with --schedules, built-in models: the schedule-only decision of the pipeline papers);
 - joint: what `placer optimize` recommends, the fastest measured of all.
 Reported: the joint plan against the best one-dimension decision, and the threads-alone pick against the
 recommended setting (the IPDPS 2019 comparison). Search time per model. Every number comes from one
@@ -38,8 +39,8 @@ tf_logs.configure()
 from experiments._report import write_report  # noqa: E402
 
 COLUMNS = ["model", "default_ms", "recommended_ms", "threads_ms", "threads_setting", "placement_ms",
-           "placement", "learned_ms", "sequential_ms", "scheduled_ms", "joint_ms", "joint", "joint_vs_best_one_dim_pct",
-           "threads_vs_recommended_pct", "search_s"]
+           "placement", "learned_ms", "expert_scheduled_ms", "sequential_ms", "scheduled_ms", "joint_ms", "joint",
+           "joint_vs_best_one_dim_pct", "threads_vs_recommended_pct", "search_s"]
 
 
 def summarize(model: str, result) -> dict:
@@ -60,12 +61,15 @@ def summarize(model: str, result) -> dict:
     learned = fastest(lambda c: any(name == "learned" or name.startswith("learned (") for name in c.name.split(" = ")))
     sequential = fastest(lambda c: len(c.dimensions) > 1)
     scheduled = fastest(lambda c: "schedule" in c.dimensions)
+    expert_scheduled = fastest(lambda c: "schedule" in c.dimensions and "expert" in c.name.split(" + ")[0].split(" = "))
     one_dimension = fastest(lambda c: c.one_dimension)
     joint = result.recommended
     return {
         "model": model, "default_ms": ms(default), "recommended_ms": ms(recommended), "threads_ms": ms(threads),
         "threads_setting": threads and threads.candidate.name, "placement_ms": ms(placement),
         "placement": placement and placement.candidate.name, "learned_ms": ms(learned),
+        "expert_scheduled_ms": ms(expert_scheduled),
+        "expert_schedule": expert_scheduled and expert_scheduled.candidate.name,
         "sequential_ms": ms(sequential), "scheduled_ms": ms(scheduled), "joint_ms": ms(joint), "joint": joint.candidate.name,
         "joint_vs_best_one_dim_pct": 100 * (1 - joint.median / one_dimension.median) if one_dimension else None,
         "threads_vs_recommended_pct": 100 * (1 - threads.median / recommended.median)

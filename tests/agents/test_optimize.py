@@ -84,6 +84,20 @@ def test_every_one_dimension_candidate_is_measured_and_of_each_joint_family_the_
     assert kept == ["one process, default", "slow heuristic", "best + gpipe", "best + 1f1b", "best, pools 1/1"]
 
 
+def test_each_placement_s_schedules_are_a_family_of_their_own():
+    """The best placement's and the expert's schedules: the predicted fastest of each is measured, so the expert
+    under its best schedule is in the comparison even when the best placement's schedules are all faster."""
+    from types import SimpleNamespace
+
+    def scheduled(name, group_devices, predicted):
+        return Candidate(name, ("placement", "schedule"), InProcess(1), SimpleNamespace(group_devices=group_devices),
+                         predicted=StepTime(predicted, "simulated", "twin"))
+
+    candidates = [scheduled("best + gpipe", (0, 1), 0.001), scheduled("best + 1f1b", (0, 1), 0.002),
+                  scheduled("expert + gpipe", (1, 0), 0.005), scheduled("expert + 1f1b", (1, 0), 0.004)]
+    assert [c.name for c in to_measure(candidates, keep=1)] == ["best + gpipe", "expert + 1f1b"]
+
+
 # -- bad input -------------------------------------------------------------------------------------------
 
 
@@ -217,3 +231,20 @@ def test_past_the_limit_one_process_keeps_the_default_the_recommended_and_the_se
     fastest = min(left_out.values(), key=lambda t: t.seconds).seconds
     assert all(price({name: sweep[name]})[name].seconds <= fastest for name in kept if name in priced)
     assert settings_to_measure({"default": ThreadSetting()}, 5, price) == ({"default": ThreadSetting()}, {})
+
+
+@pytest.mark.slow
+def test_schedules_are_priced_for_the_best_placement_and_the_expert_s_and_measured_side_by_side(tmp_path):
+    from placer.concurrency import ThreadSetting
+    from placer.measure import MeasureConfig
+
+    calibration = _calibration_of("inprocess:2", IN_PROCESS, tmp_path / "calibration.json")
+    args = OptimizeArgs("two-tower", target="inprocess:2", calibration=str(calibration), rounds=2, learn_updates=0,
+                        schedules=True, micro_batches=2, keep=1, out=str(tmp_path / "plan.json"), progress=False)
+    result = optimize(args, measure_config=MeasureConfig(warmup_steps=1, timed_steps=3),
+                      thread_settings={"default": ThreadSetting()}, say=lambda line: None)
+    scheduled = [m for m in result.measured if "schedule" in m.candidate.dimensions]
+    placements = {m.candidate.name.split(" + ")[0] for m in scheduled}
+    assert any("expert" in name.split(" = ") for name in placements), [m.candidate.name for m in result.measured]
+    assert all(m.compared.timings for m in scheduled)
+    assert result.recommended.median == min(m.median for m in result.measured if m.ok)
