@@ -286,12 +286,12 @@ def weight_gradient_split(graph: OpGraph, op_device: dict[str, str]) -> WeightGr
     for name in backward:
         by_device.setdefault(op_device[name], set()).add(split[name])
     if not any(len(parts) == 2 for parts in by_device.values()):
-        why = ("no gradient crosses devices, so there is no input-gradient chain to run ahead" if not chain else
-               "every backward op is on the chain of a gradient another device waits for, so no weight gradient is "
-               "left to run later")
+        why = ("no gradient crosses devices (one device, or stages that pass no gradient back), so there is no "
+               "input-gradient chain to run ahead" if not chain else
+               "each device's backward is all input-gradient chain (what another device's backward waits for) or all "
+               "weight gradients, so no device has weight gradients to run after its chain")
         raise BlockTemplateError(f"the backward of {graph.name!r} placed this way cannot be split into input and "
-                                 f"weight gradients: {why}. Schedule it without the split (a placement over several "
-                                 "devices whose stages pass gradients back can be split)")
+                                 f"weight gradients: {why}. Schedule it without the split")
     gates = frozenset((name, control) for name in chain for control in step[name].control_inputs
                       if split.get(control) == WEIGHT_GRADIENT)
     return WeightGradientSplit(split, gates)
