@@ -1,5 +1,6 @@
 """Blocks from a real placement: a placed training step split per device into one forward and one backward
-block per micro-batch, with spans from the simulator's op costs and memory deltas from stashed activations.
+block per micro-batch (or the backward split again into input and weight gradients, `weight_gradient_split`),
+with spans from the simulator's op costs and memory deltas from stashed activations.
 
 Modeled assumptions, stated once: a micro-batch costs 1/micro_batches of the batch (op time and activation
 bytes scale linearly with the batch); transfers between blocks cost nothing; the optimizer update runs once
