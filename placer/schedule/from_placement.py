@@ -163,7 +163,7 @@ def op_blocks(graph: OpGraph, placement: Placement, devices: DeviceSet, *, split
     form a block "f2@DEVICE" (phases from 1), so blocks always wait for earlier phases only; an op joins the
 latest phase its consumers allow. The optimizer's
     updates and the train op belong to no block. split_weight_gradients: a device's weight-gradient ops
-    (`weight_gradient_split`) form a block "w@DEVICE" of their own."""
+    (`weight_gradient_split`) form blocks of their own, "w@DEVICE" (phased as the others, "w2@DEVICE")."""
     op_device = placement.op_devices(graph)
     short = {device.name: device.short_name for device in devices}
     kinds = weight_gradient_split(graph, op_device).kinds if split_weight_gradients else op_kinds(graph)

@@ -129,7 +129,8 @@ def test_zb_h1_runs_weight_gradients_where_1f1b_would_wait():
     assert one_f_one_b(whole, 4).makespan == 15 and idle_units(one_f_one_b(whole, 4)) == 6
     # as many micro-batches in flight as 1F1B (a micro-batch holds its activations until its W)
     assert max(plan.peak_memory().values()) == max(one_f_one_b(template, 4).peak_memory().values()) == 2
-    # Tessel's search is over any blocks: it schedules W blocks too, no worse than ZB-H1 here
+    assert zero_bubble_h1(template, 4, memory_limit=2).makespan == 13
+    # Tessel's search is over any blocks: it schedules W blocks too, no worse than ZB-H1 without a limit
     assert tessel(template, 4, time_limit=20).makespan <= plan.makespan
 
 
