@@ -2,7 +2,8 @@
 
     python experiments/schedule_fidelity.py [--calibration FILE] [--models two-tower nmt-2] [--size tiny]
         [--micro-batches 4] [--methods sequential gpipe 1f1b tessel] [--modes training inference]
-        [--rounds 3] [--warmup 2] [--steps 5] [--time-limit 10] [--out results/schedule_fidelity.json] [--dry-run]
+        [--rounds 3] [--warmup 2] [--steps 5] [--time-limit 10] [--zero-bubble] [--out results/schedule_fidelity.json]
+        [--dry-run]
 
 Per model and mode (training; inference, forward-only steps): the model placed in two stages (two-tower one
 tower per worker; NMT's encoder on the first, the rest on the second), its block template from op costs
@@ -13,7 +14,10 @@ plan's micro-batched step, held to the plan's order, is priced twice: op by op o
 (`calibrated:FILE`: its transfers, barriers, the update and the fitted overheads; `placer.schedule.predict`)
 and by the plan's makespan and the tail; then it is measured on local:2 with every plan of the model and mode
 side by side in interleaved rounds (medians of the rounds' medians). Reported per plan: measured, both predictions and their errors; per model and mode, the
-fastest plan measured and the fastest each price picks. Without --calibration the testbed is calibrated first
+fastest plan measured and the fastest each price picks. --zero-bubble adds, in training, plans over the
+backward split into input and weight gradients (`blocks_from_placement(..., split_weight_gradients=True)`):
+ZB-H1 (`zb-h1`) and Tessel's search over those blocks (`tessel-zb`), priced and measured side by side with the
+others. Without --calibration the testbed is calibrated first
 (into results/schedule_fidelity/calibration.json). --dry-run prices every plan (costs cached beside the
 calibration, else roofline estimates of a host CPU on its links) and measures nothing.
 """
@@ -38,6 +42,8 @@ from experiments.schedules import pipeline_placement  # noqa: E402
 MEASURED_TARGET = "local:2"
 DEFAULT_CALIBRATION = "results/schedule_fidelity/calibration.json"
 METHODS = ("sequential", "gpipe", "1f1b", "tessel")
+ZERO_BUBBLE_PLANS = {"zb-h1": "zb-h1", "tessel-zb": "tessel"}
+"""With --zero-bubble: plan name -> the method that schedules the template with weight-gradient blocks."""
 MODES = ("training", "inference")
 
 
@@ -73,29 +79,39 @@ def scheduled_plans(model: str, mode: str, args, measurer) -> tuple[dict, dict, 
     spec = parse_target_spec(f"calibrated:{args.calibration}")
     graph = build_model(model, args.size)
     costs, source = op_costs(graph, args.calibration, measurer)
+    split_variants = (False, True) if args.zero_bubble and mode == "training" else (False,)
     with open_target(graph, spec, costs=costs) as target:
         placement = pipeline_placement(model, graph, target.devices)
-        template = blocks_from_placement(target.simulator, placement, args.micro_batches)
+        templates = {split: blocks_from_placement(target.simulator, placement, args.micro_batches,
+                                                  split_weight_gradients=split) for split in split_variants}
     if mode == "inference":
-        template = template.forward_only()
+        templates = {False: templates[False].forward_only()}
     micro_batch_graph = build_micro_batch_graph(model, args.size, args.micro_batches)
     at_micro_batch = placement_at_micro_batch(placement, graph, micro_batch_graph, spec.devices)
-    # One step (training, or forward-only) serves every plan; its op costs price the spans and each plan.
-    step, step_placement = step_for_plan(sequential(template, args.micro_batches), micro_batch_graph, at_micro_batch,
-                                         spec.devices)
-    step_costs, step_source = op_costs(step.graph, args.calibration, measurer)
-    template = priced_template(template, micro_batch_graph, at_micro_batch, spec, costs=step_costs)
-    plans = {method: make_schedule(method, template, args.micro_batches, None, time_limit=args.time_limit)
-             for method in args.methods}
-    priced = {}
-    for method, plan in plans.items():
-        scheduled = scheduled_step(step, step_placement, spec.devices, plan)
-        priced[method] = (scheduled, predict_scheduled_step(scheduled, spec, costs=step_costs), plan)
-    print(f"  {model} {mode}: {len(step.graph.ops)} ops, blocks {[b.name for b in template.blocks]}", file=sys.stderr,
-          flush=True)
-    return priced, {"blocks": [b.name for b in template.blocks], "spans": {b.name: b.span for b in template.blocks},
-                    "time_unit": template.time_unit, "tail_seconds": template.tail_seconds,
-                    "orders": {method: plan_orders(plan) for method, plan in plans.items()}}, f"{source}; step {step_source}"
+    priced, facts, sources = {}, {}, []
+    for split, template in templates.items():
+        # One step (training, forward-only, or training with the gradient gates between B and W dropped)
+        # serves every plan of a template; its op costs price the spans and each plan.
+        step, step_placement = step_for_plan(sequential(template, args.micro_batches), micro_batch_graph,
+                                             at_micro_batch, spec.devices)
+        step_costs, step_source = op_costs(step.graph, args.calibration, measurer)
+        template = priced_template(template, micro_batch_graph, at_micro_batch, spec, costs=step_costs)
+        methods = ZERO_BUBBLE_PLANS if split else {method: method for method in args.methods}
+        plans = {name: make_schedule(method, template, args.micro_batches, None, time_limit=args.time_limit)
+                 for name, method in methods.items()}
+        for name, plan in plans.items():
+            scheduled = scheduled_step(step, step_placement, spec.devices, plan)
+            priced[name] = (scheduled, predict_scheduled_step(scheduled, spec, costs=step_costs), plan)
+        print(f"  {model} {mode}: {len(step.graph.ops)} ops, blocks {[b.name for b in template.blocks]}",
+              file=sys.stderr, flush=True)
+        key = "split" if split else "whole"
+        facts[key] = {"blocks": [b.name for b in template.blocks], "spans": {b.name: b.span for b in template.blocks},
+                      "time_unit": template.time_unit, "tail_seconds": template.tail_seconds}
+        facts.setdefault("orders", {}).update({name: plan_orders(plan) for name, plan in plans.items()})
+        sources.append(step_source)
+    if len(templates) == 1:  # no split: the facts as before, at the top level
+        facts = {**facts["whole"], "orders": facts["orders"]}
+    return priced, facts, f"{source}; step {', '.join(sources)}"
 
 
 def plan_orders(plan) -> dict[str, list[str]]:
@@ -156,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=2, help="warm-up steps per timing (default 2)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per timing (default 5)")
     parser.add_argument("--time-limit", type=float, default=10.0, help="seconds per Tessel search (default 10)")
+    parser.add_argument("--zero-bubble", action="store_true", help="in training, also the plans over the backward "
+                        f"split into input and weight gradients: {', '.join(ZERO_BUBBLE_PLANS)}")
     parser.add_argument("--out", default="results/schedule_fidelity.json")
     parser.add_argument("--dry-run", action="store_true", help="price every plan; measure nothing, start nothing")
     args = parser.parse_args(argv)
@@ -200,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                        "span_error_pct", "makespan", "bubbles", "order_kept"],
                  rows, args.out, target=MEASURED_TARGET, calibration=args.calibration, size=args.size,
                  micro_batches=args.micro_batches, rounds=args.rounds, warmup=args.warmup, steps=args.steps,
-                 time_limit=args.time_limit, dry_run=args.dry_run, plans=facts, fastest=summary,
+                 time_limit=args.time_limit, zero_bubble=args.zero_bubble, dry_run=args.dry_run, plans=facts, fastest=summary,
                  command=" ".join(["python", *sys.argv]),
                  note="measured: median over interleaved rounds of each run's median step; predicted: op by op on "
                       "calibrated:FILE (transfers, barriers, update, overheads); span: the plan's makespan over "

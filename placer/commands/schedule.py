@@ -16,7 +16,7 @@ from placer.errors import PlacerError
 def add_schedule_arguments(parser) -> None:
     from placer.commands.target_option import add_target_argument
     from placer.measure.config import add_measure_arguments
-    from placer.schedule.methods import METHODS
+    from placer.schedule.methods import ALL_METHODS, METHODS, SPLIT_METHODS
     from placer.schedule.shapes import SHAPES
 
     parser.add_argument("shape", nargs="?", metavar="SHAPE|MODEL|PLACEMENT.json",
@@ -40,8 +40,14 @@ def add_schedule_arguments(parser) -> None:
     parser.add_argument("--micro-batches", type=int, default=8, help="micro-batches per training step (default 8)")
     parser.add_argument("--memory-limit", type=int, help="memory units per device; a forward block keeps 1 "
                         "(default: unlimited)")
-    parser.add_argument("--method", "--strategy", action="append", choices=METHODS,
-                        help=f"give several times (default: all of {', '.join(METHODS)})")
+    parser.add_argument("--method", "--strategy", action="append", choices=ALL_METHODS,
+                        help=f"give several times (default: all of {', '.join(METHODS)}, and with "
+                        f"--split-weight-gradients {', '.join(SPLIT_METHODS)}); {', '.join(SPLIT_METHODS)} implies "
+                        "--split-weight-gradients")
+    parser.add_argument("--split-weight-gradients", action="store_true", help="with --model: split each device's "
+                        "backward into its input-gradient chain (b@DEVICE, what another device's backward waits for) "
+                        "and its weight gradients (w@DEVICE, read only by the update), which every method then "
+                        "schedules as blocks of their own (ZeroBubble); refused where no device has both")
     parser.add_argument("--time-limit", type=float, default=30.0, help="seconds each Tessel search may take; when "
                         "it runs out, the best plan so far is kept and marked (default 30)")
     parser.add_argument("--save", metavar="FILE", help="write the plan of the first --method (default tessel) as a "
@@ -72,6 +78,7 @@ def schedule_command(args) -> int:
     if args.micro_batches < 1:
         raise PlacerError(f"--micro-batches must be at least 1, got {args.micro_batches}")
     _read_subject(args)
+    _check_split(args)
     if args.save_plan:
         _check_plan_target(args)
     measured = args.model is not None and parse_target_spec(args.target).backend == "measured"
@@ -95,6 +102,22 @@ def schedule_command(args) -> int:
         plans = {method: with_prediction(plan, predictions[method]) for method, plan in plans.items()}
     _save_first(args, plans, placed)
     return _report_plans(args, template, plans)
+
+
+def _check_split(args) -> None:
+    """--split-weight-gradients, set by a method that needs it; refused for a shape or --inference."""
+    from placer.schedule.methods import SPLIT_METHODS
+
+    asked = [method for method in args.method or () if method in SPLIT_METHODS]
+    args.split_weight_gradients = bool(args.split_weight_gradients or asked)
+    if not args.split_weight_gradients:
+        return
+    why = ("--split-weight-gradients" if not asked else f"--method {asked[0]}")
+    if args.shape is not None:
+        raise PlacerError(f"{why} splits a placed model's backward: give a model (`placer schedule two-tower`), not "
+                          "a shape")
+    if args.inference:
+        raise PlacerError(f"{why} splits the backward, and --inference schedules forward blocks only: drop one")
 
 
 def _read_subject(args) -> None:
@@ -143,11 +166,11 @@ def _check_plan_target(args) -> None:
 def _make_plans(args, template, placed=None) -> dict:
     """Every --method's plan of `template`, each recording what it was made for. placed: (graph, placement file)
     of a placed model."""
-    from placer.schedule.methods import METHODS, make_schedule
+    from placer.schedule.methods import make_schedule, methods_for
     from placer.schedule.origin import PlanOrigin, with_origin
 
     plans = {method: make_schedule(method, template, args.micro_batches, args.memory_limit, time_limit=args.time_limit)
-             for method in args.method or METHODS}
+             for method in args.method or methods_for(template)}
     if placed is not None:
         origin = PlanOrigin.of(args.model, args.size, placed[1])
         plans = {method: with_origin(plan, origin) for method, plan in plans.items()}
@@ -183,6 +206,7 @@ def _save_plan(args, schedule, graph, placement_file) -> None:
                args.target, "--micro-batches", str(args.micro_batches), "--method", _kept(args)]
     command += ["--memory-limit", str(args.memory_limit)] if args.memory_limit is not None else []
     command += ["--inference"] if args.inference else []
+    command += ["--split-weight-gradients"] if args.split_weight_gradients else []
     Plan.made_for(args.model, args.size, graph, placement_file, args.target, schedule=schedule, predicted=predicted,
                   made_by="placer schedule", command=shlex.join([*command, "--save-plan", args.save_plan])
                   ).save(args.save_plan)
@@ -246,7 +270,8 @@ def _model_template(args):
     spec = parse_target_spec(args.target)
     with open_target(graph, spec) as target:
         placement = placement_named(args.placement, args.model, graph, target.devices, target.simulator)
-        template = blocks_from_placement(target.simulator, placement, args.micro_batches)
+        template = blocks_from_placement(target.simulator, placement, args.micro_batches,
+                                         split_weight_gradients=args.split_weight_gradients)
     if args.inference:
         template = template.forward_only()
     placed = (graph, placement.to_file(graph, args.placement))
@@ -287,7 +312,8 @@ def _real_target_command(args) -> int:
         placement = placement_named(args.placement, args.model, graph, devices)
         placed = (graph, placement.to_file(graph, args.placement))
         placement = placement_at_micro_batch(placement, graph, micro_batch_graph, devices)
-        template = profiled_template(measurer, micro_batch_graph, placement, args.micro_batches)
+        template = profiled_template(measurer, micro_batch_graph, placement, args.micro_batches,
+                                     split_weight_gradients=args.split_weight_gradients)
         if args.inference:
             template = template.forward_only()
         plans = _make_plans(args, template, placed)

@@ -15,7 +15,10 @@ from placer.errors import BlockTemplateError
 
 FORWARD = "forward"
 BACKWARD = "backward"
-BLOCK_KINDS = (FORWARD, BACKWARD)
+WEIGHT_GRADIENT = "weight-gradient"
+"""The part of a backward that only the update reads (ZeroBubble's W): gradients of the variables, split off the
+input-gradient chain (B, kind "backward") so that a schedule may run it later."""
+BLOCK_KINDS = (FORWARD, BACKWARD, WEIGHT_GRADIENT)
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,8 @@ class BlockSpec:
     name: str
     """The sub-graph id, unique in its template (e.g. "f0", "b3")."""
     kind: str
-    """"forward" or "backward"."""
+    """"forward", "backward", or "weight-gradient" (a backward's weight gradients split off its input-gradient
+    chain, `blocks_from_placement(..., split_weight_gradients=True)`)."""
     span: int
     """Time units the block occupies its devices (at least 1)."""
     memory: int
@@ -76,7 +80,7 @@ class BlockTemplate:
         known = set(self.devices)
         for block in self.blocks:
             if block.kind not in BLOCK_KINDS:
-                raise BlockTemplateError(f"block {block.name!r} has kind {block.kind!r}; use 'forward' or 'backward'")
+                raise BlockTemplateError(f"block {block.name!r} has kind {block.kind!r}; use one of {', '.join(BLOCK_KINDS)}")
             if not isinstance(block.span, int) or block.span < 1:
                 raise BlockTemplateError(f"block {block.name!r} has span {block.span!r}; spans are whole time units, at least 1")
             if not isinstance(block.memory, int):
@@ -138,7 +142,12 @@ class BlockTemplate:
     @property
     def trains(self) -> bool:
         """True when a micro-batch has backward blocks (a training step); False for inference (`forward_only`)."""
-        return any(block.kind == BACKWARD for block in self.blocks)
+        return any(block.kind in (BACKWARD, WEIGHT_GRADIENT) for block in self.blocks)
+
+    @property
+    def splits_weight_gradients(self) -> bool:
+        """True when the backward is split into input-gradient (B) and weight-gradient (W) blocks."""
+        return any(block.kind == WEIGHT_GRADIENT for block in self.blocks)
 
     def forward_only(self) -> BlockTemplate:
         """The template of inference: the forward blocks alone, waiting for each other as before, keeping no

@@ -15,7 +15,7 @@ from placer.graph.opgraph import OpGraph
 from placer.graph.order import OpChain, OrderViolation, enforce_order, order_violations, traced_links
 from placer.measure.config import MeasureConfig
 from placer.placement import Placement
-from placer.schedule.from_placement import block_dependencies, op_blocks
+from placer.schedule.from_placement import block_dependencies, op_blocks, weight_gradient_split
 from placer.schedule.inference import forward_only_graph, forward_only_placement
 from placer.schedule.micro_batch import MicroBatchedStep, micro_batched_step
 from placer.schedule.origin import PlanPrediction, plan_prediction
@@ -61,8 +61,15 @@ def block_ops(step: MicroBatchedStep, placement: Placement, devices: DeviceSet, 
     if plan.micro_batches != step.micro_batches:
         raise MicroBatchError(f"the plan orders {plan.micro_batches} micro-batches but the step has {step.micro_batches}: "
                               "make the plan and the step with the same --micro-batches")
-    membership = op_blocks(step.micro_batch_graph, placement, devices)
-    actual = {block: tuple(sorted(after)) for block, after in block_dependencies(step.micro_batch_graph, membership).items()}
+    split = plan.template.splits_weight_gradients
+    gates = weight_gradient_split(step.micro_batch_graph, placement.op_devices(step.micro_batch_graph)).gates if split else frozenset()
+    if not gates <= step.dropped_control_edges:
+        raise ScheduleMismatchError(
+            f"the plan splits the backward into input and weight gradients, but the step keeps {len(gates - step.dropped_control_edges)} "
+            "gradient gates that make input gradients wait for weight gradients: make the step with step_for_plan")
+    membership = op_blocks(step.micro_batch_graph, placement, devices, split_weight_gradients=split)
+    actual = {block: tuple(sorted(after))
+              for block, after in block_dependencies(step.micro_batch_graph, membership, gates).items()}
     planned = {block.name: tuple(sorted(block.after)) for block in plan.template.blocks}
     if set(actual) != set(planned):
         raise ScheduleMismatchError(
@@ -92,7 +99,12 @@ def step_for_plan(plan: SchedulePlan, micro_batch_graph: OpGraph, placement: Pla
                   ) -> tuple[MicroBatchedStep, Placement]:
     """The micro-batched step `plan` orders, and the placement of the graph that step copies (`placement`
     places `micro_batch_graph`): the training step, or for a plan of forward blocks only (inference) the
-    forward-only step (`placer.schedule.inference`). Give both to `scheduled_step`."""
+    forward-only step (`placer.schedule.inference`). Give both to `scheduled_step`. A plan whose backward is
+    split into input and weight gradients gets the step without the gradient gates between them
+    (`weight_gradient_split`), so that its weight gradients can run later."""
+    if plan.template.splits_weight_gradients:
+        gates = weight_gradient_split(micro_batch_graph, placement.op_devices(micro_batch_graph)).gates
+        return micro_batched_step(micro_batch_graph, plan.micro_batches, dropped_control_edges=gates), placement
     if plan.template.trains:
         return micro_batched_step(micro_batch_graph, plan.micro_batches), placement
     forward = forward_only_graph(micro_batch_graph)
@@ -182,13 +194,16 @@ def run_schedule(measurer, scheduled: ScheduledStep, config: MeasureConfig | Non
                        traced, links, predicted, prediction)
 
 
-def profiled_template(measurer, graph: OpGraph, placement: Placement, micro_batches: int, *, steps: int = 3):
+def profiled_template(measurer, graph: OpGraph, placement: Placement, micro_batches: int, *, steps: int = 3,
+                      split_weight_gradients: bool = False):
     """The block template of `graph` (built at the micro-batch size) placed by `placement`, its spans from op
-    costs profiled on `measurer`'s target (`placer.profile.profile_costs`): what a plan predicts there."""
+    costs profiled on `measurer`'s target (`placer.profile.profile_costs`): what a plan predicts there.
+    split_weight_gradients: as for `blocks_from_placement`."""
     from placer.profile import profile_costs
     from placer.schedule.from_placement import blocks_from_placement
     from placer.simulate import Simulator, SimulatorConfig
 
     costs = profile_costs(graph, measurer, steps=steps)
     simulator = Simulator(graph, measurer.devices, {costs.device_kind: costs}, SimulatorConfig(cpu_slots=1))
-    return blocks_from_placement(simulator, placement, micro_batches, of_micro_batch=True)
+    return blocks_from_placement(simulator, placement, micro_batches, of_micro_batch=True,
+                                 split_weight_gradients=split_weight_gradients)

@@ -49,6 +49,9 @@ class MicroBatchedStep:
     """Every copied op -> (micro-batch, the op of `micro_batch_graph` it copies)."""
     merged: Mapping[str, str]
     """Every op that merges the copies' outputs -> the op of `micro_batch_graph` whose output it merges."""
+    dropped_control_edges: frozenset[tuple[str, str]] = frozenset()
+    """Control edges (op, control input) of `micro_batch_graph` its copies lack: the gradient gates a split of
+    the backward into input and weight gradients drops (`weight_gradient_split`)."""
 
     def lift_placement(self, placement: Placement, devices: DeviceSet) -> Placement:
         """`placement` of the micro-batch graph as a placement of the micro-batched step: each copy goes where
@@ -66,8 +69,13 @@ class MicroBatchedStep:
                                          {**placement.metadata, "micro_batches": self.micro_batches})
 
 
-def micro_batched_step(graph: OpGraph, micro_batches: int) -> MicroBatchedStep:
-    """The step of `graph` (built at the micro-batch size) over `micro_batches` micro-batches, one update."""
+def micro_batched_step(graph: OpGraph, micro_batches: int, *,
+                       dropped_control_edges: frozenset[tuple[str, str]] = frozenset()) -> MicroBatchedStep:
+    """The step of `graph` (built at the micro-batch size) over `micro_batches` micro-batches, one update.
+
+    dropped_control_edges: control edges (op, control input) of `graph` the step leaves out, in every copy:
+    the gradient gates that would make an input gradient wait for a weight gradient (`weight_gradient_split`);
+    they order ops without passing values, so the step computes the same."""
     if not isinstance(micro_batches, int) or isinstance(micro_batches, bool) or micro_batches < 1:
         raise MicroBatchError(f"micro-batches must be a positive whole number, got {micro_batches!r}")
     kinds = op_kinds(graph)
@@ -98,12 +106,14 @@ def micro_batched_step(graph: OpGraph, micro_batches: int) -> MicroBatchedStep:
                 copy = out.node.add()
                 copy.CopyFrom(node)
                 copy.name = copy_prefix(m) + node.name
-                copy.input[:] = [_renamed(i, m, copied) for i in node.input]
+                copy.input[:] = [_renamed(i, m, copied) for i in node.input
+                                 if not (i.startswith("^") and (node.name, i[1:]) in dropped_control_edges)]
                 _rename_attrs(copy, m, copied)
                 copies[copy.name] = (m, node.name)
             continue
         kept = out.node.add()
         kept.CopyFrom(node)
+        kept.input[:] = [i for i in node.input if not (i.startswith("^") and (node.name, i[1:]) in dropped_control_edges)]
         if any(_op_of(i) in copied for i in node.input):
             if node.name != graph.train_op and not node.op.startswith(UPDATE_OP_PREFIXES):
                 raise MicroBatchError(f"op {node.name!r} ({node.op}) of {graph.name!r} reads batch-dependent ops but is "
@@ -125,7 +135,7 @@ def micro_batched_step(graph: OpGraph, micro_batches: int) -> MicroBatchedStep:
         tf.compat.v1.import_graph_def(out, name="")
     batched = op_graph_from_tf_graph(imported, graph.train_op, graph.init_op, loss=loss,
                                      name=f"{graph.name}-x{micro_batches}mb")
-    return MicroBatchedStep(batched, graph, micro_batches, copies, dict(merger.merged))
+    return MicroBatchedStep(batched, graph, micro_batches, copies, dict(merger.merged), frozenset(dropped_control_edges))
 
 
 class _Merger:

@@ -1,8 +1,11 @@
-"""The standard schedules (sequential, GPipe, 1F1B) for any block template, by list scheduling with each one's priority rule.
+"""The standard schedules (sequential, GPipe, 1F1B, ZB-H1) for any block template, by list scheduling with each one's priority rule.
 
 sequential: one micro-batch at a time. GPipe: every forward before any backward on a device, memory ignored
 (as GPipe does). 1F1B: backwards first, at most as many micro-batches in flight as there are devices, and
-never over the memory limit.
+never over the memory limit. ZB-H1 (Qi et al., ICLR 2024, the handcrafted schedule with 1F1B's memory): 1F1B
+over a template whose backward is split into input gradients (B) and weight gradients (W), B first, then
+forwards, and W last, so that a device runs its weight gradients when it would otherwise wait; a micro-batch
+stays in flight until its W ends, which keeps 1F1B's peak memory.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from placer.errors import ScheduleError, ScheduleInfeasibleError
-from placer.schedule.blocks import BACKWARD, FORWARD, BlockTemplate
+from placer.schedule.blocks import BACKWARD, FORWARD, WEIGHT_GRADIENT, BlockTemplate
 from placer.schedule.plan import SchedulePlan, ScheduledBlock, check_plan_inputs
 
 
@@ -39,12 +42,26 @@ def one_f_one_b(template: BlockTemplate, micro_batches: int, memory_limit: int |
     return list_schedule(template, micro_batches, "1f1b", memory_limit)
 
 
+def zero_bubble_h1(template: BlockTemplate, micro_batches: int, memory_limit: int | None = None) -> SchedulePlan:
+    """ZB-H1 over a template with weight-gradient blocks (`blocks_from_placement(...,
+    split_weight_gradients=True)`); raises ScheduleError for one without."""
+    if not template.splits_weight_gradients:
+        raise ScheduleError(f"zb-h1 defers weight-gradient blocks, and template {template.name!r} has none: make it "
+                            "with blocks_from_placement(..., split_weight_gradients=True) (placer schedule "
+                            "--split-weight-gradients)")
+    return list_schedule(template, micro_batches, "zb-h1", memory_limit)
+
+
+_KIND_RANK_ZB = {BACKWARD: 0, FORWARD: 1, WEIGHT_GRADIENT: 2}
+
+
 def list_schedule(template: BlockTemplate, micro_batches: int, rule_name: str, memory_limit: int | None = None) -> SchedulePlan:
     """Greedy list scheduling: at each time, start every ready block whose devices are free, best priority first."""
     rules = {
         "sequential": _Rule(lambda kind, m, position: (m, position), 1, False, True),
         "gpipe": _Rule(lambda kind, m, position: (kind != FORWARD, m, position), None, True, False),
         "1f1b": _Rule(lambda kind, m, position: (kind != BACKWARD, m, position), len(template.devices), False, True),
+        "zb-h1": _Rule(lambda kind, m, position: (_KIND_RANK_ZB[kind], m, position), len(template.devices), False, True),
     }
     if rule_name not in rules:
         raise ScheduleError(f"unknown standard schedule {rule_name!r}; known: {', '.join(rules)}")
@@ -124,6 +141,7 @@ def list_schedule(template: BlockTemplate, micro_batches: int, rule_name: str, m
 
 
 STANDARD_SCHEDULES = {"sequential": sequential, "gpipe": gpipe, "1f1b": one_f_one_b}
+"""The list schedules any template can take (ZB-H1 needs weight-gradient blocks)."""
 
 
 def _crosses_reservation(template: BlockTemplate, reserved: dict[tuple[int, int], int], key: tuple[int, int],

@@ -6,18 +6,26 @@ from experiments.schedule_fidelity import main
 from placer.calibration import Calibration, this_machine
 
 
-def test_a_dry_run_prices_each_plan_op_by_op_and_by_block_spans_without_measuring(tmp_path, capsys, monkeypatch):
-    import placer.measure
-
-    def no_testbed(*args, **kwargs):
-        raise AssertionError("a dry run starts no measurement")
-
-    monkeypatch.setattr(placer.measure, "Measurer", no_testbed)
+def calibration_file(tmp_path):
     calibration = Calibration(step_overhead=1e-3, spanning_overhead=3e-4, send_cpu=5e-5, send_cpu_per_byte=1e-9,
                               recv_cpu=5e-5, recv_cpu_per_byte=1e-9, latency=1e-4, bandwidth=float("inf"), samples={},
                               target="local:2", rounds=2, machine=this_machine(),
                               devices=tuple(f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(2)))
-    path = calibration.save(tmp_path / "calibration.json")
+    return calibration.save(tmp_path / "calibration.json")
+
+
+def no_testbed(monkeypatch):
+    import placer.measure
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a dry run starts no measurement")
+
+    monkeypatch.setattr(placer.measure, "Measurer", refuse)
+
+
+def test_a_dry_run_prices_each_plan_op_by_op_and_by_block_spans_without_measuring(tmp_path, capsys, monkeypatch):
+    no_testbed(monkeypatch)
+    path = calibration_file(tmp_path)
     out = tmp_path / "fidelity.json"
     main(["--calibration", str(path), "--models", "two-tower", "--methods", "sequential", "gpipe", "--dry-run",
           "--time-limit", "2", "--out", str(out)])
@@ -35,3 +43,18 @@ def test_a_dry_run_prices_each_plan_op_by_op_and_by_block_spans_without_measurin
     assert abs(sequential["span_ms"] - sequential["predicted_ms"]) < 0.05 * sequential["predicted_ms"]
     assert report["dry_run"] and report["command"].startswith("python")
     assert "op_level_picks" in capsys.readouterr().out
+
+
+def test_zero_bubble_adds_plans_over_the_split_backward_in_training(tmp_path, monkeypatch):
+    no_testbed(monkeypatch)
+    out = tmp_path / "fidelity.json"
+    main(["--calibration", str(calibration_file(tmp_path)), "--models", "two-tower", "--methods", "1f1b",
+          "--zero-bubble", "--dry-run", "--time-limit", "2", "--out", str(out)])
+    report = json.loads(out.read_text())
+    rows = {(r["mode"], r["method"]): r for r in report["rows"]}
+    assert set(rows) == {("training", "1f1b"), ("training", "zb-h1"), ("training", "tessel-zb"), ("inference", "1f1b")}
+    assert all(row["predicted_ms"] > 1.0 for row in rows.values())
+    training = report["plans"]["two-tower training"]
+    assert any(name.startswith("w@") for name in training["split"]["blocks"])
+    assert not any(name.startswith("w@") for name in training["whole"]["blocks"])
+    assert set(training["orders"]) == {"1f1b", "zb-h1", "tessel-zb"} and report["zero_bubble"]

@@ -162,3 +162,29 @@ def test_placer_schedule_on_a_calibrated_target_pays_its_overheads_and_apply_ref
 
     assert main(["apply", str(placement), "--schedule", str(plan), "--target", "inprocess:2"]) == 2
     assert "a calibration of local:2, so it predicts steps there, not on inprocess:2" in capsys.readouterr().err
+
+
+def test_placer_schedule_zb_h1_splits_the_backward_and_apply_runs_its_plan_in_order(tmp_path, capsys):
+    from placer.plan import read_plan_file
+
+    path = tmp_path / "plan.json"
+    assert main(["schedule", "two-tower", "--target", "inprocess:2", "--micro-batches", "4", "--method", "zb-h1",
+                 "--method", "1f1b", "--save-plan", str(path), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert {b["name"] for b in printed["template"]["blocks"]} == {"f@CPU:0", "f@CPU:1", "b@CPU:0", "w@CPU:0", "w@CPU:1"}
+    assert [row["method"] for row in printed["plans"]] == ["zb-h1", "1f1b"]
+    plan = read_plan_file(path)
+    assert plan.schedule.method == "zb-h1" and plan.schedule.template.splits_weight_gradients
+    assert "--split-weight-gradients" in plan.provenance["command"]
+    status = main(["apply", str(path), "--repeats", "2", "--warmup", "1", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert status == 0, report
+    assert report["method"] == "zb-h1" and report["order_kept"] is True
+    assert report["blocks_traced"] == report["blocks"] == 5 * 4
+
+
+def test_placer_schedule_refuses_the_split_for_a_shape_or_inference(capsys):
+    assert main(["schedule", "pipeline", "--method", "zb-h1"]) == 2
+    assert "--method zb-h1 splits a placed model's backward: give a model" in capsys.readouterr().err
+    assert main(["schedule", "two-tower", "--split-weight-gradients", "--inference"]) == 2
+    assert "--inference schedules forward blocks only" in capsys.readouterr().err
