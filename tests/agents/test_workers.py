@@ -253,3 +253,28 @@ trap '{ray} stop --force >/dev/null 2>&1' EXIT
     assert done.returncode == 0, done.stderr[-3000:]
     assert "on 2 Ray actors on 2 nodes" in done.stdout + done.stderr
     _same_policy(policy, serial_policy)
+
+
+@pytest.mark.slow
+def test_a_ray_actor_that_dies_mid_task_has_its_tasks_sent_again_to_a_new_actor(tmp_path):
+    pytest.importorskip("ray")
+    from placer.testbed import isolation_available
+
+    if not isolation_available():
+        pytest.skip("no private network namespace can be made here (`unshare -rn`)")
+    script = f"""
+import logging, sys
+logging.basicConfig(level=logging.WARNING, stream=sys.stdout)
+from agents.workers import RayWorkers, Task
+from tests.agents.test_workers import _die_once, _double
+with RayWorkers("auto", 2) as workers:
+    first = workers.pids()
+    results = workers.run([Task(_die_once, ({str(tmp_path / 'died')!r}, value), worker=1) for value in range(3)]
+                          + [Task(_double, (10,), worker=0)])
+    print("RESULTS", results, workers.pids()[0] == first[0], workers.pids()[1] != first[1])
+"""
+    done = subprocess.run(["unshare", "-rn", sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "RESULTS [0, 2, 4, 20] True True" in done.stdout
+    assert "Ray actor 1 died while running task 0 (_die_once); sending it and 2 later task(s)" in done.stdout
