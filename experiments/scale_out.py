@@ -2,14 +2,15 @@
 local worker processes and Ray nodes, with the speed-up, the efficiency, and a projection for N machines.
 
     python experiments/scale_out.py [--workloads pretrain train folds] [--workers 1 2] [--ray-nodes 1 2]
-        [--pretrain-updates 60] [--train-model nmt-2] [--train-updates 10] [--smoke] [--out FILE]
+        [--pretrain-updates 60] [--train-model nmt-2] [--train-updates 10] [--families towers mlp transformer]
+        [--smoke] [--out FILE]
 
 Workloads, each run as the command a user types, in a fresh process, once per engine:
 - pretrain: `placer pretrain` on the default (graph, machine) pairs; its workers own the pairs (their graphs,
   targets and heuristics' votes are built in parallel) and evaluate their placements.
 - train: one simulated `placer train --agent graph`; its workers evaluate each update's placements.
-- folds: `experiments/generalization.py` on two held-out families and the generated graphs: three
-  independent folds, each a pre-training and its evaluation, one per worker.
+- folds: `experiments/generalization.py` holding out `--families` in turn, plus the fold of the generated
+  graphs: independent folds, each a pre-training and its evaluation, spread over the workers.
 Engines: local worker processes (`--workers N`; 1 is the serial path) and a Ray cluster on this machine of 1
 or 2 nodes with one CPU each (`ray start` in a private network namespace, `--ray ADDRESS`). Every result is
 checked against the serial run's (the same policy, the same best placement, the same rows).
@@ -43,7 +44,6 @@ from experiments._report import write_report  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 RAY_PORT = 6390
-FOLDS = ("towers", "mlp")
 
 
 def pretrain_command(args, out: Path) -> list[str]:
@@ -62,10 +62,10 @@ def train_command(args, run_dir: Path) -> list[str]:
 
 
 def folds_command(args, out: Path) -> list[str]:
-    updates = ["--pretrain-updates", "4", "--finetune-updates", "1"] if args.smoke else \
-        ["--pretrain-updates", str(args.pretrain_updates), "--finetune-updates", "5"]
-    return [str(REPO / "experiments" / "generalization.py"), "--families", *FOLDS, "--generated", "1",
-            "--machines", "modeled:2xV100", "--pretrain-generated", "0", *updates, "--out", str(out)]
+    return [str(REPO / "experiments" / "generalization.py"), "--families", *args.families,
+            "--generated", "0" if args.smoke else "1", "--machines", "modeled:2xV100", "--pretrain-generated", "0",
+            "--pretrain-updates", str(args.pretrain_updates), "--finetune-updates", "1" if args.smoke else "5",
+            "--out", str(out)]
 
 
 def engine_flags(engine: str, count: int) -> list[str]:
@@ -146,6 +146,8 @@ def main() -> None:
     parser.add_argument("--train-model", default="nmt-2")
     parser.add_argument("--train-updates", type=int, default=10)
     parser.add_argument("--train-samples", type=int, default=8, help="samples per update of the training")
+    parser.add_argument("--families", nargs="+", default=["towers", "mlp", "transformer"],
+                        help="the folds workload: families held out in turn (the generated graphs' fold is added)")
     parser.add_argument("--machines", nargs="+", type=int, default=[1, 2, 4, 8, 16],
                         help="machine counts to project for")
     parser.add_argument("--cores", type=int, default=os.cpu_count(), help="cores per projected machine")
@@ -156,6 +158,7 @@ def main() -> None:
         parser.error("--workers must include 1: the serial run is what the others are compared with")
     if args.smoke:
         args.pretrain_updates, args.train_model, args.train_updates, args.train_samples = 4, "two-tower", 2, 4
+        args.families = ["towers", "mlp"]
     if args.ray_nodes:
         from placer.testbed import isolation_available
 
@@ -169,7 +172,7 @@ def main() -> None:
     from agents.graph_policy import training_set
 
     pairs = (len(training_set.MODELS) + training_set.GENERATED) * len(training_set.MACHINES)
-    units = {"pretrain": 4 if args.smoke else pairs, "train": args.train_samples, "folds": len(FOLDS) + 1}
+    units = {"pretrain": 4 if args.smoke else pairs, "train": args.train_samples, "folds": len(args.families) + (0 if args.smoke else 1)}
     engines = [("local", n) for n in sorted(set(args.workers))] + [("ray", n) for n in sorted(set(args.ray_nodes))]
     rows, serial = [], {}
     with tempfile.TemporaryDirectory() as scratch_dir:
