@@ -234,6 +234,9 @@ class SerialWorkers:
 
 # -- Ray actors ------------------------------------------------------------------------------------------
 
+ACTOR_START_SECONDS = 60
+"""How long a new actor may take to start before its slot's work goes to another actor."""
+
 AUTO = "auto"
 """A private Ray of this machine's CPUs, started for the command in a loopback-only network namespace."""
 
@@ -270,8 +273,10 @@ class _Actor:
 class RayWorkers:
     """Tasks on Ray actors: `count` of them (default: one per CPU of the cluster), placed by Ray."""
 
-    def __init__(self, address: str, count: int | None = None):
+    def __init__(self, address: str, count: int | None = None, actor_start_seconds: float = ACTOR_START_SECONDS):
+        """actor_start_seconds: how long a new actor may take to start before its slot's work goes to another."""
         ray = _import_ray()
+        self.actor_start_seconds = actor_start_seconds
         self.address = check_ray_address(address)
         self._ray = ray
         root = str(Path(__file__).resolve().parent.parent)  # placer's checkout, where the nodes import it from
@@ -325,18 +330,35 @@ class RayWorkers:
                 if tries[index] >= MAX_TRIES:
                     raise WorkerError(f"task {index} ({tasks[index].function.__name__}) killed {tries[index]} "
                                       f"Ray actors; not sending it again: {error}") from None
-                self._actors[slot] = self._actor_class.remote()
+                where = self._replace_actor(slot)
                 again = [i for i in range(index, len(tasks)) if slots[i] == slot]
                 log.warning("Ray actor %d died while running task %d (%s); sending it and %d later task(s) of "
-                            "that actor again to a new actor", slot, index, tasks[index].function.__name__,
-                            len(again) - 1)
+                            "that actor again to %s", slot, index, tasks[index].function.__name__,
+                            len(again) - 1, where)
                 for i in again:
                     tries[i] += 1
                     refs[i] = self._actors[slot].run.remote(tasks[i].function, tasks[i].args)
         return results
 
+    def _replace_actor(self, slot: int) -> str:
+        """Put a new actor in `slot`, whose actor died; where its node died with it and the cluster has no CPU
+        left for one, the next slot's actor takes its work. Returns which, for the log."""
+        ray = self._ray
+        fresh = self._actor_class.remote()
+        try:
+            ray.get(fresh.pid.remote(), timeout=self.actor_start_seconds)
+        except ray.exceptions.GetTimeoutError:
+            ray.kill(fresh)
+            if self.count == 1:
+                raise WorkerError(f"a Ray actor died and no new one started in {self.actor_start_seconds} s: the "
+                                  "cluster has no CPU left for it (did its node die?)") from None
+            self._actors[slot] = self._actors[(slot + 1) % self.count]
+            return f"actor {(slot + 1) % self.count} (no CPU is left for a new actor: its node died?)"
+        self._actors[slot] = fresh
+        return "a new actor"
+
     def close(self) -> None:
-        for actor in self._actors:
+        for actor in {id(actor): actor for actor in self._actors}.values():  # a slot may share another's
             self._ray.kill(actor)
         self._ray.shutdown()
 

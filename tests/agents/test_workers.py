@@ -278,3 +278,55 @@ with RayWorkers("auto", 2) as workers:
     assert done.returncode == 0, done.stderr[-3000:]
     assert "RESULTS [0, 2, 4, 20] True True" in done.stdout
     assert "Ray actor 1 died while running task 0 (_die_once); sending it and 2 later task(s)" in done.stdout
+
+
+def _slowly_doubled(value: int) -> int:
+    time.sleep(1.0)
+    return 2 * value
+
+
+@pytest.mark.slow
+def test_a_ray_node_that_dies_mid_run_loses_no_work(tmp_path):
+    """Two nodes of one CPU each; the second is stopped while its actor works: no CPU is left for a new actor,
+    so the first node's actor takes the dead one's tasks."""
+    pytest.importorskip("ray")
+    import secrets
+    import tempfile
+
+    from placer.testbed import isolation_available
+
+    if not isolation_available():
+        pytest.skip("no private network namespace can be made here (`unshare -rn`)")
+    ray = str(Path(sys.executable).parent / "ray")
+    ray_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    driver = tmp_path / "driver.py"
+    driver.write_text("""
+import logging, os, signal, sys, threading
+logging.basicConfig(level=logging.WARNING, stream=sys.stdout)
+from agents.workers import RayWorkers, Task
+from tests.agents.test_workers import _descendants, _slowly_doubled
+with RayWorkers("127.0.0.1:6381", actor_start_seconds=10) as workers:
+    print("ENGINE", workers.description)
+    node = [int(sys.argv[1]), *_descendants(int(sys.argv[1]))]  # its raylet, and the actor under it
+    threading.Timer(3.0, lambda: [os.kill(pid, signal.SIGKILL) for pid in node]).start()
+    print("RESULTS", workers.run([Task(_slowly_doubled, (value,), worker=value % 2) for value in range(12)]))
+""")
+    script = f"""
+set -e
+python3 -c 'from placer.testbed import bring_loopback_up; bring_loopback_up()'
+trap '{ray} stop --force >/dev/null 2>&1' EXIT
+{ray} start --head --node-ip-address=127.0.0.1 --port=6381 --include-dashboard=false --num-cpus=1 \
+    --disable-usage-stats --temp-dir={ray_dir} >/dev/null
+{ray} start --address=127.0.0.1:6381 --node-ip-address=127.0.0.1 --num-cpus=1 --disable-usage-stats --block \
+    >/dev/null 2>&1 &
+sleep 5
+python3 {driver} $!
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    done = subprocess.run(["unshare", "-rn", "bash", "-c", script], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    assert "ENGINE 2 Ray actors on 2 nodes" in done.stdout
+    assert f"RESULTS {[2 * value for value in range(12)]}" in done.stdout
+    assert "died while running task" in done.stdout and "no CPU is left for a new actor" in done.stdout
