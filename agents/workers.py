@@ -130,12 +130,13 @@ class ProcessWorkers:
         from multiprocessing.connection import wait
 
         results: dict[int, Any] = {}
+        failure: BaseException | None = None
         tries = [0] * len(tasks)
         for index, task in enumerate(tasks):
             self._slots[owner(task, index, self.count)].queue.append(index)
         for slot in self._slots:
             self._send_next(slot, tasks, tries)
-        while len(results) < len(tasks):
+        while any(slot.running is not None for slot in self._slots):
             busy = [slot for slot in self._slots if slot.running is not None]
             ready = wait([s.connection for s in busy] + [s.process.sentinel for s in busy])
             for number, slot in enumerate(self._slots):
@@ -147,13 +148,17 @@ class ProcessWorkers:
                     except (EOFError, OSError):  # it died while sending, or before
                         self._replace(number, tasks, tries)
                         continue
-                    if not ok:
-                        raise value
-                    results[task_id] = value
                     slot.running = None
+                    if not ok:  # nothing more is sent; the tasks in flight finish, so none is left to a next run
+                        failure = failure or value
+                        for other in self._slots:
+                            other.queue.clear()
+                    results[task_id] = value
                     self._send_next(slot, tasks, tries)
                 elif slot.process.sentinel in ready:
                     self._replace(number, tasks, tries)
+        if failure is not None:
+            raise failure
         return [results[index] for index in range(len(tasks))]
 
     def _send_next(self, slot: _Slot, tasks: Sequence[Task], tries: list[int]) -> None:

@@ -228,9 +228,12 @@ def main() -> None:
     parser.add_argument("--out")
     args = parser.parse_args()
 
+    # by its module's name, not __main__'s: a Ray actor imports it from there
+    from experiments.generalization import run_fold as fold_task
+
     folds = list(args.families) + ([ALL_FAMILIES] if args.generated else [])
     with open_workers(args.workers, args.ray) as workers:
-        rows = [row for fold_rows in workers.run([Task(run_fold, (fold, args)) for fold in folds])
+        rows = [row for fold_rows in workers.run([Task(fold_task, (fold, args)) for fold in folds])
                 for row in fold_rows]
     zero_shot = [r["zero_shot_vs_best_pct"] for r in rows if r["zero_shot_vs_best_pct"] is not None]
     checked = [r["checked_vs_best_pct"] for r in rows if r["checked_vs_best_pct"] is not None]

@@ -330,3 +330,18 @@ python3 {driver} $!
     assert "ENGINE 2 Ray actors on 2 nodes" in done.stdout
     assert f"RESULTS {[2 * value for value in range(12)]}" in done.stdout
     assert "died while running task" in done.stdout and "no CPU is left for a new actor" in done.stdout
+
+
+def _fail_on(value: int, bad: int) -> int:
+    if value == bad:
+        raise ValueError(f"no placement for {value}")
+    return 2 * value
+
+
+def test_a_task_that_raises_raises_in_the_driver_and_leaves_the_workers_ready_for_the_next_work():
+    from agents.workers import ProcessWorkers, Task
+
+    with ProcessWorkers(2) as workers:
+        with pytest.raises(ValueError, match="no placement for 1"):
+            workers.run([Task(_fail_on, (value, 1)) for value in range(6)])
+        assert workers.run([Task(_fail_on, (value, -1)) for value in range(4)]) == [0, 2, 4, 6]
