@@ -29,7 +29,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
+    """argv: the command line `args` were parsed from, for a command that must re-run itself elsewhere."""
+    if getattr(args, "ray", None) == "auto" and argv is not None:
+        from placer.testbed import only_loopback
+
+        if not only_loopback():
+            return _run_in_private_network(argv)
     if args.command in AGENT_COMMANDS:
         return AGENT_COMMANDS[args.command].run(args)
     if args.command == "reference":
@@ -91,8 +97,24 @@ def _command_reference(name: str, parser: argparse.ArgumentParser, help: str) ->
     return lines + [""]
 
 
+def _run_in_private_network(argv: list[str]) -> int:
+    """Run `placer ARGV` again in a private network namespace that has only loopback: `--ray auto` starts a
+    private Ray there, whose servers listen on every interface of their namespace with no authentication."""
+    import subprocess
+
+    from agents.workers import WorkerError
+    from placer.testbed import isolation_available
+
+    if not isolation_available():
+        raise WorkerError("--ray auto starts a private Ray only in a private network namespace, and `unshare -rn` "
+                          "cannot make one here (user namespaces may be disabled): start a Ray cluster yourself on "
+                          "a private network and give its ADDRESS (docs/scale-out.md)")
+    return subprocess.run(["unshare", "-rn", sys.executable, "-m", "agents.cli", *argv]).returncode
+
+
 def main(argv: list[str] | None = None) -> int:
-    return placer_cli.run_command(build_parser(), argv, run)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return placer_cli.run_command(build_parser(), argv, lambda args: run(args, argv))
 
 
 if __name__ == "__main__":

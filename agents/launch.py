@@ -22,8 +22,8 @@ from agents.flags import add_dataclass_arguments
 
 _NOT_FLAGS = ("model", "agent_options", "progress")
 """ExperimentConfig fields set otherwise: the positional MODEL, --set KEY=VALUE, --no-progress."""
-_RESUMABLE = ("updates", "time_budget")
-"""What --resume may change: the budget."""
+_RESUMABLE = ("updates", "time_budget", "workers", "ray")
+"""What --resume may change: the budget, and where evaluations run (the results do not depend on it)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, model_positional: bool = True) -> None:
@@ -75,8 +75,8 @@ def config_from_args(args: argparse.Namespace, defaults: Mapping[str, Any] | Non
         others = [name for name in given if name not in _RESUMABLE] + [
             name for name in ("config", "model") if getattr(args, name, None)] + (["set"] if args.agent_options else [])
         if others:
-            raise ExperimentError(f"--resume continues a run with its own settings; only --updates and --time-budget "
-                                  f"may change (got --{', --'.join(o.replace('_', '-') for o in others)})")
+            raise ExperimentError(f"--resume continues a run with its own settings; only --updates, --time-budget, "
+                                  f"--workers and --ray may change (got --{', --'.join(o.replace('_', '-') for o in others)})")
         budget = {name: given[name] for name in _RESUMABLE if name in given}
         if "time_budget" in budget and "updates" not in budget:
             budget["updates"] = None

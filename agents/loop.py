@@ -87,11 +87,14 @@ StopRule = Callable[[TrainerState], bool]
 
 
 def evaluate(env, assignments: Sequence[Sequence[int]]) -> list[Evaluation]:
-    """Cost and reward each placement on `env` (a placement environment, or a vector of them, which
-    evaluates one placement per sub-environment at once)."""
+    """Cost and reward each placement on `env` (a placement environment, a vector of them, which evaluates
+    one placement per sub-environment at once, or one whose evaluate step runs on workers,
+    `agents.worker_envs.EnvOnWorkers`)."""
     import gymnasium as gym
 
     assignments = [tuple(int(a) for a in assignment) for assignment in assignments]
+    if hasattr(env, "evaluate_batch"):
+        return env.evaluate_batch(assignments)
     if isinstance(env, gym.vector.VectorEnv):
         if env.num_envs != len(assignments):
             raise ValueError(f"the vector environment has {env.num_envs} sub-environments but "

@@ -4,7 +4,7 @@ generated branchy graphs held out from every fold, on modeled GPU machines (the 
     python experiments/generalization.py [--size tiny] [--machines modeled:2xV100 modeled:4xV100]
         [--pretrain-updates 200] [--imitation-updates 0] [--prior-heuristics metis m-etf m-sct]
         [--finetune-updates 50] [--families ...] [--generated 2] [--pretrain-generated 2]
-        [--head one-shot|moves] [--moves-per-sample 8] [--out FILE]
+        [--head one-shot|moves] [--moves-per-sample 8] [--workers N | --ray auto|ADDRESS] [--out FILE]
 
 Per fold, the policy is pre-trained on every other family's models on every machine (`placer pretrain`),
 then, on each held-out model and machine:
@@ -27,6 +27,8 @@ generated graphs (placer.models.branchy, seeds 1000, 1001, ...) are placed by a 
 family. Aims: zero-shot within 5 % of the best baseline on held-out
 families; fine-tuning beating it with at least 5x fewer samples than from scratch (`finetuned_beat_5x_fewer`
 counts the rows; where the planner from scratch never beat it, its whole budget is the lower bound).
+The folds are independent and run in parallel with --workers N (local processes) or --ray (Ray actors),
+with the rows of the serial run.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import os
 import sys
 import tempfile
 import time
+from functools import lru_cache
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -53,6 +56,7 @@ from agents.graph_policy.policy_file import load_policy  # noqa: E402
 from agents.graph_policy.pretrain import PretrainConfig, place_with_policy, pretrain, step_seconds  # noqa: E402
 from agents.graph_policy.features import graph_inputs  # noqa: E402
 from agents.graph_policy.priors import align_to, heuristic_placements  # noqa: E402
+from agents.workers import Task, add_worker_arguments, open_workers  # noqa: E402
 from envs.placement import PlacementEnv  # noqa: E402
 from experiments._report import write_report  # noqa: E402
 from placer.heuristics import applicable_heuristics, time_heuristics  # noqa: E402
@@ -164,6 +168,42 @@ def evaluate_held_out(policy_path: Path, graph, model: str | None, machines, arg
     return rows
 
 
+ALL_FAMILIES = "all families"
+"""The fold that pre-trains on every family and places the held-out generated graphs."""
+
+
+@lru_cache(maxsize=None)
+def _graphs(size: str) -> dict:
+    """Every family's models at `size`, built once per process."""
+    return {model: build_model(model, size) for family in FAMILIES.values() for model in family}
+
+
+def run_fold(fold: str, args) -> list[dict]:
+    """One fold, a task of its own (the folds are independent: each pre-trains its own policy from the same
+    seed): the policy pre-trained without `fold`'s family and its rows on that family's models, or, for
+    ALL_FAMILIES, pre-trained on every family and its rows on the held-out generated graphs."""
+    graphs = _graphs(args.size)
+    if fold == ALL_FAMILIES:
+        trained_on = list(graphs.values())
+        held_out = [(random_branchy_graph(seed=training_set.HELD_OUT_SEED + i, size=args.size), None)
+                    for i in range(args.generated)]
+    else:
+        trained_on = [graphs[m] for family, models in FAMILIES.items() if family != fold for m in models]
+        held_out = [(graphs[model], model) for model in FAMILIES[fold]]
+    config = PretrainConfig(models=tuple(trained_on), machines=tuple(args.machines), sizes=(args.size,),
+                            generated=args.pretrain_generated, updates=args.pretrain_updates,
+                            imitation_updates=args.imitation_updates, agent=agent_config(args),
+                            progress=args.workers == 1 and args.ray is None)  # bars of parallel folds would mix
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        name = "all-families" if fold == ALL_FAMILIES else f"without-{fold}"
+        path = pretrain(config, Path(scratch_dir) / f"{name}.npz").path
+        for graph, model in held_out:
+            rows += evaluate_held_out(path, graph, model, args.machines, args,
+                                      ALL_FAMILIES if fold == ALL_FAMILIES else f"without {fold}")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="tiny")
@@ -184,28 +224,17 @@ def main() -> None:
     parser.add_argument("--moves-per-sample", type=int, default=GraphAgentConfig.moves_per_sample,
                         help="the moves head: units moved per sample")
     parser.add_argument("--seed", type=int, default=0)
+    add_worker_arguments(parser, "the folds (each pre-trains its own policy and evaluates it)")
     parser.add_argument("--out")
     args = parser.parse_args()
 
-    graphs = {model: build_model(model, args.size) for family in FAMILIES.values() for model in family}
-    generated = [random_branchy_graph(seed=training_set.HELD_OUT_SEED + i, size=args.size) for i in range(args.generated)]
-    rows = []
-    with tempfile.TemporaryDirectory() as scratch_dir:
-        for fold in args.families:
-            trained_on = [graphs[m] for family, models in FAMILIES.items() if family != fold for m in models]
-            config = PretrainConfig(models=tuple(trained_on), machines=tuple(args.machines), sizes=(args.size,),
-                                    generated=args.pretrain_generated, updates=args.pretrain_updates,
-                                    imitation_updates=args.imitation_updates, agent=agent_config(args))
-            path = pretrain(config, Path(scratch_dir) / f"without-{fold}.npz").path
-            for model in FAMILIES[fold]:
-                rows += evaluate_held_out(path, graphs[model], model, args.machines, args, f"without {fold}")
-        if generated:
-            config = PretrainConfig(models=tuple(graphs.values()), machines=tuple(args.machines), sizes=(args.size,),
-                                    generated=args.pretrain_generated, updates=args.pretrain_updates,
-                                    imitation_updates=args.imitation_updates, agent=agent_config(args))
-            path = pretrain(config, Path(scratch_dir) / "all-families.npz").path
-            for graph in generated:
-                rows += evaluate_held_out(path, graph, None, args.machines, args, "all families")
+    # by its module's name, not __main__'s: a Ray actor imports it from there
+    from experiments.generalization import run_fold as fold_task
+
+    folds = list(args.families) + ([ALL_FAMILIES] if args.generated else [])
+    with open_workers(args.workers, args.ray) as workers:
+        rows = [row for fold_rows in workers.run([Task(fold_task, (fold, args)) for fold in folds])
+                for row in fold_rows]
     zero_shot = [r["zero_shot_vs_best_pct"] for r in rows if r["zero_shot_vs_best_pct"] is not None]
     checked = [r["checked_vs_best_pct"] for r in rows if r["checked_vs_best_pct"] is not None]
     budget = args.finetune_updates * SAMPLES_PER_UPDATE

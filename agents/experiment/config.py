@@ -119,6 +119,15 @@ class ExperimentConfig:
     """Also log to Weights & Biases: auto (online with an account, else offline), offline, online; off."""
     wandb_project: str = setting("placer")
     """The W&B project runs are logged to."""
+    workers: int = setting(1, metavar="N")
+    """Simulated backend: evaluate each update's placements on N local worker processes, each with its own
+    simulator; the policy's updates stay in this process, so the results are the same as with 1 (this
+    process, no workers). See docs/scale-out.md."""
+    ray: str | None = setting(None, metavar="auto|ADDRESS")
+    """Simulated backend: evaluate on Ray actors instead of local processes: "auto" (a Ray cluster already
+    running on this machine, else a private one started on 127.0.0.1) or a cluster's ADDRESS (host:port of
+    its head); --workers N then counts the actors (default: one per CPU of the cluster). Needs the
+    `distributed` extra."""
     runs: str = setting("runs", metavar="DIR")
     """Runs go to RUNS/<model>/<timestamp>/."""
     progress: bool = setting(True, cli=False)
@@ -205,6 +214,20 @@ class ExperimentConfig:
                 meaning = {"greedy_every": " (0: never)", "confirm_repeats": " (0: trust one evaluation)",
                            "final_rounds": " (0: skip)"}.get(name, "")
                 raise ExperimentError(f"{name} must be a whole number of at least {low}{meaning}, got {value!r}")
+        if not isinstance(self.workers, int) or isinstance(self.workers, bool) or self.workers < 1:
+            raise ExperimentError(f"workers must be a whole number of at least 1, got {self.workers!r}")
+        if self.ray is not None:
+            from agents.workers import check_ray_address
+            from agents.workers import WorkerError
+
+            try:
+                check_ray_address(self.ray)
+            except WorkerError as error:
+                raise ExperimentError(str(error)) from None
+        if (self.workers > 1 or self.ray is not None) and (self.backend != "simulated" or self.simulator_updates):
+            raise ExperimentError("--workers and --ray spread a simulated target's evaluations; a measured "
+                                  "target is one testbed, measured from this process: drop them, or use "
+                                  "--backend simulated")
         for name, value in (("time_budget", self.time_budget), ("step_timeout", self.step_timeout),
                             ("failing_step_time", self.failing_step_time)):
             if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -19,6 +20,7 @@ from agents import run_files
 from agents.experiment.config import ExperimentConfig, ExperimentError
 from agents.experiment.results import summarize
 from agents.run_files import BaselineTiming, RunSummary, SimulatorPhase, StartPlacement, new_run_dir
+from agents.worker_envs import EnvOnWorkers, EnvRecipe
 from placer.errors import PlacerError
 
 
@@ -77,8 +79,10 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
                  config.samples_per_update, f"{config.time_budget} min" if config.time_budget else "none")
         start = _start_placement(agent, env, run_dir, log)
         simulator = _train_on_simulator(config, env, agent, run_dir, log, calibration) if calibration else None
-        state = train(agent, env, run_dir, training, callbacks=[on_update],
-                      start_from=simulator.best_assignment if simulator else None)
+        with _evaluation_engine(config, log) as engine:
+            state = train(agent, env if engine is None else EnvOnWorkers(_recipe(config), engine, local=env),
+                          run_dir, training, callbacks=[on_update],
+                          start_from=simulator.best_assignment if simulator else None)
         final = _final_comparison(config, env, run_dir, state.best_assignment, baselines, log, start, simulator)
         summary = summarize(config, run_dir, state, baselines, best_baseline, agent.name, final)
         summary = replace(
@@ -110,6 +114,33 @@ def _make_env(config: ExperimentConfig):
                        measure_config=config.measure_config)
     env.reset(seed=config.seed)
     return env
+
+
+def _recipe(config: ExperimentConfig) -> EnvRecipe:
+    """How a worker builds its own copy of the run's (simulated) environment: as `_make_env` does."""
+    return EnvRecipe(config.model, config.size, config.target, config.backend,
+                     options=(("reward", config.reward), ("failing_step_time", config.failing_step_time)),
+                     seed=config.seed)
+
+
+@contextmanager
+def _evaluation_engine(config: ExperimentConfig, log):
+    """The workers that evaluate the run's placements (`--workers`, `--ray`), or None: this process."""
+    if config.workers == 1 and config.ray is None:
+        yield None
+        return
+    from agents.workers import open_workers
+
+    workers_log = logging.getLogger("placer.workers")  # a worker's death and the work sent again: in the run's log
+    for handler in log.handlers:
+        workers_log.addHandler(handler)
+    try:
+        with open_workers(config.workers, config.ray) as engine:
+            log.info("evaluating placements on %s", engine.description)
+            yield engine
+    finally:
+        for handler in log.handlers:
+            workers_log.removeHandler(handler)
 
 
 # -- baselines ------------------------------------------------------------------------------------

@@ -98,9 +98,11 @@ class GraphPolicyAgent(ReinforceAgent):
 
     def __init__(self, graph: OpGraph, device_mask: np.ndarray, devices: DeviceSet,
                  config: GraphAgentConfig | None = None, policy: GraphPlacementPolicy | None = None,
-                 optimizer: tf.keras.optimizers.Optimizer | None = None):
+                 optimizer: tf.keras.optimizers.Optimizer | None = None, votes: np.ndarray | None = None):
         """policy: a pre-trained policy to fine-tune (its own configuration then decides the network's
-        sizes); optimizer: one shared by agents of several graphs that train one policy (pre-training)."""
+        sizes); optimizer: one shared by agents of several graphs that train one policy (pre-training);
+        votes: the policy's heuristics' votes on this graph and devices (`heuristic_votes`), when a worker that
+        owns the problem placed them (default: placed here)."""
         c = config or GraphAgentConfig()
         inputs = graph_inputs(graph)
         super().__init__(c, policy or GraphPlacementPolicy(c.policy_config()), device_mask.shape[1], optimizer)
@@ -113,8 +115,11 @@ class GraphPolicyAgent(ReinforceAgent):
         self.mask = tf.constant(mask)
         # The policy's own configuration decides (a pre-trained policy brings its own).
         heuristics = self.policy.config.prior_heuristics
-        self.prior = tf.constant(heuristic_votes(graph, devices, heuristics) if self.policy.config.partition_prior
-                                 else np.zeros((len(heuristics), inputs.num_units, len(devices)), np.float32))
+        if not self.policy.config.partition_prior:
+            votes = np.zeros((len(heuristics), inputs.num_units, len(devices)), np.float32)
+        elif votes is None:
+            votes = heuristic_votes(graph, devices, heuristics)
+        self.prior = tf.constant(votes)
         if c.head == "moves":
             if c.moves_per_sample > inputs.num_units:
                 raise AgentOptionError(f"moves_per_sample={c.moves_per_sample} is more than the {inputs.num_units} "

@@ -10,6 +10,7 @@ import time
 from placer.commands.target_option import add_target_argument
 
 from agents.launch import Command
+from agents.workers import add_worker_arguments
 
 
 def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +36,8 @@ def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="agent_options", action="append", default=[], metavar="KEY=VALUE",
                         help="a GraphAgentConfig option, e.g. --set hidden_size=32 --set learning_rate=0.01")
     parser.add_argument("--seed", type=int, default=0)
+    add_worker_arguments(parser, "the graph-machine pairs (each worker builds its pairs' graphs and targets, and "
+                         "evaluates their placements; the policy learns here)")
     parser.add_argument("--out", required=True, metavar="POLICY", help="where to write the policy (.npz)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -44,6 +47,10 @@ def pretrain_command_run(args: argparse.Namespace) -> int:
     from agents.factory import check_agent_options
     from agents.graph_policy.pretrain import PretrainConfig, pretrain
 
+    if args.ray is not None:
+        from agents.workers import check_ray_address
+
+        check_ray_address(args.ray)
     options = dict(parse_override(o) for o in args.agent_options)
     agent = check_agent_options("graph", options, seed=args.seed)
     config = PretrainConfig(models=tuple(args.models), sizes=tuple(args.sizes), machines=tuple(args.targets),
@@ -51,7 +58,12 @@ def pretrain_command_run(args: argparse.Namespace) -> int:
                             samples_per_update=args.samples_per_update, imitation_updates=args.imitation_updates,
                             agent=agent,
                             progress=not args.no_progress)
-    result = pretrain(config, args.out)
+    from agents.workers import open_workers
+
+    with open_workers(args.workers, args.ray) as workers:
+        if workers.count > 1 or args.ray is not None:
+            print(f"pre-training on {workers.description}", flush=True)
+        result = pretrain(config, args.out, workers)
     print(f"wrote {result.path}: {result.samples} placements over {len(result.best_step_times)} graph-machine "
           f"pairs in {result.seconds:.0f} s; best sampled step times:")
     for pair, seconds in result.best_step_times.items():

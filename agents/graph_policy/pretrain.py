@@ -15,7 +15,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -75,40 +75,42 @@ class PretrainResult:
     """Per pair, the heuristic imitated (the best of the voting ones there), if there was imitation."""
 
 
-def pretrain(config: PretrainConfig, out: str | Path) -> PretrainResult:
-    from envs.placement import PlacementEnv
+def pretrain(config: PretrainConfig, out: str | Path, workers=None) -> PretrainResult:
+    """workers: the engine (`agents.workers.open_workers`) whose workers own the (graph, machine) problems,
+    problem i on worker i modulo their number: each builds its problems' graphs and targets and places their
+    heuristics' votes, in parallel, and evaluates their updates' placements. The policy's updates stay here,
+    in the same order, so the policy is the same with any engine. None: all in this process."""
+    from agents.worker_envs import EnvOnWorkers, Problem, call_owned, describe_owned
+    from agents.workers import SerialWorkers, Task
 
     if config.updates < 1 or config.samples_per_update < 1:
         raise PlacerError("pre-training needs at least one update of at least one sample")
     started = time.monotonic()
-    envs, agents = {}, {}
-    policy = GraphPlacementPolicy(config.agent.policy_config())
-    optimizer = None
-    generated = {}
-    for model, size, machine in config.pairs():
-        if isinstance(model, str) and model.startswith("branchy:"):
-            from placer.models.branchy import random_branchy_graph
-
-            if (model, size) not in generated:  # built once for all machines
-                generated[(model, size)] = random_branchy_graph(seed=int(model.split(":")[1]), size=size)
-            model, size = generated[(model, size)], None
-        env = PlacementEnv(model=model, size=size or "tiny", backend="simulated", devices=machine)
-        env.reset(seed=config.agent.seed)
-        agent = GraphPolicyAgent(env.graph, env.device_mask, env.devices, config.agent, policy=policy,
-                                 optimizer=optimizer)
-        optimizer = agent.optimizer  # the first agent's Adam serves them all
-        key = f"{model}:{size}@{machine}" if isinstance(model, str) else f"{model.name}@{machine}"
-        envs[key], agents[key] = env, agent
-    keys = list(envs)
-    best = {key: math.inf for key in keys}
-    samples = 0
-    imitated: dict[str, str] = {}
+    engine = workers if workers is not None else SerialWorkers()
     try:
+        policy = GraphPlacementPolicy(config.agent.policy_config())
+        heuristics = policy.config.prior_heuristics if policy.config.partition_prior else None
+        recipes = {key: recipe for key, recipe in _recipes(config)}
+        keys = list(recipes)
+        described: list[Problem] = engine.run([Task(describe_owned, (recipes[key], heuristics), worker=index)
+                                               for index, key in enumerate(keys)])
+        envs, agents = {}, {}
+        optimizer = None
+        for index, (key, problem) in enumerate(zip(keys, described)):
+            agent = GraphPolicyAgent(problem.graph, problem.device_mask, problem.devices, config.agent,
+                                     policy=policy, optimizer=optimizer, votes=problem.votes)
+            optimizer = agent.optimizer  # the first agent's Adam serves them all
+            envs[key], agents[key] = EnvOnWorkers(recipes[key], engine, workers=[index]), agent
+        best = {key: math.inf for key in keys}
+        samples = 0
+        imitated: dict[str, str] = {}
         if config.imitation_updates:
+            chosen = engine.run([Task(call_owned, (recipes[key], best_voted_heuristic, heuristics,
+                                                   agents[key].prior.numpy()), worker=index)
+                                 for index, key in enumerate(keys)])
             targets = {}
-            for key in keys:
-                name, targets[key] = best_heuristic(envs[key], agents[key])
-                imitated[key] = name
+            for key, (name, target) in zip(keys, chosen):
+                imitated[key], targets[key] = name, target
             steps = range(config.imitation_updates)
             if config.progress:
                 from tqdm.auto import tqdm
@@ -127,29 +129,44 @@ def pretrain(config: PretrainConfig, out: str | Path) -> PretrainResult:
             turn = loop.update(agents[key], envs[key], config.samples_per_update)
             samples += len(turn.evaluations)
             best[key] = min(best[key], *(evaluation.step_time for evaluation in turn.evaluations))
-        kinds = {d.kind for env in envs.values() for d in env.devices}
-        max_devices = max(len(env.devices) for env in envs.values())
+        kinds = {d.kind for problem in described for d in problem.devices}
+        max_devices = max(len(problem.devices) for problem in described)
         trained_on = {"pairs": keys, "updates": config.updates, "samples": samples,
                       "imitation_updates": config.imitation_updates, "imitated": imitated,
                       "agent": {k: v for k, v in vars(config.agent).items()}}
         path = save_policy(policy, out, trained_on=trained_on, device_kinds=kinds, max_devices=max_devices,
                            head=config.agent.head_options())
     finally:
-        for env in envs.values():
-            env.close()
+        if workers is None:
+            engine.close()
     return PretrainResult(Path(path), samples, time.monotonic() - started, best, imitated)
+
+
+def _recipes(config: PretrainConfig):
+    """(key "model:size@machine", EnvRecipe) of every pair, in training order."""
+    from agents.worker_envs import EnvRecipe
+
+    for model, size, machine in config.pairs():
+        if isinstance(model, str) and model.startswith("branchy:"):
+            key = f"branchy-{model.split(':')[1]}-{size}@{machine}"  # the generated graph's own name
+        else:
+            key = f"{model}:{size}@{machine}" if isinstance(model, str) else f"{model.name}@{machine}"
+        yield key, EnvRecipe(model, size, machine, seed=config.agent.seed)
 
 
 def best_heuristic(env, agent: GraphPolicyAgent) -> tuple[str, np.ndarray]:
     """(name, [U] placement) of the best of the agent's voting heuristics on `env`'s target: what imitation
     teaches the policy to place like there. A heuristic whose placement fails (memory) is never the best."""
+    return best_voted_heuristic(env, agent.policy.config.prior_heuristics, agent.prior.numpy())
+
+
+def best_voted_heuristic(env, heuristics: Sequence[str], votes: np.ndarray) -> tuple[str, np.ndarray]:
+    """`best_heuristic` from the heuristics' names and their votes [K, U, D] on `env`'s graph and devices."""
     from placer.heuristics import time_heuristics
 
-    votes = agent.prior.numpy()
     placements = np.argmax(votes, axis=2)  # [K, U], labels aligned to the first heuristic's
     # a heuristic that could not place the graph did not vote
-    voted = {name: placement for name, vote, placement in zip(agent.policy.config.prior_heuristics, votes, placements)
-             if vote.any()}
+    voted = {name: placement for name, vote, placement in zip(heuristics, votes, placements) if vote.any()}
     seconds = {name: timing.seconds for name, timing in time_heuristics(env.target, voted, made=voted).items()}
     if not seconds or not math.isfinite(min(seconds.values())):
         raise PlacerError(f"no heuristic's placement of {env.graph.name} fits on {env.devices.name}: nothing to imitate")

@@ -162,8 +162,11 @@ def test_a_run_resumes_and_extends_its_budget(random_run, tmp_path):
     state = run_files.read_trainer_state(copy)
     assert [h["update"] for h in state.history] == [1, 2, 3, 4, 5]
     assert result.summary.samples == 15
-    with pytest.raises(ExperimentError, match="only --updates and --time-budget"):
+    with pytest.raises(ExperimentError, match="only --updates, --time-budget, --workers and --ray"):
         config_from_args(_args("--resume", str(copy), "--size", "small"))
+    # where the evaluations run does not change the results: a run may go on with workers
+    config, _ = config_from_args(_args("--resume", str(copy), "--workers", "2", "--no-progress"))
+    assert config.workers == 2 and config.model == "two-tower"
 
 
 def test_export_carries_what_the_placement_is_worth(random_run, tmp_path):
