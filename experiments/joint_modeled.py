@@ -1,7 +1,7 @@
 """Placement and micro-batch schedule decided together on modeled GPU machines: predictions, not measurements.
 
     python experiments/joint_modeled.py [--models inception-v3:paper nmt-4:paper] [--gpus 4 8] [--gpu H100]
-        [--micro-batches 4] [--learn-updates 20] [--out results/joint_modeled.json]
+        [--micro-batches 4] [--learn-updates 20] [--schedule-top 3] [--out results/joint_modeled.json]
 
 The GPU half of experiments/joint.py. TensorFlow cannot run on a GPU here, so every number is the simulator's
 step time on `modeled:NxGPU` (the H100's op costs rest on kernels measured on an H200: `placer measure` says
@@ -14,7 +14,8 @@ micro-batch schedule. Per model and machine (ms per step):
   fast search over --micro-batches), or unscheduled if none is faster (models that cannot be built at another
   batch, the CNNs, get no schedules);
 - one after another: the fastest placement alone, then the fastest schedule for it;
-- joint: the fastest pair of every placement above (the expert's included) and every schedule (or none).
+- joint: the fastest pair of a placement above and a schedule (or none); the --schedule-top placements predicted
+  fastest unscheduled are scheduled, and the expert's and one GPU's.
 A schedule is priced op by op (`placer.schedule.predict`): its micro-batched step with transfers, the merge of the
 micro-batches' gradients and the update. Reported: the joint decision against the best one-dimension decision
 (a placement alone, or the single GPU under its best schedule).
@@ -90,7 +91,8 @@ def learned_placement(graph, spec: str, updates: int, seed: int = 0):
         env.close()
 
 
-def decide(model: str, size: str, gpus: int, gpu: str, micro_batches: int, learn_updates: int) -> dict:
+def decide(model: str, size: str, gpus: int, gpu: str, micro_batches: int, learn_updates: int,
+           schedule_top: int = 3) -> dict:
     """One row: every decision's predicted step time for `model` on `gpus` modeled GPUs."""
     from placer.cost import open_target
     from placer.heuristics import applicable_heuristics, time_heuristics
@@ -116,7 +118,11 @@ def decide(model: str, size: str, gpus: int, gpu: str, micro_batches: int, learn
         if learned is not None:
             placements["learned"] = learned
             alone["learned"] = target.evaluate(learned).seconds
-        scheduled = {(name, method): seconds for name, placement in placements.items()
+        # Scheduling a placement costs seconds to minutes at paper size (a micro-batched step simulated, Tessel's
+        # search): the fastest few placements are scheduled, and the expert's and one GPU's, whose schedules
+        # are the schedule-only decisions.
+        to_schedule = sorted(alone, key=alone.get)[:schedule_top] + ["expert", "single-device"]
+        scheduled = {(name, method): seconds for name, placement in placements.items() if name in to_schedule
                      for method, seconds in (scheduled_predictions(graph, micro_batch_graph, target, placement,
                                                                    micro_batches, notes)
                                              if micro_batch_graph is not None else {}).items()}
@@ -167,10 +173,14 @@ def main(argv=None) -> int:
     parser.add_argument("--micro-batches", type=int, default=4)
     parser.add_argument("--learn-updates", type=int, default=20,
                         help="simulated updates of the hierarchical planner (0: no learned placement)")
+    parser.add_argument("--schedule-top", type=int, default=3,
+                        help="schedule the K placements predicted fastest unscheduled (and the expert's and one GPU's)")
     parser.add_argument("--out", default="results/joint_modeled.json")
     args = parser.parse_args(argv)
     if args.micro_batches < 2:
         parser.error("--micro-batches must be at least 2: one micro-batch is no schedule")
+    if args.schedule_top < 0:
+        parser.error("--schedule-top must be 0 or more")
     from placer.models import MODELS
     from placer.models.registry import require_size
 
@@ -186,7 +196,7 @@ def main(argv=None) -> int:
     rows = []
     for model, size in specs:
         for gpus in args.gpus:
-            row = decide(model, size, gpus, args.gpu, args.micro_batches, args.learn_updates)
+            row = decide(model, size, gpus, args.gpu, args.micro_batches, args.learn_updates, args.schedule_top)
             rows.append(row)
             print(f"{model} {size} on {row['machine']}: joint {row['joint_ms']:.2f} ms ({row['joint']}), "
                   f"{row['joint_vs_best_one_dim_pct']:+.1f} % against the best one-dimension decision "
