@@ -117,3 +117,78 @@ def _device_and_stream(process: str) -> tuple[str, str | None] | None:
     except DeviceSpecError:
         return None
     return match["device"], match["stream"]
+
+
+# -- the measured critical path ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CriticalLink:
+    """Why an op on a step's critical path started when it did: it waited for `before`, by an edge of the graph
+    on one device ("data"), by an edge from another device ("hop": a tensor or control edge sent between
+    devices), or for its device to finish another op ("core")."""
+
+    before: Span
+    after: Span
+    kind: str
+
+    @property
+    def wait(self) -> float:
+        """Seconds between `before`'s end and `after`'s start: time on the critical path outside any op."""
+        return max(0.0, self.after.start - self.before.end)
+
+
+def critical_path(timeline: StepTimeline, inputs: Mapping[str, Any]) -> tuple[CriticalLink, ...]:
+    """The chain of ops that made a measured step as long as it was, from its first op to its last, as links.
+
+    inputs: each graph op's name -> the names of the ops it waits for (its data producers and control inputs;
+    `OpNode.producers` and `control_inputs`). Walking back from the op that ended last, each op's cause is the
+    one that ended latest among its inputs' spans (through inputs the trace lacks, such as ops grappler folded)
+    and the op its device ran just before it. An op the graph does not know (TensorFlow inserts some, such as
+    the control edges it gathers across devices) waits for the latest op of another device. Only op spans
+    take part; a received tensor's own span is part of the hop that leads to its consumer."""
+    spans: dict[str, Span] = {}
+    for span in timeline.spans:
+        if span.kind == "op" and span.node:
+            spans.setdefault(span.node, span)
+    by_device: dict[str, list[Span]] = {}
+    for span in sorted(spans.values(), key=lambda s: (s.end, s.start)):
+        by_device.setdefault(span.device, []).append(span)
+    traced_inputs: dict[str, set[str]] = {}
+
+    def traced(name: str, seen: frozenset = frozenset()) -> set[str]:
+        if name not in traced_inputs:
+            found: set[str] = set()
+            for source in inputs.get(name, ()):
+                if source in spans:
+                    found.add(source)
+                elif source not in seen:
+                    found |= traced(source, seen | {name})
+            traced_inputs[name] = found
+        return traced_inputs[name]
+
+    if not spans:
+        return ()
+    links: list[CriticalLink] = []
+    current = max(spans.values(), key=lambda s: (s.end, s.start))
+    visited = {current.node}
+    while True:
+        candidates = []
+        for name in traced(current.node):
+            before = spans[name]
+            candidates.append((before, "data" if before.device == current.device else "hop"))
+        if current.node not in inputs:
+            others = [s for s in spans.values() if s.device != current.device and s.end <= current.start]
+            if others:
+                candidates.append((max(others, key=lambda s: s.end), "hop"))
+        earlier = [s for s in by_device[current.device]
+                   if s.end <= current.start and (s.start, s.end) < (current.start, current.end)]
+        if earlier:
+            candidates.append((earlier[-1], "core"))
+        candidates = [(span, kind) for span, kind in candidates if span.node not in visited]
+        if not candidates:
+            break
+        before, kind = max(candidates, key=lambda c: min(c[0].end, current.start))
+        links.append(CriticalLink(before, current, kind))
+        visited.add(before.node)
+        current = before
+    return tuple(reversed(links))

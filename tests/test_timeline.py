@@ -6,7 +6,7 @@ import pytest
 
 from placer.errors import TimelineError
 from placer.simulate.result import SimResult, SimulatedOp, SimulatedTransfer
-from placer.timeline import read_chrome_trace
+from placer.timeline import Span, StepTimeline, critical_path, read_chrome_trace
 
 WORKER = "/job:worker/replica:0/task:{}/device:CPU:0"
 
@@ -68,3 +68,38 @@ def test_a_simulated_trace_keeps_ops_and_transfers_apart(tmp_path):
 def test_what_is_no_timeline_is_refused_with_a_reason(trace, message):
     with pytest.raises(TimelineError, match=message):
         read_chrome_trace(trace)
+
+
+def _span(device, node, start_us, duration_us, kind="op"):
+    return Span(device, node, kind, start_us * 1e-6, duration_us * 1e-6, node)
+
+
+def test_the_critical_path_names_each_wait_on_it_by_its_cause():
+    # worker 0: a (0-100), b (100-300, needs a), send_side (300-350); worker 1: c (50-150), d (2300-2400, needs
+    # b: the tensor arrived 2 ms after b ended), then e on worker 1 (2400-2500) after d; worker 0's f (350-900)
+    # runs meanwhile but nothing waits for it. The step's last op is e, so the path is a -> b -> d -> e.
+    w0, w1 = "worker:0/CPU:0", "worker:1/CPU:0"
+    spans = (_span(w0, "a", 0, 100), _span(w1, "c", 50, 100), _span(w0, "b", 100, 200), _span(w0, "f", 350, 550),
+             _span(w1, "recv", 2250, 50, kind="transfer"), _span(w1, "d", 2300, 100), _span(w1, "e", 2400, 100))
+    timeline = StepTimeline((w0, w1), spans)
+    inputs = {"a": (), "b": ("a",), "c": (), "d": ("b", "c"), "e": ("d",), "f": ("b",)}
+    links = critical_path(timeline, inputs)
+    assert [(link.before.node, link.after.node, link.kind) for link in links] == [
+        ("a", "b", "data"), ("b", "d", "hop"), ("d", "e", "data")]
+    assert links[1].wait == pytest.approx(2e-3)
+    assert sum(link.wait for link in links) + sum(s.duration for s in (spans[0], spans[2], spans[5], spans[6])) \
+        == pytest.approx(timeline.step_time)
+
+
+def test_an_op_that_waited_for_its_core_and_one_tensorflow_added_are_traced_back():
+    # g's input (a) ended long before g started: g waited for its core, busy with h. "gather" is an op the
+    # graph does not know (TensorFlow's cross-device control edges): it waits for the other device's last op.
+    # An input the trace lacks (folded) is walked through to its own inputs.
+    w0, w1 = "worker:0/CPU:0", "worker:1/CPU:0"
+    spans = (_span(w0, "a", 0, 100), _span(w0, "h", 100, 400), _span(w0, "g", 510, 100),
+             _span(w1, "k", 0, 300), _span(w1, "gather", 700, 10))
+    inputs = {"a": (), "h": (), "g": ("folded",), "folded": ("a",), "k": ()}
+    links = critical_path(StepTimeline((w0, w1), spans), inputs)
+    assert [(link.before.node, link.after.node, link.kind) for link in links] == [
+        ("a", "h", "core"), ("h", "g", "core"), ("g", "gather", "hop")]
+    assert [link.wait for link in links] == pytest.approx([0.0, 10e-6, 90e-6])
