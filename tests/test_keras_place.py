@@ -214,3 +214,19 @@ def test_export_keras_refuses_a_run_whose_model_is_not_a_keras_model(simulated_r
     export = _python("-m", "agents.cli", "export", str(simulated_run), "--out", str(tmp_path / "p.json"), "--keras")
     assert export.returncode == 2
     assert "is not a Keras model" in export.stderr and "Traceback" not in export.stderr
+
+
+def test_the_step_timer_shares_each_call_of_a_multi_step_training_function_among_its_steps():
+    import keras
+    import numpy as np
+
+    from placer.keras import StepTimer
+
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+    model.compile(optimizer="sgd", loss="mse", steps_per_execution=4)
+    x = np.zeros((12 * 2, 8), "float32")  # 12 batches of 2: 3 calls of 4 steps
+    timer = StepTimer(warmup=1)
+    model.fit(x, np.zeros((24, 4), "float32"), batch_size=2, epochs=1, verbose=0, callbacks=[timer])
+    assert len(timer.step_times) == 8  # the 2 calls after the warm-up one, 4 steps each
+    assert timer.step_times[:4] == [timer.step_times[0]] * 4 and timer.step_times[4:] == [timer.step_times[4]] * 4
+    assert "over 8 steps" in timer.describe()

@@ -73,8 +73,10 @@ except ImportError:  # Keras 3 is optional for the rest of placer; StepTimer nee
 
 
 class StepTimer(_Callback):
-    """A Keras callback that times `fit`'s training steps: `median` (seconds) over the steps after `warmup` ones
-    (the first traces the step). Compare placements in your own loop: `model.fit(..., callbacks=[timer])`."""
+    """A Keras callback that times `fit`'s training steps: `median` (seconds per step) over the steps after
+    `warmup` calls of the training function (the first traces the step). Compare placements in your own loop:
+    `model.fit(..., callbacks=[timer])`. With `steps_per_execution=N` in `compile`, `fit` runs N steps per call
+    and calls back once per call: each call's time is shared by its steps."""
 
     def __init__(self, warmup: int = 2):
         super().__init__()
@@ -82,15 +84,19 @@ class StepTimer(_Callback):
         self.step_times: list[float] = []
         self._seen = 0
         self._started = 0.0
+        self._first_step = 0
 
     def on_train_batch_begin(self, batch, logs=None):
+        self._first_step = batch
         self._started = time.perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
         elapsed = time.perf_counter() - self._started
         self._seen += 1
         if self._seen > self.warmup:
-            self.step_times.append(elapsed)
+            # Keras calls back with the call's first and last step (both Keras 3 and tf-keras)
+            steps = max(1, batch - self._first_step + 1)
+            self.step_times.extend([elapsed / steps] * steps)
 
     @property
     def median(self) -> float | None:
