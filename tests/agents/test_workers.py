@@ -130,7 +130,8 @@ def test_simulated_training_on_workers_gives_the_serial_run(tmp_path):
 @pytest.mark.parametrize("flags, message", [
     (["--workers", "0"], "workers must be a whole number of at least 1"),
     (["--ray", "somewhere"], "--ray takes 'auto' or a Ray cluster's ADDRESS as host:port"),
-    (["--backend", "measured", "--target", "local:2", "--workers", "2"], "a measured target is one testbed"),
+    (["--backend", "measured", "--target", "local:2", "--workers", "2"], "would run 2 testbeds at once"),
+    (["--backend", "measured", "--target", "local:2", "--ray", "127.0.0.1:6379", "--workers", "2"], "drop --workers"),
 ])
 def test_bad_worker_settings_are_refused_before_any_work(flags, message, capsys):
     from agents.cli import main
