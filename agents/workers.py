@@ -102,6 +102,9 @@ class _Slot:
 class ProcessWorkers:
     """`count` worker processes on this machine (started with "spawn": TensorFlow does not survive fork)."""
 
+    warnings: Sequence[str] = ()
+    """What the run's log should say about the engine (all engines have it)."""
+
     def __init__(self, count: int):
         if not isinstance(count, int) or count < 1:
             raise WorkerError(f"the number of workers must be a whole number of at least 1, got {count!r}")
@@ -215,6 +218,7 @@ class SerialWorkers:
 
     count = 1
     description = "this process"
+    warnings: Sequence[str] = ()
 
     def __init__(self):
         self._own_state: dict[str, Any] = {}
@@ -280,6 +284,9 @@ class RayWorkers:
     `per_node`, one actor on each node that offers a CPU, pinned to it (a measured target: each node measures
     on its own machine)."""
 
+    warnings: Sequence[str] = ()
+    """Nodes that share one machine, when actors are pinned to nodes."""
+
     def __init__(self, address: str, count: int | None = None, actor_start_seconds: float = ACTOR_START_SECONDS,
                  per_node: bool = False):
         """actor_start_seconds: how long a new actor may take to start before its slot's work goes to another.
@@ -318,6 +325,9 @@ class RayWorkers:
         self._actor_class = ray.remote(num_cpus=1)(_Actor)
         if per_node:
             self.nodes = _measuring_nodes(ray)
+            self.warnings = _shared_machines(self.nodes)
+            for warning in self.warnings:
+                log.warning("%s", warning)
             self._options = [{"scheduling_strategy": _pinned_to(node["NodeID"])} for node in self.nodes]
             self.count = len(self.nodes)
         else:
@@ -399,21 +409,23 @@ def _pinned_to(node_id: str):
 def _measuring_nodes(ray) -> list[dict]:
     """The alive nodes that offer a CPU, the driver's own first (so that what goes to the first actor, a
     lone placement's confirmations, is measured on the driver's machine where it is a node), then by node
-    id: the same order in every run on the same cluster. Nodes that share a machine are logged: their
-    measurements run at once on the same cores and skew each other."""
+    id: the same order in every run on the same cluster."""
     here = ray.get_runtime_context().get_node_id()
     nodes = sorted((node for node in ray.nodes() if node.get("Alive") and node.get("Resources", {}).get("CPU", 0) > 0),
                    key=lambda node: (node["NodeID"] != here, node["NodeID"]))
     if not nodes:
         raise WorkerError("the Ray cluster has no node that offers a CPU for a measuring actor")
+    return nodes
+
+
+def _shared_machines(nodes: Sequence[dict]) -> list[str]:
+    """A warning for each machine (node address) that has more than one of `nodes`."""
     by_address: dict[str, list[str]] = {}
     for node in nodes:
         by_address.setdefault(node.get("NodeManagerAddress", ""), []).append(node["NodeID"][:12])
-    for address, shared in by_address.items():
-        if len(shared) > 1:
-            log.warning("Ray nodes %s share one machine (%s): their measurements run at once on its cores and "
-                        "skew each other; give each machine one node", ", ".join(shared), address)
-    return nodes
+    return [f"Ray nodes {', '.join(shared)} share one machine ({address}): their measurements run at once on its "
+            "cores and skew each other; give each machine one node"
+            for address, shared in by_address.items() if len(shared) > 1]
 
 
 def open_workers(workers: int = 1, ray: str | None = None, per_node: bool = False):

@@ -122,14 +122,14 @@ class ExperimentConfig:
     workers: int = setting(1, metavar="N")
     """Simulated backend: evaluate each update's placements on N local worker processes, each with its own
     simulator; the policy's updates stay in this process, so the results are the same as with 1 (this
-    process, no workers). Refused on a measured target (N testbeds on one machine's cores would skew each
-    other's timings). See docs/scale-out.md."""
+    process, no workers); refused on a measured target, where N testbeds on one machine's cores would skew
+    each other's timings (docs/scale-out.md)."""
     ray: str | None = setting(None, metavar="auto|ADDRESS")
     """Evaluate on Ray actors instead of local processes: "auto" (a private Ray of this machine's CPUs, in a
-    loopback-only network namespace) or a cluster's ADDRESS (host:port of its head). Simulated: --workers N
-    counts the actors (default: one per CPU of the cluster). Measured: one actor pinned to each node, which
-    measures on its own target; every node's target must be the kind of this process's (same devices,
-    processor, cores, TensorFlow). Needs the `distributed` extra."""
+    loopback-only network namespace) or a cluster's ADDRESS (host:port of its head); simulated: --workers N
+    counts the actors (default: one per CPU of the cluster); measured: one actor pinned to each node measures
+    on that node's own target, which must be the kind of this process's (devices, processor, cores,
+    TensorFlow). Needs the `distributed` extra."""
     runs: str = setting("runs", metavar="DIR")
     """Runs go to RUNS/<model>/<timestamp>/."""
     progress: bool = setting(True, cli=False)

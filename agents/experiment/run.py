@@ -63,6 +63,8 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
         workers.enter_context(_workers_logged_to(log))
         if engine is not None:
             log.info("evaluating placements on %s", engine.description)
+            for warning in engine.warnings:
+                log.warning("%s", warning)
         if targets is not None:
             run_files.write_targets(run_dir, targets)
             for where in (targets.driver, *targets.workers):
