@@ -27,8 +27,11 @@ def test_a_different_processor_or_device_width_is_another_kind_and_the_error_nam
                                                  "worker 2 (host c)": wider})
     message = str(error.value)
     assert "worker 0" not in message
-    assert "worker 1 (host b): processor 'Intel(R) Xeon(R) Gold 6338' here, 'AMD EPYC 7763' there" in message
-    assert "worker 2 (host c): device /job:worker/replica:0/task:1/device:CPU:0: cores 1 here, 2 there" in message
+    assert message.startswith('targets of another kind than this process ("here"): ')
+    assert "worker 1 (host b) (\"there\"): processor 'Intel(R) Xeon(R) Gold 6338' here, 'AMD EPYC 7763' there" \
+        in message
+    assert "worker 2 (host c) (\"there\"): device /job:worker/replica:0/task:1/device:CPU:0: cores 1 here, 2 there" \
+        in message
     assert "intra-op threads 1 here, 2 there" in message
 
 

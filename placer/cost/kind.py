@@ -104,10 +104,10 @@ def check_same_kind(reference: tuple[str, TargetKind], others: Mapping[str, Targ
     """Refuse `others` (by where they are) unless each is the kind of `reference` (where, kind): measurements
     of different kinds of target would be compared as if they were one machine's."""
     where, kind = reference
-    problems = [f"{name}: {'; '.join(kind.differences(other))}" for name, other in others.items()
+    problems = [f"{name} (\"there\"): {'; '.join(kind.differences(other))}" for name, other in others.items()
                 if other.fingerprint != kind.fingerprint]
     if problems:
         raise TargetKindError(
-            f"the targets are not all the kind of {where}'s (\"here\" is {where}, \"there\" the other): "
-            + " | ".join(problems) + ". Their step times cannot be compared: give every node the same kind of "
-            "machine and target, or leave the other machines out of the cluster")
+            f"targets of another kind than {where} (\"here\"): " + " | ".join(problems) + ". Step times "
+            "from different kinds of target cannot be compared: give every node the same kind of machine and "
+            "target, or leave the others out of the cluster")

@@ -399,8 +399,8 @@ def test_a_worker_on_another_kind_of_target_is_refused_before_the_run_exists(tmp
         elsewhere = WorkerTarget({"host": "gpu-box", "pid": 7, "ray_node": "ab" * 28}, "inprocess:2",
                                  replace(here.kind, processor="AMD EPYC 7763", cores=64))
         with pytest.raises(TargetKindError, match=r"worker 0 \(inprocess:2 on host gpu-box \(pid 7, Ray node "
-                                                  r"abababababab\)\): processor .* here, 'AMD EPYC 7763' there; "
-                                                  r"cores \d+ here, 64 there"):
+                                                  r"abababababab\)\) \(\"there\"\): processor .* here, 'AMD EPYC "
+                                                  r"7763' there; cores \d+ here, 64 there"):
             _evaluated_on(config, env, _EngineOn(lambda task: elsewhere))
         same = WorkerTarget({"host": "twin", "pid": 8, "ray_node": None}, "inprocess:2", here.kind)
         evaluated_on, targets = _evaluated_on(config, env, _EngineOn(lambda task: same))
