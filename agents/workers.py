@@ -337,8 +337,9 @@ class RayWorkers:
         self._actors = [self._actor_class.options(**options).remote() for options in self._options]
         nodes = len([node for node in ray.nodes() if node.get("Alive")])
         plural = "s" if nodes != 1 else ""
-        self.description = (f"one Ray actor pinned to each of {self.count} node{'s' if self.count != 1 else ''}"
-                            if per_node else f"{self.count} Ray actors on {nodes} node{plural}")
+        pinned = f"each of {self.count} nodes" if self.count > 1 else "the cluster's one node"
+        self.description = (f"one Ray actor pinned to {pinned}" if per_node
+                            else f"{self.count} Ray actors on {nodes} node{plural}")
 
     def pids(self) -> list[int]:
         """The process id of each actor, by slot (on its own node)."""

@@ -67,10 +67,11 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
                 log.warning("%s", warning)
         if targets is not None:
             run_files.write_targets(run_dir, targets)
-            for where in (targets.driver, *targets.workers):
-                log.info("measuring on %s on host %s (pid %s%s), a target of kind %s", where["target"], where["host"],
-                         where["pid"], f", Ray node {where['ray_node']}" if where.get("ray_node") else "",
-                         where["kind"])
+            for who, where in (("this process (baselines, final comparison)", targets.driver),
+                               *((f"worker {slot}", worker) for slot, worker in enumerate(targets.workers))):
+                log.info("%s measures on %s on host %s (pid %s%s), a target of kind %s", who, where["target"],
+                         where["host"], where["pid"],
+                         f", Ray node {where['ray_node']}" if where.get("ray_node") else "", where["kind"])
         graph, devices = env.graph, env.devices
         log.info("%s (%s): %d ops in the step, %d colocation groups; %s on %s (%s)",
                  graph.name, config.size, len(graph.step_ops), len(graph.groups), config.backend, config.target,

@@ -477,6 +477,8 @@ trap '{ray} stop --force >/dev/null 2>&1' EXIT
     log = (run_dir / "log.txt").read_text()
     assert "evaluating placements on one Ray actor pinned to each of 2 nodes" in log
     assert "share one machine (127.0.0.1)" in log  # both nodes are this machine: said, not hidden
+    assert "this process (baselines, final comparison) measures on inprocess:2" in log
+    assert "worker 0 measures on inprocess:2" in log and "worker 1 measures on inprocess:2" in log
     state = json.loads((run_dir / "trainer_state.json").read_text())
     targets = json.loads((run_dir / "targets.json").read_text())
     measurements = state["measurements"]
