@@ -31,10 +31,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from agents.experiment.config import ExperimentConfig, ExperimentError
 from placer.files import write_atomically, write_json
 
-from placer.cost.kind import TargetKind
-
 if TYPE_CHECKING:
     from placer.cost import StepTime
+    from placer.cost.kind import TargetKind
     from placer.devices import DeviceSet
     from placer.graph.opgraph import OpGraph
     from placer.heuristics import HeuristicTiming
@@ -117,7 +116,7 @@ class TrainerState:
     measurements: tuple[Mapping[str, Any], ...] = ()
     """Where every measured evaluation ran, in order: its update (0: before the first), step time (None:
     failed), node (host, pid, ray_node) and target (spec, and `kind`: the fingerprint of the kind of target,
-    described in targets.json). Empty on the simulator."""
+    described in targets.json). Empty on the simulator, and where the environment records no origin."""
     agent_state: Mapping[str, Any] = field(default_factory=dict)
     """The agent's plain-data state (`numpy_state()`)."""
     checkpoint: str | None = None
@@ -179,6 +178,8 @@ def write_targets(run_dir: str | Path, targets: MeasuredTargets) -> None:
 
 def read_targets(run_dir: str | Path) -> MeasuredTargets | None:
     """Where the run measured when it last started; None for a simulated run (or one this old)."""
+    from placer.cost.kind import TargetKind
+
     path = Path(run_dir) / TARGETS
     if not path.exists():
         return None

@@ -231,9 +231,9 @@ class ExperimentConfig:
             # times; a Ray node per machine measures alone on its own.
             raise ExperimentError(
                 f"--workers {self.workers} with a measured target would run {self.workers} testbeds at once on this "
-                "machine's cores, each skewing the others' step times: measure from this process (drop --workers), or spread over "
-                "machines with --ray ADDRESS, one Ray node per machine, each measuring on its own target "
-                "(docs/scale-out.md)" if self.ray is None else
+                "machine's cores, each skewing the others' step times: measure from this process (drop "
+                "--workers), or spread over machines with --ray ADDRESS, one Ray node per machine, each measuring "
+                "on its own target (docs/scale-out.md)" if self.ray is None else
                 "with a measured target, --ray runs one actor on each node of the cluster, each measuring on its "
                 "own machine: drop --workers")
         for name, value in (("time_budget", self.time_budget), ("step_timeout", self.step_timeout),
