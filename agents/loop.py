@@ -49,6 +49,12 @@ class TrainingConfig:
     deterministic simulator)."""
 
 
+MEASURED_ON = "measured_on"
+"""The key of a measured evaluation's info that says where it was measured (`agents.worker_envs`): the node
+(host name, process id, Ray node id) and the target (its spec, and the fingerprint of its kind,
+`placer.cost.kind`). `train` keeps these records in the run (`TrainerState.measurements`)."""
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """One placement costed and rewarded."""
@@ -60,7 +66,8 @@ class Evaluation:
     """Seconds per step; inf when it failed."""
     ok: bool
     info: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    """The environment's step info (failure, peak memory, moved ops, ...)."""
+    """The environment's step info (failure, peak memory, moved ops, ...); a measured one, where it was
+    measured (`MEASURED_ON`)."""
 
     @property
     def seconds(self) -> float:  # what `placer.cost.compare` ranks
@@ -151,13 +158,14 @@ def train(agent: PlacementAgent, env, run_dir: str | Path, config: TrainingConfi
             retimings = state.best_retimings
             turn = update(agent, env, config.samples_per_update)
             metrics = dict(turn.metrics)
+            made = list(turn.evaluations)  # every evaluation of this update, confirmations included
             state = replace(state, updates=state.updates + 1, samples=state.samples + len(turn.evaluations))
-            state, improved = _keep_if_best(env, config, state, turn.best)
+            state, improved = _keep_if_best(env, config, state, turn.best, made)
             if config.greedy_every and state.updates % config.greedy_every == 0:
-                greedy, evaluated = _evaluate_one(env, agent.best_guess())
+                greedy, evaluated = _evaluate_one(env, agent.best_guess(), made)
                 state = replace(state, samples=state.samples + evaluated)
                 metrics["step_time_greedy"] = greedy.step_time
-                state, greedy_improved = _keep_if_best(env, config, state, greedy)
+                state, greedy_improved = _keep_if_best(env, config, state, greedy, made)
                 improved = improved or greedy_improved
             finite = [e.step_time for e in turn.evaluations if math.isfinite(e.step_time)]
             metrics.update(
@@ -168,6 +176,7 @@ def train(agent: PlacementAgent, env, run_dir: str | Path, config: TrainingConfi
                 samples=state.samples, wall_time=time.monotonic() - started,
             )
             state = replace(state, history=(*state.history, {"update": state.updates, **metrics}),
+                            measurements=(*state.measurements, *_measured_on(state.updates, made)),
                             elapsed=time.monotonic() - started)
             state = saver.save(state, improved)
             for callback in callbacks:
@@ -217,27 +226,37 @@ def _placement_context(env):
 
 
 def _start_from(env, agent, config: TrainingConfig, state: TrainerState, assignment: Sequence[int]) -> TrainerState:
-    evaluation, evaluated = _evaluate_one(env, assignment)
-    state, _ = _keep_if_best(env, config, replace(state, samples=state.samples + evaluated), evaluation)
+    made: list[Evaluation] = []
+    evaluation, evaluated = _evaluate_one(env, assignment, made)
+    state, _ = _keep_if_best(env, config, replace(state, samples=state.samples + evaluated), evaluation, made)
+    state = replace(state, measurements=(*state.measurements, *_measured_on(0, made)))
     if hasattr(agent, "rebase_best"):
         agent.rebase_best(state.best_reward)
     return state
 
 
-def _keep_if_best(env, config: TrainingConfig, state: TrainerState, candidate: Evaluation) -> tuple[TrainerState, bool]:
-    """`candidate` made the best placement if it beats the best; True if the best (or its time) changed."""
+def _measured_on(update: int, evaluations: Sequence[Evaluation]) -> list[dict[str, Any]]:
+    """Where each measured evaluation of `update` was measured (`MEASURED_ON`), in order."""
+    return [{"update": update, "step_time": e.step_time if e.ok else None, **e.info[MEASURED_ON]}
+            for e in evaluations if MEASURED_ON in e.info]
+
+
+def _keep_if_best(env, config: TrainingConfig, state: TrainerState, candidate: Evaluation,
+                  made: list[Evaluation]) -> tuple[TrainerState, bool]:
+    """`candidate` made the best placement if it beats the best; True if the best (or its time) changed. The
+    confirmations' evaluations are added to `made`."""
     if candidate.reward <= state.best_reward:
         return state, False
     if config.confirm_repeats > 0:
         if state.best_assignment is None:
-            state, (repeats,) = _timings(env, state, [candidate.assignment], config.confirm_repeats)
+            state, (repeats,) = _timings(env, state, [candidate.assignment], config.confirm_repeats, made)
             candidate = replace(repeats, timings=(candidate, *repeats.timings)).median_timing
         else:
             # Side by side: the machine's speed drifts over minutes, so the best's old timings are no bar.
             # Both are timed again in alternation, and the candidate must win those.
             state = replace(state, best_retimings=state.best_retimings + 1)
             state, compared = _timings(env, state, [candidate.assignment, state.best_assignment],
-                                       config.confirm_repeats)
+                                       config.confirm_repeats, made)
             candidate, incumbent = (c.median_timing for c in compared)
             if candidate.reward <= incumbent.reward:
                 return replace(state, best_reward=incumbent.reward, best_step_time=incumbent.step_time), True
@@ -245,9 +264,9 @@ def _keep_if_best(env, config: TrainingConfig, state: TrainerState, candidate: E
                    best_assignment=candidate.assignment), True
 
 
-def _timings(env, state: TrainerState, assignments: list, count: int):
+def _timings(env, state: TrainerState, assignments: list, count: int, made: list[Evaluation]):
     """(state, at least `count` evaluations of each placement as `placer.cost.Compared`), timed side by
-    side in interleaved rounds and counted as samples."""
+    side in interleaved rounds, counted as samples and added to `made`."""
     from placer.cost import compare
 
     width = _width(env)
@@ -256,19 +275,24 @@ def _timings(env, state: TrainerState, assignments: list, count: int):
     def evaluate_all(assignment) -> list[Evaluation]:
         nonlocal evaluated
         evaluated += width
-        return evaluate(env, [assignment] * width)
+        evaluations = evaluate(env, [assignment] * width)
+        made.extend(evaluations)
+        return evaluations
 
     compared = compare(evaluate_all, dict(enumerate(assignments)), rounds=-(-count // width))
     return replace(state, samples=state.samples + evaluated), [compared[index] for index in range(len(assignments))]
 
 
-def _evaluate_one(env, assignment) -> tuple[Evaluation, int]:
-    """(the evaluation, placements evaluated) of one placement. A vector environment steps all its
-    sub-environments at once, so it gets the placement in each and the median is kept."""
+def _evaluate_one(env, assignment, made: list[Evaluation]) -> tuple[Evaluation, int]:
+    """(the evaluation, placements evaluated) of one placement, its evaluations added to `made`. A vector
+    environment steps all its sub-environments at once, so it gets the placement in each and the median is
+    kept."""
     from placer.cost import Compared
 
     count = _width(env)
-    return Compared("one", tuple(evaluate(env, [assignment] * count))).median_timing, count
+    evaluations = evaluate(env, [assignment] * count)
+    made.extend(evaluations)
+    return Compared("one", tuple(evaluations)).median_timing, count
 
 
 def _width(env) -> int:

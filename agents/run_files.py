@@ -13,6 +13,7 @@ atomically, and every placement in it a placement file (`placer.placement`).
         simulator/             the simulator phase of a simulator-first run (trainer state, best placement)
         calibration.json       the target's calibration, when a simulator-first run made it
         timeline.json          Chrome trace of the best placement (simulated, or a traced real step)
+        targets.json           a measured run: the kind of target it measures on, and where (`MeasuredTargets`)
         summary.json           what the run reached (`RunSummary`), written when it ends
         tensorboard/, wandb/   the dashboards' files
 """
@@ -32,6 +33,7 @@ from placer.files import write_atomically, write_json
 
 if TYPE_CHECKING:
     from placer.cost import StepTime
+    from placer.cost.kind import TargetKind
     from placer.devices import DeviceSet
     from placer.graph.opgraph import OpGraph
     from placer.heuristics import HeuristicTiming
@@ -50,6 +52,7 @@ BEST_PLACEMENT = "best_placement.json"
 SIMULATOR_PHASE = "simulator"
 TIMELINE = "timeline.json"
 SUMMARY = "summary.json"
+TARGETS = "targets.json"
 
 PRESET_BEFORE_PRESETS = "reference"
 """What a run directory written before presets existed ran with: the reference planner's settings."""
@@ -110,6 +113,10 @@ class TrainerState:
     """Times the best was timed again side by side with a would-be best (its step time may then rise)."""
     history: tuple[Mapping[str, Any], ...] = ()
     """The metrics of every update (`agents.loop` names them), step times in seconds."""
+    measurements: tuple[Mapping[str, Any], ...] = ()
+    """Where every measured evaluation ran, in order: its update (0: before the first), step time (None:
+    failed), node (host, pid, ray_node) and target (spec, and `kind`: the fingerprint of the kind of target,
+    described in targets.json). Empty on the simulator, and where the environment records no origin."""
     agent_state: Mapping[str, Any] = field(default_factory=dict)
     """The agent's plain-data state (`numpy_state()`)."""
     checkpoint: str | None = None
@@ -119,6 +126,7 @@ class TrainerState:
         data = dataclasses.asdict(self)
         data["best_assignment"] = None if self.best_assignment is None else list(self.best_assignment)
         data["history"] = [dict(record) for record in self.history]
+        data["measurements"] = [dict(record) for record in self.measurements]
         return data
 
     @classmethod
@@ -127,6 +135,7 @@ class TrainerState:
         if data.get("best_assignment") is not None:
             data["best_assignment"] = tuple(int(a) for a in data["best_assignment"])
         data["history"] = tuple(data.get("history", ()))
+        data["measurements"] = tuple(data.get("measurements", ()))
         return cls(**data)
 
 
@@ -142,6 +151,52 @@ def write_trainer_state(directory: str | Path, state: TrainerState) -> None:
 
 def write_best_placement(directory: str | Path, placement: Placement, graph: OpGraph) -> None:
     placement.save(Path(directory) / BEST_PLACEMENT, graph)  # atomic: an export never reads half a file
+
+
+# -- where a measured run measures ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MeasuredTargets:
+    """Where a measured run measures: the one kind of target all its measurements come from, this process's
+    target (the baselines, the start and the final comparison) and each worker's, as each measurement
+    records its origin (`agents.loop.MEASURED_ON`: host, pid, ray_node, target, kind)."""
+
+    kind: TargetKind
+    driver: Mapping[str, Any]
+    workers: tuple[Mapping[str, Any], ...] = ()
+    """Empty when the run measures in its own process."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind.to_dict(), "driver": dict(self.driver),
+                "workers": [dict(worker) for worker in self.workers]}
+
+
+def write_targets(run_dir: str | Path, targets: MeasuredTargets) -> None:
+    write_json(Path(run_dir) / TARGETS, targets.to_dict())
+
+
+def read_targets(run_dir: str | Path) -> MeasuredTargets | None:
+    """Where the run measured when it last started; None for a simulated run (or one this old)."""
+    from placer.cost.kind import TargetKind
+
+    path = Path(run_dir) / TARGETS
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    return MeasuredTargets(TargetKind.from_dict(data["kind"]), data["driver"], tuple(data.get("workers", ())))
+
+
+def check_targets(run_dir: str | Path, targets: MeasuredTargets) -> None:
+    """Refuse to go on measuring a run on another kind of target than it measured on before (its best step
+    time and baselines came from that kind)."""
+    recorded = read_targets(run_dir)
+    if recorded is not None and recorded.kind.fingerprint != targets.kind.fingerprint:
+        differences = "; ".join(recorded.kind.differences(targets.kind))
+        raise ExperimentError(
+            f"{run_dir} measured on another kind of target than this one (\"here\" is the run's, \"there\" "
+            f"this machine's: {differences}): its step times cannot be compared with these. Resume it where it "
+            "ran, or start a new run here")
 
 
 # -- the baselines --------------------------------------------------------------------------------

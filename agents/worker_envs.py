@@ -12,12 +12,17 @@ a measured target's placement takes seconds, all of it in the evaluate step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+import os
+import socket
+import sys
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from agents.loop import MEASURED_ON
 from agents.workers import Task, worker_state
+from placer.cost.kind import TargetKind, TargetKindError, target_kind
 
 
 @dataclass(frozen=True)
@@ -64,13 +69,63 @@ def owned_env(recipe: EnvRecipe):
 
 def evaluate_owned(recipe: EnvRecipe, assignments: Sequence[Sequence[int]]) -> list:
     """A task: `agents.loop.evaluate` on this worker's environment. The evaluations' info keeps only what
-    crosses a process boundary (a simulated peak memory, computed on demand, is left out)."""
-    from dataclasses import replace
-
+    crosses a process boundary (a simulated peak memory, computed on demand, is left out); a measured one
+    records where it was measured (`MEASURED_ON`)."""
     from agents import loop
 
-    evaluations = loop.evaluate(owned_env(recipe), assignments)
-    return [replace(e, info={k: v for k, v in e.info.items() if k != "peak_memory"}) for e in evaluations]
+    env = owned_env(recipe)
+    evaluations = [replace(e, info={k: v for k, v in e.info.items() if k != "peak_memory"})
+                   for e in loop.evaluate(env, assignments)]
+    if env.backend != "measured":
+        return evaluations
+    return _with_origin(evaluations, _owned_target(recipe).origin)
+
+
+def this_node() -> dict[str, Any]:
+    """This process's host name, process id, and Ray node id when it runs in a Ray worker (else None)."""
+    ray = sys.modules.get("ray")  # imported by Ray's own workers; never imported here just to ask
+    node = ray.get_runtime_context().get_node_id() if ray is not None and ray.is_initialized() else None
+    return {"host": socket.gethostname(), "pid": os.getpid(), "ray_node": node}
+
+
+@dataclass(frozen=True)
+class WorkerTarget:
+    """Where a worker measures: its node (`this_node`), its target's spec, and the kind of that target."""
+
+    node: Mapping[str, Any]
+    spec: str
+    kind: TargetKind
+
+    @property
+    def origin(self) -> dict[str, Any]:
+        """What each of its measurements records under `MEASURED_ON`."""
+        return {**self.node, "target": self.spec, "kind": self.kind.fingerprint}
+
+    def describe(self) -> str:
+        ray_node = f", Ray node {self.node['ray_node'][:12]}" if self.node.get("ray_node") else ""
+        return f"{self.spec} on host {self.node['host']} (pid {self.node['pid']}{ray_node})"
+
+
+def describe_target(env) -> WorkerTarget:
+    """Where `env` (open in this process) measures."""
+    return WorkerTarget(this_node(), str(env.target.spec), target_kind(env.target))
+
+
+def _owned_target(recipe: EnvRecipe) -> WorkerTarget:
+    state = worker_state()
+    key = "target:" + recipe.key
+    if key not in state:
+        state[key] = describe_target(owned_env(recipe))
+    return state[key]
+
+
+def target_owned(recipe: EnvRecipe) -> WorkerTarget:
+    """A task: open this worker's environment for `recipe` (its target) and say where it measures."""
+    return _owned_target(recipe)
+
+
+def _with_origin(evaluations: list, origin: Mapping[str, Any]) -> list:
+    return [replace(e, info={**e.info, MEASURED_ON: dict(origin)}) for e in evaluations]
 
 
 @dataclass(frozen=True)
@@ -102,11 +157,18 @@ class EnvOnWorkers:
     """A placement environment whose evaluate step (`agents.loop.evaluate`) runs on workers, each on its own
     copy built from `recipe`: an update's placements are split in order into one contiguous share per worker,
     and their evaluations joined back in that order. Everything else is read from `local` (the driver's own
-    copy, for the graph, baselines and the final comparison), if there is one."""
+    copy, for the graph, baselines and the final comparison), if there is one.
 
-    def __init__(self, recipe: EnvRecipe, engine, workers: Sequence[int] | None = None, local=None):
-        """workers: the worker slots to spread over (default: all of the engine's)."""
-        self.recipe, self.engine, self.local = recipe, engine, local
+    Fewer placements than workers go to the first workers: a lone placement (the loop's greedy evaluation,
+    a would-be best and the best timed side by side) always goes to the first, so those timings that are
+    compared with each other come from one target."""
+
+    def __init__(self, recipe: EnvRecipe, engine, workers: Sequence[int] | None = None, local=None,
+                 kind: str | None = None):
+        """workers: the worker slots to spread over (default: all of the engine's). kind: the fingerprint of
+        the kind of target every measurement must come from (`placer.cost.kind`; checked before training):
+        a measurement from another kind (a worker replaced on another machine) is refused, not compared."""
+        self.recipe, self.engine, self.local, self.kind = recipe, engine, local, kind
         self.workers = list(range(engine.count) if workers is None else workers)
 
     def evaluate_batch(self, assignments: Sequence[Sequence[int]]) -> list:
@@ -114,10 +176,37 @@ class EnvOnWorkers:
                   if len(share)]
         tasks = [Task(evaluate_owned, (self.recipe, [assignments[i] for i in share]), worker=worker)
                  for share, worker in zip(shares, self.workers)]
-        return [evaluation for part in self.engine.run(tasks) for evaluation in part]
+        evaluations = [evaluation for part in self.engine.run(tasks) for evaluation in part]
+        if self.kind is not None:
+            for evaluation in evaluations:
+                origin = evaluation.info.get(MEASURED_ON, {})
+                if origin.get("kind") != self.kind:
+                    raise TargetKindError(
+                        f"a placement was measured on {origin.get('target')} on host {origin.get('host')} (pid "
+                        f"{origin.get('pid')}), a target of kind {origin.get('kind')}, not of the run's kind "
+                        f"{self.kind}: its step time cannot be compared with the others'")
+        return evaluations
 
     def __getattr__(self, name: str):
         local = self.__dict__.get("local")
         if local is None:
             raise AttributeError(f"{name}: this environment lives on workers only")
         return getattr(local, name)
+
+
+class RecordedEnv:
+    """A placement environment evaluated in this process, each measurement recording where it was measured
+    (`MEASURED_ON`), as the workers' do; everything else is read from `env`."""
+
+    def __init__(self, env, target_here: WorkerTarget | None = None):
+        """target_here: where `env` measures (`describe_target(env)`, described now when not given)."""
+        self.local = env
+        self.target_here = target_here or describe_target(env)
+
+    def evaluate_batch(self, assignments: Sequence[Sequence[int]]) -> list:
+        from agents import loop
+
+        return _with_origin(loop.evaluate(self.local, assignments), self.target_here.origin)
+
+    def __getattr__(self, name: str):
+        return getattr(self.__dict__["local"], name)

@@ -102,6 +102,9 @@ class _Slot:
 class ProcessWorkers:
     """`count` worker processes on this machine (started with "spawn": TensorFlow does not survive fork)."""
 
+    warnings: Sequence[str] = ()
+    """What the run's log should say about the engine (all engines have it)."""
+
     def __init__(self, count: int):
         if not isinstance(count, int) or count < 1:
             raise WorkerError(f"the number of workers must be a whole number of at least 1, got {count!r}")
@@ -215,6 +218,7 @@ class SerialWorkers:
 
     count = 1
     description = "this process"
+    warnings: Sequence[str] = ()
 
     def __init__(self):
         self._own_state: dict[str, Any] = {}
@@ -276,10 +280,19 @@ class _Actor:
 
 
 class RayWorkers:
-    """Tasks on Ray actors: `count` of them (default: one per CPU of the cluster), placed by Ray."""
+    """Tasks on Ray actors: `count` of them (default: one per CPU of the cluster), placed by Ray; or, with
+    `per_node`, one actor on each node that offers a CPU, pinned to it (a measured target: each node measures
+    on its own machine)."""
 
-    def __init__(self, address: str, count: int | None = None, actor_start_seconds: float = ACTOR_START_SECONDS):
-        """actor_start_seconds: how long a new actor may take to start before its slot's work goes to another."""
+    warnings: Sequence[str] = ()
+    """Nodes that share one machine, when actors are pinned to nodes."""
+
+    def __init__(self, address: str, count: int | None = None, actor_start_seconds: float = ACTOR_START_SECONDS,
+                 per_node: bool = False):
+        """actor_start_seconds: how long a new actor may take to start before its slot's work goes to another.
+        per_node: one actor per node, pinned there (`count` must then be None)."""
+        if per_node and count is not None:
+            raise WorkerError("one actor per node: the number of actors is the number of nodes, not given")
         ray = _import_ray()
         self.actor_start_seconds = actor_start_seconds
         self.address = check_ray_address(address)
@@ -309,11 +322,24 @@ class RayWorkers:
             except (ConnectionError, ray.exceptions.AuthenticationError) as error:
                 raise WorkerError(f"no Ray cluster answers at {address} with this token (RAY_AUTH_MODE="
                                   f"{os.environ['RAY_AUTH_MODE']}; docs/scale-out.md): {error}") from None
-        self.count = count or max(1, int(ray.cluster_resources().get("CPU", 1)))
         self._actor_class = ray.remote(num_cpus=1)(_Actor)
-        self._actors = [self._actor_class.remote() for _ in range(self.count)]
+        if per_node:
+            self.nodes = _measuring_nodes(ray)
+            self.warnings = _shared_machines(self.nodes)
+            for warning in self.warnings:
+                log.warning("%s", warning)
+            self._options = [{"scheduling_strategy": _pinned_to(node["NodeID"])} for node in self.nodes]
+            self.count = len(self.nodes)
+        else:
+            self.nodes = []
+            self.count = count or max(1, int(ray.cluster_resources().get("CPU", 1)))
+            self._options = [{} for _ in range(self.count)]
+        self._actors = [self._actor_class.options(**options).remote() for options in self._options]
         nodes = len([node for node in ray.nodes() if node.get("Alive")])
-        self.description = f"{self.count} Ray actors on {nodes} node{'s' if nodes != 1 else ''}"
+        plural = "s" if nodes != 1 else ""
+        pinned = f"each of {self.count} nodes" if self.count > 1 else "the cluster's one node"
+        self.description = (f"one Ray actor pinned to {pinned}" if per_node
+                            else f"{self.count} Ray actors on {nodes} node{plural}")
 
     def pids(self) -> list[int]:
         """The process id of each actor, by slot (on its own node)."""
@@ -349,10 +375,11 @@ class RayWorkers:
         """Put a new actor in `slot`, whose actor died; where its node died with it and the cluster has no CPU
         left for one, the next slot's actor takes its work. Returns which, for the log."""
         ray = self._ray
-        fresh = self._actor_class.remote()
+        fresh = self._actor_class.options(**self._options[slot]).remote()
         try:
             ray.get(fresh.pid.remote(), timeout=self.actor_start_seconds)
-        except ray.exceptions.GetTimeoutError:
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError,
+                ray.exceptions.ActorUnschedulableError):  # pinned to a node that died: it cannot start there
             ray.kill(fresh)
             if self.count == 1:
                 raise WorkerError(f"a Ray actor died and no new one started in {self.actor_start_seconds} s: the "
@@ -374,13 +401,42 @@ class RayWorkers:
         self.close()
 
 
-def open_workers(workers: int = 1, ray: str | None = None):
+def _pinned_to(node_id: str):
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id, soft=False)
+
+
+def _measuring_nodes(ray) -> list[dict]:
+    """The alive nodes that offer a CPU, the driver's own first (so that what goes to the first actor, a
+    lone placement's confirmations, is measured on the driver's machine where it is a node), then by node
+    id: the same order in every run on the same cluster."""
+    here = ray.get_runtime_context().get_node_id()
+    nodes = sorted((node for node in ray.nodes() if node.get("Alive") and node.get("Resources", {}).get("CPU", 0) > 0),
+                   key=lambda node: (node["NodeID"] != here, node["NodeID"]))
+    if not nodes:
+        raise WorkerError("the Ray cluster has no node that offers a CPU for a measuring actor")
+    return nodes
+
+
+def _shared_machines(nodes: Sequence[dict]) -> list[str]:
+    """A warning for each machine (node address) that has more than one of `nodes`."""
+    by_address: dict[str, list[str]] = {}
+    for node in nodes:
+        by_address.setdefault(node.get("NodeManagerAddress", ""), []).append(node["NodeID"][:12])
+    return [f"Ray nodes {', '.join(shared)} share one machine ({address}): their measurements run at once on its "
+            "cores and skew each other; give each machine one node"
+            for address, shared in by_address.items() if len(shared) > 1]
+
+
+def open_workers(workers: int = 1, ray: str | None = None, per_node: bool = False):
     """The engine for `--workers N` (local processes; 1: this process, today's serial path) or
-    `--ray auto|ADDRESS` (one Ray actor per worker: N actors, or one per CPU of the cluster when N is 1)."""
+    `--ray auto|ADDRESS` (one Ray actor per worker: N actors, or one per CPU of the cluster when N is 1;
+    with `per_node`, one actor pinned to each node of the cluster)."""
     if not isinstance(workers, int) or workers < 1:
         raise WorkerError(f"--workers must be a whole number of at least 1, got {workers!r}")
     if ray is not None:
-        return RayWorkers(ray, workers if workers > 1 else None)
+        return RayWorkers(ray, None if per_node or workers == 1 else workers, per_node=per_node)
     return SerialWorkers() if workers == 1 else ProcessWorkers(workers)
 
 

@@ -122,12 +122,14 @@ class ExperimentConfig:
     workers: int = setting(1, metavar="N")
     """Simulated backend: evaluate each update's placements on N local worker processes, each with its own
     simulator; the policy's updates stay in this process, so the results are the same as with 1 (this
-    process, no workers). See docs/scale-out.md."""
+    process, no workers); refused on a measured target, where N testbeds on one machine's cores would skew
+    each other's timings (docs/scale-out.md)."""
     ray: str | None = setting(None, metavar="auto|ADDRESS")
-    """Simulated backend: evaluate on Ray actors instead of local processes: "auto" (a Ray cluster already
-    running on this machine, else a private one started on 127.0.0.1) or a cluster's ADDRESS (host:port of
-    its head); --workers N then counts the actors (default: one per CPU of the cluster). Needs the
-    `distributed` extra."""
+    """Evaluate on Ray actors instead of local processes: "auto" (a private Ray of this machine's CPUs, in a
+    loopback-only network namespace) or a cluster's ADDRESS (host:port of its head); simulated: --workers N
+    counts the actors (default: one per CPU of the cluster); measured: one actor pinned to each node measures
+    on that node's own target, which must be the kind of this process's (devices, processor, cores,
+    TensorFlow). Needs the `distributed` extra."""
     runs: str = setting("runs", metavar="DIR")
     """Runs go to RUNS/<model>/<timestamp>/."""
     progress: bool = setting(True, cli=False)
@@ -224,10 +226,16 @@ class ExperimentConfig:
                 check_ray_address(self.ray)
             except WorkerError as error:
                 raise ExperimentError(str(error)) from None
-        if (self.workers > 1 or self.ray is not None) and (self.backend != "simulated" or self.simulator_updates):
-            raise ExperimentError("--workers and --ray spread a simulated target's evaluations; a measured "
-                                  "target is one testbed, measured from this process: drop them, or use "
-                                  "--backend simulated")
+        if self.backend == "measured" and self.workers > 1:
+            # Worker processes of one machine would measure at once on its cores, each skewing the others' step
+            # times; a Ray node per machine measures alone on its own.
+            raise ExperimentError(
+                f"--workers {self.workers} with a measured target would run {self.workers} testbeds at once on this "
+                "machine's cores, each skewing the others' step times: measure from this process (drop "
+                "--workers), or spread over machines with --ray ADDRESS, one Ray node per machine, each measuring "
+                "on its own target (docs/scale-out.md)" if self.ray is None else
+                "with a measured target, --ray runs one actor on each node of the cluster, each measuring on its "
+                "own machine: drop --workers")
         for name, value in (("time_budget", self.time_budget), ("step_timeout", self.step_timeout),
                             ("failing_step_time", self.failing_step_time)):
             if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -19,8 +19,10 @@ import numpy as np
 from agents import run_files
 from agents.experiment.config import ExperimentConfig, ExperimentError
 from agents.experiment.results import summarize
-from agents.run_files import BaselineTiming, RunSummary, SimulatorPhase, StartPlacement, new_run_dir
-from agents.worker_envs import EnvOnWorkers, EnvRecipe
+from agents.run_files import (
+    BaselineTiming, MeasuredTargets, RunSummary, SimulatorPhase, StartPlacement, new_run_dir,
+)
+from agents.worker_envs import EnvOnWorkers, EnvRecipe, RecordedEnv, describe_target, target_owned
 from placer.errors import PlacerError
 
 
@@ -38,16 +40,38 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
     from agents.loop import TrainingConfig, train
 
     env = _make_env(config)  # builds the graph and opens the target: a model that fails leaves no run behind
+    workers = ExitStack()
     try:
+        # the workers open their targets, and targets of different kinds are refused, before the run exists
+        engine = workers.enter_context(_evaluation_engine(config))
+        evaluated_on, targets = _evaluated_on(config, env, engine)
         run_dir = Path(run_dir) if run_dir is not None else new_run_dir(config)
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
+        if targets is not None:
+            run_files.check_targets(run_dir, targets)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ExperimentError(f"cannot make the run directory {run_dir}: {error.strerror}") from None
+    except BaseException:
+        workers.close()
         env.close()
-        raise ExperimentError(f"cannot make the run directory {run_dir}: {error.strerror}") from None
+        raise
     log = _run_logger(run_dir)
     run_files.write_config(run_dir, config, _versions())
     log.info("run directory %s", run_dir.resolve())
     try:
+        workers.enter_context(_workers_logged_to(log))
+        if engine is not None:
+            log.info("evaluating placements on %s", engine.description)
+            for warning in engine.warnings:
+                log.warning("%s", warning)
+        if targets is not None:
+            run_files.write_targets(run_dir, targets)
+            for who, where in (("this process (baselines, final comparison)", targets.driver),
+                               *((f"worker {slot}", worker) for slot, worker in enumerate(targets.workers))):
+                log.info("%s measures on %s on host %s (pid %s%s), a target of kind %s", who, where["target"],
+                         where["host"], where["pid"],
+                         f", Ray node {where['ray_node']}" if where.get("ray_node") else "", where["kind"])
         graph, devices = env.graph, env.devices
         log.info("%s (%s): %d ops in the step, %d colocation groups; %s on %s (%s)",
                  graph.name, config.size, len(graph.step_ops), len(graph.groups), config.backend, config.target,
@@ -79,10 +103,9 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
                  config.samples_per_update, f"{config.time_budget} min" if config.time_budget else "none")
         start = _start_placement(agent, env, run_dir, log)
         simulator = _train_on_simulator(config, env, agent, run_dir, log, calibration) if calibration else None
-        with _evaluation_engine(config, log) as engine:
-            state = train(agent, env if engine is None else EnvOnWorkers(_recipe(config), engine, local=env),
-                          run_dir, training, callbacks=[on_update],
-                          start_from=simulator.best_assignment if simulator else None)
+        state = train(agent, evaluated_on, run_dir, training, callbacks=[on_update],
+                      start_from=simulator.best_assignment if simulator else None)
+        workers.close()  # the baselines' final comparison and the timeline are this process's own
         final = _final_comparison(config, env, run_dir, state.best_assignment, baselines, log, start, simulator)
         summary = summarize(config, run_dir, state, baselines, best_baseline, agent.name, final)
         summary = replace(
@@ -102,6 +125,7 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
                  ", ".join(summary.beaten_baselines) or "none", summary.fastest)
         return ExperimentResult(run_dir, summary)
     finally:
+        workers.close()
         env.close()
         _close_logger(log)
 
@@ -117,30 +141,57 @@ def _make_env(config: ExperimentConfig):
 
 
 def _recipe(config: ExperimentConfig) -> EnvRecipe:
-    """How a worker builds its own copy of the run's (simulated) environment: as `_make_env` does."""
-    return EnvRecipe(config.model, config.size, config.target, config.backend,
-                     options=(("reward", config.reward), ("failing_step_time", config.failing_step_time)),
-                     seed=config.seed)
+    """How a worker builds its own copy of the run's environment, on its own target: as `_make_env` does."""
+    options = (("reward", config.reward), ("failing_step_time", config.failing_step_time))
+    if config.measure_config is not None:
+        options += (("measure_config", config.measure_config),)
+    return EnvRecipe(config.model, config.size, config.target, config.backend, options=options, seed=config.seed)
 
 
 @contextmanager
-def _evaluation_engine(config: ExperimentConfig, log):
-    """The workers that evaluate the run's placements (`--workers`, `--ray`), or None: this process."""
+def _evaluation_engine(config: ExperimentConfig):
+    """The workers that evaluate the run's placements (`--workers`, `--ray`), or None: this process. A
+    measured target's Ray has one actor pinned to each node, which measures on its own machine."""
     if config.workers == 1 and config.ray is None:
         yield None
         return
     from agents.workers import open_workers
 
-    workers_log = logging.getLogger("placer.workers")  # a worker's death and the work sent again: in the run's log
+    with open_workers(config.workers, config.ray, per_node=config.backend == "measured") as engine:
+        yield engine
+
+
+@contextmanager
+def _workers_logged_to(log):
+    """A worker's death and the work sent again, in the run's log too."""
+    workers_log = logging.getLogger("placer.workers")
     for handler in log.handlers:
         workers_log.addHandler(handler)
     try:
-        with open_workers(config.workers, config.ray) as engine:
-            log.info("evaluating placements on %s", engine.description)
-            yield engine
+        yield
     finally:
         for handler in log.handlers:
             workers_log.removeHandler(handler)
+
+
+def _evaluated_on(config: ExperimentConfig, env, engine) -> tuple[Any, MeasuredTargets | None]:
+    """The environment training evaluates on (`env` itself, or the workers' copies of it), and, for a measured
+    target, where it measures. Every worker's target must be the kind of this process's, where the baselines
+    and the final comparison are measured: a TargetKindError names what differs."""
+    from agents.workers import Task
+    from placer.cost.kind import check_same_kind
+
+    if config.backend != "measured":
+        return (env if engine is None else EnvOnWorkers(_recipe(config), engine, local=env)), None
+    here = describe_target(env)
+    if engine is None:
+        return RecordedEnv(env, here), MeasuredTargets(here.kind, here.origin)
+    recipe = _recipe(config)
+    workers = engine.run([Task(target_owned, (recipe,), worker=slot) for slot in range(engine.count)])
+    check_same_kind((f"this process ({here.describe()})", here.kind),
+                    {f"worker {slot} ({worker.describe()})": worker.kind for slot, worker in enumerate(workers)})
+    return (EnvOnWorkers(recipe, engine, local=env, kind=here.kind.fingerprint),
+            MeasuredTargets(here.kind, here.origin, tuple(worker.origin for worker in workers)))
 
 
 # -- baselines ------------------------------------------------------------------------------------

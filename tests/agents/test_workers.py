@@ -130,7 +130,8 @@ def test_simulated_training_on_workers_gives_the_serial_run(tmp_path):
 @pytest.mark.parametrize("flags, message", [
     (["--workers", "0"], "workers must be a whole number of at least 1"),
     (["--ray", "somewhere"], "--ray takes 'auto' or a Ray cluster's ADDRESS as host:port"),
-    (["--backend", "measured", "--target", "local:2", "--workers", "2"], "a measured target is one testbed"),
+    (["--backend", "measured", "--target", "local:2", "--workers", "2"], "would run 2 testbeds at once"),
+    (["--backend", "measured", "--target", "local:2", "--ray", "127.0.0.1:6379", "--workers", "2"], "drop --workers"),
 ])
 def test_bad_worker_settings_are_refused_before_any_work(flags, message, capsys):
     from agents.cli import main
@@ -286,9 +287,11 @@ def _slowly_doubled(value: int) -> int:
 
 
 @pytest.mark.slow
-def test_a_ray_node_that_dies_mid_run_loses_no_work(tmp_path):
-    """Two nodes of one CPU each; the second is stopped while its actor works: no CPU is left for a new actor,
-    so the first node's actor takes the dead one's tasks."""
+@pytest.mark.parametrize("per_node, engine", [(False, "2 Ray actors on 2 nodes"),
+                                              (True, "one Ray actor pinned to each of 2 nodes")])
+def test_a_ray_node_that_dies_mid_run_loses_no_work(tmp_path, per_node, engine):
+    """Two nodes of one CPU each; the second is stopped while its actor works: no CPU is left for a new actor
+    (and a pinned actor's node is gone), so the first node's actor takes the dead one's tasks."""
     pytest.importorskip("ray")
     import secrets
     import tempfile
@@ -305,7 +308,7 @@ import logging, os, signal, sys, threading
 logging.basicConfig(level=logging.WARNING, stream=sys.stdout)
 from agents.workers import RayWorkers, Task
 from tests.agents.test_workers import _descendants, _slowly_doubled
-with RayWorkers("127.0.0.1:6381", actor_start_seconds=10) as workers:
+with RayWorkers("127.0.0.1:6381", actor_start_seconds=10, per_node=sys.argv[2] == "True") as workers:
     print("ENGINE", workers.description)
     node = [int(sys.argv[1]), *_descendants(int(sys.argv[1]))]  # its raylet, and the actor under it
     threading.Timer(3.0, lambda: [os.kill(pid, signal.SIGKILL) for pid in node]).start()
@@ -320,14 +323,14 @@ trap '{ray} stop --force >/dev/null 2>&1' EXIT
 {ray} start --address=127.0.0.1:6381 --node-ip-address=127.0.0.1 --num-cpus=1 --disable-usage-stats --block \
     >/dev/null 2>&1 &
 sleep 5
-python3 {driver} $!
+python3 {driver} $! {per_node}
 """
     env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     done = subprocess.run(["unshare", "-rn", "bash", "-c", script], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
-    assert "ENGINE 2 Ray actors on 2 nodes" in done.stdout
+    assert f"ENGINE {engine}" in done.stdout
     assert f"RESULTS {[2 * value for value in range(12)]}" in done.stdout
     assert "died while running task" in done.stdout and "no CPU is left for a new actor" in done.stdout
 
@@ -345,3 +348,197 @@ def test_a_task_that_raises_raises_in_the_driver_and_leaves_the_workers_ready_fo
         with pytest.raises(ValueError, match="no placement for 1"):
             workers.run([Task(_fail_on, (value, 1)) for value in range(6)])
         assert workers.run([Task(_fail_on, (value, -1)) for value in range(4)]) == [0, 2, 4, 6]
+
+
+# -- measured rollouts ----------------------------------------------------------------------------------------
+
+MEASURED = dict(model="two-tower", size="tiny", backend="measured", cluster="inprocess:2", agent="random", updates=2,
+                samples_per_update=4, greedy_every=0, confirm_repeats=1, baselines=["single-device"], final_rounds=1,
+                warmup_steps=1, timed_steps=1, progress=False)
+
+
+def test_a_measured_run_records_where_each_measurement_ran_and_the_kind_of_its_target(tmp_path):
+    from agents.experiment.config import ExperimentConfig
+    from agents.experiment.run import run_experiment
+    from agents.run_files import read_targets, read_trainer_state
+
+    result = run_experiment(ExperimentConfig(**MEASURED, runs=str(tmp_path)), tmp_path / "run")
+    state, targets = read_trainer_state(result.run_dir), read_targets(result.run_dir)
+    assert len(state.measurements) == state.samples  # confirmations included
+    assert [m["update"] for m in state.measurements] == sorted(m["update"] for m in state.measurements)
+    assert targets.kind.tensorflow and targets.kind.processor and targets.workers == ()
+    for measurement in state.measurements:
+        assert measurement["host"] == os.uname().nodename and measurement["pid"] == os.getpid()
+        assert measurement["target"] == "inprocess:2" and measurement["kind"] == targets.kind.fingerprint
+
+
+class _EngineOn:
+    """A stand-in for a parallel engine whose one worker answers every task with `answer`."""
+
+    count = 1
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def run(self, tasks):
+        return [self.answer(task) for task in tasks]
+
+
+def test_a_worker_on_another_kind_of_target_is_refused_before_the_run_exists(tmp_path):
+    from dataclasses import replace
+
+    from agents.experiment.config import ExperimentConfig
+    from agents.experiment.run import _evaluated_on, _make_env
+    from agents.worker_envs import WorkerTarget, describe_target
+    from placer.cost.kind import TargetKindError
+
+    config = ExperimentConfig(**MEASURED, runs=str(tmp_path))
+    env = _make_env(config)
+    try:
+        here = describe_target(env)
+        elsewhere = WorkerTarget({"host": "gpu-box", "pid": 7, "ray_node": "ab" * 28}, "inprocess:2",
+                                 replace(here.kind, processor="AMD EPYC 7763", cores=64))
+        with pytest.raises(TargetKindError, match=r"worker 0 \(inprocess:2 on host gpu-box \(pid 7, Ray node "
+                                                  r"abababababab\)\) \(\"there\"\): processor .* here, 'AMD EPYC "
+                                                  r"7763' there; cores \d+ here, 64 there"):
+            _evaluated_on(config, env, _EngineOn(lambda task: elsewhere))
+        same = WorkerTarget({"host": "twin", "pid": 8, "ray_node": None}, "inprocess:2", here.kind)
+        evaluated_on, targets = _evaluated_on(config, env, _EngineOn(lambda task: same))
+        assert evaluated_on.kind == here.kind.fingerprint and targets.workers == (same.origin,)
+    finally:
+        env.close()
+    assert not (tmp_path / "two-tower").exists()
+
+
+def test_a_measurement_from_another_kind_of_target_is_refused_not_compared():
+    from agents.loop import MEASURED_ON, Evaluation
+    from agents.worker_envs import EnvOnWorkers, EnvRecipe
+    from placer.cost.kind import TargetKindError
+
+    def measured_on(kind):
+        return lambda task: [Evaluation(tuple(a), -1.0, 1.0, True, {MEASURED_ON: {"kind": kind, "host": "b"}})
+                             for a in task.args[1]]
+
+    recipe = EnvRecipe("two-tower", "tiny", "inprocess:2", "measured")
+    assert len(EnvOnWorkers(recipe, _EngineOn(measured_on("k1")), kind="k1").evaluate_batch([[0], [1]])) == 2
+    with pytest.raises(TargetKindError, match="measured on None on host b .* a target of kind k2, not of the run's"):
+        EnvOnWorkers(recipe, _EngineOn(measured_on("k2")), kind="k1").evaluate_batch([[0], [1]])
+
+
+def test_a_measured_run_is_not_resumed_on_another_kind_of_target(tmp_path):
+    from dataclasses import replace
+
+    from agents import run_files
+    from agents.experiment.config import ExperimentError
+    from placer.cost.kind import TargetKind
+
+    kind = TargetKind("measured", (("/job:localhost/replica:0/task:0/device:CPU:0", "CPU", None, None, None, None),),
+                      processor="Intel(R) Xeon(R) Processor", cores=2, tensorflow="2.21.0")
+    origin = {"host": "a", "pid": 1, "ray_node": None, "target": "inprocess:1", "kind": kind.fingerprint}
+    run_files.write_targets(tmp_path, run_files.MeasuredTargets(kind, origin))
+    run_files.check_targets(tmp_path, run_files.MeasuredTargets(kind, {**origin, "host": "b"}))  # another host of it
+    with pytest.raises(ExperimentError, match="measured on another kind of target .*cores 2 here, 16 there"):
+        run_files.check_targets(tmp_path, run_files.MeasuredTargets(replace(kind, cores=16), origin))
+
+
+def test_a_two_node_ray_cluster_measures_on_each_node_and_records_which(tmp_path):
+    """A head and one more node started with `ray start` on 127.0.0.1 in a private network namespace, each with
+    its own actor measuring placements on its own inprocess:2 target."""
+    pytest.importorskip("ray")
+    import json
+    import secrets
+    import tempfile
+
+    from placer.testbed import isolation_available
+
+    if not isolation_available():
+        pytest.skip("no private network namespace can be made here (`unshare -rn`)")
+    ray = str(Path(sys.executable).parent / "ray")
+    ray_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    run_dir = tmp_path / "run"
+    train = [sys.executable, "-m", "agents.cli", "train", "two-tower", "--backend", "measured", "--target",
+             "inprocess:2", "--agent", "random", "--updates", "2", "--samples-per-update", "4", "--greedy-every",
+             "1", "--confirm-repeats", "1", "--baselines", "single-device", "--final-rounds", "1", "--warmup", "1",
+             "--repeats", "1", "--ray", "127.0.0.1:6382", "--no-progress", "--run-dir", str(run_dir)]
+    script = f"""
+set -e
+python3 -c 'from placer.testbed import bring_loopback_up; bring_loopback_up()'
+trap '{ray} stop --force >/dev/null 2>&1' EXIT
+{ray} start --head --node-ip-address=127.0.0.1 --port=6382 --include-dashboard=false --num-cpus=1 \
+    --disable-usage-stats --temp-dir={ray_dir} >/dev/null
+{ray} start --address=127.0.0.1:6382 --node-ip-address=127.0.0.1 --num-cpus=1 --disable-usage-stats >/dev/null
+{' '.join(train)}
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    done = subprocess.run(["unshare", "-rn", "bash", "-c", script], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = (run_dir / "log.txt").read_text()
+    assert "evaluating placements on one Ray actor pinned to each of 2 nodes" in log
+    assert "share one machine (127.0.0.1)" in log  # both nodes are this machine: said, not hidden
+    assert "this process (baselines, final comparison) measures on inprocess:2" in log
+    assert "worker 0 measures on inprocess:2" in log and "worker 1 measures on inprocess:2" in log
+    state = json.loads((run_dir / "trainer_state.json").read_text())
+    targets = json.loads((run_dir / "targets.json").read_text())
+    measurements = state["measurements"]
+    assert len(measurements) == state["samples"]
+    workers = {worker["ray_node"]: worker for worker in targets["workers"]}
+    assert len(workers) == 2 and targets["driver"]["ray_node"] in workers  # the driver's node is one of them
+    assert {m["ray_node"] for m in measurements} == set(workers)  # each node measured
+    for measurement in measurements:
+        assert measurement["pid"] == workers[measurement["ray_node"]]["pid"]
+        assert measurement["target"] == "inprocess:2" and measurement["kind"] == targets["kind"]["fingerprint"]
+    # a lone placement (the greedy guess, confirmations) goes to the first actor: the driver's node
+    lone = [m for m in measurements if m["update"] == 1][4:]
+    assert lone and {m["ray_node"] for m in lone} == {targets["driver"]["ray_node"]}
+
+
+# -- the driver killed --------------------------------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_killed_driver_leaves_no_worker_behind_and_resume_finishes_its_run(tmp_path):
+    """`placer train --workers 2` killed (SIGKILL) once it has saved an update: its workers exit, and
+    `placer train --resume RUN --workers 2` trains the rest of the updates on top of the saved ones."""
+    import json
+
+    run_dir = tmp_path / "run"
+    train = [sys.executable, "-m", "agents.cli", "train", "two-tower", "--backend", "simulated", "--target",
+             "modeled:4xV100", "--agent", "graph", *SMALL_POLICY, "--updates", "60", "--samples-per-update", "4",
+             "--baselines", "single-device", "--no-progress"]
+    driver = subprocess.Popen([*train, "--workers", "2", "--run-dir", str(run_dir)], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
+    state_file = run_dir / "trainer_state.json"
+    deadline = time.monotonic() + 300
+    while not (state_file.exists() and json.loads(state_file.read_text())["updates"] >= 1):
+        assert driver.poll() is None, driver.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "no update saved in 5 minutes"
+        time.sleep(0.05)
+    workers = _descendants(driver.pid)
+    assert len(workers) >= 2  # the two worker processes (and multiprocessing's helpers)
+    driver.kill()
+    driver.communicate()
+    killed = json.loads(state_file.read_text())
+    assert 1 <= killed["updates"] < 60, "the run ended before it was killed: give it more updates"
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in workers if _alive(pid)], "the killed driver's workers are still running"
+
+    resumed = subprocess.run([sys.executable, "-m", "agents.cli", "train", "--resume", str(run_dir), "--workers", "2",
+                              "--no-progress"], cwd=REPO, capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    state = json.loads(state_file.read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert state["updates"] == summary["updates"] == 60
+    assert [h["update"] for h in state["history"]] == list(range(1, 61))
+    assert state["history"][:killed["updates"]] == killed["history"]  # it continues the killed run's history
+    assert state["samples"] >= killed["samples"] + 4 * (60 - killed["updates"])
