@@ -15,8 +15,6 @@ import ctypes
 import fcntl
 import json
 import os
-import platform
-import threading
 import shutil
 import signal
 import socket
@@ -98,81 +96,16 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-# -- the scheduler's time slice -----------------------------------------------------------------------
-
-DEFAULT_SCHEDULER_SLICE_US = 100
-"""The time slice (µs) the testbed's workers ask the kernel for; None in a layout keeps the kernel's own.
-
-A worker computes and serves its gRPC requests on the same cores. A tensor another worker waits for leaves
-only when the worker's gRPC thread gets a core, and Linux's scheduler (EEVDF) lets the compute threads run out
-their slice first (1.4 ms here), often the whole of the compute that follows the send: a trace of two-tower
-split over two 1-core workers showed the gradient sent back to worker 1 arriving 2.0 ms after it was made,
-when worker 0's backward ended, against 0.15 ms between idle workers (`experiments/step_decomposition.py`
-shows each hop on a step's critical path). A short slice lets the woken gRPC thread in at once. Linux >= 6.12
-takes a slice per task (sched_setattr's sched_runtime, 100 µs to 100 ms, no privilege needed), and threads
-inherit it from the process that sets it before TensorFlow starts its threads."""
-
-_SCHED_SETATTR = {"x86_64": (314, 315), "aarch64": (274, 275)}
-"""(sched_setattr, sched_getattr) system call numbers."""
-
-
-class _SchedAttr(ctypes.Structure):
-    _fields_ = [("size", ctypes.c_uint32), ("sched_policy", ctypes.c_uint32), ("sched_flags", ctypes.c_uint64),
-                ("sched_nice", ctypes.c_int32), ("sched_priority", ctypes.c_uint32),
-                ("sched_runtime", ctypes.c_uint64), ("sched_deadline", ctypes.c_uint64),
-                ("sched_period", ctypes.c_uint64), ("sched_util_min", ctypes.c_uint32),
-                ("sched_util_max", ctypes.c_uint32)]
-
-
-def scheduler_slice_us(thread_id: int = 0) -> int | None:
-    """A thread's scheduler slice in µs (0: the calling thread), or None where the kernel has no per-task slice
-    to read."""
-    calls = _SCHED_SETATTR.get(platform.machine())
-    if calls is None:
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    attributes = _SchedAttr()
-    if libc.syscall(calls[1], thread_id, ctypes.byref(attributes), ctypes.sizeof(attributes), 0) != 0:
-        return None
-    return round(attributes.sched_runtime / 1000) or None
-
-
-def set_scheduler_slice(microseconds: int) -> bool:
-    """Ask for a time slice of `microseconds` for the calling thread (and the threads it starts afterwards);
-    True if the kernel took it (read back), False where it has no per-task slice (Linux < 6.12)."""
-    calls = _SCHED_SETATTR.get(platform.machine())
-    if calls is None:
-        return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    attributes = _SchedAttr(size=ctypes.sizeof(_SchedAttr), sched_policy=os.SCHED_OTHER,
-                            sched_nice=os.getpriority(os.PRIO_PROCESS, 0), sched_runtime=microseconds * 1000)
-    if libc.syscall(calls[0], 0, ctypes.byref(attributes), 0) != 0:
-        return False
-    return scheduler_slice_us() == microseconds
-
-
-@lru_cache(maxsize=None)
-def scheduler_slice_supported() -> bool:
-    """True if this kernel takes a per-task slice: tried on a short-lived thread, so this process keeps its own."""
-    taken = []
-    probe = threading.Thread(target=lambda: taken.append(set_scheduler_slice(DEFAULT_SCHEDULER_SLICE_US)))
-    probe.start()
-    probe.join()
-    return taken[0]
-
-
 # -- workers ----------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class WorkerLayout:
     """One testbed worker: the cores it is pinned to and its session's thread pools. An op placed on it runs
-    on `intra_op_threads` threads (its width); `inter_op_threads` ops of it run at once. Its threads run with
-    a scheduler slice of `scheduler_slice_us` (None: the kernel's default)."""
+    on `intra_op_threads` threads (its width); `inter_op_threads` ops of it run at once."""
 
     cores: tuple[int, ...]
     intra_op_threads: int
     inter_op_threads: int
-    scheduler_slice_us: int | None = DEFAULT_SCHEDULER_SLICE_US
 
 
 def uniform_layout(workers: int, cores_per_worker: int) -> tuple[WorkerLayout, ...]:
@@ -256,12 +189,6 @@ def start_servers(
     workers = len(layout)
     available = sorted(os.sched_getaffinity(0))
     notes = []
-    slices = {worker.scheduler_slice_us for worker in layout} - {None}
-    if slices and not scheduler_slice_supported():
-        notes.append(
-            f"this kernel ({platform.release()}) does not take a scheduler slice per task (Linux 6.12 and later "
-            "do): a tensor a busy worker sends may wait until that worker's compute ends"
-        )
     used = [core for worker in layout for core in worker.cores]
     if len(used) > len(set(used)) or not set(used) <= set(available):
         notes.append(
@@ -281,8 +208,6 @@ def start_servers(
             "--cores", ",".join(map(str, cores[task])), "--threads", str(layout[task].intra_op_threads),
             "--inter-threads", str(layout[task].inter_op_threads),
         ]
-        if layout[task].scheduler_slice_us is not None:
-            command += ["--slice-us", str(layout[task].scheduler_slice_us)]
         processes.append(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=_quiet_env()))
         log.close()
     servers = TestbedServers(processes, ports, cores, log_dir, notes)
@@ -332,14 +257,10 @@ def _quiet_env() -> dict[str, str]:
     return env
 
 
-def serve(cluster: dict, task: int, cores: list[int], threads: int, inter_threads: int | None = None,
-          slice_us: int | None = None) -> None:
-    """Body of one worker process: pin, set the scheduler slice (before TensorFlow starts the threads that
-    inherit it), then serve until killed (or until the parent dies)."""
+def serve(cluster: dict, task: int, cores: list[int], threads: int, inter_threads: int | None = None) -> None:
+    """Body of one worker process: pin, then serve until killed (or until the parent dies)."""
     die_with_parent()
     os.sched_setaffinity(0, cores)
-    if slice_us is not None:
-        set_scheduler_slice(slice_us)  # where the kernel cannot, start_servers has said so
     import tensorflow as tf
 
     # The server's config sizes the worker's CPU device pool (intra) and its executor's pool (inter).
@@ -378,7 +299,6 @@ def main(argv: list[str] | None = None) -> int:
     serve_parser.add_argument("--cores", required=True)
     serve_parser.add_argument("--threads", type=int, default=1)
     serve_parser.add_argument("--inter-threads", type=int)
-    serve_parser.add_argument("--slice-us", type=int)
     up_parser = sub.add_parser("up", help="start workers here and run a command (internal: use `placer cluster up`)")
     up_parser.add_argument("--workers", type=int, default=2)
     up_parser.add_argument("--cores-per-worker", type=int, default=1)
@@ -386,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.action == "serve":
         serve(json.loads(args.cluster), args.task, [int(c) for c in args.cores.split(",")], args.threads,
-              args.inter_threads, args.slice_us)
+              args.inter_threads)
         return 0
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     return run_up(args.workers, args.cores_per_worker, command)

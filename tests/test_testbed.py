@@ -9,9 +9,7 @@ from placer.measure import LocalTestbed, MeasureConfig, Measurer
 from placer.models import build_model
 from placer.models.two_tower import tower_of
 from placer.placement import Placement
-from placer.testbed import (
-    DEFAULT_SCHEDULER_SLICE_US, isolation_available, scheduler_slice_supported, scheduler_slice_us,
-)
+from placer.testbed import isolation_available
 
 pytestmark = [
     pytest.mark.testbed,
@@ -67,16 +65,6 @@ def test_each_worker_is_pinned_to_its_own_core(testbed):
     cores = [tuple(sorted(os.sched_getaffinity(pid))) for pid in info["pids"]]
     assert cores == [tuple(c) for c in info["cores"]]
     assert len(set(cores)) == 2
-
-
-@pytest.mark.skipif(not scheduler_slice_supported(), reason="the kernel takes no scheduler slice per task")
-def test_every_thread_of_every_worker_runs_with_the_testbeds_short_scheduler_slice(testbed):
-    # Threads TensorFlow starts after the worker sets its slice (its pools, gRPC's) must inherit it: they are
-    # the ones that send the tensors other workers wait for.
-    for pid in testbed.testbed_info["pids"]:
-        threads = [int(task) for task in os.listdir(f"/proc/{pid}/task")]
-        assert len(threads) > 4
-        assert {scheduler_slice_us(thread) for thread in threads} == {DEFAULT_SCHEDULER_SLICE_US}
 
 
 def test_one_tower_per_worker_is_at_least_1_4x_faster_than_one_worker(testbed):

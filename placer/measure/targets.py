@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Union
 
 from placer.errors import DeviceSpecError
-from placer.testbed import DEFAULT_SCHEDULER_SLICE_US
 
 
 @dataclass(frozen=True)
@@ -49,10 +48,6 @@ class InProcess:
         return args
 
 
-MIN_SLICE_US, MAX_SLICE_US = 100, 100_000
-"""The scheduler slices Linux takes per task (sched_setattr's sched_runtime for a fair task)."""
-
-
 @dataclass(frozen=True)
 class LocalTestbed:
     """N gRPC worker processes on this machine, each pinned to its own cores, in a private network namespace.
@@ -72,9 +67,6 @@ class LocalTestbed:
     """Per worker: threads that run one op; None: one per core of the worker."""
     inter_op_threads: tuple[int, ...] | None = None
     """Per worker: ops that run at once; None: its intra-op threads plus one (to keep transfers flowing)."""
-    scheduler_slice_us: int | None = DEFAULT_SCHEDULER_SLICE_US
-    """The workers' scheduler time slice in µs (why: `placer.testbed.DEFAULT_SCHEDULER_SLICE_US`); None: the
-    kernel's own (`slice=kernel`)."""
 
     def __post_init__(self) -> None:
         cores = sorted(os.sched_getaffinity(0))
@@ -102,9 +94,6 @@ class LocalTestbed:
             if threads is not None and len(threads) != self.workers:
                 raise DeviceSpecError(f"{name}={'+'.join(map(str, threads))} gives {len(threads)} thread counts for "
                                       f"{self.workers} workers: give one per worker, or one for all")
-        if self.scheduler_slice_us is not None and not MIN_SLICE_US <= self.scheduler_slice_us <= MAX_SLICE_US:
-            raise DeviceSpecError(f"slice={self.scheduler_slice_us}: the kernel takes a scheduler slice of "
-                                  f"{MIN_SLICE_US} to {MAX_SLICE_US} µs (or slice=kernel for its own)")
         for task, worker in enumerate(self.layout()):
             _check_worker_threads(task, worker, cores)
 
@@ -117,7 +106,7 @@ class LocalTestbed:
         for task, worker_cores in enumerate(core_sets):
             intra = self.intra_op_threads[task] if self.intra_op_threads else len(worker_cores)
             inter = self.inter_op_threads[task] if self.inter_op_threads else default_inter_op_threads(intra)
-            workers.append(WorkerLayout(tuple(worker_cores), intra, inter, self.scheduler_slice_us))
+            workers.append(WorkerLayout(tuple(worker_cores), intra, inter))
         return tuple(workers)
 
     def __str__(self) -> str:
@@ -129,13 +118,11 @@ class LocalTestbed:
             head = f"local:cores={'+'.join(_core_range(c) for c in self.worker_cores)}"
         threads = [f"{name}={'+'.join(map(str, value))}" for name, value in (("intra", self.intra_op_threads),
                                                                            ("inter", self.inter_op_threads)) if value]
-        if self.scheduler_slice_us != DEFAULT_SCHEDULER_SLICE_US:
-            threads.append(f"slice={self.scheduler_slice_us or 'kernel'}")
         return ",".join([head, *threads])
 
     def worker_args(self) -> list[str]:
-        return ["--testbed-layout", json.dumps([[list(w.cores), w.intra_op_threads, w.inter_op_threads,
-                                                 w.scheduler_slice_us] for w in self.layout()])]
+        return ["--testbed-layout", json.dumps([[list(w.cores), w.intra_op_threads, w.inter_op_threads]
+                                                for w in self.layout()])]
 
 
 def _check_core_sets(core_sets: tuple[tuple[int, ...], ...], available: list[int]) -> None:
@@ -273,8 +260,7 @@ def _parse_local(text: str, allow_exposed_ports: bool) -> LocalTestbed:
     range or dot-separated cores), optionally with per-worker threads: `local:widths=2+1,intra=1+1,inter=2+2`."""
     head, *settings = text.partition(":")[2].split(",")
     usage = ("expected local:N, local:widths=W1+W2 or local:cores=0-1+2, then optionally intra=I and inter=J "
-             "(one count for all workers, or one per worker: intra=2+1) and slice=MICROSECONDS or slice=kernel, "
-             "e.g. local:widths=1+1,intra=1")
+             "(one count for all workers, or one per worker: intra=2+1), e.g. local:widths=1+1,intra=1")
     name, _, value = head.partition("=")
     if head.isdigit() and int(head) >= 1:
         workers, core_sets = int(head), None
@@ -287,22 +273,17 @@ def _parse_local(text: str, allow_exposed_ports: bool) -> LocalTestbed:
     else:
         raise DeviceSpecError(f"{text!r}: {usage}")
     threads: dict[str, tuple[int, ...]] = {}
-    scheduler_slice: dict[str, int | None] = {}
     for setting in settings:
         name, _, value = setting.partition("=")
-        if name == "slice" and value and not scheduler_slice:
-            scheduler_slice["scheduler_slice_us"] = None if value == "kernel" else _count(value, text, usage)
-            continue
         if name not in ("intra", "inter") or name in threads or not value:
             raise DeviceSpecError(f"{text!r}: not {setting!r}; {usage}")
         counts = tuple(_count(part, text, usage) for part in value.split("+"))
         threads[name] = counts * workers if len(counts) == 1 else counts
     if core_sets is None and not threads:
-        return LocalTestbed(workers, allow_exposed_ports=allow_exposed_ports, **scheduler_slice)
+        return LocalTestbed(workers, allow_exposed_ports=allow_exposed_ports)
     return LocalTestbed(workers, allow_exposed_ports=allow_exposed_ports,
                         worker_cores=core_sets or _consecutive((1,) * workers),
-                        intra_op_threads=threads.get("intra"), inter_op_threads=threads.get("inter"),
-                        **scheduler_slice)
+                        intra_op_threads=threads.get("intra"), inter_op_threads=threads.get("inter"))
 
 
 def _count(part: str, text: str, usage: str) -> int:

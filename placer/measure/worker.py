@@ -18,8 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logical-cpus", type=int)
     parser.add_argument("--intra-op-threads", type=int)
     parser.add_argument("--inter-op-threads", type=int)
-    parser.add_argument("--testbed-layout", help="JSON: per worker [cores, intra-op threads, inter-op threads, "
-                        "scheduler slice in µs or null]")
+    parser.add_argument("--testbed-layout", help="JSON: per worker [cores, intra-op threads, inter-op threads]")
     parser.add_argument("--isolated", action="store_true", help="we run in a fresh network namespace")
     parser.add_argument("--target")
     parser.add_argument("--cluster-spec")
@@ -50,8 +49,7 @@ def main(argv: list[str] | None = None) -> int:
                 bring_loopback_up()
                 if not only_loopback():
                     raise RuntimeError("refusing to start the testbed: the namespace has interfaces besides loopback")
-            layout = tuple(WorkerLayout(tuple(cores), intra, inter, scheduler_slice)
-                           for cores, intra, inter, scheduler_slice in json.loads(args.testbed_layout))
+            layout = tuple(WorkerLayout(tuple(cores), intra, inter) for cores, intra, inter in json.loads(args.testbed_layout))
             servers = start_servers(layout=layout, isolated=args.isolated)
             devices = cluster_devices(servers.cluster_spec).with_widths(
                 [(len(w.cores), w.intra_op_threads, w.inter_op_threads) for w in layout])

@@ -13,7 +13,6 @@ from placer.graph import graph_from_function
 from placer.measure.targets import LocalTestbed, parse_target
 from placer.placement import Placement
 from placer.simulate import Simulator, SimulatorConfig
-from placer.testbed import DEFAULT_SCHEDULER_SLICE_US
 
 CORES = sorted(os.sched_getaffinity(0))
 two_cores = pytest.mark.skipif(len(CORES) < 2, reason="needs two cores")
@@ -39,27 +38,6 @@ def test_each_worker_gets_its_own_cores_and_thread_pools_and_the_spec_reads_back
     target = parse_target(text)
     assert [(w.cores, w.intra_op_threads, w.inter_op_threads) for w in target.layout()] == layout
     assert parse_target(str(target)) == target
-
-
-@two_cores
-@pytest.mark.parametrize("text, slice_us", [
-    ("local:2", DEFAULT_SCHEDULER_SLICE_US), ("local:2,slice=500", 500), ("local:widths=1+1,slice=kernel", None),
-])
-def test_the_workers_scheduler_slice_is_the_testbeds_short_one_unless_given_and_reads_back(text, slice_us):
-    target = parse_target(text)
-    assert {w.scheduler_slice_us for w in target.layout()} == {slice_us}
-    assert parse_target(str(target)) == target
-    assert ("slice=" in str(target)) == (slice_us != DEFAULT_SCHEDULER_SLICE_US)
-
-
-@pytest.mark.parametrize("text, complaint", [
-    ("local:2,slice=50", "scheduler slice of 100 to 100000 µs"),
-    ("local:2,slice=fast", "'fast' is not a count"),
-    ("local:2,slice=200,slice=300", "not 'slice=300'"),
-])
-def test_a_scheduler_slice_the_kernel_would_not_take_is_refused(text, complaint):
-    with pytest.raises(DeviceSpecError, match=complaint):
-        parse_target(text)
 
 
 @two_cores
