@@ -12,8 +12,7 @@ needed on another device is sent once per destination:
   tensors at once cost far less than 32 single-tensor latencies). The bytes count on the receiver from the
   transfer's start (TensorFlow allocates the destination before it copies) and on the sender until it ends.
 - On gRPC workers, also on both cores: the sender serializes the tensor (a task in the sender's ready
-  queue, `send_fixed + send_per_byte * bytes` of one slot, behind every op ready there: a worker serves a
-  tensor when it runs out of ready ops) and the receiver deserializes it (`recv_fixed
+  queue, `send_fixed + send_per_byte * bytes` of one slot) and the receiver deserializes it (`recv_fixed
   + recv_per_byte * bytes`); the receiver starts once the first bytes are in (latency after the send
   starts) and the tensor is there when both ends are done. Probes with a busy chain on one worker
   measured both costs; with both workers idle, one transfer took about the larger of the two, not their
@@ -223,15 +222,6 @@ def _queue(queue_time, queue_key, queue_head, queue_size, dev, time, key):
     queue_time[dev, position] = time
     queue_key[dev, position] = key
     queue_size[dev] += 1
-
-
-@njit(cache=True, inline="always")
-def _has_deferred(dev, deferred, deferred_count, op_device):
-    """True if an op that just became ready waits to join `dev`'s queue."""
-    for k in range(deferred_count):
-        if op_device[deferred[k]] == dev:
-            return True
-    return False
 
 
 @njit(cache=True, inline="always")
@@ -571,12 +561,8 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
                     if first:  # the sender serializes it when a slot frees; the receive follows
                         arrival[tensor, target] = np.inf
                         send = send_base + tensor * d + target
-                        # Behind every op waiting there, and every op that becomes ready before a slot frees:
-                        # a worker's executor follows the ops its ops make ready first, and serves the tensor
-                        # only when it runs out of them, so a tensor leaves a busy worker when its ready ops
-                        # have run (traced: two-tower's gradient for worker 1 left worker 0 2 ms after it was
-                        # made, when worker 0's backward chain ended; `experiments/step_decomposition.py`).
-                        _queue(ready_time, ready_key, ready_head, ready_size, dev, np.inf, send)
+                        # Ahead of the ops waiting there: gRPC threads serve a tensor as soon as it exists.
+                        _queue(ready_time, ready_key, ready_head, ready_size, dev, -1.0, send)
                     # Later consumers of the same tensor get their arrival when the receive is done.
                     continue
                 if first:
@@ -627,8 +613,6 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
         for dev in range(d):
             while free_slots[dev] > 0 and ready_size[dev] > 0:
                 i = ready_key[dev, ready_head[dev]]
-                if on_cores and i >= send_base and _has_deferred(dev, deferred, deferred_count, op_device):
-                    break  # the op just made ready here runs first (see where sends are queued)
                 ready_head[dev] += 1
                 ready_size[dev] -= 1
                 free_slots[dev] -= 1
