@@ -1,7 +1,7 @@
 """Where does a split step's time go? Op time, ops a split adds, and time outside any op, on one worker and two.
 
     python experiments/step_decomposition.py [--model two-tower] [--size tiny] [--placement expert]
-        [--targets local:2 [local:2,slice=kernel ...]] [--rounds 3] [--steps 5] [--out results/step_decomposition.json]
+        [--targets local:2 [local:2,inter=1 ...]] [--rounds 3] [--steps 5] [--out results/step_decomposition.json]
 
 The model's step is measured on the first worker alone (single-device) and under `--placement`, alternately
 for `--rounds` rounds, each measurement tracing `--steps` steps. Per layout: the step time (median), each
@@ -15,7 +15,7 @@ time outside ops is what the calibration fits.
 Each measurement's last traced step is also walked back along its critical path (`placer.timeline.critical_path`):
 the ops on it, and the time between them, by cause: an edge on one device, a hop between devices (a tensor or
 a control edge sent), or a wait for the device's core. With several `--targets` (testbeds that differ in one
-setting, such as the workers' scheduler slice) every target measures both layouts in each round, in turn.
+setting, such as the workers' inter-op threads) every target measures both layouts in each round, in turn.
 """
 
 from __future__ import annotations
