@@ -68,8 +68,15 @@ def pretrain_command_run(args: argparse.Namespace) -> int:
           f"pairs in {result.seconds:.0f} s; best sampled step times:")
     for pair, seconds in result.best_step_times.items():
         imitated = f"   (imitated {result.imitated[pair]})" if pair in result.imitated else ""
-        shown = f"{seconds * 1e3:10.3f} ms" if math.isfinite(seconds) else "    failed"
+        if not result.updates.get(pair, 1):
+            shown = "not sampled"
+        else:
+            shown = f"{seconds * 1e3:10.3f} ms" if math.isfinite(seconds) else "    failed"
         print(f"  {pair:<40} {shown}{imitated}")
+    unsampled = sum(1 for count in result.updates.values() if not count)
+    if unsampled:
+        print(f"{unsampled} of {len(result.updates)} pairs got no update (pairs take turns, one per update): give "
+              f"--updates {len(result.updates)} or more to train on every pair")
     return 0
 
 

@@ -73,6 +73,8 @@ class PretrainResult:
     """Per pair ("model:size@machine"), the best simulated step time sampled."""
     imitated: dict[str, str] = field(default_factory=dict)
     """Per pair, the heuristic imitated (the best of the voting ones there), if there was imitation."""
+    updates: dict[str, int] = field(default_factory=dict)
+    """Per pair, the updates it got (pairs take turns: fewer updates than pairs leave some with none)."""
 
 
 def pretrain(config: PretrainConfig, out: str | Path, workers=None) -> PretrainResult:
@@ -102,6 +104,7 @@ def pretrain(config: PretrainConfig, out: str | Path, workers=None) -> PretrainR
             optimizer = agent.optimizer  # the first agent's Adam serves them all
             envs[key], agents[key] = EnvOnWorkers(recipes[key], engine, workers=[index]), agent
         best = {key: math.inf for key in keys}
+        updates = {key: 0 for key in keys}
         samples = 0
         imitated: dict[str, str] = {}
         if config.imitation_updates:
@@ -127,6 +130,7 @@ def pretrain(config: PretrainConfig, out: str | Path, workers=None) -> PretrainR
         for update in steps:  # round-robin over the (graph, machine) pairs
             key = keys[update % len(keys)]
             turn = loop.update(agents[key], envs[key], config.samples_per_update)
+            updates[key] += 1
             samples += len(turn.evaluations)
             best[key] = min(best[key], *(evaluation.step_time for evaluation in turn.evaluations))
         kinds = {d.kind for problem in described for d in problem.devices}
@@ -139,7 +143,7 @@ def pretrain(config: PretrainConfig, out: str | Path, workers=None) -> PretrainR
     finally:
         if workers is None:
             engine.close()
-    return PretrainResult(Path(path), samples, time.monotonic() - started, best, imitated)
+    return PretrainResult(Path(path), samples, time.monotonic() - started, best, imitated, updates)
 
 
 def _recipes(config: PretrainConfig):

@@ -166,6 +166,19 @@ def test_pretrain_place_and_fine_tune_from_the_command_line(tmp_path, capsys):
     assert config["agent"] == "graph" and config["init"] == str(policy.resolve())
 
 
+def test_pretraining_with_fewer_updates_than_pairs_says_which_pairs_got_none(tmp_path, capsys):
+    from agents.cli import main
+
+    assert main(["pretrain", "--models", "two-tower", "--target", "modeled:2xV100", "--updates", "1", "--generated", "1",
+                 "--set", "hidden_size=16", "--set", "message_rounds=2", "--out", str(tmp_path / "p.npz"),
+                 "--no-progress"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (sampled,) = [line for line in lines if "two-tower:tiny@modeled:2xV100" in line]
+    (unsampled,) = [line for line in lines if "branchy-0-tiny@modeled:2xV100" in line]
+    assert sampled.endswith(" ms") and unsampled.endswith("not sampled")
+    assert "1 of 2 pairs got no update" in lines[-1] and "--updates 2" in lines[-1]
+
+
 def test_pretraining_on_a_calibrated_target_beside_modeled_gpus_then_placing_there(tmp_path, capsys):
     """The training distribution's real machine: the simulator of a calibrated target (here in-process CPU
     devices, calibrated by hand; the op costs are profiled there on first use)."""
