@@ -13,7 +13,8 @@ worker 0 to the start of its consumer on worker 1, and the chain's own span on w
 with no chain (the hop between an idle sender and an idle receiver).
 
 If a hop waits for its sender's chain to end, hop_ms follows chain_ms; if it is served beside the chain, it
-stays near the idle hop whatever the chain.
+stays near the idle hop whatever the chain. The graphs are `placer calibrate`'s request probe
+(`placer.calibrate.request_probe_graph`), which measures the delay for the simulator.
 """
 
 from __future__ import annotations
@@ -31,49 +32,6 @@ tf_logs.configure()
 
 from experiments._report import write_report  # noqa: E402
 
-MADE, CONSUMER = "made", "far/consumer"
-
-
-def probe_graph(size: int, links: int):
-    """Worker 0: `made` (64 floats) and a chain of `links` SxS matmuls after it; worker 1 ("far/"): `made` plus
-    one."""
-    import tensorflow as tf
-
-    from placer.graph.build import graph_from_function
-
-    def build():
-        # `made` comes first and takes microseconds, whatever the chain's size, so the request for it reaches
-        # worker 0 just before its chain starts, as the gradient's request reached it before its backward.
-        made = tf.reduce_sum(tf.random.uniform([64, 64], seed=1), axis=0, name=MADE)
-        h = tf.random.uniform([size, size], seed=2) + tf.reduce_mean(made)  # the chain waits for `made`
-        for _ in range(links):
-            h = tf.tanh(tf.matmul(h, h) * 0.01)
-        with tf.name_scope("far"):
-            consumer = tf.add(made, 1.0, name="consumer")
-        total = tf.add(tf.reduce_sum(consumer), h[0, 0], name="total")
-        return tf.group(total, name="train_op"), total
-
-    return graph_from_function(build, name=f"hop-delay-{size}x{links}")
-
-
-def placement_of(graph, devices):
-    from placer.placement import Placement
-
-    return Placement.from_op_devices(graph, devices, {
-        op.name: devices[1 if op.name.startswith("far/") else 0].name for op in graph.ops})
-
-
-def hop_and_chain(trace) -> tuple[float, float]:
-    """(hop, chain) seconds of a traced step: `made`'s end to its consumer's start; the matmuls' span."""
-    from placer.timeline import read_chrome_trace
-
-    timeline = read_chrome_trace(trace)
-    spans = {span.node: span for span in timeline.spans if span.node}
-    chain = [span for span in timeline.spans if span.node.startswith(("MatMul", "Tanh", "mul"))]
-    chain_span = (max(s.end for s in chain) - min(s.start for s in chain)) if chain else 0.0
-    return spans[CONSUMER].start - spans[MADE].end, chain_span
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="local:2", help="a measured target with two workers (default local:2)")
@@ -87,6 +45,9 @@ def main(argv=None) -> int:
 
     from dataclasses import replace
 
+    from placer.calibrate import request_probe_graph as probe_graph
+    from placer.calibrate import request_probe_placement as placement_of
+    from placer.calibrate import traced_hop as hop_and_chain
     from placer.measure import Measurer, parse_target
 
     samples: dict[tuple[int, float], list[tuple[float, float, float]]] = {}

@@ -45,6 +45,8 @@ import numpy as np
 from placer.calibration import FAMILIES, PARAMETERS, Calibration, this_machine
 from placer.devices import DeviceSet
 from placer.errors import ProfileError
+from placer.graph import OpGraph
+from placer.placement import Placement
 
 LIGHT_PROBE_BYTES = 512 * 1024
 """Probes without a busy chain whose tensors total at most this are light: their reference step is the step
@@ -150,8 +152,81 @@ def calibrate(
         timings[probe.name] = {side: [t.seconds for t in runs] for side, runs in sides.items()}
         if all(len(t.worker_cpu) == 2 for runs in sides.values() for t in runs):
             timings[probe.name].update({f"{side}_cpu": [list(t.worker_cpu) for t in runs] for side, runs in sides.items()})
-    return fit_calibration(probes, timings, target=str(getattr(measurer, "target", "")),
-                           devices=tuple(devices.names), seed=seed, machine=this_machine())
+    fitted = fit_calibration(probes, timings, target=str(getattr(measurer, "target", "")),
+                             devices=tuple(devices.names), seed=seed, machine=this_machine())
+    delay, hops = measure_request_delay(measurer, rounds)
+    return replace(fitted, request_delay=delay, request_hops=hops)
+
+
+# -- the request probe ---------------------------------------------------------------------------------
+
+REQUEST_CHAIN_SECONDS = 0.010
+"""How long the request probe's sender computes after the send: longer than the delays seen on one-core
+workers (0.3-8 ms, `experiments/hop_delay.py`), so that the hop shows the delay, not the chain's end."""
+
+
+def request_probe_graph(size: int, links: int) -> OpGraph:
+    """Worker 0 makes `made` (64 floats) and then runs a chain of `links` SxS matmuls that depend on it; worker 1
+    (ops under "far/") waits for `made`. The request for `made` reaches worker 0 as its chain starts."""
+    import tensorflow as tf
+
+    from placer.graph.build import graph_from_function
+
+    def build():
+        made = tf.reduce_sum(tf.random.uniform([64, 64], seed=1), axis=0, name="made")
+        h = tf.random.uniform([size, size], seed=2) + tf.reduce_mean(made)  # the chain waits for `made`
+        for _ in range(links):
+            h = tf.tanh(tf.matmul(h, h) * 0.01)
+        with tf.name_scope("far"):
+            consumer = tf.add(made, 1.0, name="consumer")
+        total = tf.add(tf.reduce_sum(consumer), h[0, 0], name="total")
+        return tf.group(total, name="train_op"), total
+
+    return graph_from_function(build, name=f"request-probe-{size}x{links}")
+
+
+def request_probe_placement(graph: OpGraph, devices) -> Placement:
+    """Ops under "far/" on device 1, the rest on device 0."""
+    return Placement.from_op_devices(graph, devices, {
+        op.name: devices[1 if op.name.startswith("far/") else 0].name for op in graph.ops})
+
+
+def traced_hop(trace: str) -> tuple[float, float]:
+    """(hop, chain) seconds of a traced request probe step: from `made`'s end on worker 0 to its consumer's
+    start on worker 1; the span of the chain's ops."""
+    from placer.timeline import read_chrome_trace
+
+    timeline = read_chrome_trace(trace)
+    spans = {span.node: span for span in timeline.spans if span.node}
+    if "made" not in spans or "far/consumer" not in spans:
+        raise ProfileError("the request probe's traced step lacks its sender or its consumer: was it traced?")
+    chain = [span for span in timeline.spans if span.node.startswith(("MatMul", "Tanh", "mul"))]
+    chain_span = (max(s.end for s in chain) - min(s.start for s in chain)) if chain else 0.0
+    return spans["far/consumer"].start - spans["made"].end, chain_span
+
+
+def measure_request_delay(measurer, rounds: int, size: int = 256) -> tuple[float, dict[str, tuple[float, ...]]]:
+    """(delay, hops): how much later a tensor reaches device 1 when device 0 goes on computing after making it
+    than when it idles: the median traced hop beside a chain of about `REQUEST_CHAIN_SECONDS` minus the median
+    idle hop, over `rounds` interleaved rounds (`SimulatorConfig.request_delay`); 0 when it is not later."""
+    config = replace(measurer.config, profile_steps=3, trace_every_placement=True)
+
+    def hop(graph) -> tuple[float, float]:
+        result = measurer.measure(graph, request_probe_placement(graph, measurer.devices), config)
+        if not result.ok or not result.chrome_trace:
+            raise ProfileError(f"the request probe ({graph.name}) failed: "
+                               f"{result.failure.message if result.failure else 'no trace'}")
+        return traced_hop(result.chrome_trace)
+
+    link = max(hop(request_probe_graph(size, 4))[1] / 4, 1e-5)
+    idle_graph = request_probe_graph(size, 0)
+    busy_graph = request_probe_graph(size, max(1, round(REQUEST_CHAIN_SECONDS / link)))
+    hops: dict[str, list[float]] = {"idle": [], "busy": []}
+    for _ in range(rounds):
+        hops["idle"].append(hop(idle_graph)[0])
+        hops["busy"].append(hop(busy_graph)[0])
+    delay = max(float(np.median(hops["busy"]) - np.median(hops["idle"])), 0.0)
+    return delay, {name: tuple(values) for name, values in hops.items()}
 
 
 def modeled_extra(probe: Probe, p: Mapping[str, float]) -> float:

@@ -79,6 +79,12 @@ class Calibration:
     that runs on device 0 alone; 0 in files made before the remote probes."""
     residual_rounds: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     """Per probe, each round's residual (as `residuals`); empty in files made before they were kept."""
+    request_delay: float = 0.0
+    """Seconds a worker that keeps computing takes to serve a transfer's request (`SimulatorConfig.
+    request_delay`), from the request probe (`placer.calibrate.measure_request_delay`); 0 in files made before
+    it."""
+    request_hops: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    """The request probe's traced hops per round: "idle" and "busy" seconds."""
 
     @property
     def check_families(self) -> tuple[str, ...]:
@@ -153,7 +159,7 @@ class Calibration:
         config = config or SimulatorConfig()
         return (DeviceSet(devices.devices, self.links(devices), devices.name),
                 replace(config, step_overhead=self.step_overhead, spanning_overhead=self.spanning_overhead,
-                        remote_overhead=self.remote_overhead,
+                        remote_overhead=self.remote_overhead, request_delay=self.request_delay,
                         send_cpu=self.send_cpu, send_cpu_per_byte=self.send_cpu_per_byte, recv_cpu=self.recv_cpu,
                         recv_cpu_per_byte=self.recv_cpu_per_byte))
 
@@ -175,6 +181,9 @@ class Calibration:
             low, high = self.intervals.get(name, (math.nan, math.nan))
             lines.append(f"  {name:<18} {getattr(self, name) * scale:10.3f} {unit:<5}  90% interval "
                          f"[{low * scale:.3f}, {high * scale:.3f}]")
+        if self.request_hops:
+            lines.append(f"  {'request_delay':<18} {self.request_delay * 1e3:10.3f} ms     a hop from a busy worker "
+                         "beyond one from an idle one (request probe)")
         lines.append(f"  fit: {self.describe_residuals()}"
                      + ("  POOR FIT: calibrate again on a quiet machine" if self.poor_fit else ""))
         if self.model_limits:

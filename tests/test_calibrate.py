@@ -121,6 +121,24 @@ def test_a_step_away_from_the_masters_worker_costs_the_fitted_remote_overhead(tm
     assert load_calibration(path).remote_overhead == 0.0
 
 
+def test_the_request_delay_reaches_the_simulator_and_a_file_from_before_it_loads_with_none(tmp_path):
+    import dataclasses
+    import json
+
+    devices = local_devices(logical_cpus=2)
+    calibration = dataclasses.replace(fit_calibration(PROBES, _timings(), devices=devices.names),
+                                      request_delay=2e-3, request_hops={"idle": (3e-4,), "busy": (2.3e-3,)})
+    assert calibration.apply(devices)[1].request_delay == 2e-3
+    assert "request_delay" in calibration.describe()
+    path = calibration.save(tmp_path / "calibration.json")
+    assert load_calibration(path).request_delay == 2e-3
+    older = json.loads(path.read_text())
+    older.pop("request_delay")
+    older.pop("request_hops")
+    path.write_text(json.dumps(older))
+    assert load_calibration(path).request_delay == 0.0
+
+
 def test_a_wire_slower_than_both_cores_is_found():
     truth = {**TRUTH, "bandwidth": 0.5e9}  # 2 ns per byte, slower than either core
     calibration = fit_calibration(PROBES, _timings(noise=0.002, drift=0.0, truth=truth))
@@ -267,6 +285,9 @@ def test_placer_calibrate_probes_the_testbed_and_saves_a_fit_that_says_how_good_
     assert report["target"] == "local:2" and calibration.rounds == 2 and len(calibration.devices) == 2
     assert calibration.step_overhead > 0 and calibration.bandwidth > 1e6
     assert set(calibration.residuals) == set(calibration.samples) and set(calibration.intervals) >= {"bandwidth"}
+    # the request probe: two rounds of a hop beside an idle sender and a busy one
+    assert {name: len(hops) for name, hops in calibration.request_hops.items()} == {"idle": 2, "busy": 2}
+    assert calibration.request_delay >= 0.0
 
 
 def test_a_calibration_from_an_older_placer_or_another_machine_says_what_to_rerun(tmp_path):

@@ -67,6 +67,7 @@ class EngineDevices(NamedTuple):
     recv_fixed: float           # seconds of the receiving device's slot per transfer
     recv_per_byte: float        # ... and per byte received
     sharing: bool               # any device shares (`shared.any()`, kept to pick the compiled loop without a scan)
+    request_delay: float = 0.0  # on cores: a busy worker serves transfer requests when it idles or after this
 
 
 class Workspace(NamedTuple):
@@ -114,6 +115,10 @@ class Workspace(NamedTuple):
     running_count: np.ndarray  # ... how many,
     settled_at: np.ndarray     # ... when their remaining work was last brought up to date,
     replan: np.ndarray         # ... and whether their ends must be planned again (the running set changed)
+    first_idle: np.ndarray     # [d] on cores with a request delay: when each device first had nothing to run...
+    last_idle: np.ndarray      # ... and last had nothing to run
+    held: np.ndarray           # [t * d] sends whose request is not yet taken up...
+    held_timer: np.ndarray     # ... and the time of the re-check event pushed for each
 
     @classmethod
     def allocate(cls, graph: EngineGraph, devices: EngineDevices) -> "Workspace":
@@ -132,6 +137,8 @@ class Workspace(NamedTuple):
         # Each change of a shared device's running set plans its running ops' ends again: up to two changes per
         # op, each pushing at most one event per slot, the superseded ones left in the heap until they come up.
         replanned = 2 * n * int(devices.slots.max()) if devices.sharing else 0
+        # A held send pushes a re-check event when held and at most once more (the receiver's, then the sender's).
+        rechecks = 2 * t * d if on_cores and devices.request_delay > 0 else 0
         return cls(
             start=np.empty(n), end=np.empty(n), pending=np.empty(n, dtype=np.int32),
             uses=np.empty(n, dtype=np.int32), deferred=np.empty(n, dtype=np.int32),
@@ -147,11 +154,13 @@ class Workspace(NamedTuple):
             next_release=np.empty(d),
             ready_time=np.empty((d, capacity)), ready_key=np.empty((d, capacity), dtype=np.int32),
             ready_size=np.empty(d, dtype=np.int32), ready_head=np.empty(d, dtype=np.int32),
-            event_time=np.empty(n + 4 * m + 1 + replanned),
-            event_key=np.empty(n + 4 * m + 1 + replanned, dtype=np.int32),
+            event_time=np.empty(n + 4 * m + 1 + replanned + rechecks),
+            event_key=np.empty(n + 4 * m + 1 + replanned + rechecks, dtype=np.int32),
             remaining=np.empty(n), finish_at=np.empty(n),
             running=np.empty((d, max(int(devices.slots.max()), 1)), dtype=np.int32),
             running_count=np.zeros(d, dtype=np.int32), settled_at=np.zeros(d), replan=np.zeros(d, dtype=np.bool_),
+            first_idle=np.empty(d), last_idle=np.empty(d), held=np.empty(t * d if on_cores else 1, dtype=np.int32),
+            held_timer=np.empty(t * d if on_cores else 1),
         )
 
 # Events are keyed id * 4 + kind, so that simultaneous events are handled in a fixed order.
@@ -222,6 +231,43 @@ def _queue(queue_time, queue_key, queue_head, queue_size, dev, time, key):
     queue_time[dev, position] = time
     queue_key[dev, position] = key
     queue_size[dev] += 1
+
+
+@njit(cache=True, inline="always")
+def _has_deferred(dev, deferred, deferred_count, op_device):
+    """True if an op that just became ready waits to join `dev`'s queue."""
+    for k in range(deferred_count):
+        if op_device[deferred[k]] == dev:
+            return True
+    return False
+
+
+@njit(cache=True, inline="always")
+def _taken_up_at(sender, target, now, first_idle, last_idle, request_delay, link_latency):
+    """When the request for a tensor `sender` sends to `target` is taken up: -1 if it is by `now`, else the time
+    to look again. The target asks for its tensors when it first runs out of ops, or `request_delay` into the
+    step; the sender takes a request up when it next runs out of ops after it arrives, or `request_delay`
+    after it arrives."""
+    asked = min(first_idle[target], request_delay)
+    if asked > now:
+        return asked
+    arrived = asked + link_latency[target, sender]
+    if last_idle[sender] >= arrived:
+        return -1.0
+    deadline = arrived + request_delay
+    return deadline if deadline > now else -1.0
+
+
+@njit(cache=True, inline="always")
+def _idle_apart_from_sends(dev, free_slots, slots, ready_key, ready_head, ready_size, send_base, deferred,
+                           deferred_count, op_device):
+    """True if `dev` runs nothing and has nothing but sends waiting: its threads are free to serve requests."""
+    if free_slots[dev] != slots[dev] or _has_deferred(dev, deferred, deferred_count, op_device):
+        return False
+    for k in range(ready_head[dev], ready_head[dev] + ready_size[dev]):
+        if ready_key[dev, k] < send_base:
+            return False
+    return True
 
 
 @njit(cache=True, inline="always")
@@ -482,6 +528,15 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
                 recv_uses[tensor, target] += 1
 
     send_base = n + tensor_bytes.shape[0] * d
+    holding = on_cores and devices.request_delay > 0.0
+    request_delay = devices.request_delay
+    first_idle, last_idle, held, held_timer = work.first_idle, work.last_idle, work.held, work.held_timer
+    recheck_key = (send_base + tensor_bytes.shape[0] * d) * 4 + EVENT_RECEIVED  # past every send id
+    held_count = 0
+    recheck = False
+    if holding:
+        first_idle[:] = np.inf
+        last_idle[:] = -np.inf
     events = 0
     finishing_head = 0
     finishing_tail = 0
@@ -610,9 +665,26 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
         finishing_head = 0
         finishing_tail = 0
         # Start every ready op that has a free slot on its device.
-        for dev in range(d):
+        while True:
+          for dev in range(d):
             while free_slots[dev] > 0 and ready_size[dev] > 0:
                 i = ready_key[dev, ready_head[dev]]
+                if holding and i >= send_base:
+                    if _idle_apart_from_sends(dev, free_slots, slots, ready_key, ready_head, ready_size, send_base,
+                                              deferred, deferred_count, op_device):
+                        last_idle[dev] = now
+                        if first_idle[dev] == np.inf:
+                            first_idle[dev] = now
+                    wait = _taken_up_at(dev, (i - send_base) % d, now, first_idle, last_idle, request_delay,
+                                        link_latency)
+                    if wait >= 0.0:  # its request is not taken up yet: hold it, and look again then
+                        ready_head[dev] += 1
+                        ready_size[dev] -= 1
+                        held[held_count] = i
+                        held_timer[held_count] = wait
+                        held_count += 1
+                        events = _push(event_time, event_key, events, wait, recheck_key)
+                        continue
                 ready_head[dev] += 1
                 ready_size[dev] -= 1
                 free_slots[dev] -= 1
@@ -662,6 +734,36 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
                 events = _replan(dev, now, share_cost, running, running_count, remaining, finish_at, event_time,
                                  event_key, events)
                 replan[dev] = False
+            if holding and _idle_apart_from_sends(dev, free_slots, slots, ready_key, ready_head, ready_size,
+                                                  send_base, deferred, deferred_count, op_device):
+                last_idle[dev] = now
+                if first_idle[dev] == np.inf:
+                    first_idle[dev] = now
+                recheck = recheck or held_count > 0
+          if not recheck:
+              break
+          # Held sends whose requests are now taken up go to the front of their sender's queue.
+          recheck = False
+          kept = 0
+          released = 0
+          for k in range(held_count):
+              i = held[k]
+              tensor = (i - send_base) // d
+              sender = op_device[tensor_src[tensor]]
+              wait = _taken_up_at(sender, (i - send_base) % d, now, first_idle, last_idle, request_delay,
+                                  link_latency)
+              if wait < 0.0:
+                  _queue(ready_time, ready_key, ready_head, ready_size, sender, -1.0, i)
+                  released += 1
+                  continue
+              if wait != held_timer[k]:
+                  events = _push(event_time, event_key, events, wait, recheck_key)
+              held[kept] = i
+              held_timer[kept] = wait
+              kept += 1
+          held_count = kept
+          if released == 0:
+              break
         if deferred_count > 0:
             # Ops an op just made ready join the queue only after the ops already waiting had their chance
             # at the slot it freed, as when their inputs arrived by events at the same time.
@@ -679,6 +781,9 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
             tensor = ((key >> 2) - send_base) // d
             free_slots[op_device[tensor_src[tensor]]] += 1
         elif on_cores and kind == EVENT_RECEIVED:
+            if holding and key == recheck_key:
+                recheck = held_count > 0
+                continue
             i = key >> 2
             target = (i - n) % d
             _queue(ready_time, ready_key, ready_head, ready_size, target, now, i)

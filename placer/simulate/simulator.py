@@ -64,6 +64,11 @@ class SimulatorConfig:
     """How much slower an op runs while other ops run beside it on the same CPU device's cores, at the same
     threads (shared caches and memory bandwidth; `experiments/co_running.py` measures it). Applies to CPU
     devices timed by an `OpTimeModel` (`placer.simulate.thread_pools`); 1: not slowed."""
+    request_delay: float = 0.0
+    """Seconds a gRPC worker that keeps computing takes to serve a transfer's bookkeeping: a receiver asks for
+    its tensors, and a sender takes each request up, when it first runs out of ops to run, or after this long
+    (`experiments/hop_delay.py`: 0.3-8 ms on a one-core worker). A tensor leaves once its request is taken
+    up. 0: served at once (links only, or no such delay)."""
 
 
 class Simulator:
@@ -166,7 +171,7 @@ class Simulator:
         self._engine_devices = EngineDevices(
             self.slots, np.array(shared, dtype=np.bool_).reshape(d), self.link_bandwidth, self.link_latency,
             float(config.send_cpu), float(config.send_cpu_per_byte), float(config.recv_cpu),
-            float(config.recv_cpu_per_byte), any(shared),
+            float(config.recv_cpu_per_byte), any(shared), float(config.request_delay),
         )
         self._work = Workspace.allocate(self._engine_graph, self._engine_devices)
         self._op_device = np.empty(len(step), dtype=np.int32)

@@ -134,6 +134,47 @@ def test_a_send_goes_ahead_of_the_ops_waiting_for_the_sender_s_core():
     assert starts["waiting"] == pytest.approx(6 * MS, rel=1e-6)
 
 
+def _request_probe(sender_chain: int, receiver_chain: int):
+    """`made` on CPU:0, then `sender_chain` 1 ms ops there that depend on it; CPU:1 ("far/") runs
+    `receiver_chain` 1 ms ops of its own from the step's start, and `far/remote`, made's consumer."""
+    def build():
+        made = tf.sqrt(tf.random.uniform([4], seed=1), name="made")
+        h = made
+        for link in range(sender_chain):
+            h = tf.sqrt(h, name=f"c{link}")
+        with tf.name_scope("far"):
+            remote = tf.sqrt(made, name="remote")
+            r = tf.random.uniform([4], seed=2)
+            for link in range(receiver_chain):
+                r = tf.sqrt(r, name=f"r{link}")
+        return tf.add_n([tf.reduce_sum(remote), tf.reduce_sum(h), tf.reduce_sum(r)], name="train_op")
+
+    graph = graph_from_function(build, name=f"request-{sender_chain}-{receiver_chain}")
+    table = costs(graph, {"made": 1, "far/remote": 1, **{f"c{k}": 1 for k in range(sender_chain)},
+                          **{f"far/r{k}": 1 for k in range(receiver_chain)}})
+    return graph, table
+
+
+@pytest.mark.parametrize("sender_chain, receiver_chain, sent_at_ms", [
+    (4, 0, 3.0),  # taken up 2.5 ms into the step; sent when CPU:0's op then running (c1, 2-3 ms) ends
+    (0, 0, 1.0),  # CPU:0 runs out of ops when `made` ends: served at once
+    (0, 4, 2.5),  # CPU:1 asks for it 2.5 ms into the step, still busy; CPU:0 is idle and serves it then
+])
+def test_a_worker_that_keeps_computing_serves_a_transfer_request_after_the_request_delay(
+        sender_chain, receiver_chain, sent_at_ms):
+    graph, table = _request_probe(sender_chain, receiver_chain)
+    devices = two_devices(bandwidth="1e12", latency=0.0)
+    placement = place(graph, devices, **{"far/": 1})
+    sent = {}
+    for delay in (0.0, 2.5 * MS):
+        result = Simulator(graph, devices, table, SimulatorConfig(send_cpu=0.1 * MS, request_delay=delay)).simulate(
+            placement, timeline=True)
+        (transfer,) = [t for t in result.transfers if t.tensor == "made:0"]
+        sent[delay] = transfer.start
+    assert sent[0.0] == pytest.approx(1 * MS)  # without the delay a tensor leaves once it is made
+    assert sent[2.5 * MS] == pytest.approx(sent_at_ms * MS)
+
+
 def test_latency_overlaps_when_many_tensors_are_in_flight_at_once():
     def build():
         parts = [tf.random.uniform([10], seed=i, name=f"source_{i}") for i in range(32)]
