@@ -165,24 +165,33 @@ REQUEST_CHAIN_SECONDS = 0.010
 workers (0.3-8 ms, `experiments/hop_delay.py`), so that the hop shows the delay, not the chain's end."""
 
 
-def request_probe_graph(size: int, links: int) -> OpGraph:
+def request_probe_graph(size: int, links: int, on_receiver: bool = False) -> OpGraph:
     """Worker 0 makes `made` (64 floats) and then runs a chain of `links` SxS matmuls that depend on it; worker 1
-    (ops under "far/") waits for `made`. The request for `made` reaches worker 0 as its chain starts."""
+    (ops under "far/") waits for `made`. The request for `made` reaches worker 0 as its chain starts. With
+    `on_receiver`, the chain runs on worker 1 instead, from the step's start and independent of `made`, and
+    worker 0 idles once `made` is made."""
     import tensorflow as tf
 
     from placer.graph.build import graph_from_function
 
-    def build():
-        made = tf.reduce_sum(tf.random.uniform([64, 64], seed=1), axis=0, name="made")
-        h = tf.random.uniform([size, size], seed=2) + tf.reduce_mean(made)  # the chain waits for `made`
+    def chain(h):
         for _ in range(links):
             h = tf.tanh(tf.matmul(h, h) * 0.01)
+        return h
+
+    def build():
+        made = tf.reduce_sum(tf.random.uniform([64, 64], seed=1), axis=0, name="made")
+        if not on_receiver:
+            h = chain(tf.random.uniform([size, size], seed=2) + tf.reduce_mean(made))  # waits for `made`
         with tf.name_scope("far"):
             consumer = tf.add(made, 1.0, name="consumer")
+            if on_receiver:
+                h = chain(tf.random.uniform([size, size], seed=2))
         total = tf.add(tf.reduce_sum(consumer), h[0, 0], name="total")
         return tf.group(total, name="train_op"), total
 
-    return graph_from_function(build, name=f"request-probe-{size}x{links}")
+    where = "receiver" if on_receiver else "sender"
+    return graph_from_function(build, name=f"request-probe-{size}x{links}-{where}")
 
 
 def request_probe_placement(graph: OpGraph, devices) -> Placement:
@@ -191,18 +200,24 @@ def request_probe_placement(graph: OpGraph, devices) -> Placement:
         op.name: devices[1 if op.name.startswith("far/") else 0].name for op in graph.ops})
 
 
-def traced_hop(trace: str) -> tuple[float, float]:
-    """(hop, chain) seconds of a traced request probe step: from `made`'s end on worker 0 to its consumer's
-    start on worker 1; the span of the chain's ops."""
+def traced_hop(trace: str) -> tuple[float, float, float]:
+    """(hop, arrival, chain) seconds of a traced request probe step: from `made`'s end on worker 0 to its
+    consumer's start on worker 1, and to the tensor's arrival there (its receive's start); the span of the
+    chain's ops."""
     from placer.timeline import read_chrome_trace
 
     timeline = read_chrome_trace(trace)
     spans = {span.node: span for span in timeline.spans if span.node}
     if "made" not in spans or "far/consumer" not in spans:
         raise ProfileError("the request probe's traced step lacks its sender or its consumer: was it traced?")
-    chain = [span for span in timeline.spans if span.node.startswith(("MatMul", "Tanh", "mul"))]
+    made = spans["made"].end
+    chain = [span for span in timeline.spans
+             if span.kind == "op" and span.node.removeprefix("far/").startswith(("MatMul", "Tanh", "mul"))]
     chain_span = (max(s.end for s in chain) - min(s.start for s in chain)) if chain else 0.0
-    return spans["far/consumer"].start - spans["made"].end, chain_span
+    received = [span.start for span in timeline.spans if span.kind == "transfer"
+                and span.device == spans["far/consumer"].device and span.start >= made - 1e-4]
+    arrival = min(received, default=spans["far/consumer"].start) - made
+    return spans["far/consumer"].start - made, arrival, chain_span
 
 
 def measure_request_delay(measurer, rounds: int, size: int = 256) -> tuple[float, dict[str, tuple[float, ...]]]:
@@ -211,14 +226,14 @@ def measure_request_delay(measurer, rounds: int, size: int = 256) -> tuple[float
     idle hop, over `rounds` interleaved rounds (`SimulatorConfig.request_delay`); 0 when it is not later."""
     config = replace(measurer.config, profile_steps=3, trace_every_placement=True)
 
-    def hop(graph) -> tuple[float, float]:
+    def hop(graph) -> tuple[float, float, float]:
         result = measurer.measure(graph, request_probe_placement(graph, measurer.devices), config)
         if not result.ok or not result.chrome_trace:
             raise ProfileError(f"the request probe ({graph.name}) failed: "
                                f"{result.failure.message if result.failure else 'no trace'}")
         return traced_hop(result.chrome_trace)
 
-    link = max(hop(request_probe_graph(size, 4))[1] / 4, 1e-5)
+    link = max(hop(request_probe_graph(size, 4))[2] / 4, 1e-5)
     idle_graph = request_probe_graph(size, 0)
     busy_graph = request_probe_graph(size, max(1, round(REQUEST_CHAIN_SECONDS / link)))
     hops: dict[str, list[float]] = {"idle": [], "busy": []}

@@ -17,6 +17,11 @@ needed on another device is sent once per destination:
   starts) and the tensor is there when both ends are done. Probes with a busy chain on one worker
   measured both costs; with both workers idle, one transfer took about the larger of the two, not their
   sum (`placer calibrate`). The bytes count on the receiver once they are there.
+  A send also waits for its request: the receiver asks for its tensors when it first runs out of ops to
+  run, or `request_delay` into the step, and the sender takes a request up when it next runs out of ops
+  after it arrives, or `request_delay` after it arrives (TensorFlow's gRPC workers serve these on the
+  inter-op pool that runs the ops; `experiments/hop_delay.py` measured 0.3-8 ms on one-core workers that
+  kept computing, `placer calibrate` fits the delay).
 
 A CPU device whose ops share its cores (`shared`: several inter-op threads and op times from a performance model
 at each width, `placer.simulate.thread_pools`) runs them by processor sharing: an op's cost is the seconds it
