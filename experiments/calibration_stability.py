@@ -84,7 +84,7 @@ def main() -> None:
             predictions[name].append(simulator.simulate(placement.group_devices).step_time)
 
     rows = []
-    for parameter in (*PARAMETERS, "remote_overhead"):
+    for parameter in (*PARAMETERS, "remote_overhead", "request_delay"):
         values = [getattr(c, parameter) for c in calibrations]
         rows.append({"what": parameter, "values": [f"{v:.4g}" for v in values], "median": statistics.median(values),
                      "max_deviation_pct": 100 * deviation(values), "aim_pct": 20,
