@@ -219,44 +219,49 @@ def test_a_private_ray_listens_only_on_loopback_and_pretrains_the_serial_policy(
 
 
 @pytest.mark.slow
-def test_a_two_node_ray_cluster_pretrains_the_serial_policy(tmp_path, serial_policy):
-    """A head and one more node started with `ray start` on 127.0.0.1, in a private network namespace."""
+def _on_two_local_ray_nodes(command: list[str], port: int) -> subprocess.CompletedProcess:
+    """Run `command` beside a Ray head and one more node started with `ray start` on 127.0.0.1, in a private
+    network namespace, every node and the driver sharing one token (Ray's own authentication). Skips where
+    Ray or a namespace is missing."""
     pytest.importorskip("ray")
+    import secrets
+    import tempfile
+
     from placer.testbed import isolation_available
 
     if not isolation_available():
         pytest.skip("no private network namespace can be made here (`unshare -rn`)")
-    import tempfile
-
     ray = str(Path(sys.executable).parent / "ray")
-    policy = tmp_path / "policy.npz"
     ray_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # Ray's socket paths must stay under 107 bytes
-    pretrain = [sys.executable, "-m", "agents.cli", "pretrain", "--models", "two-tower", "--generated", "1",
-                "--target", "modeled:2xV100", "modeled:4xV100", "--updates", "6", "--imitation-updates", "3",
-                "--samples-per-update", "3", *SMALL_POLICY, "--ray", "127.0.0.1:6380", "--workers", "2",
-                "--no-progress", "--out", str(policy)]
     script = f"""
 set -e
 python3 -c 'from placer.testbed import bring_loopback_up; bring_loopback_up()'
 trap '{ray} stop --force >/dev/null 2>&1' EXIT
-{ray} start --head --node-ip-address=127.0.0.1 --port=6380 --include-dashboard=false --num-cpus=1 \
+{ray} start --head --node-ip-address=127.0.0.1 --port={port} --include-dashboard=false --num-cpus=1 \
     --disable-usage-stats --temp-dir={ray_dir} >/dev/null
-{ray} start --address=127.0.0.1:6380 --node-ip-address=127.0.0.1 --num-cpus=1 --disable-usage-stats >/dev/null
-{' '.join(pretrain)}
+{ray} start --address=127.0.0.1:{port} --node-ip-address=127.0.0.1 --num-cpus=1 --disable-usage-stats >/dev/null
+{' '.join(command)}
 """
-    import secrets
-
-    # every node and the driver share one token: Ray's own authentication, besides the namespace
     env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     done = subprocess.run(["unshare", "-rn", "bash", "-c", script], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_a_two_node_ray_cluster_pretrains_the_serial_policy(tmp_path, serial_policy):
+    """A head and one more node started with `ray start` on 127.0.0.1, in a private network namespace."""
+    policy = tmp_path / "policy.npz"
+    pretrain = [sys.executable, "-m", "agents.cli", "pretrain", "--models", "two-tower", "--generated", "1",
+                "--target", "modeled:2xV100", "modeled:4xV100", "--updates", "6", "--imitation-updates", "3",
+                "--samples-per-update", "3", *SMALL_POLICY, "--ray", "127.0.0.1:6380", "--workers", "2",
+                "--no-progress", "--out", str(policy)]
+    done = _on_two_local_ray_nodes(pretrain, 6380)
     assert "on 2 Ray actors on 2 nodes" in done.stdout + done.stderr
     _same_policy(policy, serial_policy)
 
 
-@pytest.mark.slow
 def test_a_ray_actor_that_dies_mid_task_has_its_tasks_sent_again_to_a_new_actor(tmp_path):
     pytest.importorskip("ray")
     from placer.testbed import isolation_available
@@ -444,36 +449,14 @@ def test_a_measured_run_is_not_resumed_on_another_kind_of_target(tmp_path):
 def test_a_two_node_ray_cluster_measures_on_each_node_and_records_which(tmp_path):
     """A head and one more node started with `ray start` on 127.0.0.1 in a private network namespace, each with
     its own actor measuring placements on its own inprocess:2 target."""
-    pytest.importorskip("ray")
     import json
-    import secrets
-    import tempfile
 
-    from placer.testbed import isolation_available
-
-    if not isolation_available():
-        pytest.skip("no private network namespace can be made here (`unshare -rn`)")
-    ray = str(Path(sys.executable).parent / "ray")
-    ray_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     run_dir = tmp_path / "run"
     train = [sys.executable, "-m", "agents.cli", "train", "two-tower", "--backend", "measured", "--target",
              "inprocess:2", "--agent", "random", "--updates", "2", "--samples-per-update", "4", "--greedy-every",
              "1", "--confirm-repeats", "1", "--baselines", "single-device", "--final-rounds", "1", "--warmup", "1",
              "--repeats", "1", "--ray", "127.0.0.1:6382", "--no-progress", "--run-dir", str(run_dir)]
-    script = f"""
-set -e
-python3 -c 'from placer.testbed import bring_loopback_up; bring_loopback_up()'
-trap '{ray} stop --force >/dev/null 2>&1' EXIT
-{ray} start --head --node-ip-address=127.0.0.1 --port=6382 --include-dashboard=false --num-cpus=1 \
-    --disable-usage-stats --temp-dir={ray_dir} >/dev/null
-{ray} start --address=127.0.0.1:6382 --node-ip-address=127.0.0.1 --num-cpus=1 --disable-usage-stats >/dev/null
-{' '.join(train)}
-"""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-    done = subprocess.run(["unshare", "-rn", "bash", "-c", script], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    _on_two_local_ray_nodes(train, 6382)
     log = (run_dir / "log.txt").read_text()
     assert "evaluating placements on one Ray actor pinned to each of 2 nodes" in log
     assert "share one machine (127.0.0.1)" in log  # both nodes are this machine: said, not hidden
