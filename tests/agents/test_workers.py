@@ -218,7 +218,6 @@ def test_a_private_ray_listens_only_on_loopback_and_pretrains_the_serial_policy(
     _same_policy(policy, serial_policy)
 
 
-@pytest.mark.slow
 def _on_two_local_ray_nodes(command: list[str], port: int) -> subprocess.CompletedProcess:
     """Run `command` beside a Ray head and one more node started with `ray start` on 127.0.0.1, in a private
     network namespace, every node and the driver sharing one token (Ray's own authentication). Skips where
@@ -250,6 +249,7 @@ trap '{ray} stop --force >/dev/null 2>&1' EXIT
     return done
 
 
+@pytest.mark.slow
 def test_a_two_node_ray_cluster_pretrains_the_serial_policy(tmp_path, serial_policy):
     """A head and one more node started with `ray start` on 127.0.0.1, in a private network namespace."""
     policy = tmp_path / "policy.npz"
