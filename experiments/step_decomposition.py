@@ -1,7 +1,8 @@
 """Where does a split step's time go? Op time, ops a split adds, and time outside any op, on one worker and two.
 
-    python experiments/step_decomposition.py [--model two-tower] [--size tiny] [--placement expert]
-        [--targets local:2 [local:2,inter=1 ...]] [--rounds 3] [--steps 5] [--out results/step_decomposition.json]
+    python experiments/step_decomposition.py [--model two-tower] [--size tiny] [--placement expert [FILE ...]]
+        [--targets local:2 [local:2,inter=1 ...]] [--calibration FILE] [--rounds 3] [--steps 5]
+        [--out results/step_decomposition.json]
 
 The model's step is measured on the first worker alone (single-device) and under `--placement`, alternately
 for `--rounds` rounds, each measurement tracing `--steps` steps. Per layout: the step time (median), each
@@ -16,6 +17,12 @@ Each measurement's last traced step is also walked back along its critical path 
 the ops on it, and the time between them, by cause: an edge on one device, a hop between devices (a tensor or
 a control edge sent), or a wait for the device's core. With several `--targets` (testbeds that differ in one
 setting, such as the workers' inter-op threads) every target measures both layouts in each round, in turn.
+
+`--placement` takes heuristics' names and placement files (such as a run's `simulator/best_placement.json`),
+each a split layout of its own. With `--calibration` the calibrated twin (`calibrated:FILE`) prices every
+layout too, in the same columns from its simulated timeline, and every cross-device edge of each split is
+listed with when its producer ended and its consumer started, traced (median and range over the rounds)
+and simulated: the hops whose waits the twin misprices are where its prediction of the split goes wrong.
 """
 
 from __future__ import annotations
@@ -41,9 +48,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="two-tower")
     parser.add_argument("--size", default="tiny")
-    parser.add_argument("--placement", default="expert", help="the split layout: a heuristic's name (default expert)")
+    parser.add_argument("--placement", nargs="+", default=["expert"], metavar="NAME_OR_FILE",
+                        help="the split layouts: heuristics' names or placement files (default expert)")
     parser.add_argument("--targets", nargs="+", default=["local:2"],
                         help="measured targets, each measuring both layouts in every round (default local:2)")
+    parser.add_argument("--calibration", metavar="FILE",
+                        help="also price every layout on the calibrated twin of FILE and compare its hops")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5, help="traced steps per measurement (default 5)")
     parser.add_argument("--out", default="results/step_decomposition.json")
@@ -54,13 +64,22 @@ def main(argv=None) -> int:
     from placer.models import load_model
     from placer.placement import Placement
 
+    from placer.commands.placement_option import check_placement_name
+    from placer.cost import open_target
+
+    for name in args.placement:
+        check_placement_name(name, args.model, "simulated" if args.calibration else "measured")
     graph = load_model(args.model, args.size)
     targets = [parse_target(text) for text in args.targets]
+    twin = open_target(graph, f"calibrated:{args.calibration}") if args.calibration else None
     measured = {str(target): collections.defaultdict(list) for target in targets}
     with contextlib.ExitStack() as stack:
         measurers = [stack.enter_context(Measurer(target)) for target in targets]
-        layouts = {"single-device": Placement.on_device(graph, measurers[0].devices, 0),
-                   args.placement: placement_named(args.placement, args.model, graph, measurers[0].devices)}
+        devices = measurers[0].devices
+        layouts = {"single-device": Placement.on_device(graph, devices, 0)}
+        for name in args.placement:
+            layouts[name] = placement_named(name, args.model, graph, devices,
+                                            simulator=twin.simulator if twin else None)
         for _ in range(args.rounds):
             for target, measurer in zip(targets, measurers):
                 config = replace(measurer.config, profile_steps=args.steps)
@@ -74,10 +93,22 @@ def main(argv=None) -> int:
     rows = []
     for target, by_layout in measured.items():
         rows += [{"target": target, **row} for row in _layout_rows(by_layout, inputs)]
+    hops = {}
+    if twin is not None:
+        from placer.timeline import read_chrome_trace
+
+        simulated = {name: read_chrome_trace(twin.trace(placement)) for name, placement in layouts.items()}
+        rows += [{"target": f"simulated ({args.calibration})", "layout": name, **_timeline_row(timeline, inputs)}
+                 for name, timeline in simulated.items()]
+        traced = measured[str(targets[0])]
+        for name, placement in list(layouts.items())[1:]:
+            hops[name] = cross_device_hops(
+                placement.op_devices(graph), inputs,
+                [read_chrome_trace(result.chrome_trace) for result in traced[name]], simulated[name])
     columns = ["target", "layout", "step_ms", "busy_ms", "outside_ops_ms", "path_ops_ms", "hop_wait_ms",
                "core_wait_ms", "slowest_hop_ms"]
     measured = measured[str(targets[0])]  # the op-type comparison: on the first target
-    split = args.placement
+    split = list(layouts)[1]
     common = set.intersection(*(set(r.op_times) for rs in measured.values() for r in rs))
     by_type = collections.defaultdict(lambda: [0.0, 0.0])
     for op in common:
@@ -92,19 +123,25 @@ def main(argv=None) -> int:
                for kind, (single, spread) in sorted(by_type.items(), key=lambda item: -item[1][1])]
     print_table(["op_type", "single_ms", "split_ms", "ratio"], op_rows[:10])
     print(f"ops only the split runs ({len(split_only)}, e.g. {', '.join(sorted(split_only)[:4])}): {added * 1e3:.3f} ms\n")
+    for name, hop_rows in hops.items():
+        print(f"hops of {name} on {targets[0]}: when each cross-device edge's producer ended and its consumer started "
+              "(ms from the step's first op), traced (median, and the range of the wait over the rounds) and simulated")
+        print_table(HOP_COLUMNS, hop_rows)
+        print()
     print("critical path: path_ops_ms is the traced step's ops on its critical path, then the time between them "
           "by cause (medians over the rounds' traced steps); slowest_hop_ms the longest hop, per round\n")
     command = "python experiments/step_decomposition.py " + " ".join(argv if argv is not None else sys.argv[1:])
     write_report("step_decomposition", columns, rows, args.out, command=command.strip(), model=args.model,
                  size=args.size, targets=[str(t) for t in targets], rounds=args.rounds, op_types=op_rows,
-                 split_only_ops=sorted(split_only), split_only_ms=added * 1e3)
+                 split_only_ops=sorted(split_only), split_only_ms=added * 1e3, calibration=args.calibration,
+                 hops=hops)
     return 0
 
 
 def _layout_rows(by_layout: dict[str, list], inputs: dict[str, tuple[str, ...]]) -> list[dict]:
     """Per layout: the step, each worker's busy time, the time outside the busiest worker's ops, and the traced
     steps' critical paths (medians over the rounds)."""
-    from placer.timeline import critical_path, read_chrome_trace
+    from placer.timeline import read_chrome_trace
 
     rows = []
     for name, results in by_layout.items():
@@ -116,11 +153,7 @@ def _layout_rows(by_layout: dict[str, list], inputs: dict[str, tuple[str, ...]])
                 per_device[op_time.device] += op_time.seconds
             for device, seconds in per_device.items():
                 busy[device].append(seconds)
-            links = critical_path(read_chrome_trace(result.chrome_trace), inputs)
-            waits = {kind: sum(link.wait for link in links if link.kind == kind) for kind in ("data", "hop", "core")}
-            path_ops = sum(link.after.duration for link in links) + (links[0].before.duration if links else 0.0)
-            hops = [link.wait for link in links if link.kind == "hop"]
-            paths.append({"path_ops": path_ops, **waits, "slowest_hop": max(hops, default=0.0)})
+            paths.append(_path_stats(read_chrome_trace(result.chrome_trace), inputs))
         step = statistics.median(r.median for r in results)
         device_busy = {device: statistics.median(values) for device, values in busy.items()}
         rows.append({"layout": name, "step_ms": step * 1e3, "busy_ms": "+".join(f"{b * 1e3:.2f}" for b in device_busy.values()),
@@ -132,6 +165,63 @@ def _layout_rows(by_layout: dict[str, list], inputs: dict[str, tuple[str, ...]])
                      "slowest_hop_ms": "/".join(f"{p['slowest_hop'] * 1e3:.2f}" for p in paths),
                      "step_rounds_ms": [r.median * 1e3 for r in results]})
     return rows
+
+
+HOP_COLUMNS = ["producer", "consumer", "hop", "traced_end_ms", "traced_start_ms", "traced_wait_ms", "wait_range_ms",
+               "simulated_end_ms", "simulated_start_ms", "simulated_wait_ms"]
+
+
+def cross_device_hops(op_devices: dict[str, str], inputs: dict[str, tuple[str, ...]], traced: list,
+                      simulated) -> list[dict]:
+    """Each hop between ops on different devices that every traced step and the simulated one ran: when the
+    producer ended and the consumer started, traced (medians over `traced`, and the wait's range) and
+    simulated, in milliseconds from each step's first op, in the order the traced steps ran them. An edge
+    through ops the traces lack (folded by grappler, such as an Identity) counts from the nearest op they
+    ran."""
+    from placer.devices import short_name
+    from placer.timeline import op_spans, traced_inputs
+
+    traced_spans = [op_spans(timeline) for timeline in traced]
+    simulated_spans = op_spans(simulated)
+    everywhere = set(simulated_spans).intersection(*traced_spans) if traced_spans else set()
+    nearest = traced_inputs(inputs, everywhere)
+    rows = []
+    for consumer in sorted(everywhere & set(op_devices)):  # TensorFlow's own nodes (not the graph's) left out
+        for producer in sorted(nearest(consumer)):
+            if op_devices.get(producer, op_devices[consumer]) == op_devices[consumer]:
+                continue
+            ends = [spans[producer].end * 1e3 for spans in traced_spans]
+            starts = [spans[consumer].start * 1e3 for spans in traced_spans]
+            waits = [start - end for start, end in zip(starts, ends)]
+            end, start = simulated_spans[producer].end * 1e3, simulated_spans[consumer].start * 1e3
+            rows.append({"producer": producer, "consumer": consumer,
+                         "hop": f"{short_name(op_devices[producer])} -> {short_name(op_devices[consumer])}",
+                         "traced_end_ms": statistics.median(ends), "traced_start_ms": statistics.median(starts),
+                         "traced_wait_ms": statistics.median(waits),
+                         "wait_range_ms": f"{min(waits):.2f}-{max(waits):.2f}",
+                         "simulated_end_ms": end, "simulated_start_ms": start, "simulated_wait_ms": start - end})
+    return sorted(rows, key=lambda row: (row["traced_start_ms"], row["traced_end_ms"]))
+
+
+def _timeline_row(timeline, inputs: dict[str, tuple[str, ...]]) -> dict:
+    """A simulated layout in `_layout_rows`' columns: its one timeline's step, busy time and critical path."""
+    busy = {device: timeline.busy(device) for device in timeline.devices}
+    path = _path_stats(timeline, inputs)
+    return {"step_ms": timeline.step_time * 1e3, "busy_ms": "+".join(f"{b * 1e3:.2f}" for b in busy.values()),
+            "all_ops_ms": sum(busy.values()) * 1e3, "outside_ops_ms": (timeline.step_time - max(busy.values())) * 1e3,
+            "path_ops_ms": path["path_ops"] * 1e3, "hop_wait_ms": path["hop"] * 1e3,
+            "core_wait_ms": path["core"] * 1e3, "slowest_hop_ms": f"{path['slowest_hop'] * 1e3:.2f}"}
+
+
+def _path_stats(timeline, inputs: dict[str, tuple[str, ...]]) -> dict[str, float]:
+    """The critical path of one step: its ops' time, the waits between them by cause, and the longest hop."""
+    from placer.timeline import critical_path
+
+    links = critical_path(timeline, inputs)
+    waits = {kind: sum(link.wait for link in links if link.kind == kind) for kind in ("data", "hop", "core")}
+    path_ops = sum(link.after.duration for link in links) + (links[0].before.duration if links else 0.0)
+    hops = [link.wait for link in links if link.kind == "hop"]
+    return {"path_ops": path_ops, **waits, "slowest_hop": max(hops, default=0.0)}
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Container, Mapping
 
 from placer.devices import name_parts, short_name
 from placer.errors import DeviceSpecError, TimelineError
@@ -137,6 +137,34 @@ class CriticalLink:
         return max(0.0, self.after.start - self.before.end)
 
 
+def op_spans(timeline: StepTimeline) -> dict[str, Span]:
+    """Each graph node the timeline ran an op for, by name: its first span."""
+    spans: dict[str, Span] = {}
+    for span in timeline.spans:
+        if span.kind == "op" and span.node:
+            spans.setdefault(span.node, span)
+    return spans
+
+
+def traced_inputs(inputs: Mapping[str, Any], traced: Container[str]) -> Callable[[str], set[str]]:
+    """For an op's name, the nearest ops among `traced` that it waits for: its inputs (`inputs`: name -> the
+    names it waits for), and through those the trace lacks (ops grappler folded away), theirs."""
+    found: dict[str, set[str]] = {}
+
+    def nearest(name: str, seen: frozenset = frozenset()) -> set[str]:
+        if name not in found:
+            names: set[str] = set()
+            for source in inputs.get(name, ()):
+                if source in traced:
+                    names.add(source)
+                elif source not in seen:
+                    names |= nearest(source, seen | {name})
+            found[name] = names
+        return found[name]
+
+    return nearest
+
+
 def critical_path(timeline: StepTimeline, inputs: Mapping[str, Any]) -> tuple[CriticalLink, ...]:
     """The chain of ops that made a measured step as long as it was, from its first op to its last, as links.
 
@@ -146,26 +174,11 @@ def critical_path(timeline: StepTimeline, inputs: Mapping[str, Any]) -> tuple[Cr
     and the op its device ran just before it. An op the graph does not know (TensorFlow inserts some, such as
     the control edges it gathers across devices) waits for the latest op of another device. Only op spans
     take part; a received tensor's own span is part of the hop that leads to its consumer."""
-    spans: dict[str, Span] = {}
-    for span in timeline.spans:
-        if span.kind == "op" and span.node:
-            spans.setdefault(span.node, span)
+    spans = op_spans(timeline)
     by_device: dict[str, list[Span]] = {}
     for span in sorted(spans.values(), key=lambda s: (s.end, s.start)):
         by_device.setdefault(span.device, []).append(span)
-    traced_inputs: dict[str, set[str]] = {}
-
-    def traced(name: str, seen: frozenset = frozenset()) -> set[str]:
-        if name not in traced_inputs:
-            found: set[str] = set()
-            for source in inputs.get(name, ()):
-                if source in spans:
-                    found.add(source)
-                elif source not in seen:
-                    found |= traced(source, seen | {name})
-            traced_inputs[name] = found
-        return traced_inputs[name]
-
+    traced = traced_inputs(inputs, spans)
     if not spans:
         return ()
     links: list[CriticalLink] = []

@@ -18,10 +18,13 @@ needed on another device is sent once per destination:
   measured both costs; with both workers idle, one transfer took about the larger of the two, not their
   sum (`placer calibrate`). The bytes count on the receiver once they are there.
   A send also waits for its request: the receiver asks for its tensors when it first runs out of ops to
-  run, or `request_delay` into the step, and the sender takes a request up when it next runs out of ops
-  after it arrives, or `request_delay` after it arrives (TensorFlow's gRPC workers serve these on the
-  inter-op pool that runs the ops; `experiments/hop_delay.py` measured 0.3-8 ms on one-core workers that
-  kept computing, `placer calibrate` fits the delay).
+  run, or `request_delay` into the step, and the sender takes a request up once both the request and the
+  tensor are there, when it next runs out of ops, or `request_delay` after (TensorFlow's gRPC workers
+  serve these on the inter-op pool that runs the ops; `experiments/hop_delay.py` measured 0.3-8 ms on
+  one-core workers that kept computing, `placer calibrate` fits the delay). A request that came early does
+  not let the tensor leave a sender that is busy when it is made: `experiments/step_decomposition.py`
+  traced two-tower `tiny`'s loss gradient leaving a computing worker 0.2 or about 2 ms late, though worker
+  1 had asked for it milliseconds before.
 
 A CPU device whose ops share its cores (`shared`: several inter-op threads and op times from a performance model
 at each width, `placer.simulate.thread_pools`) runs them by processor sharing: an op's cost is the seconds it
@@ -123,7 +126,9 @@ class Workspace(NamedTuple):
     first_idle: np.ndarray     # [d] on cores with a request delay: when each device first had nothing to run...
     last_idle: np.ndarray      # ... and last had nothing to run
     held: np.ndarray           # [t * d] sends whose request is not yet taken up...
-    held_timer: np.ndarray     # ... and the time of the re-check event pushed for each
+    held_timer: np.ndarray     # ... the time of the re-check event pushed for each...
+    held_ready: np.ndarray     # ... and when each was made (ready to send)
+    send_made: np.ndarray      # [t * d] when each send's tensor was made; -1 once its request is taken up
 
     @classmethod
     def allocate(cls, graph: EngineGraph, devices: EngineDevices) -> "Workspace":
@@ -142,8 +147,9 @@ class Workspace(NamedTuple):
         # Each change of a shared device's running set plans its running ops' ends again: up to two changes per
         # op, each pushing at most one event per slot, the superseded ones left in the heap until they come up.
         replanned = 2 * n * int(devices.slots.max()) if devices.sharing else 0
-        # A held send pushes a re-check event when held and at most once more (the receiver's, then the sender's).
-        rechecks = 2 * t * d if on_cores and devices.request_delay > 0 else 0
+        # A held send pushes a re-check event when held and at most twice more (when the receiver asks, when the
+        # request is there beside an idle sender, then the sender's deadline).
+        rechecks = 3 * t * d if on_cores and devices.request_delay > 0 else 0
         return cls(
             start=np.empty(n), end=np.empty(n), pending=np.empty(n, dtype=np.int32),
             uses=np.empty(n, dtype=np.int32), deferred=np.empty(n, dtype=np.int32),
@@ -165,7 +171,8 @@ class Workspace(NamedTuple):
             running=np.empty((d, max(int(devices.slots.max()), 1)), dtype=np.int32),
             running_count=np.zeros(d, dtype=np.int32), settled_at=np.zeros(d), replan=np.zeros(d, dtype=np.bool_),
             first_idle=np.empty(d), last_idle=np.empty(d), held=np.empty(t * d if on_cores else 1, dtype=np.int32),
-            held_timer=np.empty(t * d if on_cores else 1),
+            held_timer=np.empty(t * d if on_cores else 1), held_ready=np.empty(t * d if on_cores else 1),
+            send_made=np.empty(t * d if on_cores else 1),
         )
 
 # Events are keyed id * 4 + kind, so that simultaneous events are handled in a fixed order.
@@ -248,18 +255,20 @@ def _has_deferred(dev, deferred, deferred_count, op_device):
 
 
 @njit(cache=True, inline="always")
-def _taken_up_at(sender, target, now, first_idle, last_idle, request_delay, link_latency):
-    """When the request for a tensor `sender` sends to `target` is taken up: -1 if it is by `now`, else the time
-    to look again. The target asks for its tensors when it first runs out of ops, or `request_delay` into the
-    step; the sender takes a request up when it next runs out of ops after it arrives, or `request_delay`
-    after it arrives."""
+def _taken_up_at(sender, target, now, made, first_idle, last_idle, request_delay, link_latency):
+    """When the request for a tensor `sender` made at time `made` and sends to `target` is taken up: -1 if it is
+    by `now`, else the time to look again. The target asks for its tensors when it first runs out of ops, or
+    `request_delay` into the step; once the request is there and the tensor made, the sender takes it up when
+    it next runs out of ops, or `request_delay` after."""
     asked = min(first_idle[target], request_delay)
     if asked > now:
         return asked
-    arrived = asked + link_latency[target, sender]
-    if last_idle[sender] >= arrived:
+    both_there = max(asked + link_latency[target, sender], made)
+    if last_idle[sender] >= both_there:
         return -1.0
-    deadline = arrived + request_delay
+    if last_idle[sender] == now:  # idle now, before the request is there: it takes it up then if still idle
+        return both_there
+    deadline = both_there + request_delay
     return deadline if deadline > now else -1.0
 
 
@@ -536,6 +545,7 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
     holding = on_cores and devices.request_delay > 0.0
     request_delay = devices.request_delay
     first_idle, last_idle, held, held_timer = work.first_idle, work.last_idle, work.held, work.held_timer
+    held_ready, send_made = work.held_ready, work.send_made
     recheck_key = (send_base + tensor_bytes.shape[0] * d) * 4 + EVENT_RECEIVED  # past every send id
     held_count = 0
     recheck = False
@@ -623,6 +633,8 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
                         send = send_base + tensor * d + target
                         # Ahead of the ops waiting there: gRPC threads serve a tensor as soon as it exists.
                         _queue(ready_time, ready_key, ready_head, ready_size, dev, -1.0, send)
+                        if holding:
+                            send_made[send - send_base] = now
                     # Later consumers of the same tensor get their arrival when the receive is done.
                     continue
                 if first:
@@ -674,19 +686,21 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
           for dev in range(d):
             while free_slots[dev] > 0 and ready_size[dev] > 0:
                 i = ready_key[dev, ready_head[dev]]
-                if holding and i >= send_base:
+                if holding and i >= send_base and send_made[i - send_base] >= 0.0:  # -1: its request was taken up
+                    made = send_made[i - send_base]
                     if _idle_apart_from_sends(dev, free_slots, slots, ready_key, ready_head, ready_size, send_base,
                                               deferred, deferred_count, op_device):
                         last_idle[dev] = now
                         if first_idle[dev] == np.inf:
                             first_idle[dev] = now
-                    wait = _taken_up_at(dev, (i - send_base) % d, now, first_idle, last_idle, request_delay,
+                    wait = _taken_up_at(dev, (i - send_base) % d, now, made, first_idle, last_idle, request_delay,
                                         link_latency)
                     if wait >= 0.0:  # its request is not taken up yet: hold it, and look again then
                         ready_head[dev] += 1
                         ready_size[dev] -= 1
                         held[held_count] = i
                         held_timer[held_count] = wait
+                        held_ready[held_count] = made
                         held_count += 1
                         events = _push(event_time, event_key, events, wait, recheck_key)
                         continue
@@ -755,16 +769,18 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
               i = held[k]
               tensor = (i - send_base) // d
               sender = op_device[tensor_src[tensor]]
-              wait = _taken_up_at(sender, (i - send_base) % d, now, first_idle, last_idle, request_delay,
-                                  link_latency)
+              wait = _taken_up_at(sender, (i - send_base) % d, now, held_ready[k], first_idle, last_idle,
+                                  request_delay, link_latency)
               if wait < 0.0:
                   _queue(ready_time, ready_key, ready_head, ready_size, sender, -1.0, i)
+                  send_made[i - send_base] = -1.0
                   released += 1
                   continue
               if wait != held_timer[k]:
                   events = _push(event_time, event_key, events, wait, recheck_key)
               held[kept] = i
               held_timer[kept] = wait
+              held_ready[kept] = held_ready[k]
               kept += 1
           held_count = kept
           if released == 0:

@@ -66,7 +66,8 @@ class SimulatorConfig:
     devices timed by an `OpTimeModel` (`placer.simulate.thread_pools`); 1: not slowed."""
     request_delay: float = 0.0
     """Seconds a gRPC worker that keeps computing takes to serve a transfer's bookkeeping: a receiver asks for
-    its tensors, and a sender takes each request up, when it first runs out of ops to run, or after this long
+    its tensors when it first runs out of ops to run, or this long into the step; once a request is there and
+    its tensor made, the sender takes it up when it next runs out of ops, or this long after
     (`experiments/hop_delay.py`: 0.3-8 ms on a one-core worker). A tensor leaves once its request is taken
     up. 0: served at once (links only, or no such delay)."""
 

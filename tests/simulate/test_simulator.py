@@ -156,7 +156,8 @@ def _request_probe(sender_chain: int, receiver_chain: int):
 
 
 @pytest.mark.parametrize("sender_chain, receiver_chain, sent_at_ms", [
-    (4, 0, 3.0),  # taken up 2.5 ms into the step; sent when CPU:0's op then running (c1, 2-3 ms) ends
+    (4, 0, 4.0),  # asked for at once, made at 1 ms: taken up 2.5 ms later; sent when CPU:0's op then running
+                  # (c2, 3-4 ms) ends
     (0, 0, 1.0),  # CPU:0 runs out of ops when `made` ends: served at once
     (0, 4, 2.5),  # CPU:1 asks for it 2.5 ms into the step, still busy; CPU:0 is idle and serves it then
 ])
@@ -173,6 +174,18 @@ def test_a_worker_that_keeps_computing_serves_a_transfer_request_after_the_reque
         sent[delay] = transfer.start
     assert sent[0.0] == pytest.approx(1 * MS)  # without the delay a tensor leaves once it is made
     assert sent[2.5 * MS] == pytest.approx(sent_at_ms * MS)
+
+
+def test_an_idle_sender_takes_a_request_up_when_it_arrives():
+    # CPU:1 computes until 4 ms and asks for `made` 2.5 ms into the step; the request needs 0.7 ms to reach
+    # CPU:0, idle since `made` ended at 1 ms, which takes it up on arrival (no other event then) rather than
+    # 2.5 ms later.
+    graph, table = _request_probe(0, 4)
+    devices = two_devices(bandwidth="1e12", latency=0.7 * MS)
+    result = Simulator(graph, devices, table, SimulatorConfig(send_cpu=0.1 * MS, request_delay=2.5 * MS)).simulate(
+        place(graph, devices, **{"far/": 1}), timeline=True)
+    (transfer,) = [t for t in result.transfers if t.tensor == "made:0"]
+    assert transfer.start == pytest.approx(3.2 * MS)
 
 
 def test_latency_overlaps_when_many_tensors_are_in_flight_at_once():
