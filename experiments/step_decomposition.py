@@ -6,7 +6,8 @@
 
 The model's step is measured on the first worker alone (single-device) and under `--placement`, alternately
 for `--rounds` rounds, each measurement tracing `--steps` steps. Per layout: the step time (median), each
-worker's busy time (the sum of its traced ops' compute times), and the step time not covered by the busiest
+worker's busy time (the sum of its traced ops' compute times; not a sender's RecvTensor handler, which spans a
+request's wait for its tensor), and the step time not covered by the busiest
 worker's ops (the time a step spends outside ops on its longest worker: scheduling, waiting for transfers,
 the step's own start and end). Per op type over the ops both layouts run: their compute time in each, and the
 ops only the split runs (receives, cross-device control edges). A simulator whose op costs come from the
@@ -66,6 +67,7 @@ def main(argv=None) -> int:
 
     from placer.commands.placement_option import check_placement_name
     from placer.cost import open_target
+    from placer.timeline import RECEIVE_OPS
 
     for name in args.placement:
         check_placement_name(name, args.model, "simulated" if args.calibration else "measured")
@@ -98,7 +100,8 @@ def main(argv=None) -> int:
         from placer.timeline import read_chrome_trace
 
         simulated = {name: read_chrome_trace(twin.trace(placement)) for name, placement in layouts.items()}
-        rows += [{"target": f"simulated ({args.calibration})", "layout": name, **_timeline_row(timeline, inputs)}
+        rows += [{"target": f"simulated ({args.calibration})", "layout": name,
+                  **_timeline_row(twin.evaluate(layouts[name]).seconds, timeline, inputs)}
                  for name, timeline in simulated.items()]
         traced = measured[str(targets[0])]
         for name, placement in list(layouts.items())[1:]:
@@ -115,7 +118,7 @@ def main(argv=None) -> int:
         ran_as = measured["single-device"][0].op_times[op].ran_as or op
         for column, name in enumerate(("single-device", split)):
             by_type[ran_as][column] += statistics.median(r.op_times[op].seconds for r in measured[name])
-    split_only = set.union(*(set(r.op_times) for r in measured[split])) - common
+    split_only = set.union(*(set(r.op_times) for r in measured[split])) - common - RECEIVE_OPS
     added = statistics.median(sum(r.op_times[op].seconds for op in split_only if op in r.op_times)
                               for r in measured[split])
     op_rows = [{"op_type": kind, "single_ms": single * 1e3, "split_ms": spread * 1e3,
@@ -141,7 +144,7 @@ def main(argv=None) -> int:
 def _layout_rows(by_layout: dict[str, list], inputs: dict[str, tuple[str, ...]]) -> list[dict]:
     """Per layout: the step, each worker's busy time, the time outside the busiest worker's ops, and the traced
     steps' critical paths (medians over the rounds)."""
-    from placer.timeline import read_chrome_trace
+    from placer.timeline import RECEIVE_OPS, read_chrome_trace
 
     rows = []
     for name, results in by_layout.items():
@@ -149,8 +152,11 @@ def _layout_rows(by_layout: dict[str, list], inputs: dict[str, tuple[str, ...]])
         paths = []
         for result in results:
             per_device = collections.Counter()
-            for op_time in result.op_times.values():
-                per_device[op_time.device] += op_time.seconds
+            for op_name, op_time in result.op_times.items():
+                # A sender's RecvTensor handler spans from a request's arrival to its reply, waiting included:
+                # not computing, and the simulator prices the transfers' core costs apart.
+                if op_name not in RECEIVE_OPS:
+                    per_device[op_time.device] += op_time.seconds
             for device, seconds in per_device.items():
                 busy[device].append(seconds)
             paths.append(_path_stats(read_chrome_trace(result.chrome_trace), inputs))
@@ -203,12 +209,13 @@ def cross_device_hops(op_devices: dict[str, str], inputs: dict[str, tuple[str, .
     return sorted(rows, key=lambda row: (row["traced_start_ms"], row["traced_end_ms"]))
 
 
-def _timeline_row(timeline, inputs: dict[str, tuple[str, ...]]) -> dict:
-    """A simulated layout in `_layout_rows`' columns: its one timeline's step, busy time and critical path."""
+def _timeline_row(step: float, timeline, inputs: dict[str, tuple[str, ...]]) -> dict:
+    """A simulated layout in `_layout_rows`' columns: its predicted step (the timeline's span and the calibrated
+    overheads of a step, as a timed step has them), busy time and critical path."""
     busy = {device: timeline.busy(device) for device in timeline.devices}
     path = _path_stats(timeline, inputs)
-    return {"step_ms": timeline.step_time * 1e3, "busy_ms": "+".join(f"{b * 1e3:.2f}" for b in busy.values()),
-            "all_ops_ms": sum(busy.values()) * 1e3, "outside_ops_ms": (timeline.step_time - max(busy.values())) * 1e3,
+    return {"step_ms": step * 1e3, "busy_ms": "+".join(f"{b * 1e3:.2f}" for b in busy.values()),
+            "all_ops_ms": sum(busy.values()) * 1e3, "outside_ops_ms": (step - max(busy.values())) * 1e3,
             "path_ops_ms": path["path_ops"] * 1e3, "hop_wait_ms": path["hop"] * 1e3,
             "core_wait_ms": path["core"] * 1e3, "slowest_hop_ms": f"{path['slowest_hop'] * 1e3:.2f}"}
 

@@ -16,7 +16,7 @@ from placer.devices import name_parts, short_name
 from placer.errors import DeviceSpecError, TimelineError
 
 # Ops that bring a tensor from another device: the testbed's gRPC handler, and in-process receives.
-_RECEIVES = {"RecvTensor", "_Recv", "_HostRecv"}
+RECEIVE_OPS = frozenset({"RecvTensor", "_Recv", "_HostRecv"})
 # TensorFlow names a trace's processes "<device> Compute" / "<device> Tensors", a GPU's streams
 # "<device>/stream:N" and its copies "<device>/memcpy"; the device is the part before those.
 _TF_DEVICE = re.compile(r"^(?P<device>\S*?(?:device:)?[A-Za-z_]+:\d+)(?P<stream>/(?:stream:\S+|memcpy))?(?: \w+)?$")
@@ -95,7 +95,7 @@ def read_chrome_trace(trace: Mapping[str, Any] | str | Path) -> StepTimeline:
         if stream == "/stream:all":
             continue  # TensorFlow repeats every GPU kernel of the step there
         op = event.get("args", {}).get("op", event.get("name"))
-        received = event.get("cat") == "transfer" or op in _RECEIVES or event.get("name") in _RECEIVES
+        received = event.get("cat") == "transfer" or op in RECEIVE_OPS or event.get("name") in RECEIVE_OPS
         raw.append((device, str(event.get("name")), "transfer" if received or stream == "/memcpy" else "op",
                     float(event["ts"]), float(event.get("dur", 0.0)), str(event.get("args", {}).get("name", ""))))
     if not raw:
