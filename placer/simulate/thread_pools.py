@@ -15,6 +15,10 @@ between, its rate (work per second) is interpolated linearly between the two wid
 at width 0 being 0. Processor sharing is time slicing: a share of 1.5 threads is, over a slice, two threads
 half of the time and one the other half, so the op progresses at the mean of the two rates.
 
+Sharing the pool never makes an op faster than it runs alone on the whole pool: an op whose profile is slower
+at the pool's width than at one thread (too small to split, it pays the pool's hand-offs: inception-v3's small
+ops) keeps that time beside others, where its share of threads alone would price it at its one-thread time.
+
 While two or more ops run at once, each runs `co_running_slowdown` times slower than alone at the same
 threads (shared caches and memory bandwidth; `experiments/co_running.py` measures it: two cores computing at
 once, each on its own core).
@@ -65,7 +69,13 @@ def shared_pool_costs(seconds_at_width: Callable[[int], np.ndarray], cores: int 
     if co_running_slowdown < 1.0:
         raise ValueError(f"a co-running slowdown below 1 ({co_running_slowdown}) would make ops faster beside others")
     columns = []
+    pool = intra_op_threads if cores is None else min(intra_op_threads, cores)
+    alone = seconds_at_width(pool) if intra_op_threads >= 2 else None
     for running in range(1, inter_op_threads + 1):
         seconds = seconds_at_threads(seconds_at_width, threads_per_running_op(cores, intra_op_threads, running))
+        if alone is not None and running > 1:
+            # Sharing the pool never makes an op faster than it runs alone on it: an op slower on the pool than
+            # on one thread (its work too small to split, the pool's hand-offs paid) still pays them beside others.
+            seconds = np.maximum(seconds, alone)
         columns.append(seconds * (co_running_slowdown if running > 1 else 1.0))
     return np.stack(columns, axis=1)

@@ -36,6 +36,17 @@ def test_a_share_between_two_widths_runs_at_the_rate_between_theirs():
     assert seconds_at_threads(at_width, 2.0) == pytest.approx([5.0, 0.0])
 
 
+def test_sharing_the_pool_never_makes_an_op_faster_than_alone_on_it():
+    # The first op splits (10 ms on one thread, 5 on two); the second is too small to split and pays the pool's
+    # hand-offs (1 ms on one thread, 1.5 on two). Two running on a 2-thread pool over 2 cores get a thread each.
+    at_width = {1: np.array([10.0, 1.0]), 2: np.array([5.0, 1.5])}.__getitem__
+    costs = shared_pool_costs(at_width, 2, 2, 2)
+    assert costs[:, 0] == pytest.approx([5.0, 1.5])  # alone: the whole pool
+    assert costs[:, 1] == pytest.approx([10.0, 1.5])  # beside another: not the one-thread 1 ms
+    one_thread = shared_pool_costs(at_width, 2, 1, 2)  # no pool: each op on its own inter-op thread
+    assert one_thread[:, 1] == pytest.approx([10.0, 1.0])
+
+
 def test_a_co_running_slowdown_below_one_is_refused():
     with pytest.raises(ValueError, match="below 1"):
         shared_pool_costs(lambda width: np.ones(1), 2, 2, 2, co_running_slowdown=0.9)
