@@ -14,7 +14,8 @@ plan's micro-batched step, held to the plan's order, is priced twice: op by op o
 (`calibrated:FILE`: its transfers, barriers, the update and the fitted overheads; `placer.schedule.predict`)
 and by the plan's makespan and the tail; then it is measured on local:2 with every plan of the model and mode
 side by side in interleaved rounds (medians of the rounds' medians). Reported per plan: measured, both predictions and their errors; per model and mode, the
-fastest plan measured and the fastest each price picks. --zero-bubble adds, in training, plans over the
+fastest plan measured and the fastest each price picks, and of the plans' pairs measured more than 5 % apart,
+how many each price orders right (a predicted tie counts as wrong). --zero-bubble adds, in training, plans over the
 backward split into input and weight gradients (`blocks_from_placement(..., split_weight_gradients=True)`):
 ZB-H1 (`zb-h1`) and Tessel's search over those blocks (`tessel-zb`), priced and measured side by side with the
 others. Without --calibration the testbed is calibrated first
@@ -145,7 +146,10 @@ def rows_of(model: str, mode: str, priced: dict, measured: dict[str, Any] | None
 
 
 def fastest(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per model and mode: the plan each price picks and the one measured fastest."""
+    """Per model and mode: the plan each price picks and the one measured fastest, and of the plans' pairs
+    measured more than 5 % apart (closer ones the rounds' noise orders), how many each price orders right."""
+    from placer.simulate.fidelity import pair_order_agreement
+
     summary = []
     for key in dict.fromkeys((r["model"], r["mode"]) for r in rows):
         group = [r for r in rows if (r["model"], r["mode"]) == key]
@@ -154,8 +158,17 @@ def fastest(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             known = [r for r in group if r.get(column) is not None]
             return min(known, key=lambda r: r[column])["method"] if known else None
 
+        def ordered(column: str) -> str | None:
+            known = [r for r in group if r.get(column) is not None and r.get("measured_ms") is not None]
+            if len(known) < 2:
+                return None
+            share, pairs = pair_order_agreement([r["measured_ms"] for r in known], [r[column] for r in known])
+            return f"{round(share * pairs)} of {pairs}" if pairs else "0 of 0"
+
         summary.append({"model": key[0], "mode": key[1], "measured_fastest": pick("measured_ms"),
-                        "op_level_picks": pick("predicted_ms"), "block_spans_pick": pick("span_ms")})
+                        "op_level_picks": pick("predicted_ms"), "block_spans_pick": pick("span_ms"),
+                        "op_level_pairs_ordered": ordered("predicted_ms"),
+                        "block_spans_pairs_ordered": ordered("span_ms")})
     return summary
 
 
@@ -225,7 +238,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                       "block spans priced on calibrated:FILE, and the tail (merge, update, overheads); errors: "
                       "predicted minus measured, in % of measured")
     print()
-    print_table(["model", "mode", "measured_fastest", "op_level_picks", "block_spans_pick"], summary)
+    print_table(["model", "mode", "measured_fastest", "op_level_picks", "block_spans_pick", "op_level_pairs_ordered",
+                 "block_spans_pairs_ordered"], summary)
+    print("pairs ordered: of the plans' pairs measured more than 5 % apart, those each price orders the same way")
 
 
 if __name__ == "__main__":

@@ -58,3 +58,17 @@ def test_zero_bubble_adds_plans_over_the_split_backward_in_training(tmp_path, mo
     assert any(name.startswith("w@") for name in training["split"]["blocks"])
     assert not any(name.startswith("w@") for name in training["whole"]["blocks"])
     assert set(training["orders"]) == {"1f1b", "zb-h1", "tessel-zb"} and report["zero_bubble"]
+
+
+def test_each_price_is_scored_on_the_pairs_of_plans_measured_more_than_5_percent_apart():
+    from experiments.schedule_fidelity import fastest
+
+    # Measured: a 10.0, b 10.3 (3 % apart: noise), c 12.0. Op by op orders a < c and b < c right; block spans
+    # put c first, and price a and b alike, which does not matter: they are not measured apart.
+    rows = [{"model": "m", "mode": "training", "method": method, "measured_ms": measured, "predicted_ms": op_level,
+             "span_ms": span} for method, measured, op_level, span in
+            [("a", 10.0, 9.0, 9.0), ("b", 10.3, 9.5, 9.0), ("c", 12.0, 11.0, 8.0)]]
+    (summary,) = fastest(rows)
+    assert (summary["measured_fastest"], summary["op_level_picks"], summary["block_spans_pick"]) == ("a", "a", "c")
+    assert summary["op_level_pairs_ordered"] == "2 of 2"
+    assert summary["block_spans_pairs_ordered"] == "0 of 2"
