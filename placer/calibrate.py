@@ -155,7 +155,8 @@ def calibrate(
     fitted = fit_calibration(probes, timings, target=str(getattr(measurer, "target", "")),
                              devices=tuple(devices.names), seed=seed, machine=this_machine())
     delay, hops = measure_request_delay(measurer, rounds)
-    return replace(fitted, request_delay=delay, request_hops=hops)
+    intervals = {**fitted.intervals, "request_delay": request_delay_interval(hops, seed=seed)}
+    return replace(fitted, request_delay=delay, request_hops=hops, intervals=intervals)
 
 
 # -- the request probe ---------------------------------------------------------------------------------
@@ -240,8 +241,28 @@ def measure_request_delay(measurer, rounds: int, size: int = 256) -> tuple[float
     for _ in range(rounds):
         hops["idle"].append(hop(idle_graph)[0])
         hops["busy"].append(hop(busy_graph)[0])
-    delay = max(float(np.median(hops["busy"]) - np.median(hops["idle"])), 0.0)
-    return delay, {name: tuple(values) for name, values in hops.items()}
+    return request_delay(hops), {name: tuple(values) for name, values in hops.items()}
+
+
+def request_delay(hops: Mapping[str, Sequence[float]]) -> float:
+    """The request probe's delay: the median busy hop minus the median idle hop, and 0 when it is not later."""
+    return max(float(np.median(hops["busy"]) - np.median(hops["idle"])), 0.0)
+
+
+def request_delay_interval(hops: Mapping[str, Sequence[float]], *, seed: int = 0,
+                           resamples: int = 200) -> tuple[float, float]:
+    """90 % bootstrap interval of `request_delay` (rounds resampled, each round's idle and busy hop together).
+    A busy hop is either prompt or milliseconds late from round to round, so the interval is often wide: it
+    says how far another calibration may put the delay."""
+    idle, busy = np.asarray(hops["idle"], dtype=float), np.asarray(hops["busy"], dtype=float)
+    if len(idle) != len(busy) or not len(idle):
+        raise ValueError(f"give one idle and one busy hop per round, not {len(idle)} and {len(busy)}")
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(resamples):
+        rounds = rng.choice(len(idle), size=len(idle))
+        draws.append(request_delay({"idle": idle[rounds], "busy": busy[rounds]}))
+    return _interval(draws)
 
 
 def modeled_extra(probe: Probe, p: Mapping[str, float]) -> float:

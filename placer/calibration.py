@@ -182,8 +182,10 @@ class Calibration:
             lines.append(f"  {name:<18} {getattr(self, name) * scale:10.3f} {unit:<5}  90% interval "
                          f"[{low * scale:.3f}, {high * scale:.3f}]")
         if self.request_hops:
-            lines.append(f"  {'request_delay':<18} {self.request_delay * 1e3:10.3f} ms     a hop from a busy worker "
-                         "beyond one from an idle one (request probe)")
+            low, high = self.intervals.get("request_delay", (math.nan, math.nan))
+            lines.append(f"  {'request_delay':<18} {self.request_delay * 1e3:10.3f} ms     90% interval "
+                         f"[{low * 1e3:.3f}, {high * 1e3:.3f}]: a hop from a busy worker beyond one from an idle one "
+                         "(request probe)")
         lines.append(f"  fit: {self.describe_residuals()}"
                      + ("  POOR FIT: calibrate again on a quiet machine" if self.poor_fit else ""))
         if self.model_limits:

@@ -352,3 +352,22 @@ def test_one_disturbed_remote_probe_does_not_set_the_remote_overhead():
                                                    disturb=("remote 1000x1", 1.5e-3)))
     assert sum(probe.family == "remote" for probe in PROBES) >= 3
     assert calibration.remote_overhead == pytest.approx(0.6e-3, rel=0.1)
+
+
+def test_the_request_delay_s_interval_resamples_rounds_and_is_wide_when_busy_hops_are_now_prompt_now_late():
+    from placer.calibrate import request_delay_interval
+
+    idle = (3e-4,) * 5
+    steady = request_delay_interval({"idle": idle, "busy": (2.3e-3,) * 5})
+    assert steady == pytest.approx((2e-3, 2e-3))
+    # Three late hops and two prompt ones: some resamples have a prompt majority, whose delay is 0.
+    mixed = request_delay_interval({"idle": idle, "busy": (2.3e-3, 3e-4, 2.3e-3, 3e-4, 2.3e-3)})
+    assert mixed[0] == pytest.approx(0.0) and mixed[1] == pytest.approx(2e-3)
+    with pytest.raises(ValueError, match="one idle and one busy hop per round"):
+        request_delay_interval({"idle": idle, "busy": (2.3e-3,)})
+    import dataclasses
+
+    calibration = dataclasses.replace(fit_calibration(PROBES, _timings()), request_delay=2e-3,
+                                      request_hops={"idle": idle, "busy": (2.3e-3,) * 5})
+    calibration = dataclasses.replace(calibration, intervals={**calibration.intervals, "request_delay": mixed})
+    assert "request_delay           2.000 ms     90% interval [0.000, 2.000]" in calibration.describe()
