@@ -7,7 +7,7 @@ TensorFlow's executor treats every op as expensive until its running cost estima
 estimate starts at 10^8 cycles and moves a tenth of the way to each run's measured cost, so a cheap op needs
 about 90 runs of a session before it counts as cheap. Until then, when an op finishes and several ops become
 ready, the executor runs one on the same thread and queues the others on the inter-op pool, where on a
-one-core worker they wait for the running chain; afterwards cheap ops run inline. placer's measurements time a
+one-core worker they compete with the running chain for the core; afterwards cheap ops run inline. placer's measurements time a
 handful of steps after a few warm-up steps in a fresh session, so they see the first regime, a long training
 run the second.
 
