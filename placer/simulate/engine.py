@@ -22,9 +22,12 @@ needed on another device is sent once per destination:
   tensor are there, when it next runs out of ops, or `request_delay` after (TensorFlow's gRPC workers
   serve these on the inter-op pool that runs the ops; `experiments/hop_delay.py` measured 0.3-8 ms on
   one-core workers that kept computing, `placer calibrate` fits the delay). A request that came early does
-  not let the tensor leave a sender that is busy when it is made: `experiments/step_decomposition.py`
-  traced two-tower `tiny`'s loss gradient leaving a computing worker 0.2 or about 2 ms late, though worker
-  1 had asked for it milliseconds before.
+  not let the tensor leave a sender that is busy when it is made. On the testbed that holds for a send
+  TensorFlow's executor queues (its producer made other ops ready there); one it runs inline leaves at once,
+  and `experiments/step_decomposition.py` traced two-tower `tiny`'s loss gradient 0.2 or about 2 ms late by
+  that alone. Which one TensorFlow does depends on the graph grappler leaves, which this graph is not, so
+  every such send is held (docs/results/simulator-fidelity.md: emulating the rule here priced the decisions
+  benchmark's splits further from their measurements).
 
 A CPU device whose ops share its cores (`shared`: several inter-op threads and op times from a performance model
 at each width, `placer.simulate.thread_pools`) runs them by processor sharing: an op's cost is the seconds it
