@@ -154,7 +154,7 @@ def calibrate(
             timings[probe.name].update({f"{side}_cpu": [list(t.worker_cpu) for t in runs] for side, runs in sides.items()})
     fitted = fit_calibration(probes, timings, target=str(getattr(measurer, "target", "")),
                              devices=tuple(devices.names), seed=seed, machine=this_machine())
-    delay, hops = measure_request_delay(measurer, rounds)
+    delay, hops = measure_request_delay(measurer, max(rounds, REQUEST_PROBE_ROUNDS))
     intervals = {**fitted.intervals, "request_delay": request_delay_interval(hops, seed=seed)}
     return replace(fitted, request_delay=delay, request_hops=hops, intervals=intervals)
 
@@ -164,6 +164,15 @@ def calibrate(
 REQUEST_CHAIN_SECONDS = 0.010
 """How long the request probe's sender computes after the send: longer than the delays seen on one-core
 workers (0.3-8 ms, `experiments/hop_delay.py`), so that the hop shows the delay, not the chain's end."""
+
+REQUEST_PROBE_ROUNDS = 20
+"""Rounds of the request probe, at least (`--rounds` when more): a hop beside a busy sender lands anywhere from
+at once to about 6 ms late, round by round, so a few rounds put the delay where chance has it (0.2 s a round on
+`local:2`; `experiments/request_delay_repeats.py` compares 5 and 20)."""
+
+REQUEST_TRIM = 0.1
+"""Share of the request probe's hops left out at each end before averaging: a stray hop (a worker descheduled
+for a while) does not move the delay."""
 
 
 def request_probe_graph(size: int, links: int, on_receiver: bool = False) -> OpGraph:
@@ -223,8 +232,8 @@ def traced_hop(trace: str) -> tuple[float, float, float]:
 
 def measure_request_delay(measurer, rounds: int, size: int = 256) -> tuple[float, dict[str, tuple[float, ...]]]:
     """(delay, hops): how much later a tensor reaches device 1 when device 0 goes on computing after making it
-    than when it idles: the median traced hop beside a chain of about `REQUEST_CHAIN_SECONDS` minus the median
-    idle hop, over `rounds` interleaved rounds (`SimulatorConfig.request_delay`); 0 when it is not later."""
+    than when it idles: the traced hops beside a chain of about `REQUEST_CHAIN_SECONDS` and beside an idle
+    sender, over `rounds` interleaved rounds, averaged as `request_delay` does (`SimulatorConfig.request_delay`)."""
     config = replace(measurer.config, profile_steps=3, trace_every_placement=True)
 
     def hop(graph) -> tuple[float, float, float]:
@@ -245,15 +254,27 @@ def measure_request_delay(measurer, rounds: int, size: int = 256) -> tuple[float
 
 
 def request_delay(hops: Mapping[str, Sequence[float]]) -> float:
-    """The request probe's delay: the median busy hop minus the median idle hop, and 0 when it is not later."""
-    return max(float(np.median(hops["busy"]) - np.median(hops["idle"])), 0.0)
+    """The request probe's delay: the mean busy hop minus the mean idle hop, each without the `REQUEST_TRIM`
+    share of its hops at either end, and 0 when it is not later. A mean, not a median: the busy hops spread
+    evenly over milliseconds, and the simulator's one delay stands for their average."""
+    return max(trimmed_mean(hops["busy"], REQUEST_TRIM) - trimmed_mean(hops["idle"], REQUEST_TRIM), 0.0)
+
+
+def trimmed_mean(values: Sequence[float], share: float) -> float:
+    """The mean of `values` without the lowest and highest `share` of them (none left out of fewer than
+    1 / share values)."""
+    ordered = np.sort(np.asarray(values, dtype=float))
+    if not len(ordered):
+        raise ValueError("a trimmed mean of no values")
+    cut = int(share * len(ordered))
+    return float(ordered[cut:len(ordered) - cut].mean())
 
 
 def request_delay_interval(hops: Mapping[str, Sequence[float]], *, seed: int = 0,
                            resamples: int = 200) -> tuple[float, float]:
     """90 % bootstrap interval of `request_delay` (rounds resampled, each round's idle and busy hop together).
-    A busy hop is either prompt or milliseconds late from round to round, so the interval is often wide: it
-    says how far another calibration may put the delay."""
+    A busy hop lands anywhere from at once to milliseconds late from round to round: the interval says how far
+    another calibration may put the delay."""
     idle, busy = np.asarray(hops["idle"], dtype=float), np.asarray(hops["busy"], dtype=float)
     if len(idle) != len(busy) or not len(idle):
         raise ValueError(f"give one idle and one busy hop per round, not {len(idle)} and {len(busy)}")

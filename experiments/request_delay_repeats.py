@@ -1,0 +1,76 @@
+"""How far apart do calibrations put the request delay? The request probe repeated, at a few round counts.
+
+    python experiments/request_delay_repeats.py [--target local:2] [--rounds 5 20] [--repeats 6]
+        [--out results/request_delay_repeats.json]
+
+`placer calibrate` fits `request_delay` from the request probe (`placer.calibrate.measure_request_delay`): a
+small tensor's hop beside a sender that goes on computing, against its hop beside an idle sender, in interleaved
+rounds. The busy hop lands anywhere from at once to milliseconds late from round to round, so the delay a
+calibration finds depends on how many rounds it took. Here the probe runs `--repeats` times at each count of
+`--rounds` (repeats interleaved, on one testbed), and each repeat's hops are averaged two ways: as `placer
+calibrate` does (`placer.calibrate.request_delay`: means without the highest and lowest tenth) and as medians.
+Reported per round count and average: each repeat's delay, their median, and the largest distance of a repeat
+from that median (the calibration-stability aim is within 20 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from placer import tf_logs  # noqa: E402
+
+tf_logs.configure()
+
+from experiments._report import write_report  # noqa: E402
+
+
+def median_delay(hops) -> float:
+    """The request delay as medians: the median busy hop minus the median idle hop (0 when not later)."""
+    return max(statistics.median(hops["busy"]) - statistics.median(hops["idle"]), 0.0)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="local:2", help="a measured target with two workers (default local:2)")
+    parser.add_argument("--rounds", type=int, nargs="+", default=[5, 20],
+                        help="rounds of the probe per repeat, one or more counts (default 5 20)")
+    parser.add_argument("--repeats", type=int, default=6, help="repeats at each round count (default 6)")
+    parser.add_argument("--out", default="results/request_delay_repeats.json")
+    args = parser.parse_args(argv)
+    if min(args.rounds) < 2 or args.repeats < 2:
+        parser.error("give at least 2 rounds per repeat and at least 2 repeats")
+
+    from placer.calibrate import measure_request_delay, request_delay
+    from placer.measure import Measurer, parse_target
+
+    delays: dict[tuple[int, str], list[float]] = {}
+    hops_kept: dict[int, list[dict]] = {rounds: [] for rounds in args.rounds}
+    with Measurer(parse_target(args.target)) as measurer:
+        for repeat in range(args.repeats):
+            for rounds in args.rounds:
+                _, hops = measure_request_delay(measurer, rounds)
+                hops_kept[rounds].append({name: [h * 1e3 for h in values] for name, values in hops.items()})
+                for average, delay in (("trimmed mean", request_delay(hops)), ("median", median_delay(hops))):
+                    delays.setdefault((rounds, average), []).append(delay)
+                print(f"repeat {repeat + 1}, {rounds} rounds: {request_delay(hops) * 1e3:.2f} ms", file=sys.stderr,
+                      flush=True)
+    rows = []
+    for (rounds, average), values in delays.items():
+        middle = statistics.median(values)
+        rows.append({"rounds": rounds, "average": average, "median_ms": middle * 1e3,
+                     "farthest_pct": 100 * max(abs(v - middle) for v in values) / middle if middle > 0 else None,
+                     "repeats_ms": " ".join(f"{v * 1e3:.2f}" for v in values)})
+    command = "python experiments/request_delay_repeats.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    write_report("request_delay_repeats", ["rounds", "average", "median_ms", "farthest_pct", "repeats_ms"], rows,
+                 args.out, command=command.strip(), target=args.target, repeats=args.repeats,
+                 hops_ms={str(rounds): kept for rounds, kept in hops_kept.items()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

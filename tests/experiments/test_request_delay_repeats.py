@@ -1,0 +1,22 @@
+import pytest
+
+from experiments.request_delay_repeats import main, median_delay
+
+
+def test_too_few_rounds_or_repeats_are_refused_before_a_testbed_starts(monkeypatch, capsys):
+    import placer.measure
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("bad arguments start no testbed")
+
+    monkeypatch.setattr(placer.measure, "Measurer", refuse)
+    for arguments in (["--rounds", "5", "1"], ["--repeats", "1"]):
+        with pytest.raises(SystemExit) as stopped:
+            main(arguments)
+        assert stopped.value.code == 2
+        assert "at least 2 rounds per repeat and at least 2 repeats" in capsys.readouterr().err
+
+
+def test_the_median_average_is_the_median_busy_hop_less_the_median_idle_hop():
+    assert median_delay({"idle": (1e-4, 3e-4, 9e-3), "busy": (1e-3, 4e-3, 5e-3)}) == pytest.approx(3.7e-3)
+    assert median_delay({"idle": (5e-3,) * 3, "busy": (1e-3,) * 3}) == 0.0
