@@ -3,13 +3,7 @@ import pytest
 from experiments.executor_warmup import main
 
 
-def test_a_negative_warm_up_or_no_round_is_refused_before_a_testbed_starts(monkeypatch, capsys):
-    import placer.measure
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("bad arguments start no testbed")
-
-    monkeypatch.setattr(placer.measure, "Measurer", refuse)
+def test_a_negative_warm_up_or_no_round_is_refused_before_a_testbed_starts(no_testbed, capsys):
     for arguments in (["--warmups", "2", "-1"], ["--rounds", "0"]):
         with pytest.raises(SystemExit) as stopped:
             main(arguments)

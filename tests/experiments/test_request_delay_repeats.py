@@ -3,13 +3,7 @@ import pytest
 from experiments.request_delay_repeats import main, median_delay
 
 
-def test_too_few_rounds_or_repeats_are_refused_before_a_testbed_starts(monkeypatch, capsys):
-    import placer.measure
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("bad arguments start no testbed")
-
-    monkeypatch.setattr(placer.measure, "Measurer", refuse)
+def test_too_few_rounds_or_repeats_are_refused_before_a_testbed_starts(no_testbed, capsys):
     for arguments in (["--rounds", "5", "1"], ["--repeats", "1"]):
         with pytest.raises(SystemExit) as stopped:
             main(arguments)

@@ -14,17 +14,7 @@ def calibration_file(tmp_path):
     return calibration.save(tmp_path / "calibration.json")
 
 
-def no_testbed(monkeypatch):
-    import placer.measure
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a dry run starts no measurement")
-
-    monkeypatch.setattr(placer.measure, "Measurer", refuse)
-
-
-def test_a_dry_run_prices_each_plan_op_by_op_and_by_block_spans_without_measuring(tmp_path, capsys, monkeypatch):
-    no_testbed(monkeypatch)
+def test_a_dry_run_prices_each_plan_op_by_op_and_by_block_spans_without_measuring(tmp_path, capsys, no_testbed):
     path = calibration_file(tmp_path)
     out = tmp_path / "fidelity.json"
     main(["--calibration", str(path), "--models", "two-tower", "--methods", "sequential", "gpipe", "--dry-run",
@@ -45,8 +35,7 @@ def test_a_dry_run_prices_each_plan_op_by_op_and_by_block_spans_without_measurin
     assert "op_level_picks" in capsys.readouterr().out
 
 
-def test_zero_bubble_adds_plans_over_the_split_backward_in_training(tmp_path, monkeypatch):
-    no_testbed(monkeypatch)
+def test_zero_bubble_adds_plans_over_the_split_backward_in_training(tmp_path, no_testbed):
     out = tmp_path / "fidelity.json"
     main(["--calibration", str(calibration_file(tmp_path)), "--models", "two-tower", "--methods", "1f1b",
           "--zero-bubble", "--dry-run", "--time-limit", "2", "--out", str(out)])
