@@ -24,6 +24,14 @@ each a split layout of its own. With `--calibration` the calibrated twin (`calib
 layout too, in the same columns from its simulated timeline, and every cross-device edge of each split is
 listed with when its producer ended and its consumer started, traced (median and range over the rounds)
 and simulated: the hops whose waits the twin misprices are where its prediction of the split goes wrong.
+
+With `--sends` each hop also says whether its sender kept computing (an op of its worker running 50 us after
+the producer ended, in most rounds), whether the producer was the consumer's last input to end (so the wait
+is the hop's own, in most rounds) and how many other nodes read the sent tensor's producer in the graph
+TensorFlow ran on that worker (`placer.measure.partitions.ops_beside_sends`, from one in-process step):
+TensorFlow's executor runs a send inline only when nothing else became ready beside it. Per split, the hops
+whose sender kept computing and whose producer was the last input are summed up by that count: none beside
+it, or some.
 """
 
 from __future__ import annotations
@@ -55,6 +63,9 @@ def main(argv=None) -> int:
                         help="measured targets, each measuring both layouts in every round (default local:2)")
     parser.add_argument("--calibration", metavar="FILE",
                         help="also price every layout on the calibrated twin of FILE and compare its hops")
+    parser.add_argument("--sends", action="store_true",
+                        help="with --calibration: per hop, whether its sender kept computing and how many nodes read "
+                             "its producer beside the send in the graph TensorFlow ran")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5, help="traced steps per measurement (default 5)")
     parser.add_argument("--out", default="results/step_decomposition.json")
@@ -69,6 +80,8 @@ def main(argv=None) -> int:
     from placer.cost import open_target
     from placer.timeline import RECEIVE_OPS
 
+    if args.sends and not args.calibration:
+        parser.error("--sends annotates the hop tables, which --calibration makes: give --calibration FILE")
     for name in args.placement:
         check_placement_name(name, args.model, "simulated" if args.calibration else "measured")
     graph = load_model(args.model, args.size)
@@ -108,6 +121,9 @@ def main(argv=None) -> int:
             hops[name] = cross_device_hops(
                 placement.op_devices(graph), inputs,
                 [read_chrome_trace(result.chrome_trace) for result in traced[name]], simulated[name])
+            if args.sends:
+                annotate_sends(hops[name], beside_sends(graph, placement, devices), inputs,
+                               [read_chrome_trace(result.chrome_trace) for result in traced[name]])
     columns = ["target", "layout", "step_ms", "busy_ms", "outside_ops_ms", "path_ops_ms", "hop_wait_ms",
                "core_wait_ms", "slowest_hop_ms"]
     measured = measured[str(targets[0])]  # the op-type comparison: on the first target
@@ -129,7 +145,13 @@ def main(argv=None) -> int:
     for name, hop_rows in hops.items():
         print(f"hops of {name} on {targets[0]}: when each cross-device edge's producer ended and its consumer started "
               "(ms from the step's first op), traced (median, and the range of the wait over the rounds) and simulated")
-        print_table(HOP_COLUMNS, hop_rows)
+        print_table(HOP_COLUMNS + (SEND_COLUMNS if args.sends else []), hop_rows)
+        print()
+    send_rows = [row for name, hop_rows in hops.items() for row in sends_by_kind(name, hop_rows)] if args.sends else []
+    if send_rows:
+        print("hops whose sender kept computing and whose producer was the consumer's last input, by what read "
+              "the sent tensor's producer beside the send (medians, ms)")
+        print_table(["layout", "beside_send", "hops", "traced_wait_ms", "simulated_wait_ms"], send_rows)
         print()
     print("critical path: path_ops_ms is the traced step's ops on its critical path, then the time between them "
           "by cause (medians over the rounds' traced steps); slowest_hop_ms the longest hop, per round\n")
@@ -137,7 +159,7 @@ def main(argv=None) -> int:
     write_report("step_decomposition", columns, rows, args.out, command=command.strip(), model=args.model,
                  size=args.size, targets=[str(t) for t in targets], rounds=args.rounds, op_types=op_rows,
                  split_only_ops=sorted(split_only), split_only_ms=added * 1e3, calibration=args.calibration,
-                 hops=hops)
+                 hops=hops, sends=send_rows)
     return 0
 
 
@@ -175,6 +197,60 @@ def _layout_rows(by_layout: dict[str, list], inputs: dict[str, tuple[str, ...]])
 
 HOP_COLUMNS = ["producer", "consumer", "hop", "traced_end_ms", "traced_start_ms", "traced_wait_ms", "wait_range_ms",
                "simulated_end_ms", "simulated_start_ms", "simulated_wait_ms"]
+
+
+SEND_COLUMNS = ["sender_computing", "last_input", "beside_send"]
+
+KEPT_COMPUTING = 50e-6
+"""A sender kept computing if one of its worker's ops runs this long after the producer ended."""
+
+
+def beside_sends(graph, placement, devices) -> dict[str, int]:
+    """`placer.measure.partitions.ops_beside_sends` of `placement`, from one step on in-process CPUs standing
+    for `devices` (the partitions are grappler's, whatever runs them)."""
+    from placer.measure.partitions import ops_beside_sends, partition_graphs
+
+    names = list(devices.names)
+    in_process = {op: f"/job:localhost/replica:0/task:0/device:CPU:{names.index(device)}"
+                  for op, device in placement.op_devices(graph).items()}
+    return ops_beside_sends(partition_graphs(graph, in_process, local_cpus=len(names)))
+
+
+def annotate_sends(hop_rows: list[dict], beside: dict[str, int], inputs: dict[str, tuple[str, ...]],
+                   traced: list) -> None:
+    """Adds to each hop whether its sender kept computing and whether its producer was the consumer's last
+    traced input to end (each in most of the `traced` steps), and how many other nodes read its producer in
+    the graph TensorFlow ran on the sender (`beside`; None: not a tensor TensorFlow sent from that op, e.g.
+    one whose producer grappler folded)."""
+    from placer.timeline import op_spans, traced_inputs
+
+    spans = [op_spans(timeline) for timeline in traced]
+    nearest = traced_inputs(inputs, set.intersection(*(set(s) for s in spans)))
+    for row in hop_rows:
+        sender = row["hop"].split(" -> ")[0]  # the timelines' short device names
+        computing = last = 0
+        for timeline, by_node in zip(traced, spans):
+            made = by_node[row["producer"]].end
+            computing += any(span.start <= made + KEPT_COMPUTING < span.end for span in timeline.on(sender, "op"))
+            last += all(by_node[other].end <= made for other in nearest(row["consumer"]))
+        row["sender_computing"] = 2 * computing > len(traced)
+        row["last_input"] = 2 * last > len(traced)
+        row["beside_send"] = beside.get(row["producer"])
+
+
+def sends_by_kind(layout: str, hop_rows: list[dict]) -> list[dict]:
+    """The hops of one split whose sender kept computing and whose producer was the consumer's last input, in
+    two groups: nothing read the sent tensor's producer beside the send, or something did; each group's count
+    and median waits."""
+    rows = []
+    for kind, keep in (("none", lambda n: n == 0), ("some", lambda n: n is not None and n > 0)):
+        group = [row for row in hop_rows
+                 if row.get("sender_computing") and row.get("last_input") and keep(row.get("beside_send"))]
+        if group:
+            rows.append({"layout": layout, "beside_send": kind, "hops": len(group),
+                         "traced_wait_ms": statistics.median(row["traced_wait_ms"] for row in group),
+                         "simulated_wait_ms": statistics.median(row["simulated_wait_ms"] for row in group)})
+    return rows
 
 
 def cross_device_hops(op_devices: dict[str, str], inputs: dict[str, tuple[str, ...]], traced: list,
