@@ -22,8 +22,8 @@ beside the JSON unless --plot says where) when matplotlib is installed.
 
 --replay predicts a finished run's placements again, with today's simulator and the run's calibration (or
 --calibration, whose op costs must be cached beside it), against the run's measurements: nothing is measured.
-On this VM the machine's speed moves 20-50 % between runs, so two versions of the simulator compare fairly
-only on the same measurements. Each row keeps its placement's assignment for this.
+On the 2-core testbed machines the speed moved 20-50 % between runs (2026-11-25), so two versions of the
+simulator compare fairly only on the same measurements. Each row keeps its placement's assignment for this.
 """
 
 from __future__ import annotations

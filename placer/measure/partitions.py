@@ -38,9 +38,8 @@ def partition_receives(graph: OpGraph, op_devices: Mapping[str, str], *, local_c
 def ops_beside_sends(partitions) -> dict[str, int]:
     """For each op whose output TensorFlow sends to another device: how many other nodes of its partition read
     it (data or control). TensorFlow's executor runs a send inline, as its tensor is made, only when nothing
-    else became ready beside it; with none beside it, a send leaves its worker at once even while the worker
-    computes, and with some it may be queued behind that worker's run of inline work
-    (`docs/results/simulator-fidelity.md`)."""
+    else became ready beside it; with something beside it the send may be queued behind the worker's run of
+    inline work. Inline, it still waits for its request to be taken up (`docs/results/simulator-fidelity.md`)."""
     beside: dict[str, int] = {}
     for partition in partitions:
         readers: dict[str, set[str]] = {}
