@@ -481,10 +481,14 @@ def print_report(rows, summary, by_kind, worst, sources) -> None:
 
 # -- replaying a finished run -----------------------------------------------------------------------
 
-def replay_rows(report: dict[str, Any], calibration: str, size: str) -> list[dict[str, Any]]:
+def replay_rows(report: dict[str, Any], calibration: str, size: str, *,
+                executor_queues: bool = False) -> list[dict[str, Any]]:
     """The report's rows with their predictions made again by the `calibrated:` simulator of `calibration`
-    (op costs from its cache, so nothing is profiled or measured); measurements and failures kept."""
+    (op costs from its cache, so nothing is profiled or measured); measurements and failures kept. With
+    `executor_queues`, the simulator orders sends and receives as TensorFlow's executor queues them
+    (`SimulatorConfig.executor_queues`)."""
     from placer.cost.calibrated import cost_cache
+    from placer.simulate import SimulatorConfig
 
     rows = report.get("rows") or []
     if not rows:
@@ -505,7 +509,8 @@ def replay_rows(report: dict[str, Any], calibration: str, size: str) -> list[dic
         if not cost_cache(calibration, graph).exists():
             raise SystemExit(f"no op costs of {graph.name} cached for {calibration}: a replay profiles nothing; "
                              "replay with the calibration the run used, or run the benchmark with this one")
-        simulated = open_target(graph, f"calibrated:{calibration}")
+        simulated = open_target(graph, f"calibrated:{calibration}",
+                                simulator_config=SimulatorConfig(executor_queues=executor_queues))
         for row in (r for r in rows if r["model"] == name):
             placement = Placement.from_assignment(graph, simulated.devices, row["assignment"])
             predicted = simulated.evaluate(placement)
@@ -561,6 +566,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--replay", metavar="REPORT",
                         help="predict a finished run's placements again (with --calibration, or the run's), "
                              "against its measurements; measures nothing")
+    parser.add_argument("--executor-queues", action="store_true",
+                        help="with --replay: the simulator orders sends and receives as TensorFlow's executor "
+                             "queues them, in place of holding every send a computing worker makes")
     return parser.parse_args(argv)
 
 
@@ -574,6 +582,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.replay:
         replay(args)
         return
+    if args.executor_queues:
+        raise SystemExit("--executor-queues prices a replay (--replay REPORT): a run predicts with the default rule, "
+                         "and its replay compares the two on the same measurements")
     builders = model_builders(args.models, args.heldout)
     if not args.dry_run and not args.calibration:
         args.calibration = DEFAULT_CALIBRATION
@@ -608,8 +619,9 @@ def replay(args) -> None:
     calibration = args.calibration or measured.get("calibration")
     if not calibration or not Path(calibration).is_file():
         raise SystemExit(f"the run's calibration {calibration!r} is not there: give --calibration FILE")
-    rows = replay_rows(measured, calibration, measured.get("size", args.size))
+    rows = replay_rows(measured, calibration, measured.get("size", args.size), executor_queues=args.executor_queues)
     report(rows, args, calibration=calibration, graphs=measured.get("graphs"), replayed=str(source),
+           executor_queues=args.executor_queues,
            measured_on=measured.get("date"), rounds=measured.get("rounds"), warmup=measured.get("warmup"),
            repeats=measured.get("repeats"), seed=measured.get("seed"), size=measured.get("size", args.size))
 

@@ -63,6 +63,9 @@ def main(argv=None) -> int:
                         help="measured targets, each measuring both layouts in every round (default local:2)")
     parser.add_argument("--calibration", metavar="FILE",
                         help="also price every layout on the calibrated twin of FILE and compare its hops")
+    parser.add_argument("--executor-queues", action="store_true",
+                        help="with --calibration: the twin orders sends and receives as TensorFlow's executor "
+                             "queues them (`SimulatorConfig.executor_queues`)")
     parser.add_argument("--sends", action="store_true",
                         help="with --calibration: per hop, whether its sender kept computing and how many nodes read "
                              "its producer beside the send in the graph TensorFlow ran")
@@ -80,13 +83,15 @@ def main(argv=None) -> int:
     from placer.cost import open_target
     from placer.timeline import RECEIVE_OPS
 
-    if args.sends and not args.calibration:
-        parser.error("--sends annotates the hop tables, which --calibration makes: give --calibration FILE")
+    if (args.sends or args.executor_queues) and not args.calibration:
+        parser.error("--sends and --executor-queues are about the twin's hop tables: give --calibration FILE")
     for name in args.placement:
         check_placement_name(name, args.model, "simulated" if args.calibration else "measured")
     graph = load_model(args.model, args.size)
     targets = [parse_target(text) for text in args.targets]
-    twin = open_target(graph, f"calibrated:{args.calibration}") if args.calibration else None
+    from placer.simulate import SimulatorConfig
+    twin = open_target(graph, f"calibrated:{args.calibration}",
+                       simulator_config=SimulatorConfig(executor_queues=args.executor_queues)) if args.calibration else None
     measured = {str(target): collections.defaultdict(list) for target in targets}
     with contextlib.ExitStack() as stack:
         measurers = [stack.enter_context(Measurer(target)) for target in targets]
@@ -159,7 +164,7 @@ def main(argv=None) -> int:
     write_report("step_decomposition", columns, rows, args.out, command=command.strip(), model=args.model,
                  size=args.size, targets=[str(t) for t in targets], rounds=args.rounds, op_types=op_rows,
                  split_only_ops=sorted(split_only), split_only_ms=added * 1e3, calibration=args.calibration,
-                 hops=hops, sends=send_rows)
+                 executor_queues=args.executor_queues, hops=hops, sends=send_rows)
     return 0
 
 

@@ -26,8 +26,11 @@ needed on another device is sent once per destination:
   TensorFlow's executor queues (its producer made other ops ready there); one it runs inline leaves at once,
   and `experiments/step_decomposition.py` traced two-tower `tiny`'s loss gradient 0.2 or about 2 ms late by
   that alone. Which one TensorFlow does depends on the graph grappler leaves, which this graph is not, so
-  every such send is held (docs/results/simulator-fidelity.md: emulating the rule here priced the decisions
-  benchmark's splits further from their measurements).
+  by default every such send is held. With `executor_queues` the loop emulates the executor's queues from
+  this graph instead: a send runs inline when its producer made no op that takes a slot ready at the same
+  instant (through the free ops grappler folds away), else it is held as above; what a received tensor makes
+  ready waits until its worker runs out of other work, or `request_delay` (`SimulatorConfig.executor_queues`
+  says where each rule predicts better).
 
 A CPU device whose ops share its cores (`shared`: several inter-op threads and op times from a performance model
 at each width, `placer.simulate.thread_pools`) runs them by processor sharing: an op's cost is the seconds it
@@ -79,6 +82,7 @@ class EngineDevices(NamedTuple):
     recv_per_byte: float        # ... and per byte received
     sharing: bool               # any device shares (`shared.any()`, kept to pick the compiled loop without a scan)
     request_delay: float = 0.0  # on cores: a busy worker serves transfer requests when it idles or after this
+    executor_queues: bool = False  # on cores with a request delay: TensorFlow's executor order of sends and receives
 
 
 class Workspace(NamedTuple):
@@ -128,10 +132,12 @@ class Workspace(NamedTuple):
     replan: np.ndarray         # ... and whether their ends must be planned again (the running set changed)
     first_idle: np.ndarray     # [d] on cores with a request delay: when each device first had nothing to run...
     last_idle: np.ndarray      # ... and last had nothing to run
-    held: np.ndarray           # [t * d] sends whose request is not yet taken up...
+    held: np.ndarray           # [t * d + n] sends whose request is not yet taken up, and ops a receive made ready...
     held_timer: np.ndarray     # ... the time of the re-check event pushed for each...
     held_ready: np.ndarray     # ... and when each was made (ready to send)
     send_made: np.ndarray      # [t * d] when each send's tensor was made; -1 once its request is taken up
+    send_queued: np.ndarray    # [t * d] True where the executor queued the send behind other work (not inline)
+    instant_sends: np.ndarray  # sends made in the cascade of ops finishing at this instant
 
     @classmethod
     def allocate(cls, graph: EngineGraph, devices: EngineDevices) -> "Workspace":
@@ -152,7 +158,7 @@ class Workspace(NamedTuple):
         replanned = 2 * n * int(devices.slots.max()) if devices.sharing else 0
         # A held send pushes a re-check event when held and at most twice more (when the receiver asks, when the
         # request is there beside an idle sender, then the sender's deadline).
-        rechecks = 3 * t * d if on_cores and devices.request_delay > 0 else 0
+        rechecks = 3 * (t * d + n) if on_cores and devices.request_delay > 0 else 0
         return cls(
             start=np.empty(n), end=np.empty(n), pending=np.empty(n, dtype=np.int32),
             uses=np.empty(n, dtype=np.int32), deferred=np.empty(n, dtype=np.int32),
@@ -173,9 +179,10 @@ class Workspace(NamedTuple):
             remaining=np.empty(n), finish_at=np.empty(n),
             running=np.empty((d, max(int(devices.slots.max()), 1)), dtype=np.int32),
             running_count=np.zeros(d, dtype=np.int32), settled_at=np.zeros(d), replan=np.zeros(d, dtype=np.bool_),
-            first_idle=np.empty(d), last_idle=np.empty(d), held=np.empty(t * d if on_cores else 1, dtype=np.int32),
-            held_timer=np.empty(t * d if on_cores else 1), held_ready=np.empty(t * d if on_cores else 1),
-            send_made=np.empty(t * d if on_cores else 1),
+            first_idle=np.empty(d), last_idle=np.empty(d), held=np.empty(t * d + n if on_cores else 1, dtype=np.int32),
+            held_timer=np.empty(t * d + n if on_cores else 1), held_ready=np.empty(t * d + n if on_cores else 1),
+            send_made=np.empty(t * d if on_cores else 1), send_queued=np.zeros(t * d if on_cores else 1, dtype=np.bool_),
+            instant_sends=np.empty(t * d if on_cores else 1, dtype=np.int32),
         )
 
 # Events are keyed id * 4 + kind, so that simultaneous events are handled in a fixed order.
@@ -258,15 +265,17 @@ def _has_deferred(dev, deferred, deferred_count, op_device):
 
 
 @njit(cache=True, inline="always")
-def _taken_up_at(sender, target, now, made, first_idle, last_idle, request_delay, link_latency):
-    """When the request for a tensor `sender` made at time `made` and sends to `target` is taken up: -1 if it is
-    by `now`, else the time to look again. The target asks for its tensors when it first runs out of ops, or
-    `request_delay` into the step; once the request is there and the tensor made, the sender takes it up when
-    it next runs out of ops, or `request_delay` after."""
+def _taken_up_at(sender, target, now, made, queued, first_idle, last_idle, request_delay, link_latency):
+    """When the send of a tensor `sender` made at time `made` for `target` leaves: -1 if by `now`, else the time
+    to look again. The target asks for its tensors when it first runs out of ops, or `request_delay` into the
+    step; the sender's threads take the request up when they next run out of ops after it arrives, or
+    `request_delay` after. An inline send (not `queued`) leaves as its tensor is made if the request was taken up
+    before; a queued one waits, like the request, for the sender to run out of ops after the tensor is made, or
+    `request_delay`."""
     asked = min(first_idle[target], request_delay)
     if asked > now:
         return asked
-    both_there = max(asked + link_latency[target, sender], made)
+    both_there = max(asked + link_latency[target, sender], made) if queued else asked + link_latency[target, sender]
     if last_idle[sender] >= both_there:
         return -1.0
     if last_idle[sender] == now:  # idle now, before the request is there: it takes it up then if still idle
@@ -548,7 +557,11 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
     holding = on_cores and devices.request_delay > 0.0
     request_delay = devices.request_delay
     first_idle, last_idle, held, held_timer = work.first_idle, work.last_idle, work.held, work.held_timer
-    held_ready, send_made = work.held_ready, work.send_made
+    held_ready, send_made, send_queued = work.held_ready, work.send_made, work.send_queued
+    executor_queues = holding and devices.executor_queues
+    instant_sends = work.instant_sends
+    instant_send_count = 0
+    made_ready = np.zeros(d, dtype=np.bool_)  # per device: an op that takes a slot was made ready this instant
     recheck_key = (send_base + tensor_bytes.shape[0] * d) * 4 + EVENT_RECEIVED  # past every send id
     held_count = 0
     recheck = False
@@ -575,6 +588,9 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
         # Finish the ops that finish now, in the order they did. An op that costs nothing (bookkeeping: Const,
         # Identity, Reshape...) starts and finishes the moment its inputs are there, without waiting for a
         # slot: TensorFlow's executor runs such inexpensive kernels inline, in the thread that made them ready.
+        if holding and finishing_tail > 0:
+            made_ready[:] = False
+            instant_send_count = 0
         while finishing_head < finishing_tail:
             i = finishing[finishing_head]
             finishing_head += 1
@@ -619,6 +635,7 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
                         else:
                             deferred[deferred_count] = j
                             deferred_count += 1
+                            made_ready[dev] = True
                     continue
                 tensor = out_tensor[e]
                 if tensor_control[tensor]:
@@ -638,6 +655,10 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
                         _queue(ready_time, ready_key, ready_head, ready_size, dev, -1.0, send)
                         if holding:
                             send_made[send - send_base] = now
+                            send_queued[send - send_base] = True
+                            if executor_queues:  # inline or queued: known once the cascade is done
+                                instant_sends[instant_send_count] = send - send_base
+                                instant_send_count += 1
                     # Later consumers of the same tensor get their arrival when the receive is done.
                     continue
                 if first:
@@ -682,6 +703,13 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
                 pending[j] -= 1
                 if pending[j] == 0:
                     events = _push(event_time, event_key, events, last_time[j], last_key[j])
+        # TensorFlow's executor runs a send inline, the moment its tensor is made, only when its producer made
+        # nothing else ready on that thread (through the Identity and NoOp ops grappler folds away, which
+        # cost nothing here); otherwise the send is queued behind the work the thread goes on with.
+        for k in range(instant_send_count):
+            send = instant_sends[k]
+            send_queued[send] = made_ready[op_device[tensor_src[send // d]]]
+        instant_send_count = 0
         finishing_head = 0
         finishing_tail = 0
         # Start every ready op that has a free slot on its device.
@@ -696,8 +724,8 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
                         last_idle[dev] = now
                         if first_idle[dev] == np.inf:
                             first_idle[dev] = now
-                    wait = _taken_up_at(dev, (i - send_base) % d, now, made, first_idle, last_idle, request_delay,
-                                        link_latency)
+                    wait = _taken_up_at(dev, (i - send_base) % d, now, made, send_queued[i - send_base], first_idle,
+                                        last_idle, request_delay, link_latency)
                     if wait >= 0.0:  # its request is not taken up yet: hold it, and look again then
                         ready_head[dev] += 1
                         ready_size[dev] -= 1
@@ -764,16 +792,33 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
                 recheck = recheck or held_count > 0
           if not recheck:
               break
-          # Held sends whose requests are now taken up go to the front of their sender's queue.
+          # Held sends whose requests are now taken up go to the front of their sender's queue; held ops whose
+          # device ran out of other work, or waited `request_delay`, to the back of its queue.
           recheck = False
           kept = 0
           released = 0
           for k in range(held_count):
               i = held[k]
+              if i < n:
+                  dev = op_device[i]
+                  wait = held_ready[k] + request_delay
+                  if last_idle[dev] >= held_ready[k] or now >= wait:
+                      if cost_of[i] == 0.0:
+                          finishing[finishing_tail] = -1 - i
+                          finishing_tail += 1
+                      else:
+                          _queue(ready_time, ready_key, ready_head, ready_size, dev, now, i)
+                      released += 1
+                      continue
+                  held[kept] = i
+                  held_timer[kept] = wait
+                  held_ready[kept] = held_ready[k]
+                  kept += 1
+                  continue
               tensor = (i - send_base) // d
               sender = op_device[tensor_src[tensor]]
-              wait = _taken_up_at(sender, (i - send_base) % d, now, held_ready[k], first_idle, last_idle,
-                                  request_delay, link_latency)
+              wait = _taken_up_at(sender, (i - send_base) % d, now, held_ready[k], send_queued[i - send_base],
+                                  first_idle, last_idle, request_delay, link_latency)
               if wait < 0.0:
                   _queue(ready_time, ready_key, ready_head, ready_size, sender, -1.0, i)
                   send_made[i - send_base] = -1.0
@@ -796,6 +841,8 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
                 dev = op_device[j]
                 _queue(ready_time, ready_key, ready_head, ready_size, dev, now, j)
             deferred_count = 0
+            continue
+        if finishing_tail > 0:  # free ops a released hold made ready
             continue
         if events == 0:
             break
@@ -869,7 +916,17 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
                             live[op_device[src]] -= op_alloc[src]
             pending[j] -= 1
             if pending[j] == 0:
-                if cost_of[j] == 0.0:
+                if executor_queues:
+                    # A gRPC worker schedules what a received tensor made ready from its RPC thread, behind the
+                    # work its inter-op threads go on with: it runs when the worker runs out of that work, or
+                    # when another thread takes it up (`request_delay`), as a request does.
+                    held[held_count] = j
+                    held_timer[held_count] = now + request_delay
+                    held_ready[held_count] = now
+                    held_count += 1
+                    events = _push(event_time, event_key, events, now + request_delay, recheck_key)
+                    recheck = True
+                elif cost_of[j] == 0.0:
                     finishing[finishing_tail] = -1 - j
                     finishing_tail += 1
                 else:

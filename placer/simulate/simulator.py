@@ -70,6 +70,16 @@ class SimulatorConfig:
     its tensor made, the sender takes it up when it next runs out of ops, or this long after
     (`experiments/hop_delay.py`: 0.3-8 ms on a one-core worker). A tensor leaves once its request is taken
     up. 0: served at once (links only, or no such delay)."""
+    executor_queues: bool = False
+    """With a request delay: order sends and receives as TensorFlow's executor queues them on a gRPC worker
+    instead of holding every send a computing worker makes. A send runs inline, as its tensor is made, when its
+    producer made nothing else ready there (then it leaves at once if its request was taken up before), and is
+    queued behind the worker's work otherwise; what a received tensor makes ready waits behind that work too,
+    until the worker runs out of it or `request_delay` passes. Off by default: on two decisions runs replayed
+    (2026-11-26, `experiments/simulator_fidelity.py --replay ... --executor-queues`) it took two-tower's regret
+    from 17.5 and 50.5 % to 2.0 and 0 % (it sees METIS's loss gradient leave at once), but put nmt-2's median
+    error at 17.4 and 18.9 % (10.9 and 13.6 % held) and the held-out model's at 9.9 and 10.4 % (7.6 and 9.0 %):
+    on nmt-2, sends their producers made alone still wait (`docs/results/simulator-fidelity.md`)."""
 
 
 class Simulator:
@@ -172,7 +182,7 @@ class Simulator:
         self._engine_devices = EngineDevices(
             self.slots, np.array(shared, dtype=np.bool_).reshape(d), self.link_bandwidth, self.link_latency,
             float(config.send_cpu), float(config.send_cpu_per_byte), float(config.recv_cpu),
-            float(config.recv_cpu_per_byte), any(shared), float(config.request_delay),
+            float(config.recv_cpu_per_byte), any(shared), float(config.request_delay), bool(config.executor_queues),
         )
         self._work = Workspace.allocate(self._engine_graph, self._engine_devices)
         self._op_device = np.empty(len(step), dtype=np.int32)

@@ -214,6 +214,7 @@ def test_a_replay_predicts_the_runs_placements_again_against_its_measurements(tw
     from placer.cost import open_target
     from placer.cost.calibrated import cost_cache
     from placer.profile import CostTable
+    from placer.simulate import SimulatorConfig
 
     def calibration(path, spanning):
         Calibration(step_overhead=2e-4, spanning_overhead=spanning, send_cpu=2e-5, send_cpu_per_byte=1e-10,
@@ -248,6 +249,18 @@ def test_a_replay_predicts_the_runs_placements_again_against_its_measurements(tw
         assert replayed[label]["error_pct"] == pytest.approx(100 * (expected * 1e3 / replayed[label]["measured_ms"] - 1))
     split_with_run = target.evaluate(Placement.from_assignment(two_tower, target.devices, split)).seconds
     assert replayed["split 0.50"]["predicted_ms"] == pytest.approx(split_with_run * 1e3 + 4.9)  # the extra spanning
+
+    # With --executor-queues the replay prices with the executor's queues, and says so.
+    queued = tmp_path / "queued.json"
+    fidelity.main(["--replay", str(report), "--calibration", str(other), "--executor-queues", "--out", str(queued),
+                   "--plot", ""])
+    emulating = open_target(two_tower, f"calibrated:{other}", simulator_config=SimulatorConfig(executor_queues=True))
+    replayed = json.loads(queued.read_text())
+    assert replayed["executor_queues"] is True
+    expected = emulating.evaluate(Placement.from_assignment(two_tower, emulating.devices, split)).seconds
+    assert {r["placement"]: r for r in replayed["rows"]}["split 0.50"]["predicted_ms"] == pytest.approx(expected * 1e3)
+    with pytest.raises(SystemExit, match="prices a replay"):
+        fidelity.main(["--executor-queues", "--dry-run", "--out", str(queued)])
 
     with pytest.raises(SystemExit, match="its own file"):
         fidelity.main(["--replay", str(report), "--out", str(report)])

@@ -134,12 +134,13 @@ def test_a_send_goes_ahead_of_the_ops_waiting_for_the_sender_s_core():
     assert starts["waiting"] == pytest.approx(6 * MS, rel=1e-6)
 
 
-def _request_probe(sender_chain: int, receiver_chain: int):
-    """`made` on CPU:0, then `sender_chain` 1 ms ops there that depend on it; CPU:1 ("far/") runs
-    `receiver_chain` 1 ms ops of its own from the step's start, and `far/remote`, made's consumer."""
+def _request_probe(sender_chain: int, receiver_chain: int, chain_after_made: bool = True):
+    """`made` on CPU:0, then `sender_chain` 1 ms ops there that depend on it (or, without `chain_after_made`,
+    on an input of their own, queued after `made`); CPU:1 ("far/") runs `receiver_chain` 1 ms ops of its own
+    from the step's start, and `far/remote`, made's consumer."""
     def build():
         made = tf.sqrt(tf.random.uniform([4], seed=1), name="made")
-        h = made
+        h = made if chain_after_made else tf.random.uniform([4], seed=3)
         for link in range(sender_chain):
             h = tf.sqrt(h, name=f"c{link}")
         with tf.name_scope("far"):
@@ -149,31 +150,78 @@ def _request_probe(sender_chain: int, receiver_chain: int):
                 r = tf.sqrt(r, name=f"r{link}")
         return tf.add_n([tf.reduce_sum(remote), tf.reduce_sum(h), tf.reduce_sum(r)], name="train_op")
 
-    graph = graph_from_function(build, name=f"request-{sender_chain}-{receiver_chain}")
+    graph = graph_from_function(build, name=f"request-{sender_chain}-{receiver_chain}-{chain_after_made}")
     table = costs(graph, {"made": 1, "far/remote": 1, **{f"c{k}": 1 for k in range(sender_chain)},
                           **{f"far/r{k}": 1 for k in range(receiver_chain)}})
     return graph, table
 
 
-@pytest.mark.parametrize("sender_chain, receiver_chain, sent_at_ms", [
-    (4, 0, 4.0),  # asked for at once, made at 1 ms: taken up 2.5 ms later; sent when CPU:0's op then running
-                  # (c2, 3-4 ms) ends
-    (0, 0, 1.0),  # CPU:0 runs out of ops when `made` ends: served at once
-    (0, 4, 2.5),  # CPU:1 asks for it 2.5 ms into the step, still busy; CPU:0 is idle and serves it then
+@pytest.mark.parametrize("sender_chain, receiver_chain, chain_after_made, executor_queues, sent_at_ms", [
+    (4, 0, True, False, 4.0),  # asked for at once, made at 1 ms: taken up 2.5 ms later; sent when CPU:0's op then
+                               # running (c2, 3-4 ms) ends
+    (4, 0, False, False, 4.0),  # the same: the hold does not ask what `made` made ready
+    (4, 0, True, True, 4.0),   # TensorFlow's queues: `made` makes c0 ready too, so the send is queued behind the
+                               # chain, as held
+    (4, 0, False, True, 3.0),  # the send runs inline as `made` ends, but the request, there since 0 ms beside a
+                               # busy sender, is taken up only at 2.5 ms: sent when c1 (2-3 ms) ends
+    (0, 0, True, False, 1.0),  # CPU:0 runs out of ops when `made` ends: served at once
+    (0, 4, True, False, 2.5),  # CPU:1 asks for it 2.5 ms into the step, still busy; CPU:0 is idle, serves it then
 ])
 def test_a_worker_that_keeps_computing_serves_a_transfer_request_after_the_request_delay(
-        sender_chain, receiver_chain, sent_at_ms):
-    graph, table = _request_probe(sender_chain, receiver_chain)
+        sender_chain, receiver_chain, chain_after_made, executor_queues, sent_at_ms):
+    graph, table = _request_probe(sender_chain, receiver_chain, chain_after_made)
     devices = two_devices(bandwidth="1e12", latency=0.0)
     placement = place(graph, devices, **{"far/": 1})
     sent = {}
     for delay in (0.0, 2.5 * MS):
-        result = Simulator(graph, devices, table, SimulatorConfig(send_cpu=0.1 * MS, request_delay=delay)).simulate(
-            placement, timeline=True)
+        config = SimulatorConfig(send_cpu=0.1 * MS, request_delay=delay, executor_queues=executor_queues)
+        result = Simulator(graph, devices, table, config).simulate(placement, timeline=True)
         (transfer,) = [t for t in result.transfers if t.tensor == "made:0"]
         sent[delay] = transfer.start
     assert sent[0.0] == pytest.approx(1 * MS)  # without the delay a tensor leaves once it is made
     assert sent[2.5 * MS] == pytest.approx(sent_at_ms * MS)
+
+
+@pytest.mark.parametrize("chain_after_made, executor_queues, sent_at_ms", [
+    (False, True, 2.1), (True, True, 5.1), (False, False, 5.1)])
+def test_a_send_queued_behind_the_work_its_producer_made_ready_waits_though_its_request_was_taken_up(
+        chain_after_made, executor_queues, sent_at_ms):
+    # Two-tower's loss gradient: CPU:1 computes until 1 ms, sends `trigger` and asks for `made`; CPU:0, idle
+    # until `trigger` lands, takes the request up at once, then makes `made` (1.1-2.1 ms) and computes 4 ms
+    # more. TensorFlow runs the send inline as `made` ends only if `made` makes nothing else ready there
+    # (`experiments/step_decomposition.py` traced the hop 0.2 ms in one layout and 2 ms in another that differ
+    # in that alone); queued, it waits for the chain's end or the request delay (2.5 ms): at 4.6 ms CPU:0 runs
+    # c2 (4.1-5.1 ms), and the send follows it. The free Identity (grappler folds it away) between `made` and
+    # the chain does not hide the chain. The hold (no executor queues) holds it either way.
+    def build():
+        trigger = tf.sqrt(tf.random.uniform([4], seed=2, name="far_input"), name="far_trigger")
+        made = tf.sqrt(trigger, name="made")
+        h = tf.identity(made) if chain_after_made else trigger
+        for link in range(4):
+            h = tf.sqrt(h, name=f"c{link}")
+        remote = tf.sqrt(made, name="far_remote")
+        return tf.add_n([tf.reduce_sum(remote), tf.reduce_sum(h)], name="train_op")
+
+    graph = graph_from_function(build, name=f"loss-gradient-{chain_after_made}")
+    table = costs(graph, {"far_trigger": 1, "made": 1, "far_remote": 1, **{f"c{k}": 1 for k in range(4)}})
+    devices = two_devices(bandwidth="1e12", latency=0.0)
+    config = SimulatorConfig(send_cpu=0.1 * MS, request_delay=2.5 * MS, executor_queues=executor_queues)
+    result = Simulator(graph, devices, table, config).simulate(place(graph, devices, far_=1), timeline=True)
+    (transfer,) = [t for t in result.transfers if t.tensor == "made:0"]
+    assert {op.name: op for op in result.ops}["made"].end == pytest.approx(2.1 * MS)
+    assert transfer.start == pytest.approx(sent_at_ms * MS)
+
+
+@pytest.mark.parametrize("executor_queues, starts_at_ms", [(False, 2.6), (True, 4.0)])
+def test_what_a_received_tensor_makes_ready_waits_behind_the_receivers_work(executor_queues, starts_at_ms):
+    # CPU:1 (two threads) runs a chain of 1 ms ops from the step's start and asks for `made` (0-1 ms) 2.5 ms
+    # in; CPU:0, idle, sends it at once (2.5-2.6 ms). In ready order its consumer takes CPU:1's free thread on
+    # arrival; in TensorFlow's queues it waits behind the chain, to 4 ms (before the request delay, 5.1 ms).
+    graph, table = _request_probe(0, 4)
+    devices = two_devices(bandwidth="1e12", latency=0.0)
+    config = SimulatorConfig(cpu_slots=2, send_cpu=0.1 * MS, request_delay=2.5 * MS, executor_queues=executor_queues)
+    result = Simulator(graph, devices, table, config).simulate(place(graph, devices, **{"far/": 1}), timeline=True)
+    assert {op.name: op for op in result.ops}["far/remote"].start == pytest.approx(starts_at_ms * MS)
 
 
 def test_an_idle_sender_takes_a_request_up_when_it_arrives():
