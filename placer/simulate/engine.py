@@ -132,7 +132,8 @@ class Workspace(NamedTuple):
     replan: np.ndarray         # ... and whether their ends must be planned again (the running set changed)
     first_idle: np.ndarray     # [d] on cores with a request delay: when each device first had nothing to run...
     last_idle: np.ndarray      # ... and last had nothing to run
-    held: np.ndarray           # [t * d + n] sends whose request is not yet taken up, and ops a receive made ready...
+    held: np.ndarray           # [t * d (+ n)] sends whose request is not yet taken up (and, with the executor's
+                               # queues, ops a receive made ready)...
     held_timer: np.ndarray     # ... the time of the re-check event pushed for each...
     held_ready: np.ndarray     # ... and when each was made (ready to send)
     send_made: np.ndarray      # [t * d] when each send's tensor was made; -1 once its request is taken up
@@ -157,8 +158,10 @@ class Workspace(NamedTuple):
         # op, each pushing at most one event per slot, the superseded ones left in the heap until they come up.
         replanned = 2 * n * int(devices.slots.max()) if devices.sharing else 0
         # A held send pushes a re-check event when held and at most twice more (when the receiver asks, when the
-        # request is there beside an idle sender, then the sender's deadline).
-        rechecks = 3 * (t * d + n) if on_cores and devices.request_delay > 0 else 0
+        # request is there beside an idle sender, then the sender's deadline); with the executor's queues an op a
+        # receive made ready is held too, and pushes one.
+        held_ops = n if devices.executor_queues else 0
+        rechecks = 3 * (t * d + held_ops) if on_cores and devices.request_delay > 0 else 0
         return cls(
             start=np.empty(n), end=np.empty(n), pending=np.empty(n, dtype=np.int32),
             uses=np.empty(n, dtype=np.int32), deferred=np.empty(n, dtype=np.int32),
@@ -179,8 +182,9 @@ class Workspace(NamedTuple):
             remaining=np.empty(n), finish_at=np.empty(n),
             running=np.empty((d, max(int(devices.slots.max()), 1)), dtype=np.int32),
             running_count=np.zeros(d, dtype=np.int32), settled_at=np.zeros(d), replan=np.zeros(d, dtype=np.bool_),
-            first_idle=np.empty(d), last_idle=np.empty(d), held=np.empty(t * d + n if on_cores else 1, dtype=np.int32),
-            held_timer=np.empty(t * d + n if on_cores else 1), held_ready=np.empty(t * d + n if on_cores else 1),
+            first_idle=np.empty(d), last_idle=np.empty(d), held=np.empty(t * d + held_ops if on_cores else 1, dtype=np.int32),
+            held_timer=np.empty(t * d + held_ops if on_cores else 1),
+            held_ready=np.empty(t * d + held_ops if on_cores else 1),
             send_made=np.empty(t * d if on_cores else 1), send_queued=np.zeros(t * d if on_cores else 1, dtype=np.bool_),
             instant_sends=np.empty(t * d if on_cores else 1, dtype=np.int32),
         )
