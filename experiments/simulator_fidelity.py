@@ -55,7 +55,7 @@ from placer.graph.opgraph import OpGraph  # noqa: E402
 from placer.measure import MeasureConfig  # noqa: E402
 from placer.models import build_model, is_builtin_model, model_names  # noqa: E402
 from placer.placement import Placement, read_placement_file  # noqa: E402
-from placer.simulate.fidelity import fidelity_summary  # noqa: E402
+from placer.simulate.fidelity import fidelity_summary, spearman  # noqa: E402
 
 DEFAULT_CALIBRATION = "results/simulator_fidelity/calibration.json"
 CALIBRATION_ROUNDS = 5
@@ -312,6 +312,7 @@ def fidelity_row(plan: ModelPlan, candidate: Candidate, compared) -> dict[str, A
            "predicted_ms": predicted.seconds * 1e3 if predicted.ok else None, "error_pct": None,
            "spread_pct": None, "rounds_ms": [None if r is None else r * 1e3 for r in compared.rounds],
            "aliases": list(candidate.aliases), "failure": None,
+           "tensors_sent": tensors_sent(plan.simulated, candidate.placement),
            "assignment": [int(d) for d in candidate.placement.group_devices]}  # for --replay
     if not compared.ok:
         row["failure"] = compared.failure.describe()
@@ -325,6 +326,12 @@ def fidelity_row(plan: ModelPlan, candidate: Candidate, compared) -> dict[str, A
     else:
         row["failure"] = f"predicted {predicted.describe()}"
     return row
+
+
+def tensors_sent(simulated: CostTarget, placement: Placement) -> int:
+    """How many tensors the placement sends between devices, once per destination, as the twin sends them
+    (small constants copied to every CPU are not sent)."""
+    return len(simulated.simulator.simulate(placement, timeline=True).transfers)
 
 
 # -- the report ------------------------------------------------------------------------------------
@@ -380,7 +387,11 @@ def error_sources(rows: Sequence[dict[str, Any]], models: Sequence[str]) -> list
 
     The testbed's repeatability is the median, over the model's placements, of how far one round's time is
     from the mean of the placement's other rounds: the error a prediction would have that knew every other
-    round exactly. Errors near it are at the measurement's floor."""
+    round exactly. Errors near it are at the measurement's floor.
+
+    Where rows carry `tensors_sent`, the split placements' signed error is also ranked against it (Spearman):
+    near -1, placements that send few tensors are predicted too slow and those that send many too fast, an
+    error in how the twin prices a transfer rather than in its op costs."""
     usable = scored(rows)
     result = []
     for name in models:
@@ -390,7 +401,11 @@ def error_sources(rows: Sequence[dict[str, Any]], models: Sequence[str]) -> list
         row: dict[str, Any] = {"model": name, "heldout": bool(subset and subset[0]["heldout"]),
                                "single_worker": len(single), "split": len(split), "level_pct": None,
                                "split_median_abs_error_pct": None, "split_level_scaled_pct": None,
-                               "round_repeat_pct": _round_repeatability(subset)}
+                               "round_repeat_pct": _round_repeatability(subset), "error_tensors_rho": None}
+        counted = [r for r in split if r.get("tensors_sent") is not None]
+        if len(counted) >= 3:
+            row["error_tensors_rho"] = spearman([r["tensors_sent"] for r in counted],
+                                                [r["error_pct"] for r in counted])
         if single:
             level = statistics.median(single)
             row["level_pct"] = 100 * (1 / level - 1)  # how far the profile's level is off: its error on them
@@ -466,9 +481,10 @@ def print_report(rows, summary, by_kind, worst, sources) -> None:
     if sources:
         print("\nerror sources (%): the profile's level (its error on single-worker placements); the split placements' "
               "median |error| as predicted and scaled by that level; how far one round is from the mean of the "
-              "others (the testbed's repeatability). A diagnostic: the aims are on the errors as predicted")
+              "others (the testbed's repeatability); the split placements' signed error ranked against the "
+              "tensors each sends (Spearman). A diagnostic: the aims are on the errors as predicted")
         print_table(["model", "heldout", "single_worker", "level_pct", "split", "split_median_abs_error_pct",
-                     "split_level_scaled_pct", "round_repeat_pct"], sources)
+                     "split_level_scaled_pct", "round_repeat_pct", "error_tensors_rho"], sources)
     print(f"\nthe {len(worst)} placements predicted worst")
     print_table(["model", "kind", "placement", "on_worker_1", "measured_ms", "predicted_ms", "error_pct",
                  "spread_pct"], worst)
@@ -514,7 +530,8 @@ def replay_rows(report: dict[str, Any], calibration: str, size: str, *,
         for row in (r for r in rows if r["model"] == name):
             placement = Placement.from_assignment(graph, simulated.devices, row["assignment"])
             predicted = simulated.evaluate(placement)
-            new = dict(row, predicted_ms=predicted.seconds * 1e3 if predicted.ok else None, error_pct=None)
+            new = dict(row, predicted_ms=predicted.seconds * 1e3 if predicted.ok else None, error_pct=None,
+                       tensors_sent=tensors_sent(simulated, placement))
             if new["measured_ms"] is not None and predicted.ok:
                 new["error_pct"] = 100 * (predicted.seconds * 1e3 - new["measured_ms"]) / new["measured_ms"]
                 new["failure"] = None

@@ -3,6 +3,7 @@ how well it fits, and refuses to be applied to devices it was not made for."""
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 
@@ -239,12 +240,25 @@ def test_a_calibrated_target_simulates_the_testbed_with_costs_profiled_there_onc
         # a step over both workers pays the fitted overhead of spanning them and the links' costs
         assert split.seconds > TRUTH["spanning_overhead"]
 
+        # the small constants TensorFlow sends anyway, learned once in process and kept beside the op costs
+        from placer.cost.calibrated import sent_constants_cache
+        from placer.measure.partitions import constants_sent_when_cut
+
+        learned = target.simulator.config.sent_constants
+        assert learned == constants_sent_when_cut(mlp)
+        assert json.loads(sent_constants_cache(path, mlp).read_text())["sent_constants"] == sorted(learned)
+
     def no_testbed(*args, **kwargs):
         raise AssertionError("the cached op costs should have been used")
 
+    def not_again(*args, **kwargs):
+        raise AssertionError("the cached small constants should have been used")
+
     monkeypatch.setattr(placer.measure, "Measurer", no_testbed)
+    monkeypatch.setattr(placer.measure.partitions, "constants_sent_when_cut", not_again)
     with open_target(mlp, f"calibrated:{path}") as again:
         assert again.evaluate(Placement.on_device(mlp, again.devices, 0)).seconds == pytest.approx(one.seconds)
+        assert again.simulator.config.sent_constants == learned
     env = gym.make("placer/Placement-v0", model="mlp", devices=f"calibrated:{path}")
     try:
         env.reset(seed=0)
@@ -385,3 +399,18 @@ def test_the_request_delay_s_interval_resamples_rounds_and_is_wide_when_busy_hop
                                       request_hops={"idle": idle, "busy": (2.3e-3,) * 5})
     calibration = dataclasses.replace(calibration, intervals={**calibration.intervals, "request_delay": mixed})
     assert "request_delay           2.000 ms     90% interval [0.400, 2.000]" in calibration.describe()
+
+
+def test_a_graph_that_cannot_run_in_process_keeps_the_replication_rule_and_says_so(tmp_path, monkeypatch, mlp):
+    import tensorflow as tf
+
+    import placer.measure.partitions
+    from placer.cost.calibrated import learned_sent_constants, sent_constants_cache
+
+    def out_of_memory(*args, **kwargs):
+        raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+
+    monkeypatch.setattr(placer.measure.partitions, "constants_sent_when_cut", out_of_memory)
+    with pytest.warns(RuntimeWarning, match="could not run 'mlp.*OOM when allocating"):
+        assert learned_sent_constants(mlp, tmp_path / "testbed.json") == frozenset()
+    assert not sent_constants_cache(tmp_path / "testbed.json", mlp).exists()  # tried again next time

@@ -7,6 +7,8 @@ was made on (e.g. `local:2`): milliseconds per placement instead of a real step.
 
 from __future__ import annotations
 
+import json
+import warnings
 from pathlib import Path
 
 from placer.calibration import Calibration, calibration_digest, load_calibration
@@ -71,6 +73,39 @@ def profiled_costs(graph: OpGraph, calibration: Calibration, calibration_path: s
             table = profile(opened)
     table.save(cached)
     return table
+
+
+def sent_constants_cache(calibration_path: str | Path, graph: OpGraph) -> Path:
+    """Where the small constants TensorFlow sends although they look replicated are kept for `graph`: a fact of
+    the graph and TensorFlow, not of the calibration, kept beside the op costs that are."""
+    return cost_cache_dir(calibration_path) / f"{graph.name}-{graph.fingerprint[:16]}-sent-constants.json"
+
+
+def learned_sent_constants(graph: OpGraph, calibration_path: str | Path) -> frozenset[str]:
+    """`placer.measure.partitions.constants_sent_when_cut` for `graph`: from the cache, else learned now from one
+    in-process step (no target is measured; about a second for a graph of 1,500 ops) and cached."""
+    import tensorflow as tf
+
+    from placer.measure.partitions import constants_sent_when_cut
+
+    cached = sent_constants_cache(calibration_path, graph)
+    try:
+        record = json.loads(cached.read_text())
+        if record.get("graph") == graph.fingerprint and record.get("tensorflow") == tf.__version__:
+            return frozenset(record["sent_constants"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # none yet, or unreadable: learn it again
+    try:
+        sent = constants_sent_when_cut(graph)
+    except (tf.errors.OpError, ValueError) as error:
+        warnings.warn(f"could not run {graph.name!r} in process to learn which small constants TensorFlow sends "
+                      f"({str(error).splitlines()[0]}): the twin copies every small constant to its readers",
+                      RuntimeWarning, stacklevel=2)
+        return frozenset()
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_text(json.dumps({"graph": graph.fingerprint, "tensorflow": tf.__version__,
+                                  "sent_constants": sorted(sent)}, indent=1))
+    return sent
 
 
 def read_calibrated_spec(text: str) -> tuple[Calibration, Path]:

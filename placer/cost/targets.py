@@ -90,7 +90,10 @@ class SimulatedCost(CostTarget):
         if spec.calibration is not None:  # the simulator of a real target: its links and overheads
             from placer.simulate import SimulatorConfig
 
+            from placer.cost.calibrated import learned_sent_constants
+
             _, config = spec.calibration.apply(spec.devices, config or SimulatorConfig(cpu_slots=1))
+            config = dataclasses.replace(config, sent_constants=learned_sent_constants(graph, spec.calibration_path))
         tables = target_cost_tables(graph, spec, costs)
         self.simulator = Simulator(graph, spec.devices, tables, config)
         self.op_cost_sources = _op_cost_sources(tables)

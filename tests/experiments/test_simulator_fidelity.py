@@ -154,6 +154,23 @@ def test_error_sources_split_the_profiles_level_from_the_split_placements_own_er
     assert source["split_level_scaled_pct"] == pytest.approx(5.0)
     # rounds 10, 11, 9: against the others' means 0 %, 13.6 %, 16.7 %
     assert source["round_repeat_pct"] == pytest.approx(100 * 1.5 / 11)
+    assert source["error_tensors_rho"] is None  # no rows say how many tensors they send
+
+
+def test_error_sources_rank_the_split_placements_signed_error_against_the_tensors_they_send():
+    """Few tensors predicted slow, many fast: rho -1; single-worker placements are not ranked."""
+    from experiments.simulator_fidelity import error_sources
+
+    def row(share, tensors, error):
+        return {"model": "a", "heldout": True, "on_worker_1": share, "measured_ms": 10.0,
+                "predicted_ms": 10.0 * (1 + error / 100), "error_pct": error, "rounds_ms": [10.0, 10.0],
+                "tensors_sent": tensors}
+
+    rows = [row(0.0, 0, 50.0), row(0.5, 80, 20.0), row(0.25, 140, 10.0), row(0.5, 300, -20.0)]
+    (source,) = error_sources(rows, ["a"])
+    assert source["error_tensors_rho"] == pytest.approx(-1.0)
+    rows[1]["tensors_sent"] = 400
+    assert error_sources(rows, ["a"])[0]["error_tensors_rho"] == pytest.approx(0.5)
 
 
 class FakeTestbed:
@@ -204,6 +221,10 @@ def test_a_measured_failure_is_a_row_with_its_message_left_out_of_the_metrics(tw
     assert fidelity.summaries(rows, ["two-tower"])[0]["placements"] == 3
     # each row keeps its assignment, so that --replay can predict it again later
     assert [tuple(r["assignment"]) for r in rows] == [c.placement.group_devices for c in chosen]
+    # and how many tensors it sends between the workers, as the twin sends them
+    for row, candidate in zip(rows, chosen):
+        sent = twin.simulator.simulate(candidate.placement, timeline=True).transfers
+        assert row["tensors_sent"] == len(sent) and (row["tensors_sent"] == 0) == (len(set(candidate.placement.group_devices)) == 1)
 
 
 def test_a_replay_predicts_the_runs_placements_again_against_its_measurements(two_tower, tmp_path):
@@ -247,6 +268,7 @@ def test_a_replay_predicts_the_runs_placements_again_against_its_measurements(tw
         expected = with_other.evaluate(Placement.from_assignment(two_tower, with_other.devices, assignment)).seconds
         assert replayed[label]["predicted_ms"] == pytest.approx(expected * 1e3)
         assert replayed[label]["error_pct"] == pytest.approx(100 * (expected * 1e3 / replayed[label]["measured_ms"] - 1))
+    assert replayed["worker 0"]["tensors_sent"] == 0 and replayed["split 0.50"]["tensors_sent"] > 0
     split_with_run = target.evaluate(Placement.from_assignment(two_tower, target.devices, split)).seconds
     assert replayed["split 0.50"]["predicted_ms"] == pytest.approx(split_with_run * 1e3 + 4.9)  # the extra spanning
 

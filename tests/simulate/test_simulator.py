@@ -423,6 +423,67 @@ def test_small_constants_are_not_sent_between_cpus_as_in_the_partitioned_graph(s
     assert len(received) == len(simulated.transfers)
 
 
+def test_constants_with_two_readers_on_two_devices_are_not_learned_as_sent(shared_constants, cpus2):
+    from placer.measure.partitions import constants_sent_when_cut
+
+    graph = shared_constants
+    assert constants_sent_when_cut(graph, place(graph, cpus2, **{"d1/": 1}).op_devices(graph)) == frozenset()
+    # a placement on one device sends nothing, and runs nothing to learn it
+    assert constants_sent_when_cut(graph, place(graph, cpus2).op_devices(graph)) == frozenset()
+
+
+@pytest.fixture(scope="module")
+def lone_constant():
+    """`d1/offset` (4 elements) is made on device 1 and read by one op, `moved`, on device 0."""
+    def build():
+        x = tf.random.uniform([8, 4], seed=1, name="x")
+        with tf.name_scope("d1"):
+            offset = tf.constant([1.0, 2.0, 3.0, 4.0], name="offset")
+        return tf.reduce_sum(tf.add(x, offset, name="moved"), name="train_op")
+
+    return graph_from_function(build, name="lone-constant")
+
+
+def test_a_small_constant_with_one_reader_is_sent_and_the_learned_set_makes_the_simulator_send_it(lone_constant,
+                                                                                                  cpus2):
+    """TensorFlow's ReplicateConstantsPass skips a constant with one reader: the partitioned graph receives it,
+    the replication rule alone does not send it, and learned from the partitions the simulator does."""
+    from placer.measure.partitions import constants_sent_when_cut, partition_graphs, received_tensors
+
+    graph = lone_constant
+    op_devices = place(graph, cpus2, **{"d1/": 1}).op_devices(graph)
+    assert "d1/offset:0" in received_tensors(partition_graphs(graph, op_devices))
+    learned = constants_sent_when_cut(graph, op_devices)
+    assert learned == {"d1/offset:0"}
+
+    devices = two_devices()
+    placement = place(graph, devices, **{"d1/": 1})
+    by_rule = Simulator(graph, devices, costs(graph)).simulate(placement, timeline=True)
+    with_learned = Simulator(graph, devices, costs(graph), SimulatorConfig(sent_constants=learned)).simulate(
+        placement, timeline=True)
+    assert [t.tensor for t in by_rule.transfers] == []
+    assert [(t.tensor, t.bytes) for t in with_learned.transfers] == [("d1/offset:0", 16)]
+
+
+def test_received_tensors_pair_each_receive_with_its_send_host_memory_ones_included():
+    from tensorflow.core.framework import graph_pb2
+
+    from placer.measure.partitions import received_tensors
+
+    def partition(*nodes):
+        graph_def = graph_pb2.GraphDef()
+        for name, op, inputs, key in nodes:
+            node = graph_def.node.add(name=name, op=op, input=inputs)
+            node.attr["tensor_name"].s = key.encode()
+        return graph_def
+
+    sender = partition(("s1", "_Send", ["a/shape"], "edge_1"), ("s2", "_HostSend", ["b:1"], "edge_2"),
+                       ("s3", "_Send", ["c"], "edge_3"))
+    receiver = partition(("r1", "_HostRecv", [], "edge_1"), ("r2", "_HostRecv", [], "edge_2"),
+                         ("r3", "_Recv", [], "edge_3"), ("r4", "_Recv", [], "edge_4"))
+    assert received_tensors([sender, receiver]) == {"a/shape:0", "b:1", "c:0"}
+
+
 @pytest.fixture(scope="module")
 def control_fan_in():
     """`d0/gated` waits for three ops of device 1 through control edges only; `d1/producer` feeds `d0/reader`,
