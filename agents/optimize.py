@@ -369,7 +369,8 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
             calibration = calibrate(real.measurer, progress=_progress(args, "calibrating", "round"))
             calibration_path.parent.mkdir(parents=True, exist_ok=True)
             calibration.save(calibration_path)
-        say(f"profiling {graph.name}'s ops on {target} for the calibrated simulator (once per graph, cached)")
+        say(f"profiling {graph.name}'s ops on {target} and learning which small constants TensorFlow sends, for the "
+            "calibrated simulator (once per graph, cached)")
         profiled_costs(graph, calibration, calibration_path, measurer=real.measurer)
         twin_spec = f"{PREFIX}{calibration_path.resolve()}"  # the plan names it: readable from any directory
         twin = stack.enter_context(open_target(graph, twin_spec))

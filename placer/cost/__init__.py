@@ -30,7 +30,8 @@ def open_target(graph: OpGraph, spec: Any = None, *, backend: str | None = None,
     """The target `spec` ready to cost placements of `graph`. Close it (or use `with`) when done.
 
     spec: "modeled:2xV100", a machine file or a DeviceSet (simulated); "calibrated:FILE", the simulator of the
-    real target `placer calibrate` made FILE on (op costs profiled there once per graph, cached next to FILE);
+    real target `placer calibrate` made FILE on (op costs profiled there, and the small constants TensorFlow
+    sends learned from one in-process step, once per graph, cached next to FILE);
     "inprocess:N", "local:N", "env" or a cluster spec (measured); None: the default target of `backend`
     (simulated when that is None too).
     backend: "simulated" or "measured" to insist on one (a spec of the other kind is refused).
