@@ -498,11 +498,13 @@ def print_report(rows, summary, by_kind, worst, sources) -> None:
 # -- replaying a finished run -----------------------------------------------------------------------
 
 def replay_rows(report: dict[str, Any], calibration: str, size: str, *,
-                executor_queues: bool = False) -> list[dict[str, Any]]:
+                executor_queues: bool = False, rule_constants: bool = False) -> list[dict[str, Any]]:
     """The report's rows with their predictions made again by the `calibrated:` simulator of `calibration`
     (op costs from its cache, so nothing is profiled or measured); measurements and failures kept. With
     `executor_queues`, the simulator orders sends and receives as TensorFlow's executor queues them
-    (`SimulatorConfig.executor_queues`)."""
+    (`SimulatorConfig.executor_queues`). With `rule_constants`, every small constant is copied to its readers as
+    the replication rule has it, none sent (`SimulatorConfig.sent_constants` empty), as the twin priced them
+    before it learned which TensorFlow sends."""
     from placer.cost.calibrated import cost_cache
     from placer.simulate import SimulatorConfig
 
@@ -526,7 +528,8 @@ def replay_rows(report: dict[str, Any], calibration: str, size: str, *,
             raise SystemExit(f"no op costs of {graph.name} cached for {calibration}: a replay profiles nothing; "
                              "replay with the calibration the run used, or run the benchmark with this one")
         simulated = open_target(graph, f"calibrated:{calibration}",
-                                simulator_config=SimulatorConfig(executor_queues=executor_queues))
+                                simulator_config=SimulatorConfig(executor_queues=executor_queues,
+                                                                 sent_constants=frozenset() if rule_constants else None))
         for row in (r for r in rows if r["model"] == name):
             placement = Placement.from_assignment(graph, simulated.devices, row["assignment"])
             predicted = simulated.evaluate(placement)
@@ -586,6 +589,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--executor-queues", action="store_true",
                         help="with --replay: the simulator orders sends and receives as TensorFlow's executor "
                              "queues them, in place of holding every send a computing worker makes")
+    parser.add_argument("--rule-constants", action="store_true",
+                        help="with --replay: copy every small constant to its readers, as the replication rule "
+                             "has it, instead of sending those TensorFlow sends (the twin before it learned them)")
     return parser.parse_args(argv)
 
 
@@ -599,9 +605,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.replay:
         replay(args)
         return
-    if args.executor_queues:
-        raise SystemExit("--executor-queues prices a replay (--replay REPORT): a run predicts with the default rule, "
-                         "and its replay compares the two on the same measurements")
+    if args.executor_queues or args.rule_constants:
+        raise SystemExit("--executor-queues and --rule-constants price a replay (--replay REPORT): a run predicts "
+                         "with the default twin, and its replay compares the two on the same measurements")
     builders = model_builders(args.models, args.heldout)
     if not args.dry_run and not args.calibration:
         args.calibration = DEFAULT_CALIBRATION
@@ -636,9 +642,10 @@ def replay(args) -> None:
     calibration = args.calibration or measured.get("calibration")
     if not calibration or not Path(calibration).is_file():
         raise SystemExit(f"the run's calibration {calibration!r} is not there: give --calibration FILE")
-    rows = replay_rows(measured, calibration, measured.get("size", args.size), executor_queues=args.executor_queues)
+    rows = replay_rows(measured, calibration, measured.get("size", args.size), executor_queues=args.executor_queues,
+                       rule_constants=args.rule_constants)
     report(rows, args, calibration=calibration, graphs=measured.get("graphs"), replayed=str(source),
-           executor_queues=args.executor_queues,
+           executor_queues=args.executor_queues, rule_constants=args.rule_constants,
            measured_on=measured.get("date"), rounds=measured.get("rounds"), warmup=measured.get("warmup"),
            repeats=measured.get("repeats"), seed=measured.get("seed"), size=measured.get("size", args.size))
 

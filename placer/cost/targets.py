@@ -93,7 +93,8 @@ class SimulatedCost(CostTarget):
             from placer.cost.calibrated import learned_sent_constants
 
             _, config = spec.calibration.apply(spec.devices, config or SimulatorConfig(cpu_slots=1))
-            config = dataclasses.replace(config, sent_constants=learned_sent_constants(graph, spec.calibration_path))
+            if config.sent_constants is None:  # not given: what TensorFlow does for this graph
+                config = dataclasses.replace(config, sent_constants=learned_sent_constants(graph, spec.calibration_path))
         tables = target_cost_tables(graph, spec, costs)
         self.simulator = Simulator(graph, spec.devices, tables, config)
         self.op_cost_sources = _op_cost_sources(tables)

@@ -80,11 +80,12 @@ class SimulatorConfig:
     from 17.5 and 50.5 % to 2.0 and 0 % (it sees METIS's loss gradient leave at once), but put nmt-2's median
     error at 17.4 and 18.9 % (10.9 and 13.6 % held) and the held-out model's at 9.9 and 10.4 % (7.6 and 9.0 %):
     on nmt-2, sends their producers made alone still wait (`docs/results/simulator-fidelity.md`)."""
-    sent_constants: frozenset[str] = frozenset()
+    sent_constants: frozenset[str] | None = None
     """Small tensors ("op:port") that the replication rule (`placer.graph.constants.replicated_tensors`) copies
     to every reading CPU, which TensorFlow sends after all: grappler left them one reader. Learned from the
-    graphs TensorFlow partitioned for one real step (`placer.measure.partitions.constants_sent_when_cut`;
-    the calibrated twin does this once per graph). Empty: the rule alone."""
+    graphs TensorFlow partitioned for one real step (`placer.measure.partitions.constants_sent_when_cut`).
+    None: the calibrated twin learns them once per graph, other simulators send none; a set (empty: the rule
+    alone) is used as given."""
 
 
 class Simulator:
@@ -133,7 +134,8 @@ class Simulator:
         # Small constants are copied to every CPU that reads them (`placer.graph.constants`): their readers
         # need not wait for them, and nothing is sent. Between GPUs, or a CPU and a GPU, they still move.
         all_cpus = all(device.kind == "CPU" for device in devices)
-        replicated = replicated_tensors(graph, control_inputs) - config.sent_constants if all_cpus else frozenset()
+        sent_anyway = config.sent_constants or frozenset()
+        replicated = replicated_tensors(graph, control_inputs) - sent_anyway if all_cpus else frozenset()
         for j, op in enumerate(step):
             sources = [(t.rsplit(":", 1)[0], t.rsplit(":", 1)[1]) for t in op.data_inputs if t not in replicated]
             sources += [(c, "control") for c in control_inputs.get(op.name, ())]

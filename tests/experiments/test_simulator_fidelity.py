@@ -281,8 +281,24 @@ def test_a_replay_predicts_the_runs_placements_again_against_its_measurements(tw
     assert replayed["executor_queues"] is True
     expected = emulating.evaluate(Placement.from_assignment(two_tower, emulating.devices, split)).seconds
     assert {r["placement"]: r for r in replayed["rows"]}["split 0.50"]["predicted_ms"] == pytest.approx(expected * 1e3)
-    with pytest.raises(SystemExit, match="prices a replay"):
+    with pytest.raises(SystemExit, match="price a replay"):
         fidelity.main(["--executor-queues", "--dry-run", "--out", str(queued)])
+
+    # With --rule-constants every small constant is copied to its readers, none sent, and it says so.
+    by_rule = tmp_path / "rule.json"
+    fidelity.main(["--replay", str(report), "--calibration", str(other), "--rule-constants", "--out", str(by_rule),
+                   "--plot", ""])
+    copying = open_target(two_tower, f"calibrated:{other}", simulator_config=SimulatorConfig(sent_constants=frozenset()))
+    assert copying.simulator.config.sent_constants == frozenset() and with_other.simulator.config.sent_constants
+    replayed = json.loads(by_rule.read_text())
+    assert replayed["rule_constants"] is True
+    split_row = {r["placement"]: r for r in replayed["rows"]}["split 0.50"]
+    expected = copying.evaluate(Placement.from_assignment(two_tower, copying.devices, split)).seconds
+    assert split_row["predicted_ms"] == pytest.approx(expected * 1e3)
+    assert split_row["tensors_sent"] == len(copying.simulator.simulate(
+        Placement.from_assignment(two_tower, copying.devices, split), timeline=True).transfers)
+    with pytest.raises(SystemExit, match="price a replay"):
+        fidelity.main(["--rule-constants", "--dry-run", "--out", str(by_rule)])
 
     with pytest.raises(SystemExit, match="its own file"):
         fidelity.main(["--replay", str(report), "--out", str(report)])
