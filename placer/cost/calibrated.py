@@ -83,7 +83,7 @@ def sent_constants_cache(calibration_path: str | Path, graph: OpGraph) -> Path:
 
 def learned_sent_constants(graph: OpGraph, calibration_path: str | Path) -> frozenset[str]:
     """`placer.measure.partitions.constants_sent_when_cut` for `graph`: from the cache, else learned now from one
-    in-process step (no target is measured; about a second for a graph of 1,500 ops) and cached."""
+    in-process step (no target is measured) and cached."""
     import tensorflow as tf
 
     from placer.measure.partitions import constants_sent_when_cut

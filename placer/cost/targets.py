@@ -88,9 +88,8 @@ class SimulatedCost(CostTarget):
 
         super().__init__(graph, spec, spec.devices)
         if spec.calibration is not None:  # the simulator of a real target: its links and overheads
-            from placer.simulate import SimulatorConfig
-
             from placer.cost.calibrated import learned_sent_constants
+            from placer.simulate import SimulatorConfig
 
             _, config = spec.calibration.apply(spec.devices, config or SimulatorConfig(cpu_slots=1))
             if config.sent_constants is None:  # not given: what TensorFlow does for this graph
