@@ -100,8 +100,8 @@ def profile_costs(
 ) -> CostTable:
     """Profile every op of `graph` with the whole graph on one device of `measurer`.
 
-    `cores`: how many cores that device computes on; ops that overlapped in time share them, and each
-    is charged its share (see `placer.measure.runner.op_times_from_traces`).
+    `cores`: how many cores that device computes on; of more ops in progress at once, the ones that started
+    last hold them, and each op is charged the time it held one (see `placer.measure.runner.op_times_from_traces`).
 
     Traced op spans leave out the executor's own work between ops (scheduling, allocation), which on a
     graph of thousands of small ops is a large part of the step. What the untraced step time has beyond

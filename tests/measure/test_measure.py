@@ -214,3 +214,53 @@ def test_a_session_error_is_summed_up_by_its_cause_and_node_not_by_its_header():
     assert _first_line(error) == ("Container localhost does not exist. (Could not find resource: localhost/table) "
                                   "(at node 'lookup')")
     assert _first_line(tf.errors.InternalError(None, None, "plain message\nmore")) == "plain message"
+
+
+def _traced(*steps):
+    """RunMetadata of hand-built steps: each a list of (node, start µs, end µs) on one CPU device."""
+    from tensorflow.core.protobuf import config_pb2
+
+    traces = []
+    for spans in steps:
+        metadata = config_pb2.RunMetadata()
+        device = metadata.step_stats.dev_stats.add(device="/job:worker/replica:0/task:0/device:CPU:0")
+        for name, begin, end in spans:
+            device.node_stats.add(node_name=name, all_start_micros=begin, op_start_rel_micros=0,
+                                         op_end_rel_micros=end - begin, timeline_label=f"{name} = MatMul(x, y)")
+        traces.append(metadata)
+    return traces
+
+
+def test_an_op_run_inside_another_ops_span_on_one_core_is_charged_its_whole_run():
+    from placer.measure.runner import op_times_from_traces
+
+    # Tower A's op started first; tower B's started 100 µs in, ran 150 µs while A's thread waited, then A finished.
+    times = op_times_from_traces(_traced([("a", 1000, 1400), ("b", 1100, 1250)]), cores=1)
+    assert times["b"].seconds == pytest.approx(150e-6)
+    assert times["a"].seconds == pytest.approx(250e-6)
+    assert times["a"].seconds + times["b"].seconds == pytest.approx(400e-6)  # the core's time, counted once
+
+
+def test_ops_overlapping_on_two_cores_are_each_charged_their_span():
+    from placer.measure.runner import op_times_from_traces
+
+    times = op_times_from_traces(_traced([("a", 0, 400), ("b", 100, 250)]), cores=2)
+    assert times["a"].seconds == pytest.approx(400e-6)
+    assert times["b"].seconds == pytest.approx(150e-6)
+
+
+def test_of_three_ops_in_progress_on_two_cores_the_two_started_last_hold_them():
+    from placer.measure.runner import op_times_from_traces
+
+    times = op_times_from_traces(_traced([("a", 0, 600), ("b", 100, 300), ("c", 200, 400)]), cores=2)
+    # 0-100 a; 100-200 a, b; 200-300 b, c (a waits); 300-400 a, c; 400-600 a
+    assert times["a"].seconds == pytest.approx(500e-6)
+    assert times["b"].seconds == pytest.approx(200e-6)
+    assert times["c"].seconds == pytest.approx(200e-6)
+
+
+def test_an_op_keeps_the_median_of_its_traced_steps():
+    from placer.measure.runner import op_times_from_traces
+
+    times = op_times_from_traces(_traced([("a", 0, 100)], [("a", 0, 300)], [("a", 0, 120)]), cores=1)
+    assert times["a"].seconds == pytest.approx(120e-6)
