@@ -98,3 +98,21 @@ def test_the_slow_first_measurement_of_a_graph_is_thrown_away(mlp, cpus2):
 def test_a_profile_of_no_rounds_is_refused(mlp, cpus2):
     with pytest.raises(ProfileError, match="at least one round"):
         profile_costs(mlp, _RoundsMeasurer(cpus2, []), rounds=0)
+
+
+def test_a_short_step_is_timed_for_long_enough_to_set_the_level(mlp, cpus2):
+    """The rounds' untraced steps set every prediction's level: a 1 ms step gets PROFILE_TIMED_SECONDS of them."""
+    from placer.profile import PROFILE_MAX_TIMED_STEPS, PROFILE_TIMED_SECONDS, timed_steps_for
+
+    measurer = _RoundsMeasurer(cpus2, [1, 1, 1, 1])
+    asked = []
+    measure = measurer.measure
+    measurer.measure = lambda graph, placement, config: asked.append(config.timed_steps) or measure(graph, placement,
+                                                                                                    config)
+    profile_costs(mlp, measurer)
+    step = len(mlp.step_ops) * 1e-4  # what _RoundsMeasurer answers
+    assert asked[0] == measurer.config.timed_steps  # the warm-up round, at the measurer's count
+    assert asked[1:] == [timed_steps_for(step, measurer.config.timed_steps)] * 3
+    assert timed_steps_for(2e-3, 10) == round(PROFILE_TIMED_SECONDS / 2e-3)
+    assert timed_steps_for(1.0, 10) == 10  # a long step keeps the measurer's count
+    assert timed_steps_for(1e-6, 10) == PROFILE_MAX_TIMED_STEPS
