@@ -203,3 +203,11 @@ def test_calibrated_simulator_predicts_the_two_tower_speed_up_measured_on_the_te
     assert predicted["single"] / predicted["split"] >= 1.4, predicted
     for name in predicted:
         assert abs(predicted[name] - measured[name]) / measured[name] < 0.35, (predicted, measured)
+
+
+def test_the_measuring_client_runs_on_the_first_workers_core(testbed):
+    """The session's client shares the core of the worker that runs the master (`placer.measure.worker.pin_to_cores`)."""
+    info = testbed.testbed_info
+    assert info["client_cores"] == list(info["cores"][0])
+    for thread in os.listdir(f"/proc/{testbed.worker_pid}/task"):
+        assert sorted(os.sched_getaffinity(int(thread))) == list(info["cores"][0])
