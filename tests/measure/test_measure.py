@@ -264,3 +264,27 @@ def test_an_op_keeps_the_median_of_its_traced_steps():
 
     times = op_times_from_traces(_traced([("a", 0, 100)], [("a", 0, 300)], [("a", 0, 120)]), cores=1)
     assert times["a"].seconds == pytest.approx(120e-6)
+
+
+def test_a_worker_thread_that_exits_during_the_timed_steps_does_not_take_its_past_off_the_steps_cpu_time():
+    from placer.measure.runner import cpu_seconds_since
+
+    before = {1: 5.0, 2: 0.010, 3: 0.002}  # thread 2 ran 10 ms before the steps, then exits during them
+    after = {1: 5.003, 3: 0.004, 4: 0.001}  # thread 4 started during the steps
+    assert cpu_seconds_since(before, after) == pytest.approx(0.003 + 0.002 + 0.001)
+    # a new thread that was given an exited thread's id counts from zero
+    assert cpu_seconds_since({7: 0.5}, {7: 0.002}) == pytest.approx(0.002)
+
+
+def test_a_process_cpu_reading_counts_the_threads_it_runs():
+    from placer.measure.runner import cpu_seconds_since, thread_cpu_seconds
+
+    before = thread_cpu_seconds(os.getpid())
+    assert threading.get_native_id() in before
+    spin = threading.Thread(target=lambda: sum(range(3_000_000)))
+    spin.start()
+    spin.join()  # the spinning thread is gone, its CPU time with it: only this thread's own work is left
+    deadline = time.perf_counter() + 0.05
+    while time.perf_counter() < deadline:
+        pass
+    assert cpu_seconds_since(before, thread_cpu_seconds(os.getpid())) >= 0.04
