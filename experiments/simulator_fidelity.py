@@ -3,7 +3,7 @@
     python experiments/simulator_fidelity.py [--models rnnlm nmt-2 ...] [--heldout NAME ...] [--size tiny]
         [--calibration FILE] [--rounds 3] [--warmup 3 --repeats 10] [--placements RUN_PLACEMENT.json ...]
         [--out results/simulator_fidelity.json] [--plot PNG, default beside --out]
-        [--limit-placements N] [--dry-run]
+        [--limit-placements N] [--profile-in-rounds] [--dry-run]
     python experiments/simulator_fidelity.py --replay results/simulator_fidelity.json [--calibration FILE]
         --out results/simulator_fidelity_replayed.json
 
@@ -18,6 +18,10 @@ held-out models (`placer.models.heldout`, when present) apart; median error per 
 worst placements, and per model the sources of its error (the profile's level, the split placements' own
 error, the testbed's round-to-round repeatability). JSON via experiments/_report.py; a scatter plot (PNG,
 beside the JSON unless --plot says where) when matplotlib is installed.
+--profile-in-rounds profiles each model again in every round, before its placements, and predicts each
+placement by the median over the rounds' profiles: the profile and the steps it predicts then share the testbed's
+minutes, which move a 2-3 ms step 5-14 % (experiments/machine_drift.py). The placement set is still chosen
+on the cached profile.
 --dry-run builds the placement sets and prints the measuring budget without running anything.
 
 --replay predicts a finished run's placements again, with today's simulator and the run's calibration (or
@@ -34,7 +38,7 @@ import os
 import shutil
 import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -208,6 +212,12 @@ class ModelPlan:
     simulated: CostTarget
     candidates: list[Candidate]
     predicted: dict[str, StepTime] = field(default_factory=dict)
+    spec: str = ""
+    """The twin's target spec (`calibrated:FILE`), to open it again on op costs profiled in a round."""
+    round_predictions: list[dict[str, StepTime]] = field(default_factory=list)
+    """With --profile-in-rounds: each round's predictions, from op costs profiled in that round."""
+    round_profiles: list[str] = field(default_factory=list)
+    """With --profile-in-rounds: the cost table each round profiled, saved for --replay."""
 
 
 def model_builders(models: Sequence[str], heldout: Sequence[str] | None
@@ -262,7 +272,7 @@ def plan_model(name: str, heldout: bool, build: Callable[[str], OpGraph], args) 
                                      simulator=simulated.simulator, placement_files=args.placements, seed=args.seed)
     if args.limit_placements:
         candidates = candidates[:args.limit_placements]
-    plan = ModelPlan(name, heldout, graph, simulated, candidates)
+    plan = ModelPlan(name, heldout, graph, simulated, candidates, spec=costs_from)
     plan.predicted = {c.label: simulated.evaluate(c.placement) for c in candidates}
     counts = {kind: sum(c.kind == kind for c in candidates) for kind in KINDS}
     kinds = ", ".join(f"{count} {kind}" for kind, count in counts.items() if count)
@@ -286,18 +296,22 @@ def print_budget(plans: Sequence[ModelPlan], args) -> None:
 # -- measuring -------------------------------------------------------------------------------------
 
 def measure_model(plan: ModelPlan, args) -> list[dict[str, Any]]:
-    """Time the plan's placements side by side on the testbed; one row per placement."""
+    """Time the plan's placements side by side on the testbed; one row per placement. With
+    --profile-in-rounds, each round also profiles the model, first, and predicts every placement from it."""
     from tqdm.auto import tqdm
 
     config = MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats)
-    placements = {c.label: c.placement for c in plan.candidates}
+    placements: dict[str, Any] = {c.label: c.placement for c in plan.candidates}
+    if args.profile_in_rounds:
+        placements = {PROFILE_ENTRY: PROFILE_ENTRY, **placements}
     with open_target(plan.graph, MEASURED_TARGET, backend="measured", measure_config=config) as measured:
         if plan.simulated.spec.calibration is not None:
             plan.simulated.spec.calibration.check_devices(measured.devices)
         with tqdm(total=len(placements) * args.rounds, desc=plan.name, unit="placement", leave=False,
                   dynamic_ncols=True) as bar:
             def evaluate(placement):
-                result = measured.evaluate(placement)
+                result = profile_round(plan, measured.measurer, args.out) if placement is PROFILE_ENTRY \
+                    else measured.evaluate(placement)
                 bar.update()
                 return result
 
@@ -305,8 +319,53 @@ def measure_model(plan: ModelPlan, args) -> list[dict[str, Any]]:
     return [fidelity_row(plan, candidate, compared[candidate.label]) for candidate in plan.candidates]
 
 
+PROFILE_ENTRY = "(the round's profile)"
+"""Stands for the profile among a round's placements (--profile-in-rounds)."""
+
+
+def profile_round(plan: ModelPlan, measurer, out: str) -> StepTime:
+    """Profile the model on worker 0 now, save the cost table beside the report, and predict every placement of
+    the plan from it; the profile's untraced step time is the round's timing of this entry."""
+    from placer.cost.calibrated import PROFILE_STEPS
+    from placer.profile import profile_costs
+
+    calibration = plan.simulated.spec.calibration
+    table = profile_costs(plan.graph, measurer, steps=PROFILE_STEPS, rounds=1,
+                          step_overhead=calibration.step_overhead if calibration else 0.0, label="calibrated")
+    path = round_profiles_dir(out) / f"{plan.name}-round-{len(plan.round_profiles)}.json"
+    table.save(path)
+    plan.round_profiles.append(str(path))
+    plan.round_predictions.append(predict_all(plan.graph, plan.spec, table,
+                                              {c.label: c.placement for c in plan.candidates}))
+    return StepTime(table.metadata["step_time_median"], "measured", MEASURED_TARGET)
+
+
+def round_profiles_dir(out: str) -> Path:
+    """Where a run with --profile-in-rounds keeps each round's op costs: beside its report."""
+    path = Path(out)
+    return path.with_name(path.stem + ".profiles")
+
+
+def predict_all(graph: OpGraph, spec: str, table: Any, placements: dict[str, Placement], config: Any = None
+                ) -> dict[str, StepTime]:
+    """Every placement predicted by the twin `spec` on the op costs `table`."""
+    twin = open_target(graph, spec, costs={"CPU": table}, simulator_config=config)
+    return {label: twin.evaluate(placement) for label, placement in placements.items()}
+
+
+def median_prediction(rounds: Sequence[dict[str, StepTime]], label: str) -> StepTime:
+    """The median of a placement's predictions over the rounds' profiles; a failure if any round's failed."""
+    predicted = [r[label] for r in rounds]
+    failed = [p for p in predicted if not p.ok]
+    if failed:
+        return failed[0]
+    seconds = statistics.median(p.seconds for p in predicted)
+    return replace(predicted[0], seconds=seconds, samples=(seconds,))
+
+
 def fidelity_row(plan: ModelPlan, candidate: Candidate, compared) -> dict[str, Any]:
-    predicted = plan.predicted[candidate.label]
+    predicted = (median_prediction(plan.round_predictions, candidate.label) if plan.round_predictions
+                 else plan.predicted[candidate.label])
     row = {"model": plan.name, "heldout": plan.heldout, "kind": candidate.kind, "placement": candidate.label,
            "on_worker_1": candidate.on_worker_1, "measured_ms": None,
            "predicted_ms": predicted.seconds * 1e3 if predicted.ok else None, "error_pct": None,
@@ -314,6 +373,9 @@ def fidelity_row(plan: ModelPlan, candidate: Candidate, compared) -> dict[str, A
            "aliases": list(candidate.aliases), "failure": None,
            "tensors_sent": tensors_sent(plan.simulated, candidate.placement),
            "assignment": [int(d) for d in candidate.placement.group_devices]}  # for --replay
+    if plan.round_predictions:
+        row["predicted_rounds_ms"] = [r[candidate.label].seconds * 1e3 if r[candidate.label].ok else None
+                                      for r in plan.round_predictions]
     if not compared.ok:
         row["failure"] = compared.failure.describe()
         return row
@@ -506,6 +568,7 @@ def replay_rows(report: dict[str, Any], calibration: str, size: str, *,
     the replication rule has it, none sent (`SimulatorConfig.sent_constants` empty), as the twin priced them
     before it learned which TensorFlow sends."""
     from placer.cost.calibrated import cost_cache
+    from placer.profile import load_cost_table
     from placer.simulate import SimulatorConfig
 
     rows = report.get("rows") or []
@@ -524,17 +587,32 @@ def replay_rows(report: dict[str, Any], calibration: str, size: str, *,
         if fingerprints.get(name, graph.fingerprint) != graph.fingerprint:
             raise SystemExit(f"{name}'s graph has changed since the run (fingerprint {fingerprints[name][:12]}, now "
                              f"{graph.fingerprint[:12]}): its placements cannot be replayed")
-        if not cost_cache(calibration, graph).exists():
+        profiles = (report.get("round_profiles") or {}).get(name)
+        missing_profiles = [path for path in profiles or () if not Path(path).is_file()]
+        if missing_profiles:
+            raise SystemExit(f"the run profiled {name} in its rounds, and {missing_profiles[0]} is not there: "
+                             "a replay profiles nothing")
+        if not profiles and not cost_cache(calibration, graph).exists():
             raise SystemExit(f"no op costs of {graph.name} cached for {calibration}: a replay profiles nothing; "
                              "replay with the calibration the run used, or run the benchmark with this one")
-        simulated = open_target(graph, f"calibrated:{calibration}",
-                                simulator_config=SimulatorConfig(executor_queues=executor_queues,
-                                                                 sent_constants=frozenset() if rule_constants else None))
-        for row in (r for r in rows if r["model"] == name):
-            placement = Placement.from_assignment(graph, simulated.devices, row["assignment"])
-            predicted = simulated.evaluate(placement)
+        spec = f"calibrated:{calibration}"
+        config = SimulatorConfig(executor_queues=executor_queues, sent_constants=frozenset() if rule_constants else None)
+        # "roofline" on a calibrated twin: its cached profile. With round profiles, the first round's twin counts
+        # the tensors a placement sends (op costs do not change them).
+        costs = {"CPU": load_cost_table(profiles[0], graph)} if profiles else "roofline"
+        simulated = open_target(graph, spec, costs=costs, simulator_config=config)
+        subset = [r for r in rows if r["model"] == name]
+        placements = {r["placement"]: Placement.from_assignment(graph, simulated.devices, r["assignment"]) for r in subset}
+        rounds = [predict_all(graph, spec, load_cost_table(path, graph), placements, config) for path in profiles or ()]
+        for row in subset:
+            placement = placements[row["placement"]]
+            # as the run predicted: with round profiles, the median over the rounds' predictions
+            predicted = median_prediction(rounds, row["placement"]) if rounds else simulated.evaluate(placement)
             new = dict(row, predicted_ms=predicted.seconds * 1e3 if predicted.ok else None, error_pct=None,
                        tensors_sent=tensors_sent(simulated, placement))
+            if rounds:
+                new["predicted_rounds_ms"] = [r[row["placement"]].seconds * 1e3 if r[row["placement"]].ok else None
+                                              for r in rounds]
             if new["measured_ms"] is not None and predicted.ok:
                 new["error_pct"] = 100 * (predicted.seconds * 1e3 - new["measured_ms"]) / new["measured_ms"]
                 new["failure"] = None
@@ -581,6 +659,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="seeds the perturbations and random placements")
     parser.add_argument("--out", default="results/simulator_fidelity.json")
     parser.add_argument("--plot", help="the scatter plot (PNG); default: beside --out; '' for none")
+    parser.add_argument("--profile-in-rounds", action="store_true",
+                        help="profile each model in every round, among its placements, and predict from the median "
+                             "over the rounds' profiles, so that predictions and measurements share the testbed's "
+                             "minutes (each round's op costs are kept beside --out, for --replay)")
     parser.add_argument("--dry-run", action="store_true",
                         help="build the placement sets and print the budget; measure nothing, start nothing")
     parser.add_argument("--replay", metavar="REPORT",
@@ -626,7 +708,8 @@ def main(argv: Sequence[str] | None = None) -> None:
               + (f", median |error| {statistics.median(errors):.1f} %" if errors else ""), flush=True)
 
     report(rows, args, graphs={p.name: p.graph.fingerprint for p in plans}, rounds=args.rounds,
-           warmup=args.warmup, repeats=args.repeats, seed=args.seed)
+           warmup=args.warmup, repeats=args.repeats, seed=args.seed,
+           round_profiles={p.name: p.round_profiles for p in plans if p.round_profiles})
 
 
 def replay(args) -> None:

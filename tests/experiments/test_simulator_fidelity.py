@@ -1,6 +1,7 @@
 """The simulator-fidelity experiment's placement set, built without a testbed (the dry run's stand-in simulator)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -212,7 +213,8 @@ def test_a_measured_failure_is_a_row_with_its_message_left_out_of_the_metrics(tw
     monkeypatch.setattr(fidelity, "open_target", fake_open_target)
     plan = fidelity.ModelPlan("two-tower", False, two_tower, twin, chosen,
                               {c.label: twin.evaluate(c.placement) for c in chosen})
-    rows = fidelity.measure_model(plan, argparse.Namespace(warmup=1, repeats=1, rounds=2))
+    rows = fidelity.measure_model(plan, argparse.Namespace(warmup=1, repeats=1, rounds=2, profile_in_rounds=False,
+                                                           out="unused.json"))
     failed = [r for r in rows if r["failure"]]
     assert [r["placement"] for r in failed] == [chosen[1].label] and "out of memory" in failed[0]["failure"]
     assert failed[0]["measured_ms"] is None and failed[0]["rounds_ms"] == [None]  # not timed again
@@ -227,24 +229,103 @@ def test_a_measured_failure_is_a_row_with_its_message_left_out_of_the_metrics(tw
         assert row["tensors_sent"] == len(sent) and (row["tensors_sent"] == 0) == (len(set(candidate.placement.group_devices)) == 1)
 
 
+def hand_made_calibration(graph, path, spanning):
+    """A calibration of two in-process CPUs with op costs of 0.1 ms each cached beside it."""
+    from placer.calibration import Calibration, this_machine
+    from placer.cost.calibrated import cost_cache
+    from placer.profile import CostTable
+
+    Calibration(step_overhead=2e-4, spanning_overhead=spanning, send_cpu=2e-5, send_cpu_per_byte=1e-10,
+                recv_cpu=2e-5, recv_cpu_per_byte=1e-10, latency=1e-5, bandwidth=float("inf"), samples={},
+                target="inprocess:2", rounds=2, machine=this_machine(),
+                devices=tuple(f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(2))).save(path)
+    costs = CostTable(graph.fingerprint, "CPU", {op.name: 1e-4 for op in graph.step_ops}, "hand-made")
+    costs.save(cost_cache(path, graph))
+    return path
+
+
+def test_profiled_in_every_round_each_placement_is_predicted_from_the_median_of_the_rounds_profiles(
+        two_tower, twin, candidates, tmp_path, monkeypatch):
+    """--profile-in-rounds: each round profiles the model first, then times the placements; a placement's
+    prediction is the median of the rounds' predictions, and a replay predicts the same from the saved tables."""
+    import argparse
+    import inspect
+    from dataclasses import replace
+
+    import experiments.simulator_fidelity as fidelity
+    import placer.profile
+    from placer.cost import open_target
+    from placer.profile import CostTable, load_cost_table
+
+    calibration = hand_made_calibration(two_tower, tmp_path / "cal.json", spanning=1e-4)
+    spec = f"calibrated:{calibration}"
+    calibrated = open_target(two_tower, spec)
+    chosen = [replace(c, placement=Placement.from_assignment(two_tower, calibrated.devices, c.placement.group_devices))
+              for c in candidates[0][:4]]
+    log = []
+
+    class Testbed(FakeTestbed):
+        measurer = "the testbed's measurer"
+
+        def evaluate(self, placement):
+            log.append("placement")
+            return super().evaluate(placement)
+
+    def fake_open_target(*args, **kwargs):
+        inspect.signature(open_target).bind(*args, **kwargs)
+        if kwargs.get("backend") == "measured":
+            return Testbed(calibrated, fails=argparse.Namespace(group_devices=()))  # none fails
+        return open_target(*args, **kwargs)
+
+    scales = iter([1.0, 3.0, 2.0])  # the rounds' op costs: the median round is the last
+
+    def fake_profile(graph, measurer, **kwargs):
+        assert measurer == "the testbed's measurer" and kwargs["rounds"] == 1
+        log.append("profile")
+        scale = next(scales)
+        return CostTable(graph.fingerprint, "calibrated", {op.name: 1e-4 * scale for op in graph.step_ops}, "profiled",
+                         {"step_time_median": 0.01 * scale})
+
+    monkeypatch.setattr(fidelity, "open_target", fake_open_target)
+    monkeypatch.setattr(placer.profile, "profile_costs", fake_profile)
+    plan = fidelity.ModelPlan("two-tower", False, two_tower, calibrated, chosen,
+                              {c.label: calibrated.evaluate(c.placement) for c in chosen}, spec=spec)
+    out = tmp_path / "run.json"
+    rows = fidelity.measure_model(plan, argparse.Namespace(warmup=1, repeats=1, rounds=3, profile_in_rounds=True,
+                                                           out=str(out)))
+    assert log == (["profile"] + ["placement"] * len(chosen)) * 3  # first in every round
+    assert len(plan.round_profiles) == 3 and all(Path(p).is_file() for p in plan.round_profiles)
+    middle = open_target(two_tower, spec, costs={"CPU": load_cost_table(plan.round_profiles[2], two_tower)})
+    for row, candidate in zip(rows, chosen):
+        by_round = [open_target(two_tower, spec, costs={"CPU": load_cost_table(p, two_tower)}).evaluate(
+            candidate.placement).seconds * 1e3 for p in plan.round_profiles]
+        assert row["predicted_rounds_ms"] == pytest.approx(by_round)
+        assert row["predicted_ms"] == pytest.approx(middle.evaluate(candidate.placement).seconds * 1e3)
+        assert by_round[0] < row["predicted_ms"] < by_round[1]
+
+    report = tmp_path / "measured.json"
+    report.write_text(json.dumps({"calibration": str(calibration), "size": "tiny", "rows": rows,
+                                  "graphs": {"two-tower": two_tower.fingerprint},
+                                  "round_profiles": {"two-tower": plan.round_profiles}}))
+    replayed = tmp_path / "replayed.json"
+    fidelity.main(["--replay", str(report), "--out", str(replayed), "--plot", ""])
+    again = {r["placement"]: r for r in json.loads(replayed.read_text())["rows"]}
+    for row in rows:
+        assert again[row["placement"]]["predicted_ms"] == pytest.approx(row["predicted_ms"])
+    Path(plan.round_profiles[1]).unlink()
+    with pytest.raises(SystemExit, match="is not there"):
+        fidelity.main(["--replay", str(report), "--out", str(replayed), "--plot", ""])
+
+
 def test_a_replay_predicts_the_runs_placements_again_against_its_measurements(two_tower, tmp_path):
     """A finished run's rows keep their assignments; a replay predicts them with the calibration it is
     given (op costs from its cache) and recomputes the errors against the run's measurements."""
     import experiments.simulator_fidelity as fidelity
-    from placer.calibration import Calibration, this_machine
     from placer.cost import open_target
-    from placer.cost.calibrated import cost_cache
-    from placer.profile import CostTable
     from placer.simulate import SimulatorConfig
 
     def calibration(path, spanning):
-        Calibration(step_overhead=2e-4, spanning_overhead=spanning, send_cpu=2e-5, send_cpu_per_byte=1e-10,
-                    recv_cpu=2e-5, recv_cpu_per_byte=1e-10, latency=1e-5, bandwidth=float("inf"), samples={},
-                    target="inprocess:2", rounds=2, machine=this_machine(),
-                    devices=tuple(f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(2))).save(path)
-        costs = CostTable(two_tower.fingerprint, "CPU", {op.name: 1e-4 for op in two_tower.step_ops}, "hand-made")
-        costs.save(cost_cache(path, two_tower))
-        return path
+        return hand_made_calibration(two_tower, path, spanning)
 
     used = calibration(tmp_path / "run.json", spanning=1e-4)
     other = calibration(tmp_path / "other.json", spanning=5e-3)  # a step spanning both workers costs 5 ms more
