@@ -6,7 +6,8 @@
 Each calibration starts its own testbed (`local:2`) and probes it as `placer calibrate` does. The model's op
 costs are profiled once, and a fixed set of its placements (one worker, the expert, round-robin,
 contiguous splits at 25/50/75 %) is predicted with every calibration. Reported: each parameter per
-calibration, its largest deviation from the median over calibrations (aim: within 20 %), and each
+calibration, its largest deviation from the median over calibrations (aim: within 20 %), the same for what a
+transfer between idle workers costs per byte (the slowest of the two cores and the wire), and each
 placement's predictions and their largest deviation from their median (aim: within 10 %). With `--out`,
 each calibration is also saved beside the report (`NAME.calibration-K.json`, its raw probe timings included),
 so that what moved a parameter can be read afterwards.
@@ -44,6 +45,15 @@ def fixed_placements(model: str, graph, devices) -> dict[str, Placement]:
         cut = int(groups * share)
         chosen[f"split {share:.2f}"] = Placement.from_assignment(graph, devices, [0] * cut + [1] * (groups - cut))
     return chosen
+
+
+def free_transfer_per_byte(calibration) -> float:
+    """Seconds per byte of a transfer between idle workers, as the twin prices it: the slowest of the sender's
+    core, the receiver's and the wire. The wire's bandwidth alone is infinite in a calibration whose free
+    transfers grow no faster with size than the busier core explains, finite where they grow 5 % faster: near
+    that edge it flips between calibrations while what a transfer costs barely moves."""
+    wire = 1.0 / calibration.bandwidth if calibration.bandwidth > 0 else 0.0
+    return max(calibration.send_cpu_per_byte, calibration.recv_cpu_per_byte, wire)
 
 
 def deviation(values: list[float]) -> float:
@@ -89,6 +99,10 @@ def main() -> None:
         rows.append({"what": parameter, "values": [f"{v:.4g}" for v in values], "median": statistics.median(values),
                      "max_deviation_pct": 100 * deviation(values), "aim_pct": 20,
                      "met": deviation(values) <= 0.20})
+    values = [free_transfer_per_byte(c) for c in calibrations]
+    rows.append({"what": "free transfer per byte", "values": [f"{v:.4g}" for v in values],
+                 "median": statistics.median(values), "max_deviation_pct": 100 * deviation(values), "aim_pct": 20,
+                 "met": deviation(values) <= 0.20})
     for name, values in predictions.items():
         rows.append({"what": f"{args.model} {name} (ms)", "values": [f"{v * 1e3:.2f}" for v in values],
                      "median": statistics.median(values) * 1e3, "max_deviation_pct": 100 * deviation(values),
