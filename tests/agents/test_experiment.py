@@ -304,17 +304,24 @@ def test_wandb_run_through_an_experiment_stays_off_the_network(tmp_path, monkeyp
 
 
 @pytest.mark.parametrize("model", ["inception-v3", "resnet-50", "rnnlm", "nmt-2", "nmt-4", "nmt-8", "transformer"])
-def test_each_benchmark_has_a_launch_script_with_the_paper_setting(model):
-    import subprocess
+def test_each_benchmark_has_a_launch_script_with_the_paper_setting(model, monkeypatch, capsys):
+    import runpy
     import sys
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[2] / "experiments" / f"train_{model.replace('-', '_')}.py"
-    printed = subprocess.run([sys.executable, str(script), "--print-config", "--updates", "3"],
-                             capture_output=True, text=True, check=True).stdout
-    config = json.loads(printed)
+
+    def printed_config(*flags):
+        """The script run as `python SCRIPT --print-config FLAGS`, in this process (a fresh interpreter would
+        spend seconds importing TensorFlow again)."""
+        monkeypatch.setattr(sys, "argv", [str(script), "--print-config", *flags])
+        with pytest.raises(SystemExit) as exited:
+            runpy.run_path(str(script), run_name="__main__")
+        assert exited.value.code == 0
+        return json.loads(capsys.readouterr().out)
+
+    config = printed_config("--updates", "3")
     assert (config["model"], config["size"], config["backend"], config["updates"]) == (model, "paper", "simulated", 3)
     assert config["cluster"].startswith("modeled:")
-    measured = subprocess.run([sys.executable, str(script), "--print-config", "--backend", "measured", "--size", "tiny"],
-                              capture_output=True, text=True, check=True).stdout
-    assert json.loads(measured)["cluster"] is None  # the modeled machine is dropped: measured means the testbed
+    measured = printed_config("--backend", "measured", "--size", "tiny")
+    assert measured["cluster"] is None  # the modeled machine is dropped: measured means the testbed
