@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
-import platform
 import time
 from pathlib import Path
 from typing import Any, Sequence
+
+from placer.host import processor_model
 
 
 def write_report(name: str, columns: Sequence[str], rows: Sequence[dict[str, Any]], out: str | None, **facts: Any) -> Path:
     print_table(columns, rows)
     path = Path(out or f"results/{name}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"experiment": name, "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": platform.processor() or platform.machine(),
+    record = {"experiment": name, "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": processor_model(),
               **facts, "rows": list(rows)}
     path.write_text(json.dumps(record, indent=1, default=str))
     print(f"\nwrote {path}")

@@ -42,7 +42,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from placer.calibration import FAMILIES, PARAMETERS, Calibration, this_machine
+from placer.calibration import FAMILIES, PARAMETERS, Calibration
+from placer.host import this_machine
 from placer.devices import DeviceSet
 from placer.errors import ProfileError
 from placer.graph import OpGraph

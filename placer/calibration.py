@@ -7,8 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import platform
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -17,6 +15,7 @@ from typing import Mapping
 from placer.devices import DeviceSet, Link
 from placer.errors import ProfileError
 from placer.files import write_atomically
+from placer.host import machine_differences
 
 FILE_FORMAT = "placer.calibration"
 FILE_VERSION = 2
@@ -35,11 +34,6 @@ miss. A miss whose rounds disagree in sign is noise, which calibrating again on 
 makes the calibration a poor fit, and predictions from it are flagged. A miss the same way in every round is
 what the transfer model cannot express (e.g. a per-byte cost that is not linear in the size): calibrating
 again would not change it, so it is reported as the model's limit, not as a poor fit."""
-
-def this_machine() -> dict:
-    """What a calibration (or a cost table) depends on beyond the device names: the processor and its cores."""
-    return {"processor": platform.processor() or platform.machine(), "cores": len(os.sched_getaffinity(0))}
-
 
 @dataclass(frozen=True)
 class Calibration:
@@ -71,7 +65,7 @@ class Calibration:
     """Per probe: measured minus modeled extra time, as a share of the probe's step time."""
     rounds: int = 0
     machine: Mapping[str, object] = field(default_factory=dict)
-    """`this_machine()` where it was made: another processor or core count makes it a stranger's fit."""
+    """`placer.host.this_machine()` where it was made: another processor or core count makes it a stranger's fit."""
     core_fit: str = "busy-probes"
     """Where the cores' costs came from (`CORE_FITS`); files made before the CPU-time fit are "busy-probes"."""
     remote_overhead: float = 0.0
@@ -130,9 +124,7 @@ class Calibration:
 
     def check_machine(self) -> None:
         """Warn when used on another machine than the one it was made on: its costs are that machine's."""
-        here = this_machine()
-        differ = [f"{key} {self.machine[key]!r} there, {here[key]!r} here" for key in here
-                  if key in self.machine and self.machine[key] != here[key]]
+        differ = machine_differences(self.machine)
         if differ:
             warnings.warn(f"the calibration of {self.target or 'this target'} was made on another machine "
                           f"({'; '.join(differ)}): its predictions describe that machine; run `placer calibrate "

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from placer.calibration import Calibration, this_machine
+from placer.calibration import Calibration
+from placer.host import this_machine
 from placer.cost import StepTime
 from placer.errors import PlanFileError
 from placer.measure.targets import InProcess, LocalTestbed

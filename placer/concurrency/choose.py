@@ -8,7 +8,6 @@ performance model). The simulator's own path, nothing beside it.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Iterable, Mapping
@@ -18,6 +17,7 @@ from placer.concurrency.width_costs import WidthCosts, profile_widths
 from placer.devices import DeviceSet, machine_from_dict
 from placer.errors import DeviceSpecError, ProfileError
 from placer.graph.opgraph import OpGraph
+from placer.host import usable_cores
 from placer.simulate import Simulator, SimulatorConfig
 from placer.simulate.simulator import OpTimeModel
 
@@ -66,7 +66,7 @@ def choose_setting(graph: OpGraph, op_times: OpTimeModel, cores: int | None = No
                    settings: Iterable[ThreadSetting] | None = None, *, co_running_slowdown: float = 1.0) -> ModelChoice:
     """Price every setting (default: each (intra, inter) pair up to `cores`, this process's cores by default;
     `predicted_step_time`) and keep the fastest (ties: fewer threads in all)."""
-    cores = cores or len(os.sched_getaffinity(0))
+    cores = cores or usable_cores()
     started = time.perf_counter()
     settings = list(settings) if settings is not None else global_settings(cores)
     predicted = {s: predicted_step_time(graph, op_times, s, cores, co_running_slowdown=co_running_slowdown)
@@ -87,7 +87,7 @@ def price_settings(graph: OpGraph, settings: Mapping[str, ThreadSetting], op_tim
     `measure_config`; `predicted_step_time`)."""
     from placer.cost import StepTime
 
-    here = len(os.sched_getaffinity(0))
+    here = usable_cores()
     cores = cores or here
     started = time.perf_counter()
     op_times = op_times or profile_widths(graph, range(1, cores + 1), measure_config=measure_config)

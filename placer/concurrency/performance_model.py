@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,6 +25,7 @@ import numpy as np
 
 from placer.errors import ProfileError
 from placer.graph.opgraph import OpGraph, OpNode
+from placer.host import describe_machine, machine_differences, this_machine, usable_cores
 from placer.measure import InProcess, MeasureConfig, Measurer
 from placer.placement import Placement
 
@@ -52,7 +52,7 @@ class ThreadProfile:
     seconds: float
     """Wall time of the profiling: starting a measurement process per thread count, and the steps."""
     machine: Mapping[str, object] = field(default_factory=dict)
-    """`placer.calibration.this_machine()` where it was profiled (processor, cores): op times are that machine's."""
+    """`placer.host.this_machine()` where it was profiled (processor, cores): op times are that machine's."""
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -68,8 +68,6 @@ class ThreadProfile:
     def load(cls, path: str | Path) -> "ThreadProfile":
         """Read a profile `save` wrote; one made on another machine (processor or cores) is refused, since its
         op times are that machine's."""
-        from placer.calibration import this_machine
-
         try:
             record = json.loads(Path(path).read_text())
             profile = cls(str(record["graph"]), str(record["fingerprint"]),
@@ -82,10 +80,9 @@ class ThreadProfile:
         if made_in != PROFILE_FORMAT:
             raise ProfileError(f"{path} is a thread profile of format {made_in!r}, this placer reads {PROFILE_FORMAT}: "
                                "profile again (profile_thread_counts)")
-        here = this_machine()
-        if profile.machine != here:
-            raise ProfileError(f"{path} was profiled on another machine ({_machine_name(profile.machine)}), not this "
-                               f"one ({_machine_name(here)}): its op times are that machine's; profile again here "
+        if machine_differences(profile.machine):
+            raise ProfileError(f"{path} was profiled on another machine ({describe_machine(profile.machine)}), not this "
+                               f"one ({describe_machine(this_machine())}): its op times are that machine's; profile again here "
                                "(profile_thread_counts)")
         return profile
 
@@ -94,14 +91,12 @@ def profile_thread_counts(graph: OpGraph, threads: Sequence[int] | None = None, 
                           measure_config: MeasureConfig | None = None) -> ThreadProfile:
     """Trace `steps` steps of `graph` on one in-process CPU device at each intra-op thread count (default:
     1 to the cores this process may use), one op at a time (one inter-op thread)."""
-    threads = tuple(threads or range(1, len(os.sched_getaffinity(0)) + 1))
+    threads = tuple(threads or range(1, usable_cores() + 1))
     targets = {p: InProcess(1, intra_op_threads=p, inter_op_threads=1) for p in threads}  # refused beyond the cores
     config = replace(measure_config or MeasureConfig(warmup_steps=2, timed_steps=2), profile_steps=steps,
                      profile_cores=1)
     step_names = {op.name for op in graph.step_ops}
     started = time.perf_counter()
-    from placer.calibration import this_machine
-
     op_seconds = {}
     for p, target in targets.items():
         with Measurer(target, config) as measurer:
@@ -110,10 +105,6 @@ def profile_thread_counts(graph: OpGraph, threads: Sequence[int] | None = None, 
             raise ProfileError(f"profiling {graph.name!r} at {p} intra-op threads failed ({result.failure.kind}): {result.failure.message}")
         op_seconds[p] = {name: t.seconds for name, t in result.op_times.items() if name in step_names}
     return ThreadProfile(graph.name, graph.fingerprint, op_seconds, time.perf_counter() - started, this_machine())
-
-
-def _machine_name(machine: Mapping[str, object]) -> str:
-    return f"{machine.get('processor') or 'an unknown processor'}, {machine.get('cores', '?')} cores"
 
 
 def op_features(graph: OpGraph, op: OpNode) -> tuple[float, float]:

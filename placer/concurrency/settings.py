@@ -10,16 +10,15 @@ a setting applies to every worker, and each setting gets a testbed of its own.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from placer.cost import StepTime, compare, open_target
 from placer.devices import DeviceSet
 from placer.errors import DeviceSpecError
 from placer.graph.opgraph import OpGraph
+from placer.host import sockets, usable_cores
 from placer.measure import InProcess, LocalTestbed, MeasureConfig
 from placer.placement import Placement
 
@@ -68,33 +67,15 @@ def _threads(count: int | None) -> str:
     return "default" if count is None else str(count)
 
 
-def sockets() -> int:
-    """CPU sockets among the cores this process may use (1 where /proc/cpuinfo does not say)."""
-    allowed = os.sched_getaffinity(0)
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return 1
-    found, processor = set(), None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "processor":
-            processor = int(value)
-        elif key == "physical id" and processor in allowed:
-            found.add(value.strip())
-    return max(len(found), 1)
-
-
 def recommended_setting() -> ThreadSetting:
     """TensorFlow's performance guide: intra-op threads = physical cores, inter-op threads = sockets. The
     cores are those this process may use (a container's or `taskset`'s share, not the host's)."""
-    return ThreadSetting(len(os.sched_getaffinity(0)), sockets())
+    return ThreadSetting(usable_cores(), sockets())
 
 
 def global_settings(cores: int | None = None) -> list[ThreadSetting]:
     """Every (intra, inter) pair from 1 to `cores` threads: the exhaustive sweep a user would try by hand."""
-    cores = cores or len(os.sched_getaffinity(0))
+    cores = cores or usable_cores()
     return [ThreadSetting(intra, inter) for intra in range(1, cores + 1) for inter in range(1, cores + 1)]
 
 

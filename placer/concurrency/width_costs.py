@@ -10,12 +10,12 @@ thread, so an op's span is its own time at that width), with the executor's time
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from placer.errors import ProfileError
 from placer.graph.opgraph import OpGraph, OpNode
+from placer.host import usable_cores
 from placer.profile import PROFILE_ROUNDS, CostTable, profile_costs
 
 
@@ -70,7 +70,7 @@ def profile_widths(graph: OpGraph, widths: Sequence[int] | None = None, *, steps
     fixes its pools once per process. A width beyond the cores is refused before anything starts."""
     from placer.measure import InProcess, MeasureConfig, Measurer
 
-    widths = tuple(sorted(set(widths or range(1, len(os.sched_getaffinity(0)) + 1))))
+    widths = tuple(sorted(set(widths or range(1, usable_cores() + 1))))
     targets = {width: InProcess(1, intra_op_threads=width, inter_op_threads=1) for width in widths}
     config = measure_config or MeasureConfig(warmup_steps=2, timed_steps=5)
     tables = {}

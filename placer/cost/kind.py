@@ -11,10 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Mapping
 
 from placer.errors import PlacerError
+from placer.host import processor_model, usable_cores
 
 
 class TargetKindError(PlacerError):
@@ -32,7 +32,7 @@ class TargetKind:
     processor: str = ""
     """The CPU model the measuring process runs on (/proc/cpuinfo's model name)."""
     cores: int = 0
-    """Cores the measuring process may use (`placer.calibration.this_machine`)."""
+    """Cores the measuring process may use (`placer.host.usable_cores`)."""
     gpus: tuple[str, ...] = ()
     """The machine's GPU models, as TensorFlow names them."""
     tensorflow: str = ""
@@ -78,26 +78,10 @@ def target_kind(target) -> TargetKind:
         return TargetKind(target.backend, devices)
     import tensorflow as tf
 
-    from placer.calibration import this_machine
-
     gpus = tuple(tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name)
                  for gpu in tf.config.list_physical_devices("GPU"))
-    return TargetKind(target.backend, devices, processor=processor_model(), cores=this_machine()["cores"],
+    return TargetKind(target.backend, devices, processor=processor_model(), cores=usable_cores(),
                       gpus=gpus, tensorflow=tf.__version__)
-
-
-def processor_model() -> str:
-    """The CPU's model name (/proc/cpuinfo), else what `placer.calibration.this_machine` says (its architecture)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                return value.strip()
-    except OSError:
-        pass
-    from placer.calibration import this_machine
-
-    return this_machine()["processor"]
 
 
 def check_same_kind(reference: tuple[str, TargetKind], others: Mapping[str, TargetKind]) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Union
 
 from placer.errors import DeviceSpecError
+from placer.host import usable_cores
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class InProcess:
 
     def __post_init__(self) -> None:
         # Thread pools wider than the cores would time the operating system's scheduler, not the setting.
-        cores = len(os.sched_getaffinity(0))
+        cores = usable_cores()
         for name, threads in (("intra", self.intra_op_threads), ("inter", self.inter_op_threads)):
             if threads is not None and not 1 <= threads <= cores:
                 raise DeviceSpecError(

@@ -184,7 +184,8 @@ def test_pretraining_on_a_calibrated_target_beside_modeled_gpus_then_placing_the
     devices, calibrated by hand; the op costs are profiled there on first use)."""
     import json
 
-    from placer.calibration import Calibration, this_machine
+    from placer.calibration import Calibration
+    from placer.host import this_machine
     from agents.cli import main
 
     calibration = tmp_path / "calibration.json"

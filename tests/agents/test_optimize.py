@@ -11,7 +11,8 @@ import pytest
 from agents.optimize import (
     Candidate, OptimizeArgs, OptimizeError, confirm, optimize, recommend, to_measure,
 )
-from placer.calibration import Calibration, this_machine
+from placer.calibration import Calibration
+from placer.host import this_machine
 from placer.cost import StepTime
 from placer.measure.targets import InProcess
 

@@ -11,7 +11,8 @@ import tensorflow as tf
 
 from agents.experiment.config import ExperimentConfig, ExperimentError
 from agents.experiment.run import run_experiment
-from placer.calibration import Calibration, this_machine
+from placer.calibration import Calibration
+from placer.host import this_machine
 
 SIMULATOR_HEURISTICS = {"metis", "scotch", "m-topo", "m-etf", "m-sct", "exact"}
 """The heuristics that place with a simulator's op costs."""

@@ -137,7 +137,7 @@ def test_an_unknown_bias_correction_is_refused(seen):
 
 
 def test_a_thread_profile_saves_and_loads_on_the_machine_it_was_made_on(seen, tmp_path):
-    from placer.calibration import this_machine
+    from placer.host import this_machine
 
     profile = ThreadProfile(seen.name, seen.fingerprint, amdahl_profile(seen).op_seconds, 1.0, this_machine())
     profile.save(tmp_path / "profile.json")

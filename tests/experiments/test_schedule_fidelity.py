@@ -3,7 +3,8 @@
 import json
 
 from experiments.schedule_fidelity import main
-from placer.calibration import Calibration, this_machine
+from placer.calibration import Calibration
+from placer.host import this_machine
 
 
 def calibration_file(tmp_path):

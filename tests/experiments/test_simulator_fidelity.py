@@ -231,7 +231,8 @@ def test_a_measured_failure_is_a_row_with_its_message_left_out_of_the_metrics(tw
 
 def hand_made_calibration(graph, path, spanning):
     """A calibration of two in-process CPUs with op costs of 0.1 ms each cached beside it."""
-    from placer.calibration import Calibration, this_machine
+    from placer.calibration import Calibration
+    from placer.host import this_machine
     from placer.cost.calibrated import cost_cache
     from placer.profile import CostTable
 

@@ -8,7 +8,8 @@ import json
 import pytest
 import tensorflow as tf
 
-from placer.calibration import Calibration, this_machine
+from placer.calibration import Calibration
+from placer.host import this_machine
 from placer.cost import open_target, parse_target_spec
 from placer.devices import machine_from_dict
 from placer.errors import ScheduleMismatchError

@@ -127,7 +127,8 @@ def test_placer_schedule_on_a_calibrated_target_pays_its_overheads_and_apply_ref
     prediction and its blocks' price (spans priced there, the tail after them) both include the fitted step
     overhead; `placer apply` refuses to compare it with a step measured on another target than the
     calibration's, before building anything."""
-    from placer.calibration import Calibration, this_machine
+    from placer.calibration import Calibration
+    from placer.host import this_machine
     from placer.cost import open_target
     from placer.cost.calibrated import cost_cache
     from placer.hardware import HOST_CPU

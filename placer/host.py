@@ -1,0 +1,70 @@
+"""The machine this process runs on: its processor, the cores it may use, its sockets, and whether a machine
+recorded with a calibration or a profile is this one.
+
+Costs measured here (a calibration, a thread profile, a measured target's kind) are this machine's; each
+records `this_machine()` so that using them elsewhere is caught (`machine_differences`).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Mapping
+
+
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
+def processor_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else the architecture (where the kernel does not say more)."""
+    for line in _cpuinfo().splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            return value.strip()
+    return platform.processor() or platform.machine()
+
+
+def usable_cores() -> int:
+    """Cores this process may use: a container's or `taskset`'s share, not the host's."""
+    return len(os.sched_getaffinity(0))
+
+
+def sockets() -> int:
+    """CPU sockets among the cores this process may use (1 where /proc/cpuinfo does not say)."""
+    allowed = os.sched_getaffinity(0)
+    found, processor = set(), None
+    for line in _cpuinfo().splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "processor":
+            processor = int(value)
+        elif key == "physical id" and processor in allowed:
+            found.add(value.strip())
+    return max(len(found), 1)
+
+
+def this_machine() -> dict:
+    """What costs measured here depend on beyond the device names: the processor and the cores."""
+    return {"processor": processor_model(), "architecture": platform.machine(), "cores": usable_cores()}
+
+
+def machine_differences(recorded: Mapping[str, object], here: Mapping[str, object] | None = None) -> list[str]:
+    """How a machine `this_machine()` recorded elsewhere differs from `here` (default: this one), one phrase
+    each; empty when they are alike. A record without an architecture is from a placer that stored only the
+    architecture, under "processor": it is compared with this machine's architecture, all it can tell."""
+    here = this_machine() if here is None else here
+    mine = dict(here)
+    if "architecture" not in recorded:
+        mine["processor"] = here.get("architecture", here.get("processor"))
+    return [f"{key} {recorded[key]!r} there, {mine[key]!r} here" for key in ("processor", "architecture", "cores")
+            if key in recorded and key in mine and recorded[key] != mine[key]]
+
+
+def describe_machine(machine: Mapping[str, object]) -> str:
+    """A machine `this_machine()` recorded, in words."""
+    return f"{machine.get('processor') or 'an unknown processor'}, {machine.get('cores', '?')} cores"
