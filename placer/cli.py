@@ -28,7 +28,7 @@ def new_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
 def add_placer_commands(sub: argparse._SubParsersAction) -> None:
     """Add this layer's commands (`PLACER_COMMANDS`) to `sub`; `run_placer_command` runs them."""
     from placer.commands.target_option import TARGET_HELP, add_target_argument
-    from placer.measure.config import MeasureConfig, add_measure_arguments
+    from placer.measure.config import add_measure_arguments
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-v", "--verbose", action="store_true", help="also show TensorFlow's own log lines")
@@ -99,7 +99,9 @@ def add_placer_commands(sub: argparse._SubParsersAction) -> None:
     apply.add_argument("--size", help="size of a built-in model (default: the size the file records, else tiny)")
     add_target_argument(apply, "inprocess:N, local:N (testbed), env, or a cluster spec with the placement's devices "
                                "(default: the inprocess:N or local:N the file records, else inprocess:1)")
-    add_measure_arguments(apply, MeasureConfig(timed_steps=10), old_repeats_flag="--steps")
+    from placer.apply.run import APPLY_CONFIG
+
+    add_measure_arguments(apply, APPLY_CONFIG, old_repeats_flag="--steps")
     apply.add_argument("--schedule", metavar="PLAN", help="a schedule plan (`placer schedule --model MODEL --placement PLACEMENT.json "
                                                         "--target inprocess:2 --micro-batches M --save PLAN`): run the steps over its "
                                                         "M micro-batches (the model rebuilt at batch/M, one update per step), each "

@@ -8,7 +8,6 @@ roofline estimate uses each op's FLOPs and bytes and the device's peaks (`placer
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import warnings
 from dataclasses import dataclass, field, replace
@@ -18,6 +17,7 @@ from typing import Any, Mapping
 from placer.errors import ProfileError
 from placer.graph.opgraph import OpGraph
 from placer.hardware import DeviceModel
+from placer.measure.config import ENOUGH_TIMED_SECONDS
 
 FILE_FORMAT = "placer.costs"
 FILE_FORMAT_VERSION = 1
@@ -93,14 +93,6 @@ PROFILE_WARMUP_ROUNDS = 1
 """Untraced measurements made and discarded before the rounds. A graph's first measurement on a testbed is
 slower than its later ones, warm-up steps and all: on `local:2` on 2026-11-25, two-tower 22.2 ms and
 Inception-V3 166.6 ms against 18.8-19.8 and 139-160 ms in the seven rounds after (the Transformer +5 %)."""
-PROFILE_TIMED_SECONDS = 0.3
-"""Each round times at least this long of untraced steps (at least the measurer's `timed_steps`, at most
-`PROFILE_MAX_TIMED_STEPS`), from the warm-up measurement's step time: the rounds' steps set every
-prediction's level, and a short step's median of 10 is noisy. Held-out branchy-0 (3 ms) on one testbed worker:
-12 measurements of 10 timed steps spread 13 % between their 10th and 90th percentiles, of 100 steps 6 %; the
-medians of 10-step blocks of one 100-step session spread 15 %, so the noise is the steps', not the sessions'
-(`experiments/step_noise.py`)."""
-PROFILE_MAX_TIMED_STEPS = 200
 
 
 def profile_costs(
@@ -123,8 +115,9 @@ def profile_costs(
     follow each other within seconds, so a slow minute still shows: in a fidelity run on 2026-11-25 all three
     rounds of a 2 ms held-out graph were 2.6-3.8x the step measured later (RESULTS.md), and every prediction of
     a model carries its profile's level. Before the rounds, `warmup_rounds` untraced measurements are thrown
-    away (see `PROFILE_WARMUP_ROUNDS`); the last one's step time sets how many untraced steps each round times,
-    enough for `PROFILE_TIMED_SECONDS`. Ops grappler fused into another node
+    away (see `PROFILE_WARMUP_ROUNDS`). Each round times at least `ENOUGH_TIMED_SECONDS` of untraced steps (at
+    least the measurer's `timed_steps`): the rounds' steps set every prediction's level, and a short step's
+    median of 10 is noisy. Ops grappler fused into another node
     cost 0 and the fused node carries their time; time of nodes grappler created (with names the graph
     lacks) is reported in the table's metadata as `unattributed_seconds`.
     """
@@ -135,12 +128,12 @@ def profile_costs(
                            f"rounds of {steps} after {warmup_rounds}")
     devices = measurer.devices
     placement = Placement.on_device(graph, devices, device)
-    config = replace(measurer.config, profile_steps=steps, profile_cores=cores)
+    config = replace(measurer.config, profile_steps=steps, profile_cores=cores,
+                     timed_seconds=max(measurer.config.timed_seconds, ENOUGH_TIMED_SECONDS))
     for _ in range(warmup_rounds):
         result = measurer.measure(graph, placement, replace(measurer.config, profile_steps=0))
         if not result.ok:
             raise ProfileError(f"profiling {graph.name!r} failed ({result.failure.kind}): {result.failure.message}")
-        config = replace(config, timed_steps=timed_steps_for(result.median, measurer.config.timed_steps))
     step_medians: list[float] = []
     per_op: dict[str, list[float]] = {}
     for _ in range(rounds):
@@ -175,14 +168,6 @@ def profile_costs(
          "unattributed_seconds": unattributed, "ops_traced": len(op_seconds), "step_ops": len(step_names),
          "dispatch_seconds": dispatch},
     )
-
-
-def timed_steps_for(step_seconds: float, at_least: int) -> int:
-    """Timed steps that cover `PROFILE_TIMED_SECONDS` of a step of `step_seconds`: at least `at_least`, at most
-    `PROFILE_MAX_TIMED_STEPS`."""
-    if not step_seconds > 0:
-        return at_least
-    return max(at_least, min(PROFILE_MAX_TIMED_STEPS, math.ceil(PROFILE_TIMED_SECONDS / step_seconds)))
 
 
 def roofline_costs(graph: OpGraph, model: DeviceModel) -> CostTable:

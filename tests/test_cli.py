@@ -180,7 +180,14 @@ def test_pretrain_takes_its_targets_as_target_and_still_as_machines():
 def test_steps_keeps_its_old_meanings_hidden_behind_repeats_in_apply_and_updates_in_train(capsys):
     parser = build_parser()
     assert parser.parse_args(["apply", "p.json", "--steps", "3"]).repeats == 3
-    assert parser.parse_args(["apply", "p.json"]).repeats == 10
+    # without --repeats, apply times its default 10 steps and more until 0.3 s of them ran; a count given runs exactly
+    from placer.apply.run import APPLY_CONFIG
+    from placer.measure.config import measure_config
+
+    assert measure_config(parser.parse_args(["apply", "p.json"]), APPLY_CONFIG) == APPLY_CONFIG
+    assert APPLY_CONFIG.timed_steps == 10 and APPLY_CONFIG.timed_seconds == 0.3
+    exact = measure_config(parser.parse_args(["apply", "p.json", "--repeats", "10"]), APPLY_CONFIG)
+    assert (exact.timed_steps, exact.timed_seconds) == (10, 0.0)
     assert parser.parse_args(["train", "mlp", "--steps", "7"]).updates == 7
     for command in ("apply", "train"):
         with pytest.raises(SystemExit):

@@ -101,18 +101,14 @@ def test_a_profile_of_no_rounds_is_refused(mlp, cpus2):
 
 
 def test_a_short_step_is_timed_for_long_enough_to_set_the_level(mlp, cpus2):
-    """The rounds' untraced steps set every prediction's level: a 1 ms step gets PROFILE_TIMED_SECONDS of them."""
-    from placer.profile import PROFILE_MAX_TIMED_STEPS, PROFILE_TIMED_SECONDS, timed_steps_for
+    """The rounds' untraced steps set every prediction's level: each round times ENOUGH_TIMED_SECONDS of them."""
+    from placer.measure.config import ENOUGH_TIMED_SECONDS
 
     measurer = _RoundsMeasurer(cpus2, [1, 1, 1, 1])
     asked = []
     measure = measurer.measure
-    measurer.measure = lambda graph, placement, config: asked.append(config.timed_steps) or measure(graph, placement,
-                                                                                                    config)
+    measurer.measure = lambda graph, placement, config: asked.append(config) or measure(graph, placement, config)
     profile_costs(mlp, measurer)
-    step = len(mlp.step_ops) * 1e-4  # what _RoundsMeasurer answers
-    assert asked[0] == measurer.config.timed_steps  # the warm-up round, at the measurer's count
-    assert asked[1:] == [timed_steps_for(step, measurer.config.timed_steps)] * 3
-    assert timed_steps_for(2e-3, 10) == round(PROFILE_TIMED_SECONDS / 2e-3)
-    assert timed_steps_for(1.0, 10) == 10  # a long step keeps the measurer's count
-    assert timed_steps_for(1e-6, 10) == PROFILE_MAX_TIMED_STEPS
+    assert asked[0].profile_steps == 0  # the warm-up round, thrown away
+    assert [c.timed_seconds for c in asked[1:]] == [ENOUGH_TIMED_SECONDS] * 3
+    assert all(c.timed_steps == measurer.config.timed_steps for c in asked)

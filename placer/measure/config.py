@@ -9,6 +9,15 @@ from dataclasses import dataclass
 
 from placer.errors import PlacerError
 
+ENOUGH_TIMED_SECONDS = 0.3
+"""How long of untraced steps a short step's median needs (`MeasureConfig.timed_seconds` where a step's level
+matters: profiles, `placer apply`). Held-out branchy-0 (3 ms) on one testbed worker: 12 measurements of 10
+timed steps spread 13 % between their 10th and 90th percentiles, of 100 steps 6 %; the medians of 10-step
+blocks of one 100-step session spread 15 %, so the noise is the steps', not the sessions'
+(`experiments/step_noise.py`)."""
+MAX_TIMED_STEPS = 200
+"""`timed_seconds` times no more steps than this (a 1 ms step: 0.2 s)."""
+
 
 @dataclass(frozen=True)
 class MeasureConfig:
@@ -18,6 +27,9 @@ class MeasureConfig:
     """Steps run and discarded before timing (the first one is traced to check the placement)."""
     timed_steps: int = 5
     """Steps timed; the result reports their median and spread."""
+    timed_seconds: float = 0.0
+    """Go on timing steps past `timed_steps` until they have taken this many seconds (at most `MAX_TIMED_STEPS`
+    steps in all): a short step's median of a few steps is noisy (`ENOUGH_TIMED_SECONDS`)."""
     step_timeout: float = 60.0
     """Seconds one step (or the initializer) may take before it counts as hung and fails with 'timeout'."""
     setup_timeout: float = 300.0
@@ -49,7 +61,10 @@ class MeasureConfig:
     def total_timeout(self) -> float:
         if self.answer_timeout is not None:
             return self.answer_timeout
-        return self.setup_timeout + self.step_timeout * (self.warmup_steps + self.timed_steps + self.profile_steps + 2)
+        # timed_seconds adds at most its own seconds and the step that crosses them
+        extra = self.timed_seconds + self.step_timeout if self.timed_seconds > 0 else 0.0
+        return self.setup_timeout + extra + self.step_timeout * (
+            self.warmup_steps + self.timed_steps + self.profile_steps + 2)
 
 
 def add_measure_arguments(parser: argparse.ArgumentParser, defaults: MeasureConfig = MeasureConfig(), *,
@@ -59,8 +74,14 @@ def add_measure_arguments(parser: argparse.ArgumentParser, defaults: MeasureConf
     parser.add_argument("--warmup", type=int, default=defaults.warmup_steps, metavar="N",
                         help=f"untimed steps first, the first one traced to check the placement (default "
                         f"{defaults.warmup_steps})")
-    parser.add_argument("--repeats", type=int, default=defaults.timed_steps, metavar="N",
-                        help=f"timed steps; the step time is their median (default {defaults.timed_steps})")
+    if defaults.timed_seconds > 0:  # None: the default, told apart from an explicit count of the same
+        parser.add_argument("--repeats", type=int, default=None, metavar="N",
+                            help=f"timed steps; the step time is their median (default: {defaults.timed_steps}, and "
+                            f"more until {defaults.timed_seconds:g} s of them have run, up to {MAX_TIMED_STEPS}; "
+                            "a count given here is run exactly)")
+    else:
+        parser.add_argument("--repeats", type=int, default=defaults.timed_steps, metavar="N",
+                            help=f"timed steps; the step time is their median (default {defaults.timed_steps})")
     if old_repeats_flag:
         parser.add_argument(old_repeats_flag, dest="repeats", type=int, default=argparse.SUPPRESS,
                             help=argparse.SUPPRESS)
@@ -73,9 +94,12 @@ def measure_config(args: argparse.Namespace, defaults: MeasureConfig = MeasureCo
     values that cannot time anything before any work."""
     if args.warmup < 0:
         raise PlacerError(f"--warmup must be 0 or more, got {args.warmup}")
-    if args.repeats < 1:
+    if args.repeats is None:  # the default count, and the default seconds with it
+        timed = {"timed_steps": defaults.timed_steps, "timed_seconds": defaults.timed_seconds}
+    elif args.repeats < 1:
         raise PlacerError(f"--repeats must be at least 1 (the step time is their median), got {args.repeats}")
+    else:
+        timed = {"timed_steps": args.repeats, "timed_seconds": 0.0}
     if not args.step_timeout > 0:
         raise PlacerError(f"--step-timeout must be a positive number of seconds, got {args.step_timeout}")
-    return dataclasses.replace(defaults, warmup_steps=args.warmup, timed_steps=args.repeats,
-                               step_timeout=args.step_timeout)
+    return dataclasses.replace(defaults, warmup_steps=args.warmup, step_timeout=args.step_timeout, **timed)

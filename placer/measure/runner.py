@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
-from placer.measure.config import MeasureConfig
+from placer.measure.config import MAX_TIMED_STEPS, MeasureConfig
 from placer.measure.placement_check import PlacementChecks, TracedStep
 from placer.measure.result import Failure, Measurement, MovedOp, OpTime
 
@@ -176,11 +176,13 @@ class LoadedGraph:
 
             samples = []
             cpu_before = [thread_cpu_seconds(pid) for pid in worker_pids]
-            for _ in range(config.timed_steps):
+            timing_started = time.perf_counter()
+            while len(samples) < config.timed_steps or (
+                    time.perf_counter() - timing_started < config.timed_seconds and len(samples) < MAX_TIMED_STEPS):
                 started = time.perf_counter()
                 session.run(self.train_op, options=step_options)
                 samples.append(time.perf_counter() - started)
-            worker_cpu = tuple(cpu_seconds_since(before, thread_cpu_seconds(pid)) / max(config.timed_steps, 1)
+            worker_cpu = tuple(cpu_seconds_since(before, thread_cpu_seconds(pid)) / max(len(samples), 1)
                                for pid, before in zip(worker_pids, cpu_before))
 
             traces = []

@@ -288,3 +288,16 @@ def test_a_process_cpu_reading_counts_the_threads_it_runs():
     while time.perf_counter() < deadline:
         pass
     assert cpu_seconds_since(before, thread_cpu_seconds(os.getpid())) >= 0.04
+
+
+def test_short_steps_are_timed_for_at_least_the_seconds_asked_and_at_most_max_timed_steps(measurer, mlp):
+    from placer.measure.config import MAX_TIMED_STEPS
+
+    placement = Placement.on_device(mlp, measurer.devices, 0)
+    result = measurer.measure(mlp, placement, replace(QUICK, timed_seconds=0.25))
+    assert result.ok and len(result.samples) > QUICK.timed_steps
+    assert sum(result.samples) >= 0.2 or len(result.samples) == MAX_TIMED_STEPS
+    plain = measurer.measure(mlp, placement, QUICK)
+    assert len(plain.samples) == QUICK.timed_steps  # without timed_seconds, exactly the steps asked for
+    # the caller's backstop leaves room for the extra seconds
+    assert replace(QUICK, timed_seconds=5.0).total_timeout == QUICK.total_timeout + 5.0 + QUICK.step_timeout
