@@ -6,12 +6,11 @@ import pytest
 import tensorflow as tf
 
 from placer.concurrency import ThreadSetting, recommended_setting, tune, tuning_candidates
-from placer.cost import open_target, parse_target_spec
+from placer.cost import parse_target_spec
 from placer.errors import DeviceSpecError
 from placer.graph import graph_from_function
 from placer.measure import InProcess, MeasureConfig
 from placer.measure.runner import session_config_for
-from placer.placement import Placement
 
 CORES = len(os.sched_getaffinity(0))
 QUICK = MeasureConfig(warmup_steps=1, timed_steps=2, step_timeout=30)
