@@ -6,10 +6,13 @@
 
 Placements of one model from a finished `simulator_fidelity.py` run (their assignments and the tensors each sends,
 as the twin counts them, are in its rows) are measured again on `local:2`, side by side in `--rounds` interleaved
-rounds, with each worker's CPU time per step. The first placement must keep every op on one worker: the others
-are reported against it, per tensor sent: the step's extra wall time and the two workers' extra CPU time. The
-twin charges every transfer the same core time on each end; if the extra CPU per tensor differs between
-placements, what a transfer costs depends on the placement's pattern, not only on the count.
+rounds, with each worker's CPU time and its threads' context switches per step (each placement is measured
+with `--repeats` and with three times as many timed steps, and the switches of the difference are the steps'
+own, without the session's setup). The first placement must keep every op on one worker: the others are
+reported against it, per tensor sent: the step's extra wall time, the two workers' extra CPU time and their
+extra context switches. The twin charges every transfer the same core time on each end; if the extra CPU per
+tensor differs between placements, what a transfer costs depends on the placement's pattern, not only on the
+count.
 """
 
 from __future__ import annotations
@@ -36,31 +39,35 @@ DEFAULT_PLACEMENTS = ("worker 0", "split 0.25", "split 0.50", "split 0.75", "met
 
 @dataclass(frozen=True)
 class Timed:
-    """One measurement of a placement: its median step and each worker's CPU seconds per step."""
+    """One measurement of a placement: its median step, and each worker's CPU seconds and context switches per step."""
 
     seconds: float
     worker_cpu: tuple[float, ...]
+    switches: tuple[float, ...] = (0.0, 0.0)
     ok: bool = True
 
 
 def per_tensor_rows(measured: Mapping[str, Sequence[Timed]], sent: Mapping[str, int], reference: str) -> list[dict]:
     """One row per placement: medians over the rounds of its step and of each worker's CPU time, and, beyond
-    `reference` (a placement that sends nothing), the extra wall and CPU time per tensor it sends."""
+    `reference` (a placement that sends nothing), the extra wall time, CPU time and context switches per tensor
+    it sends."""
     def medians(label: str) -> tuple[float, float, float]:
         rounds = measured[label]
-        return (statistics.median(t.seconds for t in rounds), statistics.median(t.worker_cpu[0] for t in rounds),
-                statistics.median(t.worker_cpu[1] for t in rounds))
+        return (statistics.median(t.seconds for t in rounds), statistics.median(sum(t.worker_cpu[:2]) for t in rounds),
+                statistics.median(sum(t.switches[:2]) for t in rounds))
 
-    base_wall, base_0, base_1 = medians(reference)
+    base_wall, base_cpu, base_switches = medians(reference)
     rows = []
     for label in measured:
-        wall, cpu_0, cpu_1 = medians(label)
+        wall, cpu, switches = medians(label)
         tensors = sent[label]
-        row = {"placement": label, "tensors_sent": tensors, "step_ms": 1e3 * wall, "worker_0_cpu_ms": 1e3 * cpu_0,
-               "worker_1_cpu_ms": 1e3 * cpu_1, "extra_wall_per_tensor_us": None, "extra_cpu_per_tensor_us": None}
+        row = {"placement": label, "tensors_sent": tensors, "step_ms": 1e3 * wall, "workers_cpu_ms": 1e3 * cpu,
+               "switches_per_step": switches, "extra_wall_per_tensor_us": None, "extra_cpu_per_tensor_us": None,
+               "extra_switches_per_tensor": None}
         if tensors:
             row["extra_wall_per_tensor_us"] = 1e6 * (wall - base_wall) / tensors
-            row["extra_cpu_per_tensor_us"] = 1e6 * ((cpu_0 + cpu_1) - (base_0 + base_1)) / tensors
+            row["extra_cpu_per_tensor_us"] = 1e6 * (cpu - base_cpu) / tensors
+            row["extra_switches_per_tensor"] = (switches - base_switches) / tensors
         rows.append(row)
     return rows
 
@@ -72,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--placements", nargs="+", default=list(DEFAULT_PLACEMENTS),
                         help="labels of the report's rows; the first keeps every op on one worker")
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=30, help="timed steps per measurement")
+    parser.add_argument("--repeats", type=int, default=30,
+                        help="timed steps of the shorter of each placement's two measurements (the longer: 3x)")
     parser.add_argument("--out", default="results/transfer_pattern.json")
     args = parser.parse_args(argv)
 
@@ -91,6 +99,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from experiments.simulator_fidelity import model_builders
     from placer.cost import compare
     from placer.measure import LocalTestbed, MeasureConfig, Measurer
+    from placer.measure.runner import growth_since, thread_context_switches
     from placer.placement import Placement
 
     heldout = bool(rows[reference]["heldout"])
@@ -100,22 +109,32 @@ def main(argv: Sequence[str] | None = None) -> None:
     if fingerprint and fingerprint != graph.fingerprint:
         raise SystemExit(f"{args.model}'s graph has changed since the run: its assignments no longer apply")
 
-    with Measurer(LocalTestbed(workers=2), MeasureConfig(warmup_steps=3, timed_steps=args.repeats)) as measurer:
+    short, long = (MeasureConfig(warmup_steps=3, timed_steps=steps) for steps in (args.repeats, 3 * args.repeats))
+    with Measurer(LocalTestbed(workers=2), short) as measurer:
+        workers = measurer.testbed_info["pids"][:2]
         placements = {label: Placement.from_assignment(graph, measurer.devices, rows[label]["assignment"])
                       for label in args.placements}
 
-        def evaluate(placement) -> Timed:
-            result = measurer.measure(graph, placement)
+        def switched(placement, config) -> tuple[list[float], object]:
+            before = [thread_context_switches(pid) for pid in workers]
+            result = measurer.measure(graph, placement, config)
             if not result.ok:
                 raise SystemExit(f"a placement failed ({result.failure.kind}): {result.failure.message}")
-            return Timed(result.median, tuple(result.worker_cpu[:2]))
+            return [growth_since(b, thread_context_switches(pid)) for pid, b in zip(workers, before)], result
+
+        def evaluate(placement) -> Timed:
+            fewer, _ = switched(placement, short)
+            more, result = switched(placement, long)
+            steps = long.timed_steps - short.timed_steps
+            return Timed(result.median, tuple(result.worker_cpu[:2]), tuple((m - f) / steps for m, f in zip(more, fewer)))
 
         compared = compare(evaluate, placements, args.rounds)
     measured = {label: compared[label].timings for label in args.placements}
     result = per_tensor_rows(measured, {label: int(rows[label]["tensors_sent"]) for label in args.placements},
                              reference)
-    write_report("transfer_pattern", ["placement", "tensors_sent", "step_ms", "worker_0_cpu_ms", "worker_1_cpu_ms",
-                                      "extra_wall_per_tensor_us", "extra_cpu_per_tensor_us"], result, args.out,
+    write_report("transfer_pattern", ["placement", "tensors_sent", "step_ms", "workers_cpu_ms", "switches_per_step",
+                                      "extra_wall_per_tensor_us", "extra_cpu_per_tensor_us", "extra_switches_per_tensor"],
+                 result, args.out,
                  target="local:2", model=args.model, source=args.report, rounds=args.rounds, repeats=args.repeats,
                  command=" ".join(["python", *sys.argv]))
 

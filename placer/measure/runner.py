@@ -182,7 +182,7 @@ class LoadedGraph:
                 started = time.perf_counter()
                 session.run(self.train_op, options=step_options)
                 samples.append(time.perf_counter() - started)
-            worker_cpu = tuple(cpu_seconds_since(before, thread_cpu_seconds(pid)) / max(len(samples), 1)
+            worker_cpu = tuple(growth_since(before, thread_cpu_seconds(pid)) / max(len(samples), 1)
                                for pid, before in zip(worker_pids, cpu_before))
 
             traces = []
@@ -240,22 +240,41 @@ def thread_cpu_seconds(pid: int) -> dict[int, float]:
     return seconds
 
 
-def cpu_seconds_since(before: Mapping[int, float], after: Mapping[int, float]) -> float:
-    """CPU seconds a process's threads ran between two `thread_cpu_seconds` readings. Each thread counts what
-    it ran since the first reading, or all it ran if it started since. Differencing two sums instead went
-    negative whenever a thread exited in between, taking its whole past with it (−1.3 to −1.9 ms per step on
-    worker 0 in calibrations on 2026-11-26, which zeroed a fitted per-byte send cost). What a departed thread ran
-    between the readings is not counted."""
+def growth_since(before: Mapping[int, float], after: Mapping[int, float]) -> float:
+    """How much a per-thread counter of one process (CPU seconds from `thread_cpu_seconds`, context switches)
+    grew between two readings, by thread id. Each thread counts what it added since the first reading, or all
+    it has if it started since. Differencing two sums instead went negative whenever a thread exited in between,
+    taking its whole past with it (−1.3 to −1.9 ms of CPU per step on worker 0 in calibrations on 2026-11-26,
+    which zeroed a fitted per-byte send cost). What a departed thread added between the readings is not
+    counted."""
     total = 0.0
-    for thread, seconds in after.items():
+    for thread, count in after.items():
         earlier = before.get(thread, 0.0)
-        total += seconds - earlier if seconds >= earlier else seconds  # lower: the id was reused by a new thread
+        total += count - earlier if count >= earlier else count  # lower: the id was reused by a new thread
     return total
+
+
+def thread_context_switches(pid: int) -> dict[int, int]:
+    """Context switches (voluntary: it waited; involuntary: it was preempted) each live thread of a process has
+    made, by thread id (/proc/PID/task/*/status); differences with `growth_since`."""
+    switches = {}
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return switches
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as status:
+                switches[int(task)] = sum(int(line.split()[1]) for line in status
+                                          if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")))
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended while we read
+    return switches
 
 
 def process_cpu_seconds(pid: int) -> float:
     """CPU seconds a process's live threads have run (`thread_cpu_seconds`): for a process whose threads live as
-    long as it does, such as a kernel thread; differences across a thread's exit go wrong (`cpu_seconds_since`)."""
+    long as it does, such as a kernel thread; differences across a thread's exit go wrong (`growth_since`)."""
     return sum(thread_cpu_seconds(pid).values())
 
 

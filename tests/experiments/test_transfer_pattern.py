@@ -9,14 +9,18 @@ from experiments.transfer_pattern import Timed, main, per_tensor_rows
 
 def test_each_placement_is_reported_per_tensor_beyond_the_single_worker_placement():
     measured = {
-        "worker 0": [Timed(2e-3, (1.5e-3, 0.0)), Timed(2.2e-3, (1.4e-3, 0.0)), Timed(1.8e-3, (1.6e-3, 0.0))],
-        "split": [Timed(8e-3, (5e-3, 5e-3))] * 3,  # 100 tensors: 60 us of wall and 85 us of CPU each
-        "metis": [Timed(6e-3, (4.5e-3, 4e-3)), Timed(6e-3, (4.5e-3, 4e-3)), Timed(99.0, (9.0, 9.0))],  # one outlier round
+        "worker 0": [Timed(2e-3, (1.5e-3, 0.0), (10, 0)), Timed(2.2e-3, (1.4e-3, 0.0), (9, 0)),
+                     Timed(1.8e-3, (1.6e-3, 0.0), (11, 0))],
+        "split": [Timed(8e-3, (5e-3, 5e-3), (150, 110))] * 3,  # 100 tensors: 60 us of wall, 85 us of CPU, 2.5 switches
+        "metis": [Timed(6e-3, (4.5e-3, 4e-3), (210, 200)), Timed(6e-3, (4.5e-3, 4e-3), (210, 200)),
+                  Timed(99.0, (9.0, 9.0), (1e6, 1e6))],  # one outlier round
     }
     rows = {r["placement"]: r for r in per_tensor_rows(measured, {"worker 0": 0, "split": 100, "metis": 50}, "worker 0")}
     assert rows["worker 0"]["extra_cpu_per_tensor_us"] is None and rows["worker 0"]["step_ms"] == pytest.approx(2.0)
     assert rows["split"]["extra_wall_per_tensor_us"] == pytest.approx(60.0)
     assert rows["split"]["extra_cpu_per_tensor_us"] == pytest.approx(85.0)
+    assert rows["split"]["extra_switches_per_tensor"] == pytest.approx(2.5)
+    assert rows["metis"]["extra_switches_per_tensor"] == pytest.approx(8.0)
     assert rows["metis"]["extra_wall_per_tensor_us"] == pytest.approx(80.0)  # the medians shrug off the outlier
     assert rows["metis"]["extra_cpu_per_tensor_us"] == pytest.approx(140.0)
 

@@ -267,17 +267,17 @@ def test_an_op_keeps_the_median_of_its_traced_steps():
 
 
 def test_a_worker_thread_that_exits_during_the_timed_steps_does_not_take_its_past_off_the_steps_cpu_time():
-    from placer.measure.runner import cpu_seconds_since
+    from placer.measure.runner import growth_since
 
     before = {1: 5.0, 2: 0.010, 3: 0.002}  # thread 2 ran 10 ms before the steps, then exits during them
     after = {1: 5.003, 3: 0.004, 4: 0.001}  # thread 4 started during the steps
-    assert cpu_seconds_since(before, after) == pytest.approx(0.003 + 0.002 + 0.001)
+    assert growth_since(before, after) == pytest.approx(0.003 + 0.002 + 0.001)
     # a new thread that was given an exited thread's id counts from zero
-    assert cpu_seconds_since({7: 0.5}, {7: 0.002}) == pytest.approx(0.002)
+    assert growth_since({7: 0.5}, {7: 0.002}) == pytest.approx(0.002)
 
 
 def test_a_process_cpu_reading_counts_the_threads_it_runs():
-    from placer.measure.runner import cpu_seconds_since, thread_cpu_seconds
+    from placer.measure.runner import growth_since, thread_cpu_seconds
 
     before = thread_cpu_seconds(os.getpid())
     assert threading.get_native_id() in before
@@ -287,7 +287,7 @@ def test_a_process_cpu_reading_counts_the_threads_it_runs():
     deadline = time.perf_counter() + 0.05
     while time.perf_counter() < deadline:
         pass
-    assert cpu_seconds_since(before, thread_cpu_seconds(os.getpid())) >= 0.04
+    assert growth_since(before, thread_cpu_seconds(os.getpid())) >= 0.04
 
 
 def test_short_steps_are_timed_for_at_least_the_seconds_asked_and_at_most_max_timed_steps(measurer, mlp):
@@ -301,3 +301,13 @@ def test_short_steps_are_timed_for_at_least_the_seconds_asked_and_at_most_max_ti
     assert len(plain.samples) == QUICK.timed_steps  # without timed_seconds, exactly the steps asked for
     # the caller's backstop leaves room for the extra seconds
     assert replace(QUICK, timed_seconds=5.0).total_timeout == QUICK.total_timeout + 5.0 + QUICK.step_timeout
+
+
+def test_a_thread_that_waits_is_counted_switching_out():
+    from placer.measure.runner import growth_since, thread_context_switches
+
+    before = thread_context_switches(os.getpid())
+    assert threading.get_native_id() in before
+    for _ in range(20):
+        time.sleep(0.001)  # each sleep gives the core up: a voluntary switch
+    assert growth_since(before, thread_context_switches(os.getpid())) >= 20
