@@ -223,21 +223,26 @@ class LoadedGraph:
         )
 
 
-def thread_cpu_seconds(pid: int) -> dict[int, float]:
-    """CPU seconds each live thread of a process has run, by thread id, from the scheduler's nanosecond
-    accounting (/proc/PID/task/*/schedstat; /proc/PID/stat counts in 10 ms ticks, coarser than a step)."""
-    seconds = {}
+def _per_thread(pid: int, name: str, parse) -> dict[int, float]:
+    """`parse` of /proc/PID/task/TID/`name` for each live thread of a process, by thread id."""
+    values = {}
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return seconds
+        return values
     for task in tasks:
         try:
-            with open(f"/proc/{pid}/task/{task}/schedstat") as stat:
-                seconds[int(task)] = int(stat.read().split()[0]) / 1e9
+            with open(f"/proc/{pid}/task/{task}/{name}") as file:
+                values[int(task)] = parse(file.read())
         except (OSError, ValueError, IndexError):
             continue  # a thread that ended while we read
-    return seconds
+    return values
+
+
+def thread_cpu_seconds(pid: int) -> dict[int, float]:
+    """CPU seconds each live thread of a process has run, by thread id, from the scheduler's nanosecond
+    accounting (schedstat; /proc/PID/stat counts in 10 ms ticks, coarser than a step)."""
+    return _per_thread(pid, "schedstat", lambda text: int(text.split()[0]) / 1e9)
 
 
 def growth_since(before: Mapping[int, float], after: Mapping[int, float]) -> float:
@@ -254,22 +259,12 @@ def growth_since(before: Mapping[int, float], after: Mapping[int, float]) -> flo
     return total
 
 
-def thread_context_switches(pid: int) -> dict[int, int]:
+def thread_context_switches(pid: int) -> dict[int, float]:
     """Context switches (voluntary: it waited; involuntary: it was preempted) each live thread of a process has
-    made, by thread id (/proc/PID/task/*/status); differences with `growth_since`."""
-    switches = {}
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return switches
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/status") as status:
-                switches[int(task)] = sum(int(line.split()[1]) for line in status
-                                          if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")))
-        except (OSError, ValueError, IndexError):
-            continue  # a thread that ended while we read
-    return switches
+    made, by thread id (status); differences with `growth_since`."""
+    return _per_thread(pid, "status", lambda text: sum(
+        int(line.split()[1]) for line in text.splitlines()
+        if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"))))
 
 
 def process_cpu_seconds(pid: int) -> float:
