@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from placer.errors import ProfileError
+from placer.graph.control_flow import CONTROL_FLOW_OPS
 from placer.graph.opgraph import OpGraph
 from placer.hardware import DeviceModel
 from placer.measure.config import ENOUGH_TIMED_SECONDS
@@ -107,7 +108,11 @@ def profile_costs(
     Traced op spans leave out the executor's own work between ops (scheduling, allocation), which on a
     graph of thousands of small ops is a large part of the step. What the untraced step time has beyond
     `step_overhead` (the fixed cost of a step, see `placer.calibrate`) and the ops' compute is spread
-    evenly over the ops that ran, as `dispatch_seconds` per op.
+    evenly over the traced nodes that ran, as `dispatch_seconds` per node.
+
+    A loop or conditional (`While`, `If`, `Case`) is one op of the graph, but TensorFlow runs it as its lowered
+    body, once per iteration: it is charged every node it ran (its body's compute and each node's dispatch), and
+    the table's metadata names it under `control_flow` with its iterations per step and its seconds.
 
     The graph is measured in `rounds` separate measurements of `steps` traced steps each; each op keeps the
     median of its per-round medians, and the step time the median of the rounds'. One disturbed round
@@ -136,6 +141,8 @@ def profile_costs(
             raise ProfileError(f"profiling {graph.name!r} failed ({result.failure.kind}): {result.failure.message}")
     step_medians: list[float] = []
     per_op: dict[str, list[float]] = {}
+    per_op_runs: dict[str, list[float]] = {}
+    per_loop_iterations: dict[str, list[int]] = {}
     for _ in range(rounds):
         result = measurer.measure(graph, placement, config)
         if not result.ok:
@@ -143,7 +150,11 @@ def profile_costs(
         step_medians.append(result.median)
         for name, op_time in result.op_times.items():
             per_op.setdefault(name, []).append(op_time.seconds)
+            per_op_runs.setdefault(name, []).append(op_time.runs)
+            if op_time.iterations is not None:
+                per_loop_iterations.setdefault(name, []).append(op_time.iterations)
     traced = {name: statistics.median(values) for name, values in per_op.items()}
+    runs = {name: statistics.median(values) for name, values in per_op_runs.items()}
     step_median = statistics.median(step_medians)
     spread = (max(step_medians) - min(step_medians)) / step_median if step_median > 0 else 0.0
     target_device = devices[placement.group_devices[0]]
@@ -156,17 +167,22 @@ def profile_costs(
     step_names = {op.name for op in graph.step_ops}
     op_seconds = {name: seconds for name, seconds in traced.items() if name in step_names}
     unattributed = sum(seconds for name, seconds in traced.items() if name not in step_names and name not in graph)
-    ran = len(traced)
+    ran = sum(runs.values())
     compute = sum(traced.values())
     dispatch = max(step_median - step_overhead - compute * (1 if cores == 1 else 1 / cores), 0.0) / max(ran, 1)
-    op_seconds = {name: seconds + dispatch for name, seconds in op_seconds.items()}
+    op_seconds = {name: seconds + dispatch * runs[name] for name, seconds in op_seconds.items()}
+    control_flow = {
+        op.name: {"type": op.type, "seconds": op_seconds.get(op.name, 0.0), "nodes_per_step": runs.get(op.name, 0),
+                  "iterations": (round(statistics.median(per_loop_iterations[op.name]))
+                                 if op.name in per_loop_iterations else None)}
+        for op in graph.step_ops if op.type in CONTROL_FLOW_OPS}
     return CostTable(
         graph.fingerprint, label or target_device.kind, op_seconds, "profiled",
         {"graph": graph.name, "device": target_device.name, "steps": steps, "rounds": rounds,
          "warmup_rounds": warmup_rounds, "cores": cores,
          "step_time_median": step_median, "round_step_medians": step_medians, "round_spread": spread,
          "unattributed_seconds": unattributed, "ops_traced": len(op_seconds), "step_ops": len(step_names),
-         "dispatch_seconds": dispatch},
+         "dispatch_seconds": dispatch, "control_flow": control_flow},
     )
 
 
@@ -175,6 +191,13 @@ def roofline_costs(graph: OpGraph, model: DeviceModel) -> CostTable:
     `KernelModel` has it (per-op-type efficiencies, a floor, TF32); bookkeeping ops (`FREE_OP_TYPES`) cost
     nothing."""
     output_bytes = {op.name: sum(op.output_bytes) for op in graph.ops}
+    bodies = [op.name for op in graph.step_ops if op.type in CONTROL_FLOW_OPS]
+    if bodies:
+        warnings.warn(
+            f"{model.name} prices each op from its FLOPs and bytes, but {len(bodies)} loops or conditionals of "
+            f"{graph.name!r} ({', '.join(bodies[:3])}{', ...' if len(bodies) > 3 else ''}) run bodies whose ops it does not see: they are priced as one cheap op "
+            "each, so simulated step times of this graph are too short; profile it on a real target "
+            "(`calibrated:FILE`) for their cost", stacklevel=2)
     kernels = model.kernels
     op_seconds = {}
     for op in graph.step_ops:
@@ -184,4 +207,4 @@ def roofline_costs(graph: OpGraph, model: DeviceModel) -> CostTable:
         op_seconds[op.name] = kernels.op_seconds(op.type, op.flops, moved, model.peak_flops, model.memory_bandwidth)
     return CostTable(graph.fingerprint, model.name, op_seconds, "roofline",
                      {"graph": graph.name, "peak_flops": model.peak_flops, "memory_bandwidth": model.memory_bandwidth,
-                      "kernels": kernels.to_json_dict()})
+                      "kernels": kernels.to_json_dict(), "control_flow_not_priced": bodies})

@@ -18,6 +18,7 @@ from tensorflow.python.util import deprecation
 
 from placer.errors import GraphBuildError
 from placer.graph.colocation import colocation_groups
+from placer.graph.control_flow import LOOP_OPS
 from placer.graph.kernels import kernel_device_types
 from placer.graph.opgraph import ColocationGroup, OpGraph, OpNode
 
@@ -81,6 +82,7 @@ def op_graph_from_tf_graph(
 
     colocate_with: dict[str, list[str]] = {}
     handle_edges: list[tuple[str, str]] = []
+    loop_input_edges: list[tuple[str, str]] = []
     for op_name in order:
         op = graph.get_operation_by_name(op_name)
         try:
@@ -91,7 +93,9 @@ def op_graph_from_tf_graph(
         for tensor in op.inputs:
             if tensor.dtype == tf.resource or tensor.dtype._is_ref_dtype:
                 handle_edges.append((tensor.op.name, op_name))
-    group_of, raw_groups = colocation_groups(order, colocate_with, handle_edges)
+            if op.type in LOOP_OPS:
+                loop_input_edges.append((tensor.op.name, op_name))
+    group_of, raw_groups = colocation_groups(order, colocate_with, handle_edges, loop_input_edges)
 
     op_nodes = []
     for op_name in order:

@@ -27,11 +27,11 @@ from tensorflow.python.framework import tensor_util
 from tensorflow.python.grappler import tf_optimizer
 
 from placer.errors import GraphBuildError
+from placer.graph.control_flow import CONTROL_FLOW_OPS
 
 _VALID_NODE_NAME = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\-/]*")
 
 CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
-CONTROL_FLOW_OPS = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase"})
 
 # Above this many elements a variable is initialized randomly (same mean/std) so the GraphDef stays small.
 LARGE_VARIABLE_ELEMENTS = 1_000_000

@@ -48,6 +48,11 @@ class OpTime:
     seconds: float
     ran_as: str = ""
     """The op type that ran, e.g. a grappler fusion such as _FusedMatMul."""
+    runs: float = 1.0
+    """Traced nodes that ran for this op per step (median): 1 for most ops; for a loop or conditional, every
+    node TensorFlow lowered it into, once per iteration (`placer.graph.control_flow`)."""
+    iterations: int | None = None
+    """A loop's iterations per step (median), from its lowered condition; None for any other op."""
 
 
 @dataclass(frozen=True)

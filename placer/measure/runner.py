@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
+from placer.graph.control_flow import LOOP_CONDITION_OP, control_flow_ops, iterations, owner
 from placer.measure.config import MAX_TIMED_STEPS, MeasureConfig
 from placer.measure.placement_check import PlacementChecks, TracedStep
 from placer.measure.result import Failure, Measurement, MovedOp, OpTime
@@ -190,7 +191,7 @@ class LoadedGraph:
                 metadata = config_pb2.RunMetadata()
                 session.run(self.train_op, options=traced_options, run_metadata=metadata)
                 traces.append(metadata)
-            op_times = op_times_from_traces(traces, config.profile_cores)
+            op_times = op_times_from_traces(traces, config.profile_cores, self.op_types)
             chrome_trace = _chrome_trace(traces[-1]) if traces else ""
             ran = True
         except tf.errors.ResourceExhaustedError as error:
@@ -295,7 +296,8 @@ def _chrome_trace(metadata: config_pb2.RunMetadata) -> str:
     return json.dumps(trace)
 
 
-def op_times_from_traces(traces: list[config_pb2.RunMetadata], cores: int = 1) -> dict[str, OpTime]:
+def op_times_from_traces(traces: list[config_pb2.RunMetadata], cores: int = 1,
+                         op_types: Mapping[str, str] | None = None) -> dict[str, OpTime]:
     """Median compute time of every traced op over several traced steps.
 
     Per node, step stats give the op's start and end. On a CPU device with `cores` cores, more ops in
@@ -303,12 +305,22 @@ def op_times_from_traces(traces: list[config_pb2.RunMetadata], cores: int = 1) -
     so an op's compute time is the part of its span it held one (the raw span of two ops time-sliced on
     one core would count that core twice). On a GPU the kernel times are on the ".../stream:N" entries, and the host
     entry of the same node only covers the launch, so stream times win when a node has them.
+
+    With `op_types` (the graph's op name -> type), every node TensorFlow lowered a loop or conditional into counts
+    as that op (`placer.graph.control_flow.owner`): the op's time is its body's over all iterations, its `runs`
+    the nodes that ran for it, and a loop's `iterations` come from its condition. Without them a loop's body
+    is reported under names the graph lacks, and the loop itself costs nothing.
     """
+    owners = control_flow_ops(op_types) if op_types else frozenset()
     seconds: dict[str, list[float]] = {}
+    runs: dict[str, list[int]] = {}
+    loop_iterations: dict[str, list[int]] = {}
     ran: dict[str, tuple[str, str]] = {}
     for metadata in traces:
         host: dict[str, float] = {}
         kernels: dict[str, float] = {}
+        step_runs: dict[str, int] = {}
+        condition_runs: dict[str, dict[str, int]] = {}  # loop -> its lowered LoopCond nodes -> runs
         for device_stats in metadata.step_stats.dev_stats:
             if "/memcpy" in device_stats.device or "/stream:all" in device_stats.device:
                 continue  # copies are link costs; stream:all repeats the per-stream entries
@@ -320,7 +332,16 @@ def op_times_from_traces(traces: list[config_pb2.RunMetadata], cores: int = 1) -
                 if not name or name in ("SOURCE", "_SOURCE"):
                     continue
                 label = node.timeline_label.split(" = ", 1)
-                ran.setdefault(name, (device, label[1].split("(", 1)[0] if len(label) == 2 else ""))
+                ran_as = label[1].split("(", 1)[0] if len(label) == 2 else ""
+                loop = owner(name, owners) if owners and name not in op_types else None
+                if loop is not None:
+                    if ran_as == LOOP_CONDITION_OP and not on_stream:
+                        conditions = condition_runs.setdefault(loop, {})
+                        conditions[name] = conditions.get(name, 0) + 1
+                    name, ran_as = loop, op_types[loop]
+                ran.setdefault(name, (device, ran_as))
+                if not on_stream:
+                    step_runs[name] = step_runs.get(name, 0) + 1
                 begin = node.all_start_micros + node.op_start_rel_micros
                 spans.append((name, begin, max(begin, node.all_start_micros + node.op_end_rel_micros)))
             into = kernels if on_stream else host
@@ -329,7 +350,14 @@ def op_times_from_traces(traces: list[config_pb2.RunMetadata], cores: int = 1) -
                 into[name] = into.get(name, 0.0) + value
         for name in host.keys() | kernels.keys():
             seconds.setdefault(name, []).append(kernels.get(name, host.get(name, 0.0)))
-    return {name: OpTime(ran[name][0], statistics.median(values), ran[name][1]) for name, values in seconds.items()}
+            runs.setdefault(name, []).append(step_runs.get(name, 1))
+        for loop, conditions in condition_runs.items():
+            counted = iterations(conditions.values())
+            if counted is not None:
+                loop_iterations.setdefault(loop, []).append(counted)
+    return {name: OpTime(ran[name][0], statistics.median(values), ran[name][1], statistics.median(runs[name]),
+                         round(statistics.median(loop_iterations[name])) if name in loop_iterations else None)
+            for name, values in seconds.items()}
 
 
 def _span_seconds(spans) -> dict[str, float]:

@@ -88,6 +88,34 @@ def mobilenet_v2_graph(size: str = "tiny") -> OpGraph:
 _MOBILENET_V2_SIZES = {"tiny": (2, 32, 10), "small": (8, 96, 100), "paper": (96, 224, 1000)}
 
 
+def keras_lstm_seq2seq_graph(size: str = "tiny") -> OpGraph:
+    """An LSTM encoder-decoder with dot-product attention as people write it in Keras 3: `keras.layers.LSTM`
+    (not unrolled, so each layer and its gradient are functional `While` loops), `keras.layers.Attention`, a
+    softmax over the target vocabulary per token, Adam. Sizes: (batch, tokens, units, vocabulary)."""
+    import keras
+
+    from placer.graph.keras_model import graph_from_keras_model, keras_names_from_zero
+
+    if size not in _LSTM_SEQ2SEQ_SIZES:
+        raise GraphBuildError(f"unknown size {size!r} for keras-lstm-seq2seq; sizes: {', '.join(_LSTM_SEQ2SEQ_SIZES)}")
+    batch, tokens, units, vocabulary = _LSTM_SEQ2SEQ_SIZES[size]
+    with keras_names_from_zero():
+        source = keras.Input((tokens,), batch_size=batch, dtype="int32", name="source")
+        target = keras.Input((tokens,), batch_size=batch, dtype="int32", name="target")
+        encoded, state_h, state_c = keras.layers.LSTM(units, return_sequences=True, return_state=True)(
+            keras.layers.Embedding(vocabulary, units)(source))
+        decoded = keras.layers.LSTM(units, return_sequences=True)(
+            keras.layers.Embedding(vocabulary, units)(target), initial_state=[state_h, state_c])
+        context = keras.layers.Attention()([decoded, encoded])
+        logits = keras.layers.Dense(vocabulary)(keras.layers.Concatenate()([decoded, context]))
+        model = keras.Model([source, target], logits, name=f"keras-lstm-seq2seq-{size}")
+        model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return graph_from_keras_model(model)
+
+
+_LSTM_SEQ2SEQ_SIZES = {"tiny": (8, 10, 32, 100), "small": (16, 20, 128, 1000), "paper": (128, 40, 1024, 32000)}
+
+
 HELDOUT_MODELS: dict[str, HeldoutModel] = {
     model.name: model
     for model in [
@@ -98,6 +126,8 @@ HELDOUT_MODELS: dict[str, HeldoutModel] = {
         ),
         HeldoutModel("mobilenet-v2", "MobileNet-V2 image classifier (tf-keras): depthwise-separable inverted "
                      "residual blocks; paper: 224x224", mobilenet_v2_graph, tuple(_MOBILENET_V2_SIZES)),
+        HeldoutModel("keras-lstm-seq2seq", "LSTM encoder-decoder with attention (Keras 3): its LSTMs are "
+                     "functional loops, not unrolled", keras_lstm_seq2seq_graph, tuple(_LSTM_SEQ2SEQ_SIZES)),
     ]
 }
 
