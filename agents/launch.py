@@ -142,10 +142,21 @@ def export(args: argparse.Namespace) -> int:
               f"({metadata['learned_step_time'] * 1e3:.3f} ms): that is what the file holds")
     if args.keras:
         from placer.keras import add_layer_placement
+        from placer.keras.device_map import DeviceMap, describe_default_map
 
-        layers = add_layer_placement(args.out, metadata["model"], metadata["size"])
+        layers = add_layer_placement(args.out, metadata["model"], metadata["size"], device_map=args.device_map)
         print(f"  with a device per layer of the Keras model, for placer.keras.place(model, {str(args.out)!r}):")
         print("\n".join(f"    {line}" for line in layers.describe().splitlines()))
+        if layers.device_map:
+            mapping = DeviceMap(layers.device_map).describe()
+            print("  placement devices -> devices of the process that fits (--device-map):")
+        else:
+            mapping = describe_default_map(layers.devices_in_order)
+            print("  placement devices -> devices of the process that fits (the default; choose with --device-map "
+                  "or place(..., device_map=)):")
+        print("\n".join(f"    {line}" for line in mapping.splitlines()))
+    elif args.device_map is not None:
+        raise ExperimentError("--device-map maps the devices of a Keras layer placement: give --keras too")
     return 0
 
 
@@ -155,6 +166,10 @@ def _add_export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keras", action="store_true",
                         help="also write a device per layer of the run's Keras model (a model function returning a "
                              "keras.Model), for placer.keras.place(model, FILE) before model.fit")
+    parser.add_argument("--device-map", metavar="MAP",
+                        help="with --keras: which device of the process that fits runs each device of the placement, "
+                             "as PLACEMENT_DEVICE=DEVICE pairs by index or name, e.g. 0=GPU:0,1=GPU:1 or "
+                             "worker:1/CPU:0=CPU:1 (default: placement device i -> GPU:i, or CPU:i without GPUs)")
 
 
 @dataclass(frozen=True)

@@ -361,6 +361,10 @@ class RunSummary:
     """The fastest placement the run measured in the comparison that decides: "learned", "start",
     "simulator-best" or a baseline's name (ties go to the learned one). `placer export` writes it."""
     fastest_step_time: float | None = None
+    batch_size: int | None = None
+    """Examples per step of the model's training step, when its builder knew them (a Keras model's step)."""
+    batch_note: str | None = None
+    """Set when nothing fixed the batch: which batch the step was traced at, and how to choose one."""
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -227,6 +227,7 @@ class Placement:
             source=source, graph_name=graph.name, fingerprint=graph.fingerprint, devices=self.devices,
             op_devices=self.op_devices(graph), groups={g.name: self.device_of_group(g.index) for g in graph.groups},
             metadata=dict(self.metadata), train_op=graph.train_op, init_op=graph.init_op, loss=graph.loss,
+            batch_size=graph.batch.size if graph.batch is not None else None,
         )
 
     def to_json_dict(self, graph: OpGraph) -> dict[str, Any]:
@@ -258,6 +259,8 @@ class PlacementFile:
     """The fetches the placement's graph was built with; None in files written before they were recorded."""
     init_op: str | None = None
     loss: str | None = None
+    batch_size: int | None = None
+    """Examples per step of the graph's training step, when its builder knew them (a Keras model's step)."""
 
     def device_for(self, op_name: str) -> str | None:
         """The device of an op of the placement's graph, or None if the placement does not name the op."""
@@ -312,7 +315,8 @@ class PlacementFile:
             "graph": {"name": self.graph_name, "fingerprint": self.fingerprint, "ops": len(self.op_devices),
                       "groups": len(self.groups),
                       # what one step runs and what initializes it: `placer.apply` rebuilds the graph from these
-                      "train_op": self.train_op, "init_op": self.init_op, "loss": self.loss},
+                      "train_op": self.train_op, "init_op": self.init_op, "loss": self.loss,
+                      **({"batch_size": self.batch_size} if self.batch_size is not None else {})},
             "devices": list(self.devices),
             "groups": dict(self.groups),
             "ops": dict(self.op_devices),
@@ -379,9 +383,13 @@ def placement_file_from_json_dict(data: Any, *, source: str = "placement") -> Pl
     for key, value in fetches.items():
         if value is not None and not isinstance(value, str):
             raise PlacementFileError(f"{source} has a {type(value).__name__} as the graph's {key}; expected an op name")
+    batch_size = graph.get("batch_size")
+    if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1):
+        raise PlacementFileError(f"{source} has {batch_size!r} as the graph's batch_size; expected a positive whole number")
     return PlacementFile(
         source=source, graph_name=str(graph.get("name", "")), fingerprint=graph["fingerprint"],
         devices=tuple(devices), op_devices=dict(ops), groups=dict(groups), metadata=dict(metadata), **fetches,
+        batch_size=batch_size,
     )
 
 

@@ -150,9 +150,28 @@ def test_a_device_the_machine_lacks_is_refused_before_any_step_naming_it():
 
     model = _model(keras.layers.Dense(8), keras.layers.Dense(4))
     placement = LayerPlacement({"0:Dense": "/device:CPU:0", "1:Dense": "/job:worker/task:1/device:CPU:0"})
-    with pytest.raises(KerasPlacementError, match=r"does not have: /job:worker/task:1/device:CPU:0.*make_logical_cpus"):
+    with pytest.raises(KerasPlacementError, match=r"does not have \(the default device map: worker:1/CPU:0 -> CPU:1\)"
+                                                  r".*make_logical_cpus"):
         place(model, placement)
+    with pytest.raises(KerasPlacementError, match=r"does not have \(the device map: worker:1/CPU:0 -> GPU:3\)"):
+        place(model, placement, device_map={0: "CPU:0", "worker:1/CPU:0": "GPU:3"})
     assert not model.optimizer.built
+
+
+def test_a_device_map_given_to_place_overrides_the_default_and_place_reports_it():
+    import keras
+
+    from placer.keras import LayerPlacement, place
+
+    model = _model(keras.layers.Dense(8), keras.layers.Dense(4))
+    placement = LayerPlacement({"0:Dense": "/job:worker/task:0/device:CPU:0",
+                                "1:Dense": "/job:worker/task:1/device:CPU:0"})
+    placed = place(model, placement, device_map="0=CPU:0,1=CPU:0")  # this process has one CPU device
+    assert set(placed.layers.devices.values()) == {"/job:localhost/replica:0/task:0/device:CPU:0"}
+    assert placed.device_map.chosen_by == "user"
+    assert placed.describe().splitlines()[:3] == ["placement devices -> devices of this process (device map):",
+                                                  "  worker:0/CPU:0 -> CPU:0", "  worker:1/CPU:0 -> CPU:0"]
+    assert all(variable.value.device.endswith("CPU:0") for variable in model.trainable_variables)
 
 
 def test_layer_placement_takes_each_layers_majority_device_and_reports_the_layers_it_splits(model_dir, cpus2):
@@ -206,7 +225,9 @@ def test_placement_of_layers_is_the_op_placement_whose_layer_placement_it_was_ma
     model, graph = load_keras_model(f"{model_dir / 'my_model.py'}:build")
     layers = LayerPlacement({path: cpus2.names[i % 2] for i, path in enumerate(layer_paths(model))})
     placement = placement_of_layers(graph, model, layers, cpus2)
-    assert layer_placement(graph, placement, model) == layers  # no layer split: its updates go with it too
+    again = layer_placement(graph, placement, model)
+    assert again.devices == layers.devices and not again.split  # no layer split: its updates go with it too
+    assert again.placement_devices == cpus2.names
     assert set(placement.group_devices) == {0, 1}
 
 
@@ -230,3 +251,92 @@ def test_the_step_timer_shares_each_call_of_a_multi_step_training_function_among
     assert len(timer.step_times) == 8  # the 2 calls after the warm-up one, 4 steps each
     assert timer.step_times[:4] == [timer.step_times[0]] * 4 and timer.step_times[4:] == [timer.step_times[4]] * 4
     assert "over 8 steps" in timer.describe()
+
+
+LSTM_MODEL = '''
+import keras
+
+
+def build():
+    model = keras.Sequential([keras.Input((5, 3)), keras.layers.LSTM(8), keras.layers.Dense(3)])
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+'''
+
+# In a fresh process, as the guide's train.py: two CPU devices, the exported placement through its default device
+# map, one traced epoch of fit; prints where each layer's variables live and what the check saw, as JSON.
+LSTM_FIT = '''
+import json, sys
+from placer.keras import make_logical_cpus, place, trace_devices
+make_logical_cpus(2)
+import numpy as np
+sys.path.insert(0, sys.argv[2])
+from lstm_model import build
+
+model = build()
+placed = place(model, sys.argv[1])
+x = np.random.default_rng(0).normal(size=(64, 5, 3)).astype("float32")
+y = np.argmax(x[:, -1, :], axis=1)
+with trace_devices() as trace:
+    history = model.fit(x, y, batch_size=16, epochs=2, verbose=0)
+check = placed.check(trace)
+print(json.dumps({
+    "layers": dict(placed.layers.devices), "map": dict(placed.device_map.devices), "report": placed.describe(),
+    "variables": {path: sorted({v.value.device for v in layer.variables}) for path, layer in
+                  zip(placed.layers.devices, [layer for layer in model.layers])},
+    "losses": history.history["loss"], "checked": check.ops_checked, "moved": [m.op for m in check.moved_ops],
+}))
+'''
+
+
+def _testbed_or_skip(target: str) -> None:
+    import os
+
+    from placer.testbed import isolation_available
+
+    if target.startswith("local:") and (not isolation_available() or len(os.sched_getaffinity(0)) < 2):
+        pytest.skip("local:2 needs a private network namespace and two cores")
+
+
+@pytest.mark.parametrize("target", ["inprocess:2", "local:2"])
+def test_a_keras_lstm_placed_on_a_target_goes_onto_the_users_model_in_a_fresh_process_through_the_device_map(
+        target, tmp_path):
+    _testbed_or_skip(target)
+    (tmp_path / "lstm_model.py").write_text(LSTM_MODEL)
+    train = _python("-m", "agents.cli", "train", f"{tmp_path / 'lstm_model.py'}:build", "--target", target,
+                    "--agent", "random", "--updates", "1", "--samples-per-update", "2", "--repeats", "2",
+                    "--final-rounds", "1", "--no-progress", "--runs", str(tmp_path / "runs"))
+    assert train.returncode == 0, train.stderr[-3000:]
+    note = ("model 'sequential' has no fixed batch; traced at 32 examples: set keras.Input(batch_size=...) to choose")
+    assert train.stdout.count(note) == 1 and ", batch 32)" in train.stdout, train.stdout
+    (run_dir,) = (tmp_path / "runs").glob("*/*")
+    out = tmp_path / "placement.json"
+    export = _python("-m", "agents.cli", "export", str(run_dir), "--out", str(out), "--keras")
+    assert export.returncode == 0, export.stderr[-3000:]
+    workers = json.loads(out.read_text())["devices"]
+    assert json.loads(out.read_text())["graph"]["batch_size"] == 32
+    assert "placement devices -> devices of the process that fits (the default" in export.stdout, export.stdout
+
+    script = tmp_path / "fit.py"
+    script.write_text(LSTM_FIT)
+    fit = _python(str(script), str(out), str(tmp_path))
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    result = json.loads(fit.stdout.strip().splitlines()[-1])
+    here = [f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(2)]
+    assert result["map"] == dict(zip(workers, here))  # placement device i -> CPU:i: this process has no GPU
+    assert set(result["layers"]) == {"0:LSTM", "1:Dense"} and set(result["layers"].values()) <= set(here)
+    for path, devices in result["variables"].items():
+        assert devices == [result["layers"][path]], (path, devices)
+    assert result["checked"] > 0 and result["moved"] == [], result
+    assert len(result["losses"]) == 2 and all(loss > 0 for loss in result["losses"])
+    assert "placement devices -> devices of this process (default map):" in result["report"]
+
+
+def test_export_refuses_a_device_map_naming_a_device_the_placement_lacks_in_one_line(simulated_run, tmp_path):
+    # checked against the placement's devices before the model is built: a map of a run of any model shows it
+    export = _python("-m", "agents.cli", "export", str(simulated_run), "--out", str(tmp_path / "p.json"), "--keras",
+                     "--device-map", "0=CPU:0,7=GPU:1")
+    assert export.returncode == 2
+    (line,) = [line for line in export.stderr.splitlines() if "error:" in line]
+    assert "names placement device '7', which the placement does not have" in line, export.stderr
+    assert "Traceback" not in export.stderr

@@ -51,7 +51,8 @@ def _best_update(state) -> int | None:
 
 def describe(summary: RunSummary, run_dir: Path) -> str:
     """The table `placer train` prints at the end, and where the results are."""
-    lines = [f"{summary.model} ({summary.size}), {summary.backend} on {summary.cluster}: {summary.agent} ran "
+    batch = f", batch {summary.batch_size}" if summary.batch_size is not None else ""
+    lines = [f"{summary.model} ({summary.size}{batch}), {summary.backend} on {summary.cluster}: {summary.agent} ran "
              f"{summary.updates} updates, {summary.samples} placements in {summary.wall_time:.0f} s",
              f"  {'learned (' + summary.agent + ')':<24} {_ms(summary.step_time)}"]
     if summary.start_step_time is not None:
@@ -72,6 +73,8 @@ def describe(summary: RunSummary, run_dir: Path) -> str:
     if summary.fastest not in (None, "learned"):
         lines.append(f"  the fastest placement measured is {summary.fastest}'s "
                      f"({_ms(summary.fastest_step_time).strip()}): `placer export` writes that one")
+    if summary.batch_note is not None:
+        lines.append(summary.batch_note)
     lines += [f"Results in {run_dir}/ (summary.json, best_placement.json, timeline.json, log.txt)",
               f"  curves:  placer dashboard {run_dir}",
               f"  export:  placer export {run_dir} --out placement.json"]

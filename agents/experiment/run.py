@@ -73,9 +73,12 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
                          where["host"], where["pid"],
                          f", Ray node {where['ray_node']}" if where.get("ray_node") else "", where["kind"])
         graph, devices = env.graph, env.devices
-        log.info("%s (%s): %d ops in the step, %d colocation groups; %s on %s (%s)",
-                 graph.name, config.size, len(graph.step_ops), len(graph.groups), config.backend, config.target,
+        log.info("%s (%s): %d ops in the step, %d colocation groups%s; %s on %s (%s)",
+                 graph.name, config.size, len(graph.step_ops), len(graph.groups),
+                 f", batch {graph.batch.size}" if graph.batch is not None else "", config.backend, config.target,
                  ", ".join(d.short_name for d in devices))
+        if graph.batch_note is not None:
+            log.warning("%s", graph.batch_note)
         # a run with a simulator phase calibrates first, so that the heuristics that read op costs are placed
         # with its calibrated simulator and measured beside the others
         calibration = _calibrate_target(config, env, run_dir, log) if config.simulator_updates else None
@@ -113,7 +116,8 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
             simulator=None if simulator is None else replace(simulator.phase,
                                                              step_time=(final or {}).get("simulator-best")),
             start_step_time=None if start is None else (final or {}).get("start", start.step_time),
-            timeline=_save_timeline(env, run_dir, state.best_assignment, log))
+            timeline=_save_timeline(env, run_dir, state.best_assignment, log),
+            batch_size=graph.batch.size if graph.batch is not None else None, batch_note=graph.batch_note)
         run_files.write_summary(run_dir, summary)
         best_file = run_dir / run_files.BEST_PLACEMENT
         trackers.finish(summary.to_dict(), best_file if best_file.exists() else None,

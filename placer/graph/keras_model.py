@@ -4,12 +4,14 @@ loss, optimizer and metrics, as `model.fit` runs them) on a synthetic batch of i
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from placer.errors import GraphBuildError
+from placer.graph.opgraph import TracedBatch
 
 if TYPE_CHECKING:  # importing the builders needs TensorFlow; recognising a Keras model must not
     from placer.graph.opgraph import OpGraph
@@ -74,7 +76,8 @@ def graph_from_keras_model(
     if problems:
         raise GraphBuildError(f"cannot derive the training step of Keras model {model.name!r}: "
                               + "; and ".join(problems))
-    batch = _batch_size(model, input_tensors, batch_size)
+    traced = _traced_batch(model, input_tensors, batch_size)
+    batch = traced.size
     input_specs = _as_list(inputs) if inputs is not None else [
         _synthetic(tensor, batch, f"input {i}", integer_maxval=_INTEGER_INPUT_MAXVAL)
         for i, tensor in enumerate(input_tensors)
@@ -99,7 +102,10 @@ def graph_from_keras_model(
         # train_step returns the metrics' running values, a dict; its "loss" is what the graph names as the loss
         return logs["loss"] if isinstance(logs, Mapping) and "loss" in logs else logs
 
-    return graph_from_tf_function(train_step, name=name or model.name)
+    graph = graph_from_tf_function(train_step, name=name or model.name)
+    if inputs is not None and input_specs[0].shape:  # the caller's SyntheticTensors set the batch
+        traced = TracedBatch(input_specs[0].shape[0], "caller")
+    return dataclasses.replace(graph, batch=traced)
 
 
 @contextmanager
@@ -185,7 +191,7 @@ def _symbolic_tensors(model, which: str) -> list:
     return list(tensors) if isinstance(tensors, (list, tuple)) else [tensors]
 
 
-def _batch_size(model, input_tensors: list | None, batch_size: int | None) -> int:
+def _traced_batch(model, input_tensors: list | None, batch_size: int | None) -> TracedBatch:
     fixed = {tensor.shape[0] for tensor in input_tensors or [] if len(tensor.shape) and tensor.shape[0] is not None}
     if len(fixed) > 1:
         raise GraphBuildError(f"the inputs of Keras model {model.name!r} fix different batch sizes {sorted(fixed)}")
@@ -193,8 +199,8 @@ def _batch_size(model, input_tensors: list | None, batch_size: int | None) -> in
         raise GraphBuildError(f"batch_size {batch_size} differs from the batch size {fixed.pop()} that the inputs of "
                               f"Keras model {model.name!r} fix: leave batch_size out, or build the model without one")
     if batch_size is not None:
-        return batch_size
-    return fixed.pop() if fixed else DEFAULT_BATCH_SIZE
+        return TracedBatch(batch_size, "caller")
+    return TracedBatch(fixed.pop(), "model") if fixed else TracedBatch(DEFAULT_BATCH_SIZE, "default")
 
 
 def _synthetic(tensor, batch: int, what: str, integer_maxval: int):

@@ -62,6 +62,16 @@ class ColocationGroup:
 
 
 @dataclass(frozen=True)
+class TracedBatch:
+    """The examples per step a model's training step was traced at, and who chose that number."""
+
+    size: int
+    chosen_by: str
+    """"model": the model's inputs fix the batch; "caller": the builder was given it (batch_size=, inputs=);
+    "default": nothing fixed it, so the builder took `model.fit`'s default."""
+
+
+@dataclass(frozen=True)
 class OpGraph:
     """A training step (forward, backward, update) as placeable ops, in deterministic topological order."""
 
@@ -74,6 +84,9 @@ class OpGraph:
     init_op: str
     loss: str | None = None
     """Name of the loss tensor, when the builder knows it."""
+    batch: TracedBatch | None = None
+    """The batch the step was traced at, when the builder knows it (a Keras model's step). Not part of the
+    fingerprint: the batch is already in the ops' shapes."""
 
     @cached_property
     def fingerprint(self) -> str:
@@ -133,13 +146,24 @@ class OpGraph:
     def num_parameters(self) -> int:
         return sum(op.parameters for op in self.ops)
 
+    @property
+    def batch_note(self) -> str | None:
+        """One line for a step whose batch nothing fixed: which batch it was traced at, and how to choose one."""
+        if self.batch is None or self.batch.chosen_by != "default":
+            return None
+        return (f"model {self.name!r} has no fixed batch; traced at {self.batch.size} examples: set "
+                "keras.Input(batch_size=...) to choose")
+
     def summary(self) -> str:
+        """One line of the graph's facts (its batch among them, when known), and the batch note if there is one."""
         step = self.step_ops
-        return (
+        batch = f"batch {self.batch.size}, " if self.batch is not None else ""
+        line = (
             f"{self.name}: {len(self.ops)} ops ({len(step)} per step), {len(self.groups)} colocation groups, "
             f"{self.num_parameters:,} parameters, {sum(op.flops for op in step):,} FLOPs per step, "
-            f"fingerprint {self.fingerprint[:12]}"
+            f"{batch}fingerprint {self.fingerprint[:12]}"
         )
+        return line if self.batch_note is None else f"{line}\n{self.batch_note}"
 
 
 def fingerprint_ops(ops: Iterable[OpNode], train_op: str, init_op: str) -> str:

@@ -10,6 +10,7 @@ initialization wait for the step, and grappler drops the control edges out of co
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -171,7 +172,9 @@ def enforce_order(graph: OpGraph, chains: Sequence[OpChain]) -> OrderedGraph:
     try:  # TensorFlow's importer finds a cycle first, else the topological order does
         with imported.as_default():
             tf.compat.v1.import_graph_def(graph_def, name="")
-        ordered = op_graph_from_tf_graph(imported, graph.train_op, graph.init_op, loss=graph.loss, name=graph.name)
+        ordered = dataclasses.replace(
+            op_graph_from_tf_graph(imported, graph.train_op, graph.init_op, loss=graph.loss, name=graph.name),
+            batch=graph.batch)
     except (GraphBuildError, ValueError) as error:
         raise OrderError(f"the order contradicts the data flow of {graph.name!r} (a link waits for ops that need it "
                          f"first): {error}") from None

@@ -2,10 +2,12 @@
 gradients, its variables and their optimizer update), a check of where `fit`'s ops ran, and a step timer.
 
 Keras code places per layer, not per op: `layer_placement` turns an op-level placement of a model's training
-step into a device per layer (`placer.keras.layers`), `place` runs the model on it (`placer.keras.place`), and
+step into a device per layer (`placer.keras.layers`), a `DeviceMap` says which device of this process runs each
+of the placement's (`placer.keras.device_map`), `place` runs the model on it (`placer.keras.place`), and
 `trace_devices`, `StepTimer` and `make_logical_cpus` go around your `fit` (`placer.keras.fit`).
 """
 
+from placer.keras.device_map import DeviceMap, default_device_map, device_map_from
 from placer.keras.fit import OpTrace, StepTimer, make_logical_cpus, trace_devices
 from placer.keras.layers import (
     LAYER_PLACEMENT_KEY, KerasPlacementError, LayerPlacement, add_layer_placement, layer_ops, layer_paths,
@@ -14,7 +16,7 @@ from placer.keras.layers import (
 from placer.keras.place import FitPlacementCheck, PlacedModel, place
 
 __all__ = [
-    "LAYER_PLACEMENT_KEY", "FitPlacementCheck", "KerasPlacementError", "LayerPlacement", "OpTrace", "PlacedModel",
-    "StepTimer", "add_layer_placement", "layer_ops", "layer_paths", "layer_placement", "make_logical_cpus", "place",
+    "LAYER_PLACEMENT_KEY", "DeviceMap", "FitPlacementCheck", "KerasPlacementError", "LayerPlacement", "OpTrace", "PlacedModel",
+    "StepTimer", "add_layer_placement", "default_device_map", "device_map_from", "layer_ops", "layer_paths", "layer_placement", "make_logical_cpus", "place",
     "placement_of_layers", "read_layer_placement", "trace_devices",
 ]

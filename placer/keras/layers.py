@@ -5,6 +5,7 @@ the placement file.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from placer.devices import name_parts
 from placer.errors import PlacementError
 from placer.placement import Placement, PlacementFile, check_same_graph, read_placement_file
 
@@ -36,6 +38,23 @@ class LayerPlacement:
     split: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     """Layer path -> ops of that layer per device, for each layer whose ops the op-level placement put on more
     than one device; the layer runs on the device with most of them."""
+    placement_devices: tuple[str, ...] = ()
+    """The op-level placement's devices in its file's order (worker i of `local:N` is device i), which a device
+    map numbers; empty for a hand-made layer placement: then the devices its layers use, in name order."""
+    device_map: Mapping[str, str] = field(default_factory=dict)
+    """Placement device -> device of the process that fits, when one was chosen at export (`--device-map`);
+    empty: `place` maps by `placer.keras.device_map.default_device_map`."""
+
+    @property
+    def devices_in_order(self) -> tuple[str, ...]:
+        """The devices a device map numbers: the placement's, or those the layers use in name order."""
+        return self.placement_devices or tuple(sorted(set(self.devices.values()), key=name_parts))
+
+    @property
+    def used_devices(self) -> tuple[str, ...]:
+        """The devices some layer runs on, in the order of `devices_in_order`."""
+        used = set(self.devices.values())
+        return tuple(device for device in self.devices_in_order if device in used)
 
     def describe(self) -> str:
         lines = [f"{path:<28} {_short(device)}" + (f"  (split: {_counts(self.split[path])})" if path in self.split else "")
@@ -46,7 +65,9 @@ class LayerPlacement:
         return "\n".join(lines)
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {"layers": dict(self.devices), "split": {path: dict(counts) for path, counts in self.split.items()}}
+        # the placement's devices are the file's own ("devices"): not written twice
+        data = {"layers": dict(self.devices), "split": {path: dict(counts) for path, counts in self.split.items()}}
+        return {**data, "device_map": dict(self.device_map)} if self.device_map else data
 
     @classmethod
     def from_json_dict(cls, data: Any, source: str = "layer placement") -> LayerPlacement:
@@ -55,9 +76,11 @@ class LayerPlacement:
                                                        for k, v in layers.items()):
             raise KerasPlacementError(f"{source} needs a mapping of layer path -> device under \"layers\"")
         split = data.get("split") or {}
-        if not isinstance(split, Mapping):
-            raise KerasPlacementError(f"{source} has a {type(split).__name__} under \"split\"; expected a mapping")
-        return cls(dict(layers), {path: dict(counts) for path, counts in split.items()})
+        device_map = data.get("device_map") or {}
+        for key, value in (("split", split), ("device_map", device_map)):
+            if not isinstance(value, Mapping):
+                raise KerasPlacementError(f"{source} has a {type(value).__name__} under \"{key}\"; expected a mapping")
+        return cls(dict(layers), {path: dict(counts) for path, counts in split.items()}, device_map=dict(device_map))
 
 
 def read_layer_placement(placement: str | Path | PlacementFile | LayerPlacement) -> LayerPlacement:
@@ -70,7 +93,8 @@ def read_layer_placement(placement: str | Path | PlacementFile | LayerPlacement)
         raise KerasPlacementError(
             f"{file.source} has no layer placement: export it with `placer export RUN_DIR --out FILE --keras`, or "
             "add one with placer.keras.add_layer_placement(FILE, MODEL)")
-    return LayerPlacement.from_json_dict(data, source=f"{file.source}'s {LAYER_PLACEMENT_KEY}")
+    layers = LayerPlacement.from_json_dict(data, source=f"{file.source}'s {LAYER_PLACEMENT_KEY}")
+    return dataclasses.replace(layers, placement_devices=tuple(file.devices))
 
 
 def layer_paths(model: Any) -> dict[str, Any]:
@@ -90,7 +114,7 @@ def layer_placement(graph: OpGraph, placement: Placement | PlacementFile | str |
     A layer's ops are its forward ops, their gradients and its variables with their optimizer slots; it gets the
     device most of them are on (ties: the placement's first device), and a layer whose ops sit on several
     devices is listed in `split`. Refused: a placement of another graph, a model that is not the graph's."""
-    op_devices = _op_devices(graph, placement)
+    op_devices, placement_devices = _op_devices(graph, placement)
     device_order = {device: i for i, device in enumerate(dict.fromkeys(op_devices.values()))}
     devices: dict[str, str] = {}
     split: dict[str, dict[str, int]] = {}
@@ -99,7 +123,7 @@ def layer_placement(graph: OpGraph, placement: Placement | PlacementFile | str |
         devices[path] = max(counts, key=lambda device: (counts[device], -device_order[device]))
         if len(counts) > 1:
             split[path] = dict(counts.most_common())
-    return LayerPlacement(devices, split)
+    return LayerPlacement(devices, split, tuple(placement_devices))
 
 
 def layer_ops(graph: OpGraph, model: Any) -> dict[str, set[str]]:
@@ -184,24 +208,34 @@ def placement_of_layers(graph: OpGraph, model: Any, layers: LayerPlacement, devi
     return Placement.from_assignment(graph, devices, assignment, {LAYER_PLACEMENT_KEY: layers.to_json_dict()})
 
 
-def add_layer_placement(path: str | Path, model: str, size: str = "tiny") -> LayerPlacement:
+def add_layer_placement(path: str | Path, model: str, size: str = "tiny",
+                        device_map: Mapping[str | int, str] | str | None = None) -> LayerPlacement:
     """Write into the placement file at `path` the layer placement of the Keras model that `model` (a model
-    function returning a compiled keras.Model, as given to `placer train`) builds; returns it."""
+    function returning a compiled keras.Model, as given to `placer train`) builds; returns it. `device_map`
+    (`placer.keras.device_map.device_map_from`'s forms) is recorded with it for `place` to use; it is checked
+    against the file's devices before the model is built."""
+    from placer.keras.device_map import device_map_from
     from placer.models.loader import load_keras_model
 
     file = read_placement_file(path)
+    if device_map is not None:
+        device_map_from(device_map, file.devices)
     keras_model, graph = load_keras_model(model, size)
     layers = layer_placement(graph, file, keras_model)
+    if device_map is not None:
+        chosen = device_map_from(device_map, file.devices, used=layers.used_devices)
+        layers = dataclasses.replace(layers, device_map=dict(chosen.devices))
     file.with_metadata(**{LAYER_PLACEMENT_KEY: layers.to_json_dict()}).save(path)
     return layers
 
 
-def _op_devices(graph: OpGraph, placement) -> Mapping[str, str]:
+def _op_devices(graph: OpGraph, placement) -> tuple[Mapping[str, str], tuple[str, ...]]:
+    """Op -> device, and the placement's devices in order."""
     if isinstance(placement, Placement):
-        return placement.op_devices(graph)
+        return placement.op_devices(graph), tuple(placement.devices)
     file = placement if isinstance(placement, PlacementFile) else read_placement_file(placement)
     check_same_graph(file, graph)
-    return file.op_devices
+    return file.op_devices, tuple(file.devices)
 
 
 def _layer_scopes(model, graph: OpGraph) -> dict[str, list[str]]:

@@ -5,6 +5,7 @@ device; `PlacedModel.check` compares a traced `fit` with it.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -14,6 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from placer.keras.layers import (
     KerasPlacementError, LayerPlacement, _few, _layer_variables, _short, layer_paths, read_layer_placement,
+)
+from placer.devices import name_parts
+from placer.keras.device_map import (
+    DeviceMap, check_devices_exist, default_device_map, device_map_from, local_device,
 )
 from placer.placement import PlacementFile
 
@@ -34,8 +39,19 @@ class PlacedModel:
 
     model: Any
     layers: LayerPlacement
+    """The device of each layer in this process (the placement's devices mapped by `device_map`)."""
+    device_map: DeviceMap
+    """Which device of this process runs each device of the placement."""
     forward_scopes: dict[str, list[str]] = field(default_factory=dict)
     update_scopes: dict[str, list[str]] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """Where the layers run here: the device map used (and who chose it), then each layer's device."""
+        rule = "default map" if self.device_map.chosen_by == "default" else "device map"
+        lines = [f"placement devices -> devices of this process ({rule}):"]
+        lines += [f"  {line}" for line in self.device_map.describe().splitlines()]
+        lines += [f"  {line}" for line in self.layers.describe().splitlines()]
+        return "\n".join(lines)
 
     def check(self, trace: OpTrace) -> FitPlacementCheck:
         """Where the ops of each layer ran in `trace` (a `trace_devices()` around `fit`) against its device."""
@@ -45,7 +61,7 @@ class PlacedModel:
         prefixes = sorted([(f"{scope}/", path, False) for path, scopes in self.forward_scopes.items() for scope in scopes]
                           + [(f"{scope}/", path, True) for path, scopes in self.update_scopes.items() for scope in scopes],
                           key=lambda item: -len(item[0]))
-        wanted = {path: _local_device(device) for path, device in self.layers.devices.items()}
+        wanted = {path: local_device(device) for path, device in self.layers.devices.items()}
         moved: list[MovedOp] = []
         checked: Counter[str] = Counter()
         shared_reads = 0
@@ -54,7 +70,7 @@ class PlacedModel:
             path, update = next(((p, u) for prefix, p, u in prefixes if name.startswith(prefix)), (None, False))
             if path is None:
                 continue
-            if _local_device(device) == wanted[path]:
+            if local_device(device) == wanted[path]:
                 checked[path] += 1
             elif update and trace.op_types.get(op) == "ReadVariableOp":
                 # the layer's own variables are on its device, so this reads the optimizer's step count or
@@ -62,7 +78,7 @@ class PlacedModel:
                 shared_reads += 1
             else:
                 checked[path] += 1
-                moved.append(MovedOp(op, wanted[path], _local_device(device)))
+                moved.append(MovedOp(op, wanted[path], local_device(device)))
         unchecked = tuple(path for path in self.layers.devices if not checked[path])
         return FitPlacementCheck(sum(checked.values()), tuple(sorted(moved, key=lambda m: m.op)), unchecked,
                                  shared_reads)
@@ -97,16 +113,24 @@ class FitPlacementCheck:
         return text
 
 
-def place(model: Any, placement: str | Path | PlacementFile | LayerPlacement) -> PlacedModel:
-    """Put each layer of the compiled, built Keras 3 `model` on the device `placement` names for it, for `fit`,
-    `evaluate` and `predict`: its forward ops run there, its variables and their optimizer slots are made there
-    again (with their current values), its gradients are colocated with its forward ops, and each variable's
-    optimizer update runs on the variable's device.
+def place(model: Any, placement: str | Path | PlacementFile | LayerPlacement,
+          device_map: DeviceMap | Mapping[str | int, str] | str | None = None) -> PlacedModel:
+    """Put each layer of the compiled, built Keras 3 `model` on this process's device for the placement's device
+    of that layer, for `fit`, `evaluate` and `predict`: its forward ops run there, its variables and their
+    optimizer slots are made there again (with their current values), its gradients are colocated with its
+    forward ops, and each variable's optimizer update runs on the variable's device.
 
-    Checked before anything changes: the layer paths match the model's (else the placement is another model's)
-    and every device exists here (`tf.config.list_logical_devices()`). Call it before the first `fit`, or call
-    it again; it resets the model's compiled train function so that the next `fit` traces the placed step."""
+    device_map: placement device (or its index in the file's devices) -> device here, e.g. {0: "GPU:0",
+    1: "GPU:1"} or "0=GPU:0,1=GPU:1"; default: the map recorded by `placer export --device-map`, else
+    `default_device_map` (placement device i -> GPU:i, or CPU:i without GPUs). The result's `device_map` and
+    `describe()` say which map was used.
+
+    Checked before anything changes: the layer paths match the model's (else the placement is another model's),
+    the map covers every device the layers use, and each mapped device exists here
+    (`tf.config.list_logical_devices()`). Call it before the first `fit`, or call it again; it resets the model's
+    compiled train function so that the next `fit` traces the placed step."""
     import keras
+    import tensorflow as tf
 
     layers = read_layer_placement(placement)
     if not isinstance(model, keras.Model):
@@ -120,13 +144,16 @@ def place(model: Any, placement: str | Path | PlacementFile | LayerPlacement) ->
                                   "..., loss=...)) before placing it, so its optimizer state is placed too")
     paths = layer_paths(model)
     _check_same_layers(layers, paths, model)
-    _check_devices_exist(layers)
+    chosen = _chosen_device_map(layers, device_map, [device.name for device in tf.config.list_logical_devices()])
+    layers = dataclasses.replace(layers, devices={path: chosen[device] for path, device in layers.devices.items()},
+                                 split={path: {chosen.devices.get(d, d): n for d, n in counts.items()}
+                                        for path, counts in layers.split.items()})
     unbuilt = [path for path, layer in paths.items() if not layer.built]
     if unbuilt:
         raise KerasPlacementError(f"layers {', '.join(unbuilt)} of Keras model {model.name!r} are not built: start the "
                                   "model with keras.Input(shape=...) or call model.build(input_shape) first, so that "
                                   "its variables exist and can be placed")
-    placed = PlacedModel(model, layers)
+    placed = PlacedModel(model, layers, chosen)
     optimizer = model.optimizer
     if not optimizer.built:
         optimizer.build(model.trainable_variables)  # its slots must exist to be placed with their variables
@@ -166,30 +193,20 @@ def _check_same_layers(layers: LayerPlacement, paths: Mapping[str, Any], model) 
             "order)")
 
 
-def _check_devices_exist(layers: LayerPlacement) -> None:
-    import tensorflow as tf
-
-    devices = [device.name for device in tf.config.list_logical_devices()]
-    here = {_local_device(name) for name in devices}
-    missing = sorted({device for device in layers.devices.values() if _local_device(device) not in here})
-    if missing:
-        cpus = len(tf.config.list_logical_devices("CPU"))
-        raise KerasPlacementError(
-            f"the placement puts layers on devices this process does not have: {', '.join(missing)}; it has "
-            f"{', '.join(sorted(here))}. Run where those devices exist; for in-process CPU devices call "
-            f"placer.keras.make_logical_cpus(N) before TensorFlow starts (it has {cpus} CPU device(s) now)")
-
-
-def _local_device(name: str) -> str:
-    """A device name as this process knows it: "/device:CPU:1" for "/job:localhost/replica:0/task:0/device:CPU:1"
-    (another job's device keeps its full name, so it is never found here)."""
-    from placer.measure.runner import canonical_device
-
-    full = canonical_device(name)
-    return full[len(_LOCAL_TASK):] if full.startswith(_LOCAL_TASK) else full
-
-
-_LOCAL_TASK = "/job:localhost/replica:0/task:0"
+def _chosen_device_map(layers: LayerPlacement, device_map, process_devices: list[str]) -> DeviceMap:
+    """The map given to `place`, else the one recorded at export, else the default; refused if a device the
+    layers use is unmapped or missing here."""
+    if isinstance(device_map, DeviceMap):
+        chosen = device_map
+    elif device_map is not None:
+        chosen = device_map_from(device_map, layers.devices_in_order, used=layers.used_devices)
+    elif layers.device_map:
+        chosen = device_map_from(layers.device_map, layers.devices_in_order, used=layers.used_devices)
+    else:
+        has_gpus = any(name_parts(name)[2] == "GPU" for name in process_devices)
+        chosen = default_device_map(layers.devices_in_order, has_gpus)
+    check_devices_exist(chosen, process_devices, layers.used_devices)
+    return chosen
 
 
 def _make_again_on(variable, device: str) -> None:
@@ -197,7 +214,7 @@ def _make_again_on(variable, device: str) -> None:
     holding its current value (the Keras object, and so every reference to it, stays)."""
     import tensorflow as tf
 
-    if _local_device(variable.value.device) == _local_device(device):
+    if local_device(variable.value.device) == local_device(device):
         return
     with tf.init_scope(), tf.device(device):
         variable._initialize(tf.identity(variable.value.read_value()))

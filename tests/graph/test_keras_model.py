@@ -83,3 +83,27 @@ def test_a_compiled_tf_keras_model_becomes_its_training_step_too():
 def test_anything_but_a_keras_model_is_refused():
     with pytest.raises(GraphBuildError, match="expected a keras.Model"):
         graph_from_keras_model(object())
+
+
+def test_the_traced_batch_is_recorded_with_who_chose_it_and_a_model_without_one_gets_one_note():
+    from placer.graph.opgraph import TracedBatch
+
+    unfixed = graph_from_keras_model(_mlp())
+    assert unfixed.batch == TracedBatch(32, "default")
+    assert unfixed.batch_note == (f"model {unfixed.name!r} has no fixed batch; traced at 32 examples: set "
+                                  "keras.Input(batch_size=...) to choose")
+    assert unfixed.summary().splitlines()[1:] == [unfixed.batch_note] and "batch 32," in unfixed.summary()
+
+    assert graph_from_keras_model(_mlp(batch_size=8)).batch == TracedBatch(8, "model")
+    assert graph_from_keras_model(_mlp(), batch_size=4).batch == TracedBatch(4, "caller")
+    for chosen in (graph_from_keras_model(_mlp(batch_size=8)), graph_from_keras_model(_mlp(), batch_size=4)):
+        assert chosen.batch_note is None and len(chosen.summary().splitlines()) == 1
+
+
+def test_the_batch_travels_in_the_placement_file_of_the_graph(tmp_path):
+    from placer.devices import local_devices
+    from placer.placement import Placement, read_placement_file
+
+    graph = graph_from_keras_model(_mlp(), batch_size=4)
+    path = Placement.round_robin(graph, local_devices(1)).save(tmp_path / "placement.json", graph)
+    assert read_placement_file(path).batch_size == 4
