@@ -59,13 +59,18 @@ if TYPE_CHECKING:
 SCHEDULE_METHODS = ("gpipe", "1f1b", "tessel-fast")
 """The schedules tried with --schedules (sequential is one batch cut in pieces; Tessel's exact search is too slow
 to run inside a budget of minutes, its fast search is not)."""
-MEASURE_CONFIG = MeasureConfig(warmup_steps=3, timed_steps=10)
-"""How each candidate is timed in each round, as `placer tune` times a thread setting."""
+MEASURE_CONFIG = MeasureConfig(warmup_steps=3, timed_steps=10, kept_sessions=8)
+"""How each candidate is timed in each round, as `placer tune` times a thread setting; a candidate's session is kept
+for its later rounds (a 16k-op graph's set-up is several times its steps)."""
 MAX_SETTINGS = 12
 """Thread settings measured per machine use at most: on N cores `placer tune` sweeps N*N pairs, each a process of
 its own. Beyond this, one process keeps TensorFlow's default, the recommended setting and those the simulator
 prices fastest (`settings_to_measure`); the target's workers, which it cannot price, keep the pairs of a power of
 two intra-op threads and one or two inter-op threads (`placer tune MODEL --target TARGET` times them all)."""
+CALIBRATION_SECONDS = 60.0
+"""About what calibrating a 2-worker testbed takes, before anything of the model is measured."""
+MEASURING_MINIMUM = 20.0
+"""Seconds below which a budget left after calibrating cannot profile a model and measure one placement."""
 MEASURING_RESERVE = 60.0
 """Seconds of the budget kept for the measured comparison: optional stages (learning, schedules) are skipped
 rather than eat into it."""
@@ -80,7 +85,8 @@ class OptimizeArgs:
     """What `placer optimize` searches, and for how long."""
 
     model: str = setting("", cli=False)
-    """A built-in model (`placer models`), module:function or file.py:function returning an OpGraph."""
+    """A built-in model (`placer models`), or module:function or file.py:function returning an OpGraph or a
+    compiled keras.Model."""
     size: str = "tiny"
     """Size of a built-in model: tiny, small or paper."""
     target: str = setting("local:2", flags=("--cluster",), metavar="TARGET")
@@ -102,8 +108,10 @@ class OptimizeArgs:
     keep: int = setting(2, metavar="K")
     """Of each joint family (a placement with tuned pools, with a schedule): the K predicted fastest are measured."""
     budget: float = setting(180.0, metavar="SECONDS")
-    """Seconds the search aims to finish in: learning and schedules are cut short or skipped to keep 60 for the
-    measured comparison (calibrating and measuring are never cut)."""
+    """Seconds the whole search may take: learning and schedules are cut short or skipped to keep 60 for the
+    measured comparison, and no measurement starts once it is spent (the table then shows what was measured, and
+    the plan is the fastest of those). Calibrating (about a minute, once per target) and profiling (once per graph)
+    are not cut."""
     out: str = setting("plan.json", metavar="PLAN")
     """Where to write the recommended plan (`placer apply PLAN` runs it)."""
     seed: int = 0
@@ -177,14 +185,16 @@ def to_measure(candidates: Sequence[Candidate], keep: int) -> list[Candidate]:
 
 
 def confirm(candidates: Sequence[Candidate], measure: Callable[[Candidate], StepTime], rounds: int, *,
-            progress: Callable[[Iterable[int]], Iterable[int]] | None = None) -> list[Measured]:
-    """Every candidate measured side by side in `rounds` interleaved rounds (`placer.cost.compare`)."""
+            progress: Callable[[Iterable[int]], Iterable[int]] | None = None,
+            deadline: float | None = None) -> list[Measured]:
+    """Every candidate measured side by side in `rounds` interleaved rounds (`placer.cost.compare`), none started
+    after `deadline` (a `time.monotonic()`): those not reached are left untimed, in the order given."""
     from placer.cost import compare
 
     names = [c.name for c in candidates]
     if len(set(names)) != len(names):
         raise ValueError(f"candidates need distinct names, got {names}")
-    compared = compare(measure, {c.name: c for c in candidates}, rounds, progress=progress)
+    compared = compare(measure, {c.name: c for c in candidates}, rounds, progress=progress, deadline=deadline)
     return [Measured(c, compared[c.name]) for c in candidates]
 
 
@@ -194,9 +204,12 @@ def recommend(measured: Sequence[Measured]) -> Measured:
     that one)."""
     ran = [m for m in measured if m.ok]
     if not ran:
+        if not any(m.compared.timed for m in measured):
+            raise OptimizeError("--budget ran out before any candidate was measured: raise --budget (the calibration "
+                                "and the profile are cached, so a second run spends it on measuring)")
         failures = "; ".join(f"{m.candidate.name}: {m.compared.failure.failure} ({m.compared.failure.message})"
                              for m in measured if m.compared.failure is not None)
-        raise OptimizeError(f"every candidate failed when measured: {failures or 'nothing was measured'}")
+        raise OptimizeError(f"every candidate failed when measured: {failures}")
     best = min(ran, key=lambda m: (m.median, len(m.candidate.dimensions)))
     simple = [m.median for m in ran if m.candidate.one_dimension]
     if simple and best.median > min(simple):
@@ -224,6 +237,11 @@ class OptimizeResult:
     notes: tuple[str, ...] = ()
     """What was skipped or could not be made, and why."""
     seconds: float = 0.0
+    ops: int = 0
+    """Ops of the model's training step (initializers included)."""
+    phase_seconds: Mapping[str, float] = field(default_factory=dict)
+    """Where the search's time went: building the graph, calibrating, profiling, the heuristics, learning, schedules,
+    measuring."""
 
     def describe(self) -> str:
         winner = self.recommended.median
@@ -242,6 +260,8 @@ class OptimizeResult:
             predicted = f"{c.predicted.seconds * 1e3:7.2f} ms" if c.predicted is not None and c.predicted.ok else "-"
             if m.ok:
                 measured, ratio = f"{m.median * 1e3:7.2f} ms", f"{m.median / winner:.2f}x"
+            elif not m.compared.timed:
+                measured, ratio = "-", "(not measured: --budget ran out)"
             else:
                 measured, ratio = "failed", f"({m.compared.failure.failure}: {m.compared.failure.message[:60]})"
             lines.append(f"  {mark} {c.name:<{name_width}}  {str(c.machine):<{machine_width}}  {schedule:<16} "
@@ -259,6 +279,9 @@ class OptimizeResult:
                          f"{on_target[0].median * 1e3:.2f} ms ({on_target[0].median / winner:.2f}x)")
         lines.append(f"wrote {self.plan_path} in {self.seconds:.0f} s of search; run it with `placer apply "
                      f"{self.plan_path}`")
+        if self.phase_seconds:
+            lines.append("  where the time went: " + ", ".join(f"{phase} {seconds:.0f} s"
+                                                                for phase, seconds in self.phase_seconds.items()))
         return "\n".join(lines)
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -268,7 +291,8 @@ class OptimizeResult:
                     "schedule": None if c.schedule is None else {"method": c.schedule.method,
                                                                  "micro_batches": c.schedule.micro_batches},
                     "predicted": None if c.predicted is None else c.predicted.to_dict(),
-                    "ok": m.ok, "median": m.median if m.ok else None, "rounds": m.compared.rounds,
+                    "ok": m.ok, "measured": m.compared.timed, "median": m.median if m.ok else None,
+                    "rounds": m.compared.rounds,
                     "vs_fastest": m.median / self.recommended.median if m.ok else None,
                     "step_time": m.compared.median_timing.to_dict() if m.compared.timings else None}
 
@@ -276,7 +300,8 @@ class OptimizeResult:
                 "calibration": self.calibration, "rounds": self.rounds, "recommended": self.recommended.candidate.name,
                 "plan": self.plan_path, "measured": [row(m) for m in self.measured],
                 "priced_only": [{"name": c.name, "predicted": c.predicted.to_dict()} for c in self.priced_only],
-                "notes": list(self.notes), "seconds": self.seconds}
+                "notes": list(self.notes), "seconds": self.seconds, "ops": self.ops,
+                "phase_seconds": dict(self.phase_seconds)}
 
 
 def _versus_default(measured: Sequence[Measured], best: Measured) -> str:
@@ -310,6 +335,10 @@ def check_optimize_args(args: OptimizeArgs, *, allow_exposed_ports: bool = False
             raise OptimizeError(f"{name} must be at least {least}, got {value}")
     if not (math.isfinite(args.budget) and args.budget > 0):
         raise OptimizeError(f"--budget must be a positive number of seconds, got {args.budget}")
+    if not calibration_file(args).exists() and args.budget < CALIBRATION_SECONDS + MEASURING_MINIMUM:
+        raise OptimizeError(f"--budget {args.budget:g} s cannot calibrate {args.target} (about {CALIBRATION_SECONDS:.0f} "
+                            f"s) and measure a placement: give at least {CALIBRATION_SECONDS + MEASURING_MINIMUM:.0f} "
+                            "s, or --calibration FILE made earlier by `placer calibrate`")
     if args.schedules:
         from placer.models import model_batch
         from placer.schedule.from_placement import check_micro_batches
@@ -353,7 +382,16 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
     def left() -> float:
         return args.budget - (time.monotonic() - started)
 
+    phases: dict[str, float] = {}
+    phase_started = [time.monotonic()]
+
+    def phase_done(phase: str) -> None:
+        now = time.monotonic()
+        phases[phase] = phases.get(phase, 0.0) + now - phase_started[0]
+        phase_started[0] = now
+
     graph = load_model(args.model, args.size)
+    phase_done("building the graph")
     if args.from_run:  # before any process starts
         check_same_graph(_run_placement(args), graph)
     say(graph.summary())
@@ -369,13 +407,16 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
             calibration = calibrate(real.measurer, progress=_progress(args, "calibrating", "round"))
             calibration_path.parent.mkdir(parents=True, exist_ok=True)
             calibration.save(calibration_path)
+        phase_done("starting and calibrating")
         say(f"profiling {graph.name}'s ops on {target} and learning which small constants TensorFlow sends, for the "
             "calibrated simulator (once per graph, cached)")
         profiled_costs(graph, calibration, calibration_path, measurer=real.measurer)
         twin_spec = f"{PREFIX}{calibration_path.resolve()}"  # the plan names it: readable from any directory
         twin = stack.enter_context(open_target(graph, twin_spec))
+        phase_done("profiling")
 
         placements = _heuristic_candidates(args, target, twin, notes)
+        phase_done("heuristics")
         if args.learn_updates:
             seconds = left() - MEASURING_RESERVE
             if seconds < 5:
@@ -392,6 +433,7 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
             placement = _run_placement(args).to_placement(graph, twin.devices)
             placements.append(_placement_candidate(f"learned ({args.from_run})", placement, target, twin,
                                                    f"the best placement of run {args.from_run}"))
+        phase_done("learning")
         placements = _merge_same_placements(placements)
         best = min(placements, key=lambda c: c.predicted_seconds)
         joint = _pool_candidates(best, target, settings if thread_settings is not None else None)
@@ -410,6 +452,7 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
                     say(f"pricing the same schedules of {expert.name}")
                     joint += _schedule_candidates(args, graph, expert, real, twin, calibration, calibration_path,
                                                   notes, time_limit=min(10.0, max(1.0, left() - MEASURING_RESERVE)))
+        phase_done("pools and schedules")
         candidates = [*_one_process_candidates(settings), *placements, *joint]
         measured_candidates = to_measure(candidates, args.keep)
         measured_names = {c.name for c in measured_candidates}
@@ -434,13 +477,20 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
             scheduled = candidate.scheduled  # the micro-batched step in the schedule's order, as `placer apply` runs it
             return StepTime.from_measurement(on.measurer.measure(scheduled.graph, scheduled.placement), str(on.spec))
 
-        measured = confirm(measured_candidates, measure, args.rounds, progress=_progress(args, "measuring", "round"))
+        measured = confirm(measured_candidates, measure, args.rounds, progress=_progress(args, "measuring", "round"),
+                           deadline=started + args.budget)
+        cut_short = [m.candidate.name for m in measured
+                     if m.compared.failure is None and len(m.compared.timings) < args.rounds]
+        if cut_short:
+            notes.append(f"--budget ran out while measuring: {len(cut_short)} of {len(measured)} candidates have fewer "
+                         f"than {args.rounds} rounds (those not measured at all are marked); raise --budget for all")
+    phase_done("measuring")
     winner = recommend(measured)
     plan = plan_of(args, graph, winner, measured, target, twin_spec, command)
     plan.save(args.out)
     return OptimizeResult(args.model, args.size, graph.name, str(target), str(calibration_path), args.rounds,
                           tuple(measured), winner, plan, str(args.out), priced_only, tuple(notes),
-                          time.monotonic() - started)
+                          time.monotonic() - started, len(graph.ops), phases)
 
 
 def settings_to_measure(settings: Mapping[str, ThreadSetting], count: int,

@@ -133,10 +133,13 @@ def profile_costs(
                            f"rounds of {steps} after {warmup_rounds}")
     devices = measurer.devices
     placement = Placement.on_device(graph, devices, device)
-    config = replace(measurer.config, profile_steps=steps, profile_cores=cores,
+    # One session for every round: the rounds time the same placement, and a big graph's session set-up costs
+    # many times its steps (`MeasureConfig.kept_sessions`).
+    kept = replace(measurer.config, kept_sessions=max(measurer.config.kept_sessions, 1))
+    config = replace(kept, profile_steps=steps, profile_cores=cores,
                      timed_seconds=max(measurer.config.timed_seconds, ENOUGH_TIMED_SECONDS))
     for _ in range(warmup_rounds):
-        result = measurer.measure(graph, placement, replace(measurer.config, profile_steps=0))
+        result = measurer.measure(graph, placement, replace(kept, profile_steps=0))
         if not result.ok:
             raise ProfileError(f"profiling {graph.name!r} failed ({result.failure.kind}): {result.failure.message}")
     step_medians: list[float] = []

@@ -9,6 +9,7 @@ of a would-be best, the benchmarks) goes through `compare`.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Callable, Generic, Iterable, Mapping, Protocol, Sequence, TypeVar
 
@@ -37,6 +38,11 @@ class Compared(Generic[T]):
         return all(t.ok for t in self.timings) and bool(self.timings)
 
     @property
+    def timed(self) -> bool:
+        """Whether it was timed at all: a comparison that reached its deadline leaves some placements untimed."""
+        return bool(self.timings)
+
+    @property
     def median_timing(self) -> T:
         """The timing with the median step time (the faster middle one of an even count; failures sort last)."""
         ranked = sorted(self.timings, key=lambda t: t.seconds if t.ok else math.inf)
@@ -58,13 +64,14 @@ class Compared(Generic[T]):
 
 def compare(evaluate: Callable[[object], T | Sequence[T]], placements: Mapping[str, object], rounds: int, *,
             retry_failed: bool = False, progress: Callable[[Iterable[int]], Iterable[int]] | None = None,
-            ) -> dict[str, Compared[T]]:
+            deadline: float | None = None) -> dict[str, Compared[T]]:
     """Time every placement once per round, in the same order each round, for `rounds` rounds.
 
     evaluate: a `CostTarget.evaluate`, or any function returning one timing (or several, e.g. a vector
     environment's sub-environments) of a placement. A placement that failed (OOM, timeout, crash) is not
     timed again in later rounds unless `retry_failed`: a hang would cost its timeout every round.
-    progress: wraps the round iterator (e.g. a tqdm progress bar)."""
+    progress: wraps the round iterator (e.g. a tqdm progress bar). deadline: a `time.monotonic()` after which no
+    timing starts; placements not reached by then have fewer timings, or none (`Compared.timings` is empty)."""
     if rounds < 1:
         raise ValueError(f"compare needs at least one round, got {rounds}")
     timings: dict[str, list[T]] = {name: [] for name in placements}
@@ -73,6 +80,8 @@ def compare(evaluate: Callable[[object], T | Sequence[T]], placements: Mapping[s
         for name, placement in placements.items():
             if not retry_failed and any(not t.ok for t in timings[name]):
                 continue
+            if deadline is not None and time.monotonic() >= deadline:
+                break
             result = evaluate(placement)
             timings[name].extend(result if isinstance(result, (list, tuple)) else [result])
     return {name: Compared(name, tuple(values)) for name, values in timings.items()}

@@ -48,13 +48,17 @@ def graph_from_keras_model(
     inputs: Any = None,
     targets: Any = None,
     name: str | None = None,
+    unroll_loops: bool = False,
 ) -> OpGraph:
     """The training step of a compiled Keras 3 or tf-keras `model`: its own `train_step` on a synthetic batch.
 
     batch_size: examples per step (default: the batch dimension the model's inputs fix, else 32, as `fit`).
     inputs, targets: `SyntheticTensor`s (a list for several inputs or outputs) replacing the batch derived from
     the model's input and output shapes: for a model without static input shapes, or to draw integer targets
-    from another range. name: the graph's name (default: the model's).
+    from another range. name: the graph's name (default: the model's). unroll_loops: trace every recurrent layer
+    (`keras.layers.RNN` and its subclasses, inside `Bidirectional` too) unrolled, one set of ops per time step,
+    instead of as a functional loop that is placed as one unit (`placer.graph.control_flow`), at the sequence
+    length of the synthetic batch.
     Refused before anything is traced: a model that is not compiled, or has no input shapes and no `inputs`.
     """
     from placer.graph.build import SyntheticTensor, graph_from_tf_function
@@ -102,10 +106,41 @@ def graph_from_keras_model(
         # train_step returns the metrics' running values, a dict; its "loss" is what the graph names as the loss
         return logs["loss"] if isinstance(logs, Mapping) and "loss" in logs else logs
 
-    graph = graph_from_tf_function(train_step, name=name or model.name)
+    with _recurrent_layers_unrolled(model, unroll_loops):
+        graph = graph_from_tf_function(train_step, name=name or model.name)
     if inputs is not None and input_specs[0].shape:  # the caller's SyntheticTensors set the batch
         traced = TracedBatch(input_specs[0].shape[0], "caller")
     return dataclasses.replace(graph, batch=traced)
+
+
+@contextmanager
+def _recurrent_layers_unrolled(model, unroll: bool) -> Iterator[None]:
+    """With `unroll`, every recurrent layer of `model` traces unrolled inside the block; each keeps its own setting
+    afterwards. The step is traced on synthetic tensors of fixed shapes, so every sequence length is known."""
+    layers = [layer for layer in _all_layers(model) if hasattr(layer, "unroll") and hasattr(layer, "cell")] if unroll else []
+    before = [layer.unroll for layer in layers]
+    for layer in layers:
+        layer.unroll = True
+    try:
+        yield
+    finally:
+        for layer, setting in zip(layers, before):
+            layer.unroll = setting
+
+
+def _all_layers(model) -> list:
+    """Every layer inside `model`, nested ones and a Bidirectional's two directions included."""
+    found, pending, seen = [], list(getattr(model, "layers", [])), set()
+    while pending:
+        layer = pending.pop()
+        if id(layer) in seen:
+            continue
+        seen.add(id(layer))
+        found.append(layer)
+        pending += list(getattr(layer, "layers", None) or [])
+        pending += [inner for attribute in ("forward_layer", "backward_layer", "layer")
+                    if (inner := getattr(layer, attribute, None)) is not None and hasattr(inner, "name")]
+    return found
 
 
 @contextmanager

@@ -11,6 +11,7 @@ import json
 import os
 import statistics
 import time
+from collections import OrderedDict
 from typing import Mapping, Sequence
 
 import tensorflow as tf
@@ -66,6 +67,8 @@ class LoadedGraph:
         self._ops: dict[str, tf.Operation] = {}
         self._colocated: dict[str, list[str]] = {}
         self._unclosed: tf.compat.v1.Session | None = None
+        self._kept: OrderedDict[tuple, tf.compat.v1.Session] = OrderedDict()
+        """Open sessions by (placement, target, session config), least recently used first (`kept_sessions`)."""
 
     def placed_graph(self, op_devices: Mapping[str, str], reuse: bool = True) -> tf.Graph:
         """The graph with each op on its device from `op_devices` (unlisted ops: no device).
@@ -112,6 +115,12 @@ class LoadedGraph:
             session, self._unclosed = self._unclosed, None
             session.close()
 
+    def close_kept_sessions(self, keep: int = 0) -> None:
+        """Close kept sessions, the least recently used first, until at most `keep` are open."""
+        while len(self._kept) > keep:
+            _, session = self._kept.popitem(last=False)
+            session.close()
+
     def measure(self, op_devices: Mapping[str, str], target: str, config: MeasureConfig,
                 local_cpus: int | None = None, threads: tuple[int | None, int | None] = (None, None),
                 close_later: bool = False, worker_pids: Sequence[int] = ()) -> Measurement:
@@ -126,12 +135,19 @@ class LoadedGraph:
         worker_pids: the testbed's worker processes, whose CPU time over the timed steps is recorded.
         """
         self.close_session()  # before the shared graph's devices change under it
+        session_config = session_config_for(config, local_cpus, threads)
+        kept_key = ((frozenset(op_devices.items()), target, session_config.SerializeToString())
+                    if config.kept_sessions > 0 else None)
+        session = self._kept.pop(kept_key, None) if kept_key is not None else None
         overhead: dict[str, float] = {}
         started = time.perf_counter()
-        try:
-            graph = self.placed_graph(op_devices, reuse=not config.reimport_graph)
-        except (ValueError, tf.errors.OpError) as error:
-            return _failed("invalid", f"TensorFlow rejected the placed graph: {_first_line(error)}", overhead, target)
+        if session is None:
+            try:
+                # A kept session owns its graph: the shared one's devices change with the next placement.
+                graph = self.placed_graph(op_devices, reuse=not config.reimport_graph and kept_key is None)
+            except (ValueError, tf.errors.OpError) as error:
+                return _failed("invalid", f"TensorFlow rejected the placed graph: {_first_line(error)}", overhead,
+                               target)
         overhead["graph_rewrite"] = time.perf_counter() - started
 
         check = ""
@@ -144,20 +160,21 @@ class LoadedGraph:
             elif config.warmup_steps:
                 check = "traced"  # the first warm-up step
 
-        session_config = session_config_for(config, local_cpus, threads)
         step_options = config_pb2.RunOptions(timeout_in_ms=int(config.step_timeout * 1000))
         traced_options = config_pb2.RunOptions(
             timeout_in_ms=int(config.step_timeout * 1000), trace_level=config_pb2.RunOptions.FULL_TRACE
         )
-        session = None
         ran = False
         try:
             started = time.perf_counter()
-            session = tf.compat.v1.Session(target, graph=graph, config=session_config)
+            reused = session is not None
+            if not reused:
+                session = tf.compat.v1.Session(target, graph=graph, config=session_config)
             overhead["session"] = time.perf_counter() - started
 
             started = time.perf_counter()
-            session.run(self.init_op, options=step_options)
+            if not reused:  # the kept session's variables hold their values; their values change no step time
+                session.run(self.init_op, options=step_options)
             overhead["init"] = time.perf_counter() - started
 
             for step in range(config.warmup_steps):
@@ -205,11 +222,15 @@ class LoadedGraph:
         finally:
             # close_later: a session that ran fine is closed once the answer is out (`close_session`), off the
             # caller's clock (0.1 s for Inception-V3); a failed one now, so that a close that hangs is charged to the
-            # placement that caused it.
-            if session is not None and not (close_later and ran):
+            # placement that caused it. A session that ran fine is kept instead where sessions are kept.
+            if session is not None and ran and kept_key is not None:
+                self._kept[kept_key] = session
+                session = None
+            elif session is not None and not (close_later and ran):
                 session.close()
                 session = None
         self._unclosed = session
+        self.close_kept_sessions(keep=config.kept_sessions)
         return Measurement(
             samples=tuple(samples),
             moved_ops=moved,

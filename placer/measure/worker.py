@@ -126,6 +126,9 @@ def _serve(channel_in: int, channel_out: int, target: str, servers, local_cpus: 
                 except Exception as error:
                     channel.send(channel_out, Measurement(failure=Failure("crash", str(error)), target=target))
                     return  # the caller restarts us, and with us the testbed
+            for other, loaded in graphs.items():
+                if other != key:  # sessions are kept for the graph being measured only, or memory grows per graph
+                    loaded.close_kept_sessions()
             pids = [process.pid for process in servers.processes] if servers is not None else []
             result = graphs[key].measure(op_devices, target, config, local_cpus, threads, close_later=True,
                                          worker_pids=pids)

@@ -76,6 +76,38 @@ def test_a_failed_candidate_is_never_recommended_and_all_failing_is_an_error():
         recommend(everything_failed)
 
 
+def test_no_measurement_starts_once_the_budget_is_spent_and_the_plan_is_the_fastest_of_those_measured(monkeypatch):
+    import sys
+
+    clock = [0.0]
+    monkeypatch.setattr(sys.modules["placer.cost.compare"], "time", type("FakeClock", (), {"monotonic": lambda: clock[0]}))
+    medians = {"one process, default": 0.010, "metis": 0.004, "learned": 0.002}
+    fake = _timings(medians)
+
+    def measure(candidate):  # every measurement takes 10 s of the budget
+        clock[0] += 10
+        return fake(candidate)
+
+    candidates = [_candidate("one process, default"), _candidate("metis", ("placement",)),
+                  _candidate("learned", ("placement",))]
+    measured = confirm(candidates, measure, rounds=3, deadline=45)  # room to start four measurements and a fifth
+    assert [len(m.compared.timings) for m in measured] == [2, 2, 1]
+    assert recommend(measured).candidate.name == "learned"
+    cut = confirm(candidates, measure, rounds=3, deadline=clock[0] + 15)
+    assert [m.compared.timed for m in cut] == [True, True, False]
+    assert recommend(cut).candidate.name == "metis"
+    with pytest.raises(OptimizeError, match="--budget ran out before any candidate was measured"):
+        recommend(confirm(candidates, measure, rounds=3, deadline=clock[0]))
+
+
+def test_a_budget_that_cannot_calibrate_the_target_and_measure_is_refused_before_any_work(tmp_path):
+    from agents.optimize import check_optimize_args
+
+    args = OptimizeArgs(model="two-tower", target="inprocess:2", budget=30, out=str(tmp_path / "plan.json"))
+    with pytest.raises(OptimizeError, match="--budget 30 s cannot calibrate inprocess:2 .* --calibration FILE"):
+        check_optimize_args(args)
+
+
 def test_every_one_dimension_candidate_is_measured_and_of_each_joint_family_the_predicted_fastest():
     candidates = [_candidate("one process, default"), _candidate("slow heuristic", ("placement",), predicted=1.0),
                   *[_candidate(f"best + {m}", ("placement", "schedule"), predicted=p)

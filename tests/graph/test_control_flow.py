@@ -114,3 +114,34 @@ def test_a_roofline_names_the_loops_whose_bodies_it_cannot_price(lstm_graph):
     with pytest.warns(UserWarning, match=r"2 loops or conditionals of .* priced as one cheap op each"):
         table = roofline_costs(lstm_graph, GPUS["V100"])
     assert set(table.metadata["control_flow_not_priced"]) == {op.name for op in _loops(lstm_graph)}
+
+
+def _lstm_model(timesteps):
+    inputs = keras.Input((timesteps, 4), batch_size=4)
+    recurrent = keras.layers.Bidirectional(keras.layers.LSTM(8, return_sequences=True))(inputs)
+    outputs = keras.layers.Dense(3)(keras.layers.GRU(8)(recurrent))
+    model = keras.Model(inputs, outputs)
+    model.compile(optimizer="sgd", loss="mse")
+    return model
+
+
+def test_recurrent_layers_unrolled_on_request_give_placeable_ops_per_time_step():
+    from placer.graph import graph_from_keras_model
+
+    model = _lstm_model(TIMESTEPS)
+    looped = graph_from_keras_model(model)
+    unrolled = graph_from_keras_model(model, unroll_loops=True)
+    assert len(_loops(looped)) == 6  # forward and gradient loops of both directions and of the GRU
+    assert _loops(unrolled) == []
+    assert len(unrolled.groups) > len(looped.groups) + 5 * TIMESTEPS
+    assert all(not layer.unroll for layer in (model.layers[1].forward_layer, model.layers[2]))  # left as they were
+
+
+def test_a_recurrent_layer_without_a_fixed_sequence_length_unrolls_at_the_length_it_is_traced_on():
+    from placer.graph import SyntheticTensor, graph_from_keras_model
+
+    graph = graph_from_keras_model(_lstm_model(None), unroll_loops=True, inputs=SyntheticTensor((4, 5, 4)),
+                                   targets=SyntheticTensor((4, 3)))
+    assert _loops(graph) == []
+    matmuls = [op for op in graph.step_ops if op.type == "MatMul" and "gru" in op.name and "grad" not in op.name]
+    assert len(matmuls) == 2 * 5  # the GRU's input and recurrent matmuls, once per time step

@@ -202,6 +202,27 @@ def test_session_left_open_for_the_answer_is_closed_before_the_next_placement(ml
     assert second.ok and left_open._closed and loaded._unclosed is None
 
 
+def test_a_kept_session_times_its_placement_again_without_setting_it_up_and_the_oldest_is_closed_first(mlp, cpus2):
+    loaded = _loaded(mlp)
+    kept = replace(QUICK, kept_sessions=2)
+    placements = [Placement.round_robin(mlp, cpus2).op_devices(mlp), Placement.on_device(mlp, cpus2, 0).op_devices(mlp),
+                  Placement.on_device(mlp, cpus2, 1).op_devices(mlp)]
+    first = loaded.measure(placements[0], "", kept, 2)
+    again = loaded.measure(placements[0], "", kept, 2)
+    assert first.ok and again.ok and len(again.samples) == len(first.samples)
+    assert first.overhead["init"] > 0 and again.overhead["init"] < 1e-3 and again.overhead["graph_rewrite"] < 1e-3
+    assert again.placement_check == "reused" and again.moved_ops == first.moved_ops
+    oldest = loaded._kept[next(iter(loaded._kept))]
+    loaded.measure(placements[1], "", kept, 2)
+    loaded.measure(placements[2], "", kept, 2)  # a third placement: the least recently used session goes
+    assert len(loaded._kept) == 2 and oldest._closed
+    # another session configuration (threads) is another session, even for the same placement
+    loaded.measure(placements[2], "", kept, 2, threads=(1, 1))
+    assert len(loaded._kept) == 2
+    loaded.measure(placements[1], "", QUICK, 2)  # a measurement that keeps no session closes the kept ones
+    assert not loaded._kept
+
+
 def test_a_session_error_is_summed_up_by_its_cause_and_node_not_by_its_header():
     from placer.measure.runner import _first_line
 
