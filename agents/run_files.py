@@ -361,6 +361,13 @@ class RunSummary:
     """The fastest placement the run measured in the comparison that decides: "learned", "start",
     "simulator-best" or a baseline's name (ties go to the learned one). `placer export` writes it."""
     fastest_step_time: float | None = None
+    bound: Mapping[str, Any] | None = None
+    """The step time no placement of the run's graph can beat on its target (`placer.simulate.StepTimeBound`'s
+    `to_dict`): simulated on the target's own simulator, or predicted on the calibrated twin of a measured one;
+    None where the run has neither."""
+    gap_closed: float | None = None
+    """(best baseline - learned) / (best baseline - bound): the share of the best baseline's distance to the
+    bound that the learned placement closed."""
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
