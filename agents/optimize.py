@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from placer.errors import PlacerError
 from placer.measure.config import MeasureConfig
+from placer.simulate.bound import StepTimeBound, gap_closed, times_bound
 
 from agents.flags import add_dataclass_arguments, field_docs, setting
 from agents.launch import Command
@@ -237,11 +238,25 @@ class OptimizeResult:
     notes: tuple[str, ...] = ()
     """What was skipped or could not be made, and why."""
     seconds: float = 0.0
+    bound: StepTimeBound | None = None
+    """The step time no placement on the target's devices can beat, predicted on the calibrated twin."""
     ops: int = 0
     """Ops of the model's training step (initializers included)."""
     phase_seconds: Mapping[str, float] = field(default_factory=dict)
     """Where the search's time went: building the graph, calibrating, profiling, the heuristics, learning, schedules,
     measuring."""
+
+    @property
+    def gap_closed(self) -> float | None:
+        """The share of the best heuristic's measured distance to the bound that the learned placement closed;
+        None without both (or a bound)."""
+        learned = [m.median for m in self.measured if m.ok and any(
+            name.startswith("learned") for name in m.candidate.name.split(" = "))]
+        heuristics = [m.median for m in self.measured if m.ok and "heuristic " in m.candidate.made_by
+                      and len(m.candidate.dimensions) == 1]
+        if self.bound is None or not learned or not heuristics:
+            return None
+        return gap_closed(min(heuristics), min(learned), self.bound)
 
     def describe(self) -> str:
         winner = self.recommended.median
@@ -252,7 +267,7 @@ class OptimizeResult:
         lines = [f"{self.model} ({self.size}, graph {self.graph!r}): {len(rows)} ways to run its step, measured side by "
                  f"side in {rounds}; predicted on calibrated:{self.calibration}",
                  f"  {'':1} {'plan':<{name_width}}  {'machine use':<{machine_width}}  {'schedule':<16} "
-                 f"{'predicted':>10} {'measured':>10}  vs fastest"]
+                 f"{'predicted':>10} {'measured':>10}  {'x bound':>7}  vs fastest"]
         for m in rows:
             c = m.candidate
             mark = "*" if m is self.recommended else " "
@@ -264,11 +279,19 @@ class OptimizeResult:
                 measured, ratio = "-", "(not measured: --budget ran out)"
             else:
                 measured, ratio = "failed", f"({m.compared.failure.failure}: {m.compared.failure.message[:60]})"
+            against = times_bound(m.median if m.ok else None, self.bound)
+            against = "-" if against is None else f"{against:.2f}x"
             lines.append(f"  {mark} {c.name:<{name_width}}  {str(c.machine):<{machine_width}}  {schedule:<16} "
-                         f"{predicted:>10} {measured:>10}  {ratio}")
+                         f"{predicted:>10} {measured:>10}  {against:>7}  {ratio}")
         for candidate in self.priced_only:
             lines.append(f"  priced only (not among the fastest predicted of its kind): {candidate.name}, "
                          f"{candidate.predicted_seconds * 1e3:.2f} ms predicted")
+        if self.bound is not None:
+            lines.append(f"  x bound: measured over the {self.bound.describe()}; predicted, for placements on "
+                         f"{self.target}'s devices (another machine use, or the twin's error, can go below it)")
+            if self.gap_closed is not None:
+                lines.append(f"  gap closed: the learned placement closed {100 * self.gap_closed:+.1f}% of the best "
+                             "heuristic's measured distance to the bound")
         lines += [f"  note: {note}" for note in self.notes]
         best = self.recommended.candidate
         lines.append(f"recommended: {best.name} on {best.machine}, {winner * 1e3:.2f} ms per step measured"
@@ -294,14 +317,16 @@ class OptimizeResult:
                     "ok": m.ok, "measured": m.compared.timed, "median": m.median if m.ok else None,
                     "rounds": m.compared.rounds,
                     "vs_fastest": m.median / self.recommended.median if m.ok else None,
+                    "x_bound": times_bound(m.median if m.ok else None, self.bound),
                     "step_time": m.compared.median_timing.to_dict() if m.compared.timings else None}
 
         return {"model": self.model, "size": self.size, "graph": self.graph, "target": self.target,
                 "calibration": self.calibration, "rounds": self.rounds, "recommended": self.recommended.candidate.name,
                 "plan": self.plan_path, "measured": [row(m) for m in self.measured],
                 "priced_only": [{"name": c.name, "predicted": c.predicted.to_dict()} for c in self.priced_only],
-                "notes": list(self.notes), "seconds": self.seconds, "ops": self.ops,
-                "phase_seconds": dict(self.phase_seconds)}
+                "notes": list(self.notes), "seconds": self.seconds,
+                "bound": None if self.bound is None else {**self.bound.to_dict(), "predicted": True},
+                "gap_closed": self.gap_closed, "ops": self.ops, "phase_seconds": dict(self.phase_seconds)}
 
 
 def _versus_default(measured: Sequence[Measured], best: Measured) -> str:
@@ -369,6 +394,7 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
     from placer.cost.calibrated import PREFIX, profiled_costs
     from placer.models import load_model
     from placer.placement import check_same_graph
+    from placer.simulate.bound import step_time_bound
 
     started = time.monotonic()
     target = check_optimize_args(args, allow_exposed_ports=allow_exposed_ports)
@@ -413,6 +439,7 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
         profiled_costs(graph, calibration, calibration_path, measurer=real.measurer)
         twin_spec = f"{PREFIX}{calibration_path.resolve()}"  # the plan names it: readable from any directory
         twin = stack.enter_context(open_target(graph, twin_spec))
+        bound = step_time_bound(twin.simulator, simulated_on=twin_spec)
         phase_done("profiling")
 
         placements = _heuristic_candidates(args, target, twin, notes)
@@ -490,7 +517,7 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
     plan.save(args.out)
     return OptimizeResult(args.model, args.size, graph.name, str(target), str(calibration_path), args.rounds,
                           tuple(measured), winner, plan, str(args.out), priced_only, tuple(notes),
-                          time.monotonic() - started, len(graph.ops), phases)
+                          time.monotonic() - started, bound, len(graph.ops), phases)
 
 
 def settings_to_measure(settings: Mapping[str, ThreadSetting], count: int,

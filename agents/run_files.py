@@ -365,6 +365,13 @@ class RunSummary:
     """Examples per step of the model's training step, when its builder knew them (a Keras model's step)."""
     batch_note: str | None = None
     """Set when nothing fixed the batch: which batch the step was traced at, and how to choose one."""
+    bound: Mapping[str, Any] | None = None
+    """The step time no placement of the run's graph can beat on its target (`placer.simulate.StepTimeBound`'s
+    `to_dict`): simulated on the target's own simulator, or predicted on the calibrated twin of a measured one;
+    None where the run has neither."""
+    gap_closed: float | None = None
+    """(best baseline - learned) / (best baseline - bound): the share of the best baseline's distance to the
+    bound that the learned placement closed."""
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -10,7 +10,8 @@ Each setup is MODEL:GPUS on a modeled machine (host CPU + GPUS x V100, NVLink be
 costs). Per setup: the step time of every baseline of experiments/baselines_report.py that a learned
 placement should beat (single-device, expert, metis, scotch, m-topo, m-etf, m-sct, exact; out-of-memory counts as
 infinite), which one is best, then per agent the best placement it found, its reduction against that
-best baseline, the samples it used, its wall time, and for the planner where it started (its greedy
+best baseline, its step time over the step time bound of the setup (`placer.simulate.bound`) and the share of the
+best baseline's gap to the bound it closed, the samples it used, its wall time, and for the planner where it started (its greedy
 placement before any update) and the median wall time of one policy update, propose + learn, without the
 simulator. Every --greedy-every updates the planner's greedy placement is evaluated too, as a sample.
 The planner's hyper-parameters are the --preset's (tuned by default, `agents.hierarchical.Args`' defaults;
@@ -43,11 +44,13 @@ from envs.placement import PlacementEnv  # noqa: E402
 from experiments._report import write_report  # noqa: E402
 from placer.errors import PlacerError  # noqa: E402
 from placer.heuristics import time_heuristics  # noqa: E402
+from placer.simulate.bound import gap_closed, step_time_bound, times_bound  # noqa: E402
 
 BASELINES = ("single-device", "expert", "metis", "scotch", "m-topo", "m-etf", "m-sct", "exact")
 """The baselines a learned placement is compared with (the trivial and random ones never win)."""
 
 COLUMNS = ["setup", "units", "agent", "start_ms", "best_ms", "best_baseline", "best_baseline_ms", "reduction_vs_best_baseline_pct",
+           "bound_ms", "best_x_bound", "best_baseline_x_bound", "gap_closed_pct",
            "samples", "wall_s", "update_s_median", *[f"{name}_ms" for name in BASELINES]]
 
 
@@ -85,6 +88,10 @@ def baseline_step_times(model: str, env: PlacementEnv, seed: int) -> dict[str, d
             print(f"  {name}: not placeable ({timing.error})", flush=True)
     return {name: {"step_time": timing.seconds, "placement_s": timing.placing_seconds}
             for name, timing in timings.items()}
+
+
+def _percent(share: float | None) -> float | None:
+    return None if share is None else 100 * share
 
 
 def main() -> None:
@@ -126,9 +133,10 @@ def main() -> None:
         reference = baseline_step_times(model, env, args.seed)
         best_name = min(BASELINES, key=lambda name: reference[name]["step_time"])
         best_baseline = reference[best_name]["step_time"]
+        bound = step_time_bound(env.target.simulator, simulated_on=str(env.target.spec))
         listed = ", ".join(f"{name} {reference[name]['step_time'] * 1e3:.1f} ms" for name in BASELINES)
         print(f"{setup}: {len(env.graph.step_ops)} step ops, {env.num_units} units; {listed}; "
-              f"best baseline: {best_name} ({best_baseline * 1e3:.1f} ms)", flush=True)
+              f"best baseline: {best_name} ({best_baseline * 1e3:.1f} ms); {bound.describe()}", flush=True)
         for name in args.agents:
             run_dir = os.path.join(args.runs, setup.replace(":", "x"), name)
             options = planner_options if name == "hierarchical" else {}
@@ -142,17 +150,23 @@ def main() -> None:
                 "setup": setup, "units": env.num_units, "agent": name, "best_ms": state.best_step_time * 1e3,
                 "best_baseline": best_name, "best_baseline_ms": best_baseline * 1e3,
                 "reduction_vs_best_baseline_pct": 100 * (best_baseline - state.best_step_time) / best_baseline,
+                "bound_ms": bound.value * 1e3, "best_x_bound": times_bound(state.best_step_time, bound),
+                "best_baseline_x_bound": times_bound(best_baseline, bound),
+                "gap_closed_pct": _percent(gap_closed(best_baseline, state.best_step_time, bound)),
+                "bound": bound.to_dict(),
                 "start_ms": start * 1e3, "samples": state.samples, "wall_s": wall,
                 "update_s_median": float(np.median(agent.update_seconds)) if agent.update_seconds else None,
                 **{f"{baseline}_ms": reference[baseline]["step_time"] * 1e3 for baseline in BASELINES},
                 "baseline_placement_s": {baseline: reference[baseline]["placement_s"] for baseline in BASELINES},
             })
-            print({key: value for key, value in rows[-1].items() if key != "baseline_placement_s"}, flush=True)
+            print({key: value for key, value in rows[-1].items() if key not in ("baseline_placement_s", "bound")},
+                  flush=True)
         env.close()
     write_report("agents_simulated", COLUMNS, rows, args.out, size=args.size, updates=args.updates,
                  samples_per_update=args.samples_per_update, greedy_every=args.greedy_every, agents=args.agents,
                  baselines=list(BASELINES),
                  machine="host CPU + N x V100 (modeled), roofline costs", hierarchical_config=asdict(config),
+                 caveat="simulated step times and simulated bounds on modeled machines, not measurements",
                  command=" ".join(["python", *sys.argv]))
 
 

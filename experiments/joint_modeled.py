@@ -18,7 +18,9 @@ micro-batch schedule. Per model and machine (ms per step):
   fastest unscheduled are scheduled, and the expert's and one GPU's.
 A schedule is priced op by op (`placer.schedule.predict`): its micro-batched step with transfers, the merge of the
 micro-batches' gradients and the update. Reported: the joint decision against the best one-dimension decision
-(a placement alone, or the single GPU under its best schedule).
+(a placement alone, or the single GPU under its best schedule), and each decision over the machine's step time
+bound (`placer.simulate.bound`, simulated; it bounds unscheduled placements, so a schedule may go below it) with
+the share of the best heuristic placement's gap to it that the learned placement closed.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from experiments._report import write_report  # noqa: E402
 
 COLUMNS = ["model", "machine", "single_ms", "placement_ms", "placement", "learned_ms", "expert_ms",
            "expert_scheduled_ms", "expert_schedule", "sequential_ms", "sequential", "joint_ms", "joint",
-           "joint_vs_best_one_dim_pct", "search_s"]
+           "joint_vs_best_one_dim_pct", "bound_ms", "placement_x_bound", "learned_x_bound", "joint_x_bound",
+           "learned_gap_closed_pct", "search_s"]
 SCHEDULE_METHODS = ("gpipe", "1f1b", "tessel-fast")
 
 
@@ -99,6 +102,7 @@ def decide(model: str, size: str, gpus: int, gpu: str, micro_batches: int, learn
     from placer.models.loader import load_model
     from placer.models import model_spec
     from placer.schedule.micro_batch import build_micro_batch_graph
+    from placer.simulate.bound import step_time_bound
 
     started = time.monotonic()
     graph = load_model(model, size)
@@ -110,6 +114,7 @@ def decide(model: str, size: str, gpus: int, gpu: str, micro_batches: int, learn
         micro_batch_graph = build_micro_batch_graph(model, size, micro_batches)
     spec = f"modeled:{gpus}x{gpu}"
     with open_target(graph, spec) as target:
+        bound = step_time_bound(target.simulator, simulated_on=spec)
         timed = time_heuristics(target, applicable_heuristics(builtin_model=True, simulator=True), model=model)
         placements = {name: t.placement for name, t in timed.items() if t.ok}
         alone = {name: t.seconds for name, t in timed.items() if t.ok}
@@ -126,14 +131,18 @@ def decide(model: str, size: str, gpus: int, gpu: str, micro_batches: int, learn
                      for method, seconds in (scheduled_predictions(graph, micro_batch_graph, target, placement,
                                                                    micro_batches, notes)
                                              if micro_batch_graph is not None else {}).items()}
-    row = summarize(alone, scheduled)
-    return {"model": f"{model} {size}", "machine": spec, **row, "search_s": time.monotonic() - started,
-            "notes": notes}
+    row = summarize(alone, scheduled, bound.value)
+    return {"model": f"{model} {size}", "machine": spec, **row, "bound": bound.to_dict(),
+            "search_s": time.monotonic() - started, "notes": notes}
 
 
-def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float]) -> dict:
+def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float], bound: float | None = None) -> dict:
     """The row's decisions from every placement's predicted seconds unscheduled (`alone`, by name; "learned" is
-    the planner's, "single-device" one GPU) and under each schedule (`scheduled`, by (placement, method))."""
+    the planner's, "single-device" one GPU) and under each schedule (`scheduled`, by (placement, method)); with
+    the step time `bound` of unscheduled placements, each decision over it and the share of the best heuristic
+    placement's gap to it that the learned placement closed."""
+    from placer.simulate.bound import gap_closed, times_bound
+
     heuristics = {name: s for name, s in alone.items() if name != "learned"}
     best_placement = min(heuristics, key=heuristics.get)
     everything = {**alone, **{f"{name} + {method}": s for (name, method), s in scheduled.items()}}
@@ -153,6 +162,7 @@ def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float]) 
     def ms(seconds):
         return None if seconds is None else seconds * 1e3
 
+    closed = gap_closed(heuristics[best_placement], alone.get("learned"), bound)
     return {
         "single_ms": ms(alone.get("single-device")), "placement_ms": ms(heuristics[best_placement]),
         "placement": best_placement, "learned_ms": ms(alone.get("learned")), "expert_ms": ms(alone.get("expert")),
@@ -161,6 +171,10 @@ def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float]) 
         "sequential_ms": ms(sequential[1]), "sequential": sequential[0], "joint_ms": ms(everything[joint]),
         "joint": joint, "joint_vs_best_one_dim_pct": 100 * (1 - everything[joint] / one_dimension[best_one_dim]),
         "best_one_dim": best_one_dim, "predicted_ms": {name: ms(s) for name, s in everything.items()},
+        "bound_ms": ms(bound), "placement_x_bound": times_bound(heuristics[best_placement], bound),
+        "learned_x_bound": times_bound(alone.get("learned"), bound), "joint_x_bound": times_bound(everything[joint], bound),
+        "learned_gap_closed_pct": None if closed is None else 100 * closed,
+        "x_bound": {name: times_bound(s, bound) for name, s in everything.items()},
     }
 
 
@@ -204,7 +218,9 @@ def main(argv=None) -> int:
     command = "python experiments/joint_modeled.py " + " ".join(argv if argv is not None else sys.argv[1:])
     write_report("joint_modeled", COLUMNS, rows, args.out, command=command.strip(), gpu=args.gpu,
                  micro_batches=args.micro_batches, learn_updates=args.learn_updates,
-                 caveat="predictions of the simulator on modeled machines, not measurements")
+                 caveat="predictions of the simulator on modeled machines, not measurements; the bound is simulated "
+                        "too, and bounds unscheduled placements of the whole batch: a micro-batch schedule may go "
+                        "below it")
     return 0
 
 

@@ -10,10 +10,14 @@ from typing import Any, Mapping
 from agents import run_files
 from agents.experiment.config import ExperimentError
 from agents.run_files import BaselineTiming, RunSummary, TrainerState
+from placer.simulate.bound import StepTimeBound, gap_closed, times_bound
 
 
 def summarize(config, run_dir: Path, state: TrainerState, baselines: Mapping[str, BaselineTiming], best_baseline,
-              agent_name: str, final: Mapping[str, float] | None = None) -> RunSummary:
+              agent_name: str, final: Mapping[str, float] | None = None,
+              bound: StepTimeBound | None = None) -> RunSummary:
+    """The run's record: what decides (the final comparison's medians when there is one), the baselines, and
+    each against the `bound` when the run has one."""
     best = state.best_step_time
     if final is not None:  # measured side by side at the end: these numbers decide, not the first timings
         compared = final["learned"]
@@ -39,6 +43,8 @@ def summarize(config, run_dir: Path, state: TrainerState, baselines: Mapping[str
         if math.isfinite(best_baseline[0]) and math.isfinite(compared) else None,
         beaten_baselines=tuple(sorted(name for name, t in baseline_times.items() if compared < t)),
         fastest=fastest, fastest_step_time=measured.get(fastest),
+        bound=None if bound is None else bound.to_dict(),
+        gap_closed=None if bound is None else gap_closed(best_baseline[0], compared, bound),
     )
 
 
@@ -52,24 +58,35 @@ def _best_update(state) -> int | None:
 def describe(summary: RunSummary, run_dir: Path) -> str:
     """The table `placer train` prints at the end, and where the results are."""
     batch = f", batch {summary.batch_size}" if summary.batch_size is not None else ""
+    bound = (summary.bound or {}).get("seconds")
+
+    def against_bound(seconds: float | None) -> str:
+        ratio = times_bound(seconds, bound)
+        return "" if ratio is None else f" {ratio:6.2f}x bound"
+
     lines = [f"{summary.model} ({summary.size}{batch}), {summary.backend} on {summary.cluster}: {summary.agent} ran "
              f"{summary.updates} updates, {summary.samples} placements in {summary.wall_time:.0f} s",
-             f"  {'learned (' + summary.agent + ')':<24} {_ms(summary.step_time)}"]
+             f"  {'learned (' + summary.agent + ')':<24} {_ms(summary.step_time)}{against_bound(summary.step_time)}"]
     if summary.start_step_time is not None:
-        lines.append(f"  {'start (before training)':<24} {_ms(summary.start_step_time)}")
+        lines.append(f"  {'start (before training)':<24} {_ms(summary.start_step_time)}"
+                     f"{against_bound(summary.start_step_time)}")
     if summary.simulator is not None:
         phase = summary.simulator
-        lines.append(f"  {'simulator phase best':<24} {_ms(phase.step_time)}  (predicted "
-                     f"{_ms(phase.predicted_step_time).strip()} after {phase.updates} simulated updates)")
+        lines.append(f"  {'simulator phase best':<24} {_ms(phase.step_time)}{against_bound(phase.step_time)}  "
+                     f"(predicted {_ms(phase.predicted_step_time).strip()} after {phase.updates} simulated updates)")
     if summary.final_comparison:
         lines[0] += (f"; best sample {_ms(summary.best_step_time).strip()}, then measured again next to the "
                      "baselines (medians below)")
     for name, step_time in sorted(summary.baselines.items(), key=lambda item: _sort_key(item[1])):
         mark = "  beaten" if name in summary.beaten_baselines else ""
-        lines.append(f"  {name:<24} {_ms(step_time)}{mark}")
+        lines.append(f"  {name:<24} {_ms(step_time)}{against_bound(step_time)}{mark}")
+    if summary.bound is not None:
+        lines.append(f"  {'bound':<24} {_ms(bound)}  {bound_source(summary.bound, summary.backend)}")
     if summary.improvement_over_best_baseline is not None:
         lines.append(f"  vs best baseline ({summary.best_baseline}): "
                      f"{100 * summary.improvement_over_best_baseline:+.1f}% (positive: learned is faster)")
+    if summary.gap_closed is not None:
+        lines.append(f"  gap closed: {100 * summary.gap_closed:+.1f}% of the best baseline's distance to the bound")
     if summary.fastest not in (None, "learned"):
         lines.append(f"  the fastest placement measured is {summary.fastest}'s "
                      f"({_ms(summary.fastest_step_time).strip()}): `placer export` writes that one")
@@ -79,6 +96,15 @@ def describe(summary: RunSummary, run_dir: Path) -> str:
               f"  curves:  placer dashboard {run_dir}",
               f"  export:  placer export {run_dir} --out placement.json"]
     return "\n".join(lines)
+
+
+def bound_source(bound: Mapping[str, Any], backend: str) -> str:
+    """Where a run's bound comes from, in words: simulated, and a prediction where the step times are measured."""
+    where = bound.get("simulated_on") or "the simulator"
+    if not bound.get("seconds"):
+        return f"(no placement fits in memory on {where})"
+    kind = "predicted on" if backend == "measured" else "simulated on"
+    return f"({kind} {where}; {bound['binding']} binds; no placement's step is shorter there)"
 
 
 def _ms(seconds: float | None) -> str:

@@ -110,7 +110,8 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
                       start_from=simulator.best_assignment if simulator else None)
         workers.close()  # the baselines' final comparison and the timeline are this process's own
         final = _final_comparison(config, env, run_dir, state.best_assignment, baselines, log, start, simulator)
-        summary = summarize(config, run_dir, state, baselines, best_baseline, agent.name, final)
+        summary = summarize(config, run_dir, state, baselines, best_baseline, agent.name, final,
+                            _step_time_bound(env, calibration, log))
         summary = replace(
             summary,
             simulator=None if simulator is None else replace(simulator.phase,
@@ -285,6 +286,25 @@ def _final_comparison(config: ExperimentConfig, env, run_dir: Path, assignment, 
     log.info("final comparison (%d interleaved rounds): %s", config.final_rounds,
              ", ".join(f"{name} {seconds * 1e3:.3f} ms" for name, seconds in final.items()))
     return final
+
+
+def _step_time_bound(env, calibration: Path | None, log):
+    """The bound of the run's graph on its target: from the target's simulator, or predicted on the calibrated
+    twin of a measured target (a run with a simulator phase); None for a measured run without one."""
+    from placer.cost import open_target
+    from placer.cost.calibrated import PREFIX
+    from placer.simulate.bound import step_time_bound
+
+    if env.target.simulator is not None:
+        bound = step_time_bound(env.target.simulator, simulated_on=str(env.target.spec))
+    elif calibration is not None:
+        with open_target(env.graph, f"{PREFIX}{calibration}") as twin:
+            bound = step_time_bound(twin.simulator, simulated_on=str(twin.spec))
+    else:
+        log.info("no step time bound: a measured run has one from its calibrated simulator (--simulator-updates)")
+        return None
+    log.info("%s", bound.describe())
+    return bound
 
 
 # -- simulator, then real -------------------------------------------------------------------------

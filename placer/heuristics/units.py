@@ -33,7 +33,7 @@ def unit_problem(simulator) -> UnitProblem:
     """Aggregate a `placer.simulate.Simulator`'s op-level arrays to units."""
     graph, devices = simulator.graph, simulator.devices
     units = len(graph.groups)
-    groups = simulator._op_group
+    groups = simulator.op_group
     compute = np.zeros((units, len(devices)))
     for d in range(len(devices)):
         compute[:, d] = np.bincount(groups, weights=simulator.op_cost[:, d], minlength=units)
@@ -42,7 +42,7 @@ def unit_problem(simulator) -> UnitProblem:
             if device.kind not in group.kernel_devices:
                 compute[u, d] = np.inf
     memory = np.bincount(groups, weights=simulator.op_alloc, minlength=units)
-    memory += np.bincount(simulator._variable_groups, weights=simulator._variable_bytes, minlength=units)
+    memory += np.bincount(simulator.variable_groups, weights=simulator.variable_bytes, minlength=units)
     pairs: dict[tuple[int, int], float] = {}
     seen: set[tuple[int, int]] = set()
     for e in range(len(simulator.edge_src)):

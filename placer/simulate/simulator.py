@@ -112,7 +112,7 @@ class Simulator:
         step = graph.step_ops
         index = {op.name: i for i, op in enumerate(step)}
         self._names = [op.name for op in step]
-        self._op_group = np.array([op.group for op in step], dtype=np.int32)
+        self.op_group = np.array([op.group for op in step], dtype=np.int32)
 
         if hasattr(costs, "predict"):
             self.op_cost, slots, self.share_cost, shared = self._modeled_costs(costs)
@@ -173,8 +173,8 @@ class Simulator:
             self.link_bandwidth[a, b] = link.bandwidth
             self.link_latency[a, b] = link.latency
         # Variables stay resident on their group's device all step; parameters count optimizer slots too.
-        self._variable_groups = np.array([op.group for op in graph.ops if op.parameters], dtype=np.int32)
-        self._variable_bytes = np.array(
+        self.variable_groups = np.array([op.group for op in graph.ops if op.parameters], dtype=np.int32)
+        self.variable_bytes = np.array(
             [op.parameters * config.bytes_per_parameter for op in graph.ops if op.parameters], dtype=np.float64
         )
         self.capacity = np.array([d.memory_bytes or np.inf for d in devices], dtype=np.float64)
@@ -302,7 +302,7 @@ class Simulator:
 
     def _place(self, group_devices: np.ndarray) -> int:
         """Fills the op devices and resident bytes of a placement; returns how many devices it uses."""
-        devices_used, bad_group = place_ops(group_devices, self._op_group, self._variable_groups, self._variable_bytes,
+        devices_used, bad_group = place_ops(group_devices, self.op_group, self.variable_groups, self.variable_bytes,
                                             self._op_device, self._persistent)
         if bad_group >= 0:
             raise PlacementError(f"device indices must be in 0..{len(self.devices) - 1}, got "

@@ -127,6 +127,21 @@ def test_a_partition_started_planner_reports_where_it_started(tmp_path):
     assert "start (before training)" in describe(summary, result.run_dir)
 
 
+def test_a_simulated_run_shows_every_placement_against_the_bound(random_run):
+    from agents.experiment.results import describe
+
+    summary = random_run.summary
+    bound = summary.bound["seconds"]
+    assert summary.bound["simulated_on"] == "modeled:2xV100" and 0 < bound <= summary.best_step_time
+    assert all(bound <= t for t in summary.baselines.values() if t is not None)
+    best = summary.best_baseline_step_time
+    assert summary.gap_closed == pytest.approx((best - summary.step_time) / (best - bound))
+    table = describe(summary, random_run.run_dir)
+    assert f"{summary.step_time / bound:6.2f}x bound" in table
+    assert "simulated on modeled:2xV100" in table and "gap closed" in table
+    assert run_files.read_summary(random_run.run_dir).bound == summary.bound  # kept in summary.json
+
+
 def test_tensorboard_gets_grouped_curves_hparams_and_the_placement(random_run):
     import tensorflow as tf
 

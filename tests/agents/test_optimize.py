@@ -67,6 +67,33 @@ def test_between_equal_medians_the_simpler_plan_is_recommended():
     assert recommend(measured).candidate.name == "expert"
 
 
+def test_the_table_shows_each_plan_against_the_bound_and_the_gap_the_learned_placement_closed():
+    import dataclasses
+
+    from agents.optimize import OptimizeResult
+    from placer.simulate.bound import StepTimeBound
+
+    candidates = [_candidate("one process, default"),
+                  dataclasses.replace(_candidate("metis", ("placement",)), made_by="heuristic metis"),
+                  dataclasses.replace(_candidate("expert = scotch", ("placement",)), made_by="heuristic expert; heuristic scotch"),
+                  dataclasses.replace(_candidate("learned", ("placement",)), made_by="hierarchical planner")]
+    measured = confirm(candidates, _timings({"one process, default": 0.012, "metis": 0.010, "expert = scotch": 0.011,
+                                             "learned": 0.008}), rounds=1)
+    bound = StepTimeBound(critical_path=0.004, work=0.003, memory=0.0, overhead=0.0, devices_needed=1,
+                          simulated_on="calibrated:twin.json")
+    result = OptimizeResult("mlp", "tiny", "mlp", "local:2", "twin.json", 1, tuple(measured), recommend(measured),
+                            None, "plan.json", bound=bound)
+    # the best heuristic measured 10 ms, the bound is 4 ms: the learned 8 ms closed a third of the gap
+    assert result.gap_closed == pytest.approx(2 / 6)
+    table = result.describe()
+    assert "x bound" in table and "2.00x" in table and "3.00x" in table  # learned 8 ms, one process 12 ms
+    assert "predicted" in table and "calibrated:twin.json" in table and "+33.3%" in table
+    record = result.to_json_dict()
+    assert record["bound"]["seconds"] == pytest.approx(0.004) and record["bound"]["predicted"]
+    assert {row["name"]: row["x_bound"] for row in record["measured"]}["metis"] == pytest.approx(2.5)
+    assert dataclasses.replace(result, bound=None).gap_closed is None
+
+
 def test_a_failed_candidate_is_never_recommended_and_all_failing_is_an_error():
     candidates = [_candidate("one process, default"), _candidate("metis", ("placement",))]
     measured = confirm(candidates, _timings({"one process, default": 0.01}, failing={"metis"}), rounds=2)
@@ -213,6 +240,8 @@ def test_optimize_measures_one_process_every_heuristic_and_tuned_pools_side_by_s
     assert optimized.recommended.median == min(ran)
     json.dumps(optimized.to_json_dict())  # --json prints it
     assert "recommended:" in optimized.describe()
+    assert optimized.bound is not None and optimized.bound.simulated_on.startswith("calibrated:")
+    assert "x bound" in optimized.describe()
 
 
 def test_the_written_plan_is_the_recommended_one_and_round_trips(optimized, mlp):

@@ -24,6 +24,17 @@ def test_each_column_is_the_decision_it_names():
     assert row["joint_vs_best_one_dim_pct"] == pytest.approx(100 * (1 - 4 / 5.5))
 
 
+def test_each_decision_is_shown_against_the_bound_with_the_gap_the_learned_placement_closed():
+    alone = {"single-device": 10 * MS, "metis": 6 * MS, "learned": 5 * MS}
+    row = summarize(alone, {("metis", "gpipe"): 3 * MS}, bound=4 * MS)
+    assert row["bound_ms"] == pytest.approx(4.0)
+    assert (row["placement_x_bound"], row["learned_x_bound"]) == (pytest.approx(1.5), pytest.approx(1.25))
+    assert row["joint_x_bound"] == pytest.approx(0.75)  # a schedule may go below the bound of unscheduled placements
+    assert row["learned_gap_closed_pct"] == pytest.approx(50.0)  # metis 6 ms, bound 4 ms, learned 5 ms
+    assert row["x_bound"]["single-device"] == pytest.approx(2.5)
+    assert summarize(alone, {})["bound_ms"] is None and summarize(alone, {})["learned_gap_closed_pct"] is None
+
+
 def test_a_schedule_that_slows_the_expert_down_is_not_reported_as_its_schedule():
     row = summarize({"single-device": 10 * MS, "expert": 7 * MS}, {("expert", "gpipe"): 8 * MS})
     assert (row["expert_schedule"], row["expert_scheduled_ms"]) == ("none", pytest.approx(7.0))
@@ -52,3 +63,6 @@ def test_a_small_run_prices_every_heuristic_and_schedule(tmp_path):
     assert {"single-device", "metis", "exact", "expert", "expert + gpipe", "expert + 1f1b"} <= set(row["predicted_ms"])
     assert row["joint_ms"] == pytest.approx(min(row["predicted_ms"].values()))
     assert row["joint_vs_best_one_dim_pct"] >= 0
+    bound = row["bound"]["seconds"] * 1e3
+    assert row["bound_ms"] == pytest.approx(bound)
+    assert all(bound <= ms * (1 + 1e-9) for name, ms in row["predicted_ms"].items() if "+" not in name)
