@@ -22,7 +22,7 @@ def test_series_runs_are_grouped_under_their_run_and_named():
     assert run["name"] == "two-tower local:2 2026-11-27 14:05" and run["measured_from"] == 3
     # the learned series first, then the baselines fastest first; failed (infinite) samples are left out
     assert [(s["name"], s["label"]) for s in run["series"]] == [
-        ("best", "best so far"), ("sampled", "sampled (median of each update)"), ("baseline/metis", "metis"),
+        ("best", "best so far"), ("sampled", "sampled median"), ("baseline/metis", "metis"),
         ("baseline/expert", "expert"), ("baseline/single-device", "single-device")]
     assert run["series"][1]["points"] == [[1, 0.5]]
 

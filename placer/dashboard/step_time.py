@@ -26,7 +26,7 @@ _SERIES_RUN = re.compile(rf"^(?:(?P<root>.*)/)?{layout.SERIES_DIR}/(?P<series>{l
                          rf"{layout.GREEDY}|{layout.BASELINE_SERIES.format('[^/]+')})$")
 _LEGACY_TAG = re.compile("^" + layout.LEGACY_SECONDS_TAG.format(
     f"(?P<series>{layout.BEST}|{layout.SAMPLED}|{layout.GREEDY}|{layout.BASELINE_SERIES.format('[^/]+')})") + "$")
-_LABELS = {layout.BEST: "best so far", layout.SAMPLED: "sampled (median of each update)",
+_LABELS = {layout.BEST: "best so far", layout.SAMPLED: "sampled median",
            layout.GREEDY: "greedy placement"}
 _BASELINE_PREFIX = layout.BASELINE_SERIES.format("")
 
