@@ -61,9 +61,13 @@ PRESET_BEFORE_PRESETS = "reference"
 # -- the configuration ----------------------------------------------------------------------------
 
 
+RUN_DIR_TIME = "%Y%m%d-%H%M%S"
+"""A run directory's name: when it started."""
+
+
 def new_run_dir(config: ExperimentConfig) -> Path:
     """RUNS/<model>/<timestamp>/ (a suffix when that exists); not created yet."""
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.datetime.now().strftime(RUN_DIR_TIME)
     model = config.model
     if ":" in model:  # module:function or /path/to/file.py:function -> module-function, file-function
         module, function = model.rsplit(":", 1)
@@ -74,6 +78,16 @@ def new_run_dir(config: ExperimentConfig) -> Path:
         suffix += 1
         run_dir = Path(config.runs) / model / f"{stamp}-{suffix}"
     return run_dir
+
+
+def run_name(config: ExperimentConfig, run_dir: Path) -> str:
+    """What the dashboards call a run: model, target and start time ("two-tower local:2 2026-11-27 14:05")."""
+    try:
+        started = datetime.datetime.strptime(run_dir.name[:len("20261127-140500")], RUN_DIR_TIME)
+        start = started.strftime("%Y-%m-%d %H:%M") + run_dir.name[len("20261127-140500"):]
+    except ValueError:  # a run directory named by hand
+        start = run_dir.name
+    return f"{config.model} {config.target} {start}"
 
 
 def write_config(run_dir: Path, config: ExperimentConfig, versions: Mapping[str, str]) -> None:

@@ -1,8 +1,9 @@
 """Training curves for the dashboards: TensorBoard always, Weights & Biases when enabled.
 
-An experiment hands every update's metrics to a `Trackers` fan-out. TensorBoard gets scalars grouped
-so that what a researcher looks at comes first (`step_time/`, with every baseline as a line of its own, then
-`training/`, then the agent's `update/` internals), a custom-scalars layout whose first chart draws the best
+An experiment hands every update's metrics to a `Trackers` fan-out. TensorBoard gets the step time in
+milliseconds, each series (best so far, sampled, every baseline) in a run directory of its own so that each has
+its own colour (`placer.dashboard.layout`), then `training/` and the agent's `update/` internals, the run's name
+for the dashboard, a custom-scalars layout whose first chart draws the best
 and sampled step time against every baseline, the run's hyper-parameters through the hparams plugin, and
 the best placement as an image (devices, named, x slices of the graph) and a text table. W&B gets the same
 curves once, from `wandb.log` (TensorBoard syncing stays off so no curve is logged twice), runs offline
@@ -19,52 +20,62 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-TENSORBOARD_DIR = "tensorboard"
-"""Event files live in RUN_DIR/tensorboard (what `placer dashboard RUN_DIR` serves)."""
+from placer.dashboard import layout
 
-# Metric (as `agents.loop.train` reports it) -> TensorBoard tag. Each prefix is one dashboard section;
-# TensorBoard orders sections by name and opens the first two: step time, then the best placement.
+TENSORBOARD_DIR = "tensorboard"
+"""Event files live in RUN_DIR/tensorboard (what `placer dashboard RUN_DIR` serves); each step-time series in a
+run directory of its own below it (`placer.dashboard.layout`), so that every series gets its own colour."""
+
+STEP_TIME_SERIES = {"step_time_best": layout.BEST, "step_time_sampled": layout.SAMPLED,
+                    "step_time_greedy": layout.GREEDY}
+"""Metric (as `agents.loop.train` reports it, in seconds) -> its step-time series."""
+# Metric -> TensorBoard tag of the other curves. Each prefix is one dashboard section; TensorBoard orders
+# sections by name and opens the first two: step time, then the best placement.
 SCALAR_TAGS = {
-    "step_time_best": "step_time/best",
-    "step_time_sampled": "step_time/sampled",
-    "step_time_greedy": "step_time/greedy",
-    "best_baseline_step_time": "step_time/best_baseline",
     "reward_mean": "training/reward_mean",
     "reward_best": "training/reward_best",
     "failure_rate": "training/failure_rate",
     "samples": "training/samples",
     "wall_time": "training/wall_time",
+    "simulated": layout.SIMULATED_TAG,
     "reward_baseline": "update/reward_baseline",
     "loss": "update/loss",
     "entropy": "update/entropy",
     "grad_norm": "update/grad_norm",
     "learning_rate": "update/learning_rate",
 }
-BASELINE_TAG = "step_time/baseline/{}"
-"""Each baseline's step time, logged at every update so that it is a line across the step-time charts."""
 PLACEMENT_IMAGE_TAG, PLACEMENT_TABLE_TAG = "the_best_placement/devices", "the_best_placement/table"
-STEP_TIME_CHART = "step time (s): best so far, sampled median, every baseline"
+STEP_TIME_CHART = "step time (ms): best so far, sampled median, every baseline"
 
 
-def scalar_values(metrics: Mapping[str, float], baselines: Mapping[str, float]) -> dict[str, float]:
-    """Tag -> value of one update's scalars: its metrics, and every baseline's step time (finite ones only)."""
+def step_times_ms(metrics: Mapping[str, float], baselines: Mapping[str, float]) -> dict[str, float]:
+    """Series -> step time in milliseconds of one update: the learned series it reports, and every baseline's
+    (logged at every update, so that it is a level line across the chart); finite ones only."""
+    seconds = {series: metrics.get(metric) for metric, series in STEP_TIME_SERIES.items()}
+    seconds.update({layout.BASELINE_SERIES.format(name): value for name, value in baselines.items()})
+    return {series: 1e3 * float(value) for series, value in seconds.items() if _finite(value)}
+
+
+def scalar_values(metrics: Mapping[str, float]) -> dict[str, float]:
+    """Tag -> value of one update's other curves (training progress, the agent's internals); finite ones only."""
     values = {tag: metrics.get(key) for key, tag in SCALAR_TAGS.items()}
-    values.update({BASELINE_TAG.format(name): seconds for name, seconds in baselines.items()})
-    return {tag: float(value) for tag, value in values.items() if value is not None and math.isfinite(float(value))}
+    return {tag: float(value) for tag, value in values.items() if _finite(value)}
+
+
+def _finite(value) -> bool:
+    return value is not None and math.isfinite(float(value))
 
 
 def custom_scalars_layout():
-    """TensorBoard's custom-scalars page: step time first (best, sampled and every baseline in one chart),
-    then the training's progress, then the agent's update internals (folded)."""
+    """TensorBoard's custom-scalars page: step time first (best, sampled and every baseline in one chart, each a
+    run of its own), then the training's progress, then the agent's update internals (folded)."""
     from tensorboard.plugins.custom_scalar import layout_pb2
 
     def chart(title: str, *patterns: str):
         return layout_pb2.Chart(title=title, multiline=layout_pb2.MultilineChartContent(tag=list(patterns)))
 
     return layout_pb2.Layout(category=[
-        layout_pb2.Category(title="step time", chart=[
-            chart(STEP_TIME_CHART, r"^step_time/best$", r"^step_time/sampled$", "^" + BASELINE_TAG.format("")),
-        ]),
+        layout_pb2.Category(title="step time", chart=[chart(STEP_TIME_CHART, f"^{layout.STEP_TIME_TAG}$")]),
         layout_pb2.Category(title="training", chart=[
             chart("reward", r"^training/reward_"), chart("failure rate", r"^training/failure_rate$"),
             chart("samples", r"^training/samples$"),
@@ -144,18 +155,22 @@ def placement_markdown(title: str, rows: list[list[Any]]) -> str:
 class TensorBoardTracker:
     def __init__(self, run_dir: str | Path, hparams: Mapping[str, Any], run_name: str,
                  baselines: Mapping[str, float] | None = None):
-        """`baselines`: each baseline's step time in seconds, drawn as a line next to the learned ones."""
+        """`run_name`: what the dashboard calls the run (model, target, start time); `baselines`: each baseline's
+        step time in seconds, drawn as a line next to the learned ones."""
         import tensorflow as tf
         from tensorboard.plugins.custom_scalar import summary as custom_scalar
 
         self._tf = tf
-        self.writer = tf.summary.create_file_writer(str(Path(run_dir) / TENSORBOARD_DIR))
+        self._dir = Path(run_dir) / TENSORBOARD_DIR
+        self.writer = tf.summary.create_file_writer(str(self._dir))
+        self._series_writers: dict[str, Any] = {}
         self._hparams = {key: _hparam_value(value) for key, value in hparams.items()}
         self._run_name = run_name
         self._hparams_written = False
         self._baselines = dict(baselines or {})
         with self.writer.as_default(step=0):
             tf.summary.experimental.write_raw_pb(custom_scalar.pb(custom_scalars_layout()).SerializeToString())
+            tf.summary.text(layout.RUN_NAME_TAG, run_name)
 
     def log_update(self, update: int, metrics: Mapping[str, float]) -> None:
         tf = self._tf
@@ -165,9 +180,20 @@ class TensorBoardTracker:
 
                 hp.hparams(self._hparams, trial_id=self._run_name)
                 self._hparams_written = True
-            for tag, value in scalar_values(metrics, self._baselines).items():
+            for tag, value in scalar_values(metrics).items():
                 tf.summary.scalar(tag, value)
         self.writer.flush()
+        for series, milliseconds in step_times_ms(metrics, self._baselines).items():
+            writer = self._series_writer(series)
+            with writer.as_default(step=update):
+                tf.summary.scalar(layout.STEP_TIME_TAG, milliseconds)
+            writer.flush()
+
+    def _series_writer(self, series: str):
+        if series not in self._series_writers:
+            self._series_writers[series] = self._tf.summary.create_file_writer(
+                str(self._dir / layout.SERIES_DIR / series))
+        return self._series_writers[series]
 
     def log_placement(self, update: int, matrix: np.ndarray, device_names: Sequence[str], markdown: str) -> None:
         tf = self._tf
@@ -179,7 +205,8 @@ class TensorBoardTracker:
         self.writer.flush()
 
     def finish(self, summary: Mapping[str, Any], placement_file: Path | None, table: list[list[Any]] | None) -> None:
-        self.writer.close()
+        for writer in (self.writer, *self._series_writers.values()):
+            writer.close()
 
 
 class WandbTracker:
@@ -196,7 +223,9 @@ class WandbTracker:
                               sync_tensorboard=False, reinit="create_new")
 
     def log_update(self, update: int, metrics: Mapping[str, float]) -> None:
-        self.run.log(scalar_values(metrics, self._baselines), step=update)
+        step_times = {f"{layout.STEP_TIME_TAG}/{series}": ms
+                      for series, ms in step_times_ms(metrics, self._baselines).items()}
+        self.run.log({**step_times, **scalar_values(metrics)}, step=update)
 
     def log_placement(self, update: int, matrix: np.ndarray, device_names: Sequence[str], markdown: str) -> None:
         pass  # the placement goes to W&B once, as an artifact and a table, when the run ends

@@ -83,8 +83,10 @@ def add_placer_commands(sub: argparse._SubParsersAction) -> None:
                                           "shape or a placed model (Tessel's z3 search, GPipe, 1F1B); --measure runs "
                                           "the plans for real"))
 
-    dashboard = sub.add_parser("dashboard", parents=[common], help="serve TensorBoard on localhost for a run (or a folder of runs)")
-    dashboard.add_argument("run_dir", metavar="RUN_DIR", help="a run directory, or runs/ to compare runs")
+    dashboard = sub.add_parser("dashboard", parents=[common],
+                               help="serve the dashboard on localhost for a run, or every run under a folder side by side")
+    dashboard.add_argument("run_dir", metavar="RUN_DIR",
+                           help="a run directory (runs/<model>/<timestamp>), or runs/<model> or runs/ to compare runs")
     dashboard.add_argument("--port", type=int, default=6006, help="port on 127.0.0.1 (default 6006; 0: any free port)")
 
     apply = sub.add_parser("apply", parents=[common], help="run real training steps of MODEL with an exported placement "

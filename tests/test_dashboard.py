@@ -1,5 +1,6 @@
-"""`placer dashboard RUN_DIR` as a user sees it in headless Chromium: step time first, the learned placement's curve
-against every baseline in one chart, served on loopback only.
+"""`placer dashboard runs/` as a user sees it in headless Chromium: the Step time tab first, every run side by side,
+named by model, target and start, each series of a run against 8 heuristics in its own colour on a millisecond
+axis, the simulated phase marked; TensorBoard's own pages beside it; served on loopback only.
 
 Chromium and its WebDriver come from Debian (`apt-get install chromium chromium-driver`); without them the browser
 test is skipped, except under CI (CI set), where .ci/run installs them and a missing browser is a failure.
@@ -23,10 +24,14 @@ import pytest
 pytestmark = pytest.mark.browser
 
 # Best step time per update, in seconds: falling, with steps of different sizes, so that the drawn line's shape
-# can be compared with the data.
+# can be compared with the data. The first two updates are simulated, the others measured.
 BEST_STEP_TIMES = [4.0e-3, 3.0e-3, 2.5e-3, 1.0e-3]
 SAMPLED_STEP_TIMES = [6.0e-3, 3.5e-3, 5.0e-3, 1.5e-3]  # not an affine map of the best: its line cannot pass for it
-BASELINES = {"expert": 2.0e-3, "single-device": 5.0e-3}
+SIMULATED_UPDATES = 2
+BASELINES = {"single-device": 5.0e-3, "round-robin": 4.5e-3, "expert": 2.0e-3, "metis": 1.9e-3, "scotch": 2.1e-3,
+             "m-topo": 2.2e-3, "m-etf": 2.3e-3, "m-sct": 2.4e-3}
+WRITTEN_RUN = "nmt-2 local:2 2026-11-27 14:05"
+OLD_RUN = "old-model/20250101-000000"
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     # Without these, Chromium waits on background connections that this network refuses.
@@ -37,28 +42,45 @@ CHROMIUM_FLAGS = [
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    """A run directory holding only what the dashboard reads: TensorBoard event files as an experiment writes them."""
+def runs(tmp_path_factory, simulated_run) -> Path:
+    """A folder of three runs: one of `placer train` against every heuristic (8), one whose event files the
+    tracker wrote directly (a simulated phase, then measured updates), and one written before each series had
+    its own run (step times as tags, in seconds)."""
     from agents.tracking import TensorBoardTracker
 
-    run = tmp_path_factory.mktemp("run")
-    tracker = TensorBoardTracker(run, {"model": "two-tower", "agent": "hierarchical"}, run_name="dashboard-test",
+    folder = tmp_path_factory.mktemp("runs")
+    shutil.copytree(simulated_run, folder / simulated_run.parent.name / simulated_run.name)
+    written = folder / "nmt-2" / "20261127-140512"
+    tracker = TensorBoardTracker(written, {"model": "nmt-2", "agent": "hierarchical"}, run_name=WRITTEN_RUN,
                                  baselines=BASELINES)
     for update, (best, sampled) in enumerate(zip(BEST_STEP_TIMES, SAMPLED_STEP_TIMES), start=1):
         tracker.log_update(update, {"step_time_best": best, "step_time_sampled": sampled, "reward_mean": -best,
-                                    "entropy": 1.0 / update, "loss": best})
+                                    "entropy": 1.0 / update, "loss": best,
+                                    "simulated": float(update <= SIMULATED_UPDATES)})
     tracker.finish({}, None, None)
-    return run
+    _write_old_run(folder / OLD_RUN / "tensorboard")
+    return folder
+
+
+def _write_old_run(directory: Path) -> None:
+    import tensorflow as tf
+
+    writer = tf.summary.create_file_writer(str(directory))
+    for update, best in enumerate(BEST_STEP_TIMES, start=1):
+        with writer.as_default(step=update):
+            tf.summary.scalar("step_time/best", best)
+            tf.summary.scalar("step_time/baseline/expert", BASELINES["expert"])
+    writer.close()
 
 
 @pytest.fixture(scope="module")
-def dashboard(run_dir, tmp_path_factory):
-    """`placer dashboard RUN_DIR --port 0` in its own process group; yields (url, pid) once it serves the curves."""
+def dashboard(runs, tmp_path_factory):
+    """`placer dashboard runs/ --port 0` in its own process group; yields (url, pid) once it serves the curves."""
     log = tmp_path_factory.mktemp("dashboard") / "output.txt"
-    server = _start([sys.executable, "-m", "placer.cli", "dashboard", str(run_dir), "--port", "0"], log)
+    server = _start([sys.executable, "-m", "placer.cli", "dashboard", str(runs), "--port", "0"], log)
     try:
-        url = _wait_for_output(server, log, r"at (http://\S+/) ")  # "TensorBoard for RUN_DIR at http://127.0.0.1:P/"
-        _wait_for_tag(url, "step_time/best")
+        url = _wait_for_output(server, log, r"at (http://\S+/) ")  # "TensorBoard for RUNS at http://127.0.0.1:P/"
+        _wait_for_runs(url)
         yield url, server.pid
     finally:
         _stop(server, signal.SIGTERM)  # the server and TensorBoard's data server, nothing else
@@ -91,18 +113,26 @@ def _stop(process: subprocess.Popen, sig: int) -> None:
     process.wait(timeout=20)
 
 
-def _wait_for_tag(url: str, tag: str, timeout: float = 60.0) -> None:
-    """TensorBoard reads event files in the background: wait until its API lists the tag."""
-    deadline = time.monotonic() + timeout
+def _wait_for_runs(url: str, timeout: float = 60.0) -> list[dict]:
+    """TensorBoard reads event files in the background: wait until the Step time tab's data holds every series of
+    the three runs."""
+    deadline, runs = time.monotonic() + timeout, []
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(url + "data/plugin/scalars/tags", timeout=5) as response:
-                if any(tag in tags for tags in json.load(response).values()):
-                    return
+            runs = _step_time_runs(url)
         except (urllib.error.URLError, ConnectionError):
             pass
+        loaded = {run["name"]: (len(run["series"]), len(run["series"][0]["points"])) for run in runs}
+        if len(loaded) == 3 and loaded.get(WRITTEN_RUN) == (2 + len(BASELINES), len(BEST_STEP_TIMES)) and \
+                min(series for series, _ in loaded.values()) >= 2 and max(series for series, _ in loaded.values()) >= 10:
+            return runs
         time.sleep(0.5)
-    pytest.fail(f"TensorBoard at {url} did not list {tag} within {timeout:.0f} s")
+    pytest.fail(f"TensorBoard at {url} did not load every run within {timeout:.0f} s: {runs}")
+
+
+def _step_time_runs(url: str) -> list[dict]:
+    with urllib.request.urlopen(url + "data/plugin/step_time/runs", timeout=10) as response:
+        return json.load(response)["runs"]
 
 
 class _Browser:
@@ -167,34 +197,89 @@ def browser(tmp_path):
     browser.close()
 
 
-# The SVG polylines TensorBoard draws for the series of the step_time/best card, as their "d" attributes.
-BEST_STEP_TIME_LINES = """
-    const card = [...document.querySelectorAll("scalar-card")]
-        .find(card => card.querySelector('[title="step_time/best"]'));
-    const lines = card ? [...card.querySelectorAll("path")].filter(p => p.style.fill === "none" && p.style.stroke) : [];
-    return lines.length ? lines.map(p => p.getAttribute("d")) : null;
-"""
-
-
 def _points(path_d: str) -> list[tuple[float, float]]:
     """(x, y) vertices of an SVG polyline path "Mx,yLx,yLx,y"."""
     return [(float(x), float(y)) for x, y in re.findall(r"[ML]\s*(-?[\d.e+-]+)[ ,](-?[\d.e+-]+)", path_d)]
 
 
-def test_scalars_page_draws_the_best_step_time_curve(dashboard, browser):
-    url, _ = dashboard
-    # The time-series page, filtered to the one card and unsmoothed, so the drawn line is the logged data.
-    browser.open(url + "?tagFilter=%5Estep_time%2Fbest%24&smoothing=0#timeseries")
-    lines = browser.wait_for(BEST_STEP_TIME_LINES)
+# What a person reads off each run's chart on the Step time tab: its name, the axis label and tick values, and
+# each series' colour, drawn line and legend entry.
+STEP_TIME_PANELS = """
+    const panels = [...document.querySelectorAll("section.run")].map(panel => ({
+        name: panel.querySelector(".run-name").textContent,
+        axis: panel.querySelector(".y-label").textContent,
+        ticks: [...panel.querySelectorAll(".y-tick")].map(t => parseFloat(t.textContent)),
+        series: [...panel.querySelectorAll("path.series")].map(p => ({
+            name: p.dataset.series, colour: getComputedStyle(p).stroke, d: p.getAttribute("d")})),
+        legend: [...panel.querySelectorAll(".legend-entry")].map(e => ({
+            name: e.dataset.series, text: e.textContent.trim(),
+            colour: getComputedStyle(e.querySelector(".swatch")).stroke})),
+        phase_switch: [...panel.querySelectorAll(".phase-switch line")].map(l => parseFloat(l.getAttribute("x1"))),
+        phase_labels: [...panel.querySelectorAll(".phase-switch text")].map(t => t.textContent),
+    }));
+    return panels.length === 3 ? panels : null;
+"""
 
-    assert len(lines) == 1, f"expected one plotted series, found {lines}"
-    points = _points(lines[0])
-    assert len(points) == len(BEST_STEP_TIMES), lines[0]
-    xs, ys = zip(*points)
-    assert all(a < b for a, b in zip(xs, xs[1:])), "updates are not drawn left to right"
-    # Screen y grows downwards and is an affine map of the value: each drop in step time is drawn to scale.
-    scale = [(y - ys[0]) / (value - BEST_STEP_TIMES[0]) for y, value in zip(ys[1:], BEST_STEP_TIMES[1:])]
-    assert all(s < 0 for s in scale) and max(scale) - min(scale) < 1e-3 * abs(scale[0]), (ys, BEST_STEP_TIMES)
+
+def _step_time_page(url: str, browser) -> dict[str, dict]:
+    """The Step time tab as TensorBoard frames it (its plugin entry page), per run name."""
+    browser.open(url + "data/plugin_entry.html?name=step_time")
+    return {panel["name"]: panel for panel in browser.wait_for(STEP_TIME_PANELS)}
+
+
+def test_step_time_is_the_first_tab(dashboard):
+    url, _ = dashboard
+    with urllib.request.urlopen(url + "data/plugins_listing", timeout=10) as response:
+        tabs = list(json.load(response))
+    assert tabs[0] == "step_time", tabs
+
+
+def test_a_run_against_8_heuristics_draws_every_series_in_its_own_colour_on_a_millisecond_axis(
+        dashboard, browser, simulated_run):
+    from agents.run_files import load_run_config, read_baselines
+
+    url, _ = dashboard
+    config = load_run_config(simulated_run)
+    heuristics = read_baselines(simulated_run)
+    assert len(heuristics) >= 8, heuristics
+    panels = _step_time_page(url, browser)
+    (name,) = [name for name in panels if name.startswith(f"{config.model} {config.target} ")]
+    panel = panels[name]
+
+    colours = [series["colour"] for series in panel["series"]]
+    assert len(set(colours)) == len(colours) >= 2 + len(heuristics), panel["series"]
+    # the legend names each series in the colour of its line, with its last step time in ms
+    assert {(e["name"], e["colour"]) for e in panel["legend"]} == {(s["name"], s["colour"]) for s in panel["series"]}
+    assert {e["name"] for e in panel["legend"]} >= {f"baseline/{name}" for name in heuristics} | {"best", "sampled"}
+    assert all(e["text"].endswith(" ms") for e in panel["legend"]), panel["legend"]
+    # the axis is in milliseconds: its ticks span the series' step times in ms, not in seconds
+    assert panel["axis"] == "step time (ms)"
+    step_times_ms = [1e3 * timing.step_time for timing in heuristics.values()]
+    assert min(panel["ticks"]) <= min(step_times_ms) and max(step_times_ms) <= max(panel["ticks"]) < \
+        10 * max(step_times_ms), (panel["ticks"], step_times_ms)
+
+
+def test_best_so_far_is_drawn_unsmoothed_and_the_switch_to_measured_updates_is_marked(dashboard, browser):
+    url, _ = dashboard
+    panel = _step_time_page(url, browser)[WRITTEN_RUN]
+
+    (best,) = [_points(s["d"]) for s in panel["series"] if s["name"] == "best"]
+    xs, ys = zip(*best)
+    assert len(best) == len(BEST_STEP_TIMES) and all(a < b for a, b in zip(xs, xs[1:]))
+    # screen y is an affine map of the logged value (no smoothing): each drop is drawn to scale
+    assert _affine_fit(list(ys), BEST_STEP_TIMES) is not None, (ys, BEST_STEP_TIMES)
+    (switch,) = panel["phase_switch"]
+    assert xs[SIMULATED_UPDATES - 1] < switch < xs[SIMULATED_UPDATES], (switch, xs)
+    assert panel["phase_labels"] == ["← simulated", "measured →"]
+
+
+def test_runs_side_by_side_include_one_written_before_series_had_runs_of_their_own(dashboard, browser):
+    url, _ = dashboard
+    panels = _step_time_page(url, browser)
+    assert WRITTEN_RUN in panels and OLD_RUN in panels, list(panels)
+    old = panels[OLD_RUN]
+    assert [e["name"] for e in old["legend"]] == ["best", "baseline/expert"]
+    assert old["legend"][0]["text"] == "best so far 1.00 ms", old["legend"]  # logged in seconds: 1.0e-3
 
 
 def _affine_fit(ys: list[float], values: list[float]) -> tuple[float, float] | None:
@@ -212,8 +297,10 @@ def test_time_series_page_opens_on_step_time(dashboard, browser):
         const titles = [...document.querySelectorAll(".group-title")].map(e => e.textContent.trim());
         return titles.includes("update") ? titles : null;
     """)
-    # TensorBoard opens the first two sections: step time, then the best placement; the agent's internals last.
-    assert [g for g in groups if g != "Pinned"][:1] == ["step_time"] and groups[-1] == "update", groups
+    # TensorBoard opens the first two sections: step time (and an older run's step_time, in seconds), then the best
+    # placement; the agent's internals last.
+    assert [g for g in groups if g != "Pinned"][:2] == ["step_time", "step_time_ms"] and groups[-1] == "update", \
+        groups
 
 
 # Every card of the custom-scalars page (in TensorBoard's shadow DOMs): its title, the tags its chart matched, and
@@ -231,11 +318,11 @@ CUSTOM_SCALAR_CARDS = """
         matches: deep(card.shadowRoot, ".match-list-entry").map(e => e.textContent.trim()),
         lines: deep(card.shadowRoot, "path.line").map(p => p.getAttribute("d")).filter(d => d && d.includes("L")),
     }));
-    return cards.length && cards[0].lines.length >= 4 ? cards : null;
+    return cards.length && cards[0].lines.length >= 10 ? cards : null;
 """
 
 
-def test_custom_scalars_first_chart_draws_best_and_sampled_step_time_and_every_baseline(dashboard, browser):
+def test_custom_scalars_first_chart_draws_every_series_of_every_run(dashboard, browser):
     from agents.tracking import STEP_TIME_CHART
 
     url, _ = dashboard
@@ -243,17 +330,9 @@ def test_custom_scalars_first_chart_draws_best_and_sampled_step_time_and_every_b
     first, *others = browser.wait_for(CUSTOM_SCALAR_CARDS)
 
     assert first["title"] == STEP_TIME_CHART and others, [card["title"] for card in (first, *others)]
-    matched = {re.search(r"(step_time/\S+)", match).group(1) for match in first["matches"]}
-    assert matched == {"step_time/best", "step_time/sampled"} | {f"step_time/baseline/{name}" for name in BASELINES}
-    # TensorBoard draws each series smoothed and raw. The raw best line gives the chart's scale; each baseline
-    # is a level line at its own step time on that scale.
-    lines = [_points(d) for d in first["lines"]]
-    scales = [_affine_fit([y for _, y in line], BEST_STEP_TIMES) for line in lines if len(line) == len(BEST_STEP_TIMES)]
-    offset, scale = next(fit for fit in scales if fit is not None)
-    levels = sorted({line[0][1] for line in lines if len({y for _, y in line}) == 1})
-    expected = sorted(offset + scale * seconds for seconds in BASELINES.values())
-    assert len(levels) >= len(expected) and all(any(abs(level - y) < 0.5 for level in levels) for y in expected) and \
-        all(any(abs(level - y) < 0.5 for y in expected) for level in levels), (levels, expected)
+    # each series is a run of its own, so TensorBoard gives it its own line (and colour)
+    assert any(f"nmt-2/20261127-140512/tensorboard/step_time/baseline/{name}" in " ".join(first["matches"])
+               for name in BASELINES), first["matches"]
 
 
 def test_dashboard_listens_on_loopback_only(dashboard):

@@ -88,15 +88,6 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
                            init=config.init)
         trackers = _make_trackers(config, run_dir, agent, {name: b.step_time for name, b in baselines.items() if b.ok})
         weights = np.array([len(g.ops) for g in graph.groups], dtype=np.float64)
-        logged = {"best": math.inf}
-
-        def on_update(update: int, metrics: Mapping[str, Any]) -> None:
-            metrics = {**metrics, "best_baseline_step_time": best_baseline[0]}
-            trackers.log_update(update, metrics)
-            if metrics["step_time_best"] < logged["best"]:
-                logged["best"] = metrics["step_time_best"]
-                _log_best_placement(trackers, update, run_dir, graph, devices, weights, metrics["step_time_best"])
-                log.info("update %d: new best %.3f ms", update, metrics["step_time_best"] * 1e3)
 
         training = TrainingConfig(updates=config.updates, samples_per_update=config.samples_per_update,
                                   greedy_every=config.greedy_every, confirm_repeats=config.repeats_to_confirm,
@@ -105,8 +96,21 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
         log.info("training %s: %s updates of %d samples, time budget %s", agent.name, config.updates,
                  config.samples_per_update, f"{config.time_budget} min" if config.time_budget else "none")
         start = _start_placement(agent, env, run_dir, log)
-        simulator = _train_on_simulator(config, env, agent, run_dir, log, calibration) if calibration else None
-        state = train(agent, evaluated_on, run_dir, training, callbacks=[on_update],
+        simulator = _train_on_simulator(config, env, agent, run_dir, log, calibration,
+                                        _tracked(trackers, first_update=0, simulated=True)) if calibration else None
+        # the dashboards draw both phases as one curve: the measured updates follow the simulated ones
+        first_update = simulator.phase.updates if simulator else 0
+        measured = _tracked(trackers, first_update, simulated=False if simulator else None)
+        logged = {"best": math.inf}
+
+        def on_update(update: int, metrics: Mapping[str, Any]) -> None:
+            if metrics["step_time_best"] < logged["best"]:
+                logged["best"] = metrics["step_time_best"]
+                _log_best_placement(trackers, first_update + update, run_dir, graph, devices, weights,
+                                    metrics["step_time_best"])
+                log.info("update %d: new best %.3f ms", update, metrics["step_time_best"] * 1e3)
+
+        state = train(agent, evaluated_on, run_dir, training, callbacks=[measured, on_update],
                       start_from=simulator.best_assignment if simulator else None)
         workers.close()  # the baselines' final comparison and the timeline are this process's own
         final = _final_comparison(config, env, run_dir, state.best_assignment, baselines, log, start, simulator)
@@ -340,7 +344,7 @@ def _calibrate_target(config: ExperimentConfig, env, run_dir: Path, log) -> Path
 
 
 def _train_on_simulator(config: ExperimentConfig, env, agent, run_dir: Path, log,
-                        calibration_path: Path) -> SimulatorResult:
+                        calibration_path: Path, on_update) -> SimulatorResult:
     """The first phase of a measured run with `simulator_updates`: train `agent` on the calibrated simulator
     of the run's target (`calibration_path`; in RUN_DIR/simulator/, resumable like the run), and return what
     it reached. The measured phase then continues from the same agent and starts from this phase's best
@@ -357,7 +361,7 @@ def _train_on_simulator(config: ExperimentConfig, env, agent, run_dir: Path, log
                                   greedy_every=config.greedy_every, confirm_repeats=0, progress=config.progress)
         log.info("training %s on the simulator of %s first: %d updates of %d samples", agent.name, config.target,
                  config.simulator_updates, config.samples_per_update)
-        state = train(agent, simulated, run_dir / run_files.SIMULATOR_PHASE, training)
+        state = train(agent, simulated, run_dir / run_files.SIMULATOR_PHASE, training, callbacks=[on_update])
     finally:
         simulated.close()
     log.info("simulator phase: best predicted %.3f ms after %d samples (%.1f s); now on measured rewards",
@@ -368,6 +372,17 @@ def _train_on_simulator(config: ExperimentConfig, env, agent, run_dir: Path, log
 
 
 # -- outputs --------------------------------------------------------------------------------------
+
+
+def _tracked(trackers, first_update: int, simulated: bool | None):
+    """A training callback logging each update's metrics as update `first_update` + its number, marked simulated
+    or measured in a run that has both phases (`simulated` None: a run of one phase)."""
+    phase = {} if simulated is None else {"simulated": float(simulated)}
+
+    def log_update(update: int, metrics: Mapping[str, Any]) -> None:
+        trackers.log_update(first_update + update, {**metrics, **phase})
+
+    return log_update
 
 
 def _log_best_placement(trackers, update, run_dir: Path, graph, devices, weights, step_time: float) -> None:
@@ -411,7 +426,7 @@ def _make_trackers(config: ExperimentConfig, run_dir: Path, agent, baselines: Ma
     agent_config = getattr(agent, "config", None)
     if dataclasses.is_dataclass(agent_config):
         hparams.update({f"agent.{k}": v for k, v in dataclasses.asdict(agent_config).items()})
-    name = f"{config.model}-{run_dir.name}"
+    name = run_files.run_name(config, run_dir)
     trackers = [TensorBoardTracker(run_dir, hparams, name, baselines)]
     if config.wandb != "off":
         trackers.append(WandbTracker(run_dir, {**config.to_dict(), **hparams}, name, config.wandb_project,

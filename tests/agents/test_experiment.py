@@ -145,25 +145,35 @@ def test_a_simulated_run_shows_every_placement_against_the_bound(random_run):
 def test_tensorboard_gets_grouped_curves_hparams_and_the_placement(random_run):
     import tensorflow as tf
 
-    tags, plugins = set(), set()
-    for path in (random_run.run_dir / "tensorboard").glob("events.out.tfevents.*"):
-        for event in tf.compat.v1.train.summary_iterator(str(path)):
-            for value in event.summary.value:
-                tags.add(value.tag)
-                plugins.add(value.metadata.plugin_data.plugin_name)
-    baselines = run_files.read_baselines(random_run.run_dir)
-    assert {"step_time/best", "step_time/sampled", "step_time/best_baseline", "training/reward_mean",
-            "training/failure_rate"} | {f"step_time/baseline/{name}" for name in baselines} <= tags
+    from placer.dashboard import layout
+
+    def tags_in(directory):
+        tags, plugins = set(), set()
+        for path in directory.glob("events.out.tfevents.*"):
+            for event in tf.compat.v1.train.summary_iterator(str(path)):
+                for value in event.summary.value:
+                    tags.add(value.tag)
+                    plugins.add(value.metadata.plugin_data.plugin_name)
+        return tags, plugins
+
+    root = random_run.run_dir / "tensorboard"
+    tags, plugins = tags_in(root)
+    assert {"training/reward_mean", "training/failure_rate", layout.RUN_NAME_TAG} <= tags
     assert {"the_best_placement/devices", "the_best_placement/table", "custom_scalars__config__"} <= tags
     assert {"scalars", "images", "text", "hparams", "custom_scalars"} <= plugins
+    # every step-time series is a run of its own, so that TensorBoard colours each; one tag, in ms
+    baselines = run_files.read_baselines(random_run.run_dir)
+    series = {"best", "sampled"} | {f"baseline/{name}" for name in baselines}
+    assert all(tags_in(root / layout.SERIES_DIR / name)[0] == {layout.STEP_TIME_TAG} for name in series)
     # TensorBoard orders sections by name and opens the first two: step time, then the best placement; the
     # agent's internals (not logged by random search) come last
     from agents.tracking import PLACEMENT_IMAGE_TAG, SCALAR_TAGS
 
-    sections = sorted({tag.split("/")[0] for tag in [*SCALAR_TAGS.values(), PLACEMENT_IMAGE_TAG]})
-    assert sections == ["step_time", "the_best_placement", "training", "update"]
-    plugin_own = ("_hparams_/", "custom_scalars__")  # TensorBoard plugins' own tags, shown on their own pages
-    assert {tag.split("/")[0] for tag in tags if not tag.startswith(plugin_own)} == set(sections) - {"update"}
+    sections = sorted({layout.STEP_TIME_TAG, *(tag.split("/")[0] for tag in [*SCALAR_TAGS.values(), PLACEMENT_IMAGE_TAG])})
+    assert sections == [layout.STEP_TIME_TAG, "the_best_placement", "training", "update"]
+    plugin_own = ("_hparams_/", "custom_scalars__", "run/")  # plugins' own tags, and the run's name
+    assert {tag.split("/")[0] for tag in tags if not tag.startswith(plugin_own)} == set(sections) - {
+        layout.STEP_TIME_TAG, "update"}
 
 
 def test_a_run_resumes_and_extends_its_budget(random_run, tmp_path):
