@@ -436,7 +436,9 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
         phase_done("starting and calibrating")
         say(f"profiling {graph.name}'s ops on {target} and learning which small constants TensorFlow sends, for the "
             "calibrated simulator (once per graph, cached)")
-        profiled_costs(graph, calibration, calibration_path, measurer=real.measurer)
+        loop_note = control_flow_note(profiled_costs(graph, calibration, calibration_path, measurer=real.measurer))
+        if loop_note:
+            notes.append(loop_note)
         twin_spec = f"{PREFIX}{calibration_path.resolve()}"  # the plan names it: readable from any directory
         twin = stack.enter_context(open_target(graph, twin_spec))
         bound = step_time_bound(twin.simulator, simulated_on=twin_spec)
@@ -518,6 +520,18 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
     return OptimizeResult(args.model, args.size, graph.name, str(target), str(calibration_path), args.rounds,
                           tuple(measured), winner, plan, str(args.out), priced_only, tuple(notes),
                           time.monotonic() - started, bound, len(graph.ops), phases)
+
+
+def control_flow_note(costs) -> str:
+    """One line naming the loops and conditionals a profile priced by their bodies, or "" when the step has none."""
+    loops = costs.metadata.get("control_flow") or {}
+    if not loops:
+        return ""
+    described = [f"{name} ({loop['iterations']} iterations, {loop['seconds'] * 1e3:.2f} ms)"
+                 if loop.get("iterations") is not None else f"{name} ({loop['seconds'] * 1e3:.2f} ms)"
+                 for name, loop in loops.items()]
+    return (f"{len(loops)} loops or conditionals, priced by the bodies they ran and each placed with the ops that "
+            f"start it: {', '.join(described)}")
 
 
 def settings_to_measure(settings: Mapping[str, ThreadSetting], count: int,

@@ -14,6 +14,7 @@ from pathlib import Path
 from placer.calibration import Calibration, calibration_digest, load_calibration
 from placer.devices import Device, DeviceSet, machine_from_dict
 from placer.errors import DeviceSpecError, ProfileError
+from placer.graph.control_flow import CONTROL_FLOW_OPS
 from placer.graph.opgraph import OpGraph
 
 PREFIX = "calibrated:"
@@ -52,7 +53,10 @@ def profiled_costs(graph: OpGraph, calibration: Calibration, calibration_path: s
 
     cached = cost_cache(calibration_path, graph)
     if cached.exists():
-        return load_cost_table(cached, graph)
+        table = load_cost_table(cached, graph)
+        if "control_flow" in table.metadata or not any(op.type in CONTROL_FLOW_OPS for op in graph.step_ops):
+            return table
+        # profiled before loops were charged their bodies: each loop of this graph cost nothing there
 
     def profile(on) -> object:
         calibration.check_devices(on.devices)

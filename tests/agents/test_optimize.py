@@ -310,3 +310,16 @@ def test_schedules_are_priced_for_the_best_placement_and_the_expert_s_and_measur
     assert any("expert" in name.split(" = ") for name in placements), [m.candidate.name for m in result.measured]
     assert all(m.compared.timings for m in scheduled)
     assert result.recommended.median == min(m.median for m in result.measured if m.ok)
+
+
+def test_the_loops_a_profile_priced_are_named_with_their_iterations():
+    from agents.optimize import control_flow_note
+    from placer.profile import CostTable
+
+    costs = CostTable("f", "calibrated", {}, "profiled", {"control_flow": {
+        "lstm/while": {"type": "While", "seconds": 0.0012, "iterations": 20, "nodes_per_step": 2000},
+        "cond": {"type": "If", "seconds": 0.0001, "iterations": None, "nodes_per_step": 8}}})
+    note = control_flow_note(costs)
+    assert note.startswith("2 loops or conditionals") and "lstm/while (20 iterations, 1.20 ms)" in note
+    assert "cond (0.10 ms)" in note
+    assert control_flow_note(CostTable("f", "calibrated", {}, "profiled", {"control_flow": {}})) == ""

@@ -145,3 +145,26 @@ def test_a_recurrent_layer_without_a_fixed_sequence_length_unrolls_at_the_length
     assert _loops(graph) == []
     matmuls = [op for op in graph.step_ops if op.type == "MatMul" and "gru" in op.name and "grad" not in op.name]
     assert len(matmuls) == 2 * 5  # the GRU's input and recurrent matmuls, once per time step
+
+
+def test_a_cached_profile_that_priced_no_loop_is_profiled_again(lstm_graph, mlp, tmp_path, monkeypatch):
+    import placer.profile
+    from placer.cost.calibrated import cost_cache, profiled_costs
+    from placer.profile import CostTable
+
+    calibration_path = tmp_path / "calibration.json"
+    calibration_path.write_text("{}")
+    calibration = type("Calibration", (), {"step_overhead": 0.0, "check_devices": lambda self, devices: None})()
+    fresh = []
+
+    def profile(graph, measurer, **options):
+        fresh.append(graph.name)
+        return CostTable(graph.fingerprint, "calibrated", {}, "profiled", {"control_flow": {}})
+
+    monkeypatch.setattr(placer.profile, "profile_costs", profile)
+    for graph in (lstm_graph, mlp):  # tables profiled before loops were charged their bodies
+        CostTable(graph.fingerprint, "calibrated", {}, "profiled", {}).save(cost_cache(calibration_path, graph))
+        profiled_costs(graph, calibration, calibration_path, measurer=type("Measurer", (), {"devices": ()})())
+    assert fresh == [lstm_graph.name]  # a graph without loops keeps its table
+    profiled_costs(lstm_graph, calibration, calibration_path, measurer=None)  # now cached with its loops
+    assert fresh == [lstm_graph.name]
