@@ -482,7 +482,9 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
                     joint += _schedule_candidates(args, graph, expert, real, twin, calibration, calibration_path,
                                                   notes, time_limit=min(10.0, max(1.0, left() - MEASURING_RESERVE)))
         phase_done("pools and schedules")
-        candidates = [*_one_process_candidates(settings), *placements, *joint]
+        # Measured in this order each round: when --budget runs out, the untimed are the ones predicted slowest.
+        candidates = [*_one_process_candidates(settings), *sorted(placements, key=lambda c: c.predicted_seconds),
+                      *sorted(joint, key=lambda c: c.predicted_seconds)]
         measured_candidates = to_measure(candidates, args.keep)
         measured_names = {c.name for c in measured_candidates}
         priced_only = (*(c for c in candidates if c.name not in measured_names),

@@ -45,7 +45,7 @@ def colocation_groups(
     (Enter, Merge, Switch, NextIteration, Exit) on its initial value's device and the body on the loop's, so a
     loop split from its inputs sends every variable across twice per iteration: on `local:2` on 2026-11-27 a
     20-step Keras LSTM moved off its inputs' worker took 67-107 ms a step against 4 ms on one worker
-    (`experiments/loop_placement.py`). A loop and what starts it are therefore one unit.
+    (`experiments/probes/loop_split.py`). A loop and what starts it are therefore one unit.
     Returns op -> group index, and per group (anchor name, member op names). The anchor is the op the
     others are colocated with when there is one, otherwise the group's first op.
     """

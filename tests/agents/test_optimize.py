@@ -242,6 +242,13 @@ def test_optimize_measures_one_process_every_heuristic_and_tuned_pools_side_by_s
     assert "recommended:" in optimized.describe()
     assert optimized.bound is not None and optimized.bound.simulated_on.startswith("calibrated:")
     assert "x bound" in optimized.describe()
+    # measured one process first, then the placements the twin predicted fastest first (what a short --budget keeps)
+    kinds = [bool(m.candidate.dimensions and "placement" in m.candidate.dimensions) for m in optimized.measured]
+    assert kinds == sorted(kinds)
+    placed = [m.candidate.predicted_seconds for m in optimized.measured if m.candidate.dimensions == ("placement",)]
+    assert placed == sorted(placed)
+    assert set(optimized.phase_seconds) >= {"building the graph", "profiling", "heuristics", "measuring"}
+    assert "where the time went: building the graph" in optimized.describe()
 
 
 def test_the_written_plan_is_the_recommended_one_and_round_trips(optimized, mlp):
