@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import time
+from pathlib import Path
 
 from placer.commands.target_option import add_target_argument
 
@@ -60,9 +61,11 @@ def pretrain_command_run(args: argparse.Namespace) -> int:
                             progress=not args.no_progress)
     from agents.workers import open_workers
 
-    with open_workers(args.workers, args.ray) as workers:
+    ray_log = ray_log_path(args.out) if args.ray is not None else None
+    with open_workers(args.workers, args.ray, log_path=ray_log) as workers:
         if workers.count > 1 or args.ray is not None:
-            print(f"pre-training on {workers.description}", flush=True)
+            print(f"pre-training on {workers.description}" + (f"; Ray's log: {ray_log}" if ray_log else ""),
+                  flush=True)
         result = pretrain(config, args.out, workers)
     print(f"wrote {result.path}: {result.samples} placements over {len(result.best_step_times)} graph-machine "
           f"pairs in {result.seconds:.0f} s; best sampled step times:")
@@ -78,6 +81,11 @@ def pretrain_command_run(args: argparse.Namespace) -> int:
         print(f"{unsampled} of {len(result.updates)} pairs got no update (pairs take turns, one per update): give "
               f"--updates {len(result.updates)} or more to train on every pair")
     return 0
+
+
+def ray_log_path(policy: str | Path) -> Path:
+    """Where `placer pretrain --ray` writes Ray's own log lines: beside the policy, POLICY with .log."""
+    return Path(policy).with_suffix(".log")
 
 
 def add_place_arguments(parser: argparse.ArgumentParser) -> None:
