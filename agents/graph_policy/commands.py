@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from placer.commands.target_option import add_target_argument
+from placer.files import check_output_file
 
 from agents.launch import Command
 from agents.workers import add_worker_arguments
@@ -48,6 +49,11 @@ def pretrain_command_run(args: argparse.Namespace) -> int:
     from agents.factory import check_agent_options
     from agents.graph_policy.pretrain import PretrainConfig, pretrain
 
+    from placer.cost import parse_target_spec
+
+    check_output_file(args.out, "--out")
+    for target in args.targets:  # a calibrated:FILE is read here, not first in a worker
+        parse_target_spec(target, "simulated")
     if args.ray is not None:
         from agents.workers import check_ray_address
 
@@ -108,6 +114,7 @@ def place_command_run(args: argparse.Namespace) -> int:
     from placer.cost import parse_target_spec
     from placer.placement import Placement
 
+    check_output_file(args.out, "--out")
     policy, record = load_policy(args.policy)
     spec = parse_target_spec(args.target)
     if spec.devices is not None:
