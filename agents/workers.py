@@ -273,7 +273,7 @@ def _import_ray():
 
 class PrivateRay:
     """A Ray of `cpus` CPUs started for this command alone, whatever other Ray runs on the machine, that leaves
-    nothing behind: its session files and token live in a private (0700) temporary folder removed with it.
+    nothing behind: its session files and token live in a private (0700) temporary directory removed with it.
 
     Ray 2.60 attaches `ray.init()` to RAY_ADDRESS or to the latest `ray start` of the machine: `address="local"`
     starts a new one instead. A new local Ray turns on token authentication and, with no token found, writes one
@@ -293,8 +293,8 @@ class PrivateRay:
                               "cluster yourself and give its ADDRESS (docs/scale-out.md).")
         bring_loopback_up()  # a new namespace's loopback starts down
         # Under /tmp, short: Ray's socket paths in it must stay under 107 bytes.
-        self.folder = Path(tempfile.mkdtemp(prefix="placer-ray-", dir="/tmp"))
-        token = self.folder / "auth_token"
+        self.directory = Path(tempfile.mkdtemp(prefix="placer-ray-", dir="/tmp"))
+        token = self.directory / "auth_token"
         token.touch(mode=0o600)
         token.write_text(secrets.token_hex(32))
         self._environment = {name: os.environ.get(name) for name in _PRIVATE_RAY_ENVIRONMENT}
@@ -305,7 +305,7 @@ class PrivateRay:
         os.environ.pop("RAY_AUTH_TOKEN", None)  # it would win over the file
         try:
             with ray_log.stderr_here():
-                ray.init(address="local", _node_ip_address="127.0.0.1", _temp_dir=str(self.folder / "session"),
+                ray.init(address="local", _node_ip_address="127.0.0.1", _temp_dir=str(self.directory / "session"),
                          include_dashboard=False, num_cpus=cpus, runtime_env=runtime_env,
                          logging_level=logging.ERROR, log_to_driver=False, configure_logging=False)
         except BaseException:
@@ -313,10 +313,10 @@ class PrivateRay:
             raise
 
     def remove(self) -> None:
-        """Its folder gone and the environment as it was (after `ray.shutdown()`, which stops its processes)."""
+        """Its directory gone and the environment as it was (after `ray.shutdown()`, which stops its processes)."""
         import shutil
 
-        shutil.rmtree(self.folder, ignore_errors=True)
+        shutil.rmtree(self.directory, ignore_errors=True)
         for name, value in self._environment.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -335,16 +335,16 @@ def _connect(ray, address: str, runtime_env: dict, ray_log: _RayLogRouted) -> No
     os.environ.setdefault("RAY_AUTH_MODE", "token")
     try:
         with ray_log.stderr_here():
-                    ray.init(address=address, runtime_env=runtime_env, logging_level=logging.ERROR, log_to_driver=False,
-                         configure_logging=False)
+            ray.init(address=address, runtime_env=runtime_env, logging_level=logging.ERROR, log_to_driver=False,
+                     configure_logging=False)
     except (ConnectionError, ray.exceptions.AuthenticationError) as error:
         raise WorkerError(f"no Ray cluster answers at {address} with this token (RAY_AUTH_MODE="
                           f"{os.environ['RAY_AUTH_MODE']}; docs/scale-out.md): {error}") from None
 
 
 class _RayLogRouted:
-    """Ray's own Python log lines (a dead node's state, a worker's death) sent to `path`, or dropped, instead of
-    the console, while a Ray engine is open."""
+    """Ray's own lines (its log, and the cluster's error messages: a dead node, with its state, a worker's death)
+    sent to `path`, or dropped, instead of the console, while a Ray engine is open."""
 
     def __init__(self, path: str | Path | None):
         self.path = path
@@ -357,6 +357,16 @@ class _RayLogRouted:
             self._logger.removeHandler(handler)
         self._logger.addHandler(self._handler)
         self._logger.propagate = False
+        # A driver's thread prints every error message of the cluster to stdout through this function (whatever
+        # log_to_driver says): it goes to the log instead.
+        self._ray_worker = sys.modules.get("ray._private.worker")
+        self._print_to_console = getattr(self._ray_worker, "print_to_stdstream", None)
+        if self._print_to_console is not None:
+            self._ray_worker.print_to_stdstream = self._log_printed
+
+    def _log_printed(self, data: dict, ignore_prefix: bool = False) -> None:
+        for line in data.get("lines", ()):
+            self._logger.warning("(%s) %s", data.get("pid", "ray"), line)
 
     @contextmanager
     def stderr_here(self):
@@ -376,6 +386,8 @@ class _RayLogRouted:
             os.close(target)
 
     def close(self) -> None:
+        if self._print_to_console is not None:
+            self._ray_worker.print_to_stdstream = self._print_to_console
         self._logger.removeHandler(self._handler)
         self._handler.close()
         for handler in self._console:
@@ -425,6 +437,15 @@ class RayWorkers:
         except BaseException:
             self._ray_log.close()
             raise
+        self._actors: list = []
+        try:
+            self._start_actors(ray, count, per_node)
+        except BaseException:  # a private Ray stops, and its directory goes, even when no actor could start
+            self.close()
+            raise
+
+    def _start_actors(self, ray, count: int | None, per_node: bool) -> None:
+        """One actor pinned to each node (`per_node`), or `count` placed by Ray (default: one per CPU)."""
         self._actor_class = ray.remote(num_cpus=1)(_Actor)
         if per_node:
             self.nodes = _measuring_nodes(ray)

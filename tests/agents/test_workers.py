@@ -449,6 +449,9 @@ python3 {driver} $! {per_node}
     assert f"ENGINE {engine}" in done.stdout
     assert f"RESULTS {[2 * value for value in range(12)]}" in done.stdout
     assert "died while running task" in done.stdout and "no CPU is left for a new actor" in done.stdout
+    # Ray's own lines about the dead node (its state, tens of lines) stay off the driver's output
+    assert [line for line in done.stdout.splitlines()
+            if not line.startswith(("ENGINE", "RESULTS", "WARNING:placer.workers:"))] == [], done.stdout
 
 
 def _fail_on(value: int, bad: int) -> int:
