@@ -297,13 +297,15 @@ def test_killing_the_command_of_ray_auto_leaves_no_ray_process_or_folder_behind(
         pytest.skip("no private network namespace can be made here (`unshare -rn`)")
     command = [sys.executable, "-m", "agents.cli", *SMALLEST_PRETRAINING, "--updates", "10000",
                "--out", str(tmp_path / "policy.npz")]
-    outer = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    errors = tmp_path / "stderr.txt"
+    with errors.open("w") as stderr:
+        outer = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr,
+                                 env={**os.environ, "PYTHONPATH": str(REPO)})
     deadline, seen = time.monotonic() + 120, {}
     try:
         while time.monotonic() < deadline and not any(
                 "ray::_Actor" in command for command in seen.values()):  # its actors run: Ray is all up
-            assert outer.poll() is None, "the command ended before it was killed"
+            assert outer.poll() is None, f"the command ended before it was killed: {errors.read_text()[-2000:]}"
             for pid in _descendants(outer.pid):
                 try:
                     seen[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
