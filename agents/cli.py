@@ -5,6 +5,7 @@ the top of the layers, so that every import from the command line to the code it
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from placer import cli as placer_cli
@@ -36,6 +37,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
 
         if not only_loopback():
             return _run_in_private_network(argv)
+    if OUTER_PROCESS in os.environ:
+        _end_with_outer_process(int(os.environ.pop(OUTER_PROCESS)))
     if args.command in AGENT_COMMANDS:
         return AGENT_COMMANDS[args.command].run(args)
     if args.command == "reference":
@@ -47,8 +50,6 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
 def reference() -> str:
     """docs/cli.md: every command of `placer`, its usage, and each argument with its default and help, read from
     the parsers themselves (tests/test_cli_reference.py fails when the file is stale)."""
-    import os
-
     columns = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "100"  # argparse wraps usage lines to the terminal: the file must not depend on it
     try:
@@ -109,7 +110,25 @@ def _run_in_private_network(argv: list[str]) -> int:
         raise WorkerError("--ray auto starts a private Ray only in a private network namespace, and `unshare -rn` "
                           "cannot make one here (user namespaces may be disabled): start a Ray cluster yourself on "
                           "a private network and give its ADDRESS (docs/scale-out.md)")
-    return subprocess.run(["unshare", "-rn", sys.executable, "-m", "agents.cli", *argv]).returncode
+    # `unshare` execs the command: the command re-run is this process's own child, which ends with it.
+    return subprocess.run(["unshare", "-rn", sys.executable, "-m", "agents.cli", *argv],
+                          env={**os.environ, OUTER_PROCESS: str(os.getpid())}).returncode
+
+
+OUTER_PROCESS = "PLACER_OUTER_PROCESS"
+"""Set in a command re-run in a private network namespace: the pid of the command that re-ran it."""
+
+
+def _end_with_outer_process(outer: int) -> None:
+    """End this re-run command, and the private Ray it starts, when the outer command ends, however it ends
+    (even SIGKILL): the kernel sends SIGTERM, which leaves the `with` blocks as an exit does, so Ray is shut
+    down and its folder removed."""
+    import signal
+
+    from placer.testbed import die_with_parent
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    die_with_parent(outer, signal.SIGTERM)
 
 
 def main(argv: list[str] | None = None) -> int:

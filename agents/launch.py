@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from placer.errors import PlacerError
+from placer.files import check_output_directory, check_output_file
 
 from agents.experiment.config import ExperimentConfig, ExperimentError, load_config_file, parse_override
 from agents.run_files import load_run_config
@@ -70,6 +71,8 @@ def config_from_args(args: argparse.Namespace, defaults: Mapping[str, Any] | Non
     """The resolved configuration and the run directory to use (None: a new one). Every setting is checked
     here, before any work: a bad value stops the command with the reason."""
     given = _given(args)
+    check_output_directory(args.resume, "--resume")
+    check_output_directory(args.run_dir, "--run-dir")
     if args.resume:
         config = load_run_config(args.resume)
         others = [name for name in given if name not in _RESUMABLE] + [
@@ -102,6 +105,8 @@ def config_from_args(args: argparse.Namespace, defaults: Mapping[str, Any] | Non
     if "model" not in settings:
         raise ExperimentError("which model? give MODEL (see `placer models`) or `model:` in --config")
     config = ExperimentConfig.from_dict(settings, source="settings")
+    if not args.run_dir:
+        check_output_directory(config.runs, "--runs" if "runs" in given else "runs (from --config)")
     return config, Path(args.run_dir) if args.run_dir else None
 
 
@@ -131,6 +136,7 @@ def _replace(config: ExperimentConfig, budget: Mapping[str, Any], no_progress: b
 def export(args: argparse.Namespace) -> int:
     from agents.experiment.results import export_run
 
+    check_output_file(args.out, "--out")
     metadata = export_run(args.run_dir, args.out)
     beaten = ", ".join(metadata["beaten_baselines"]) or "none"
     source = metadata["source"]

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from placer.errors import PlacerError
+from placer.files import check_output_file
 from placer.measure.config import MeasureConfig
 from placer.simulate.bound import StepTimeBound, gap_closed, times_bound
 
@@ -376,8 +377,9 @@ def check_optimize_args(args: OptimizeArgs, *, allow_exposed_ports: bool = False
         _read_calibration(calibration_file(args), target)
     if args.from_run:
         _run_placement(args)
-    if Path(args.out).is_dir():
-        raise OptimizeError(f"--out {args.out} is a directory: give the plan file's path, e.g. {Path(args.out) / 'plan.json'}")
+    check_output_file(args.out, "--out")
+    if not calibration_file(args).exists():  # calibrated into it
+        check_output_file(calibration_file(args), "--calibration" if args.calibration else "--out (its calibration)")
     return target
 
 
@@ -431,7 +433,6 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
         else:
             say(f"calibrating {target}'s links and step overheads for its simulator (about a minute)")
             calibration = calibrate(real.measurer, progress=_progress(args, "calibrating", "round"))
-            calibration_path.parent.mkdir(parents=True, exist_ok=True)
             calibration.save(calibration_path)
         phase_done("starting and calibrating")
         say(f"profiling {graph.name}'s ops on {target} and learning which small constants TensorFlow sends, for the "

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -269,6 +271,130 @@ def _import_ray():
     return ray
 
 
+class PrivateRay:
+    """A Ray of `cpus` CPUs started for this command alone, whatever other Ray runs on the machine, that leaves
+    nothing behind: its session files and token live in a private (0700) temporary directory removed with it.
+
+    Ray 2.60 attaches `ray.init()` to RAY_ADDRESS or to the latest `ray start` of the machine: `address="local"`
+    starts a new one instead. A new local Ray turns on token authentication and, with no token found, writes one
+    to ~/.ray/auth_token, readable by all, which then switches every later Ray of the user to tokens: given a
+    token file of its own (RAY_AUTH_TOKEN_PATH), it writes none."""
+
+    def __init__(self, ray, cpus: int, runtime_env: dict, ray_log: _RayLogRouted):
+        import secrets
+        import tempfile
+
+        from placer.testbed import bring_loopback_up, only_loopback
+
+        if not only_loopback():
+            raise WorkerError("--ray auto starts a private Ray, whose servers listen on every network interface: "
+                              "it runs only in a private network namespace (the "
+                              "`placer` command line re-runs itself in one with `unshare -rn`). Or start a "
+                              "cluster yourself and give its ADDRESS (docs/scale-out.md).")
+        bring_loopback_up()  # a new namespace's loopback starts down
+        # Under /tmp, short: Ray's socket paths in it must stay under 107 bytes.
+        self.directory = Path(tempfile.mkdtemp(prefix="placer-ray-", dir="/tmp"))
+        token = self.directory / "auth_token"
+        token.touch(mode=0o600)
+        token.write_text(secrets.token_hex(32))
+        self._environment = {name: os.environ.get(name) for name in _PRIVATE_RAY_ENVIRONMENT}
+        # RAY_AUTH_MODE stays as the user set it: unset, ray.init turns tokens on and reloads its settings
+        # (set here, it would not be seen: Ray read its settings when imported).
+        os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
+        os.environ.pop("RAY_ADDRESS", None)
+        os.environ.pop("RAY_AUTH_TOKEN", None)  # it would win over the file
+        try:
+            with ray_log.stderr_here():
+                ray.init(address="local", _node_ip_address="127.0.0.1", _temp_dir=str(self.directory / "session"),
+                         include_dashboard=False, num_cpus=cpus, runtime_env=runtime_env,
+                         logging_level=logging.ERROR, log_to_driver=False, configure_logging=False)
+        except BaseException:
+            self.remove()
+            raise
+
+    def remove(self) -> None:
+        """Its directory gone and the environment as it was (after `ray.shutdown()`, which stops its processes)."""
+        import shutil
+
+        shutil.rmtree(self.directory, ignore_errors=True)
+        for name, value in self._environment.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+_PRIVATE_RAY_ENVIRONMENT = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN", "RAY_ADDRESS")
+"""What `PrivateRay` changes in this process's environment (its Ray's processes inherit it), and restores."""
+
+
+def _connect(ray, address: str, runtime_env: dict, ray_log: _RayLogRouted) -> None:
+    """Attach to the Ray cluster at `address`."""
+    # Ray's token authentication (`RAY_AUTH_MODE=token`; the token in ~/.ray/auth_token or RAY_AUTH_TOKEN)
+    # unless the user set a mode: without it anyone who reaches the cluster runs code there.
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    try:
+        with ray_log.stderr_here():
+            ray.init(address=address, runtime_env=runtime_env, logging_level=logging.ERROR, log_to_driver=False,
+                     configure_logging=False)
+    except (ConnectionError, ray.exceptions.AuthenticationError) as error:
+        raise WorkerError(f"no Ray cluster answers at {address} with this token (RAY_AUTH_MODE="
+                          f"{os.environ['RAY_AUTH_MODE']}; docs/scale-out.md): {error}") from None
+
+
+class _RayLogRouted:
+    """Ray's own lines (its log, and the cluster's error messages: a dead node, with its state, a worker's death)
+    sent to `path`, or dropped, instead of the console, while a Ray engine is open."""
+
+    def __init__(self, path: str | Path | None):
+        self.path = path
+        self._logger = logging.getLogger("ray")
+        self._propagate = self._logger.propagate
+        self._console = list(self._logger.handlers)  # importing ray gives its logger a handler to stderr
+        self._handler: logging.Handler = (logging.FileHandler(path) if path is not None else logging.NullHandler())
+        self._handler.setFormatter(logging.Formatter("%(asctime)s ray %(levelname)s %(message)s"))
+        for handler in self._console:
+            self._logger.removeHandler(handler)
+        self._logger.addHandler(self._handler)
+        self._logger.propagate = False
+        # A driver's thread prints every error message of the cluster to stdout through this function (whatever
+        # log_to_driver says): it goes to the log instead.
+        self._ray_worker = sys.modules.get("ray._private.worker")
+        self._print_to_console = getattr(self._ray_worker, "print_to_stdstream", None)
+        if self._print_to_console is not None:
+            self._ray_worker.print_to_stdstream = self._log_printed
+
+    def _log_printed(self, data: dict, ignore_prefix: bool = False) -> None:
+        for line in data.get("lines", ()):
+            self._logger.warning("(%s) %s", data.get("pid", "ray"), line)
+
+    @contextmanager
+    def stderr_here(self):
+        """This process's standard error (file descriptor 2, where Ray's C++ core writes while it starts) sent
+        to the log too, or dropped, for the `with` block."""
+        sys.stderr.flush()
+        saved = os.dup(2)
+        target = os.open(self.path if self.path is not None else os.devnull, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                         0o644)
+        try:
+            os.dup2(target, 2)
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(target)
+
+    def close(self) -> None:
+        if self._print_to_console is not None:
+            self._ray_worker.print_to_stdstream = self._print_to_console
+        self._logger.removeHandler(self._handler)
+        self._handler.close()
+        for handler in self._console:
+            self._logger.addHandler(handler)
+        self._logger.propagate = self._propagate
+
+
 class _Actor:
     """One worker: runs tasks in its own process, which keeps their state between tasks."""
 
@@ -288,9 +414,10 @@ class RayWorkers:
     """Nodes that share one machine, when actors are pinned to nodes."""
 
     def __init__(self, address: str, count: int | None = None, actor_start_seconds: float = ACTOR_START_SECONDS,
-                 per_node: bool = False):
+                 per_node: bool = False, log_path: str | Path | None = None):
         """actor_start_seconds: how long a new actor may take to start before its slot's work goes to another.
-        per_node: one actor per node, pinned there (`count` must then be None)."""
+        per_node: one actor per node, pinned there (`count` must then be None). log_path: the run's log, where
+        Ray's own log lines go (default: none kept); never the console, where they would break the results."""
         if per_node and count is not None:
             raise WorkerError("one actor per node: the number of actors is the number of nodes, not given")
         ray = _import_ray()
@@ -300,28 +427,25 @@ class RayWorkers:
         root = str(Path(__file__).resolve().parent.parent)  # placer's checkout, where the nodes import it from
         runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
             p for p in (root, os.environ.get("PYTHONPATH", "")) if p), "TF_CPP_MIN_LOG_LEVEL": "2"}}
-        if address == AUTO:
-            from placer.testbed import bring_loopback_up, only_loopback
+        self._private: PrivateRay | None = None
+        self._ray_log = _RayLogRouted(log_path)
+        try:
+            if address == AUTO:
+                self._private = PrivateRay(ray, count or os.cpu_count(), runtime_env, self._ray_log)
+            else:
+                _connect(ray, address, runtime_env, self._ray_log)
+        except BaseException:
+            self._ray_log.close()
+            raise
+        self._actors: list = []
+        try:
+            self._start_actors(ray, count, per_node)
+        except BaseException:  # a private Ray stops, and its directory goes, even when no actor could start
+            self.close()
+            raise
 
-            if not only_loopback():
-                raise WorkerError("--ray auto starts a private Ray, whose servers listen on every network interface: "
-                                  "it runs only in a private network namespace (the "
-                                  "`placer` command line re-runs itself in one with `unshare -rn`). Or start a "
-                                  "cluster yourself and give its ADDRESS (docs/scale-out.md).")
-            bring_loopback_up()  # a new namespace's loopback starts down
-            ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=count or os.cpu_count(),
-                     runtime_env=runtime_env, logging_level=logging.ERROR, log_to_driver=False,
-                     configure_logging=False)
-        else:
-            # Ray's token authentication (`RAY_AUTH_MODE=token`; the token in ~/.ray/auth_token or
-            # RAY_AUTH_TOKEN) unless the user set a mode: without it anyone who reaches the cluster runs code there.
-            os.environ.setdefault("RAY_AUTH_MODE", "token")
-            try:
-                ray.init(address=address, runtime_env=runtime_env, logging_level=logging.ERROR,
-                         log_to_driver=False, configure_logging=False)
-            except (ConnectionError, ray.exceptions.AuthenticationError) as error:
-                raise WorkerError(f"no Ray cluster answers at {address} with this token (RAY_AUTH_MODE="
-                                  f"{os.environ['RAY_AUTH_MODE']}; docs/scale-out.md): {error}") from None
+    def _start_actors(self, ray, count: int | None, per_node: bool) -> None:
+        """One actor pinned to each node (`per_node`), or `count` placed by Ray (default: one per CPU)."""
         self._actor_class = ray.remote(num_cpus=1)(_Actor)
         if per_node:
             self.nodes = _measuring_nodes(ray)
@@ -390,9 +514,14 @@ class RayWorkers:
         return "a new actor"
 
     def close(self) -> None:
-        for actor in {id(actor): actor for actor in self._actors}.values():  # a slot may share another's
-            self._ray.kill(actor)
-        self._ray.shutdown()
+        try:
+            for actor in {id(actor): actor for actor in self._actors}.values():  # a slot may share another's
+                self._ray.kill(actor)
+            self._ray.shutdown()
+        finally:
+            if self._private is not None:
+                self._private.remove()
+            self._ray_log.close()
 
     def __enter__(self):
         return self
@@ -429,14 +558,15 @@ def _shared_machines(nodes: Sequence[dict]) -> list[str]:
             for address, shared in by_address.items() if len(shared) > 1]
 
 
-def open_workers(workers: int = 1, ray: str | None = None, per_node: bool = False):
+def open_workers(workers: int = 1, ray: str | None = None, per_node: bool = False,
+                 log_path: str | Path | None = None):
     """The engine for `--workers N` (local processes; 1: this process, today's serial path) or
     `--ray auto|ADDRESS` (one Ray actor per worker: N actors, or one per CPU of the cluster when N is 1;
-    with `per_node`, one actor pinned to each node of the cluster)."""
+    with `per_node`, one actor pinned to each node of the cluster). log_path: where Ray's own log lines go."""
     if not isinstance(workers, int) or workers < 1:
         raise WorkerError(f"--workers must be a whole number of at least 1, got {workers!r}")
     if ray is not None:
-        return RayWorkers(ray, None if per_node or workers == 1 else workers, per_node=per_node)
+        return RayWorkers(ray, None if per_node or workers == 1 else workers, per_node=per_node, log_path=log_path)
     return SerialWorkers() if workers == 1 else ProcessWorkers(workers)
 
 

@@ -205,10 +205,10 @@ def calibration_digest(path: str | Path) -> str:
 
 def load_calibration(path: str | Path) -> Calibration:
     """Read a calibration file; ProfileError naming what is wrong with a malformed one."""
-    try:
-        data = json.loads(Path(path).read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise ProfileError(f"cannot read calibration {path}: {getattr(error, 'strerror', None) or error}") from None
+    from placer.files import read_json_file
+
+    data = read_json_file(path, "calibration file", "make one with `placer calibrate --target local:2 --out FILE`",
+                          ProfileError)
     if not isinstance(data, dict) or data.pop("format", None) != FILE_FORMAT:
         raise ProfileError(f"{path} is not a placer calibration file (no \"format\": \"{FILE_FORMAT}\"): "
                            "make one with `placer calibrate --target local:2 --out FILE`")

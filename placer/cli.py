@@ -12,6 +12,7 @@ from pathlib import Path
 
 from placer import tf_logs
 from placer.errors import PlacerError
+from placer.files import check_output_file, write_atomically
 
 
 PLACER_COMMANDS = ("measure", "cluster", "calibrate", "models", "tune", "schedule", "dashboard", "apply")
@@ -176,6 +177,8 @@ def _measure(args) -> int:
         raise PlacerError("--rounds interleaves several placements: give --placement more than once")
     if args.rounds < 1:
         raise PlacerError(f"--rounds must be at least 1, got {args.rounds}")
+    check_output_file(args.save_placement, "--save-placement")
+    check_output_file(args.timeline, "--timeline")
     spec = parse_target_spec(args.target, allow_exposed_ports=args.allow_exposed_ports)  # refuse a bad target early
     config = measure_config(args)
     for name in names:
@@ -188,7 +191,7 @@ def _measure(args) -> int:
         placement = placements[0]
         result = target.evaluate(placement)
         if args.timeline and result.ok:
-            Path(args.timeline).write_text(target.trace(placement))
+            write_atomically(args.timeline, target.trace(placement))
     if args.save_placement:
         placement.with_metadata(step_time=result.seconds if result.ok else None, step_time_kind=result.backend,
                                 target=str(spec), measured=result.to_dict()).save(args.save_placement, graph)
@@ -245,6 +248,7 @@ def _calibrate(args) -> int:
 
     if args.rounds < 2:
         raise PlacerError(f"--rounds must be at least 2 (the fit's intervals resample rounds), got {args.rounds}")
+    check_output_file(args.out, "--out")
     spec = parse_target_spec(args.target, "measured", allow_exposed_ports=args.allow_exposed_ports)
     with Measurer(spec.measured) as measurer:
         calibration = calibrate(measurer, rounds=args.rounds, progress=_progress_bar("calibration probes", "round"))

@@ -84,3 +84,8 @@ class OpWidthError(PlacementError):
 class PlanFileError(PlacerError):
     """A plan file (`placer.plan`) is malformed, or was made for another graph, target, calibration or machine
     than the one it is used with."""
+
+
+class OutputPathError(PlacerError):
+    """A file or directory a command would write cannot be written where it was asked to be (a directory above it
+    is a file or cannot be written, or the file is a directory): refused before any work."""

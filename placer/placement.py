@@ -419,31 +419,9 @@ _WHAT_A_PLACEMENT_FILE_IS = "a placement file is the JSON that `placer measure -
 
 def _read_json(path: str | Path) -> Any:
     """A placement file's parsed JSON; PlacementFileError, never an OSError or UnicodeDecodeError, if it has none."""
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise PlacementFileError(f"there is no placement file {path} (no such file): {_WHAT_A_PLACEMENT_FILE_IS}") from None
-    except IsADirectoryError:
-        raise PlacementFileError(f"{path} is a directory, not a placement file: {_WHAT_A_PLACEMENT_FILE_IS}") from None
-    except OSError as error:
-        raise PlacementFileError(f"cannot read placement file {path}: {error.strerror}") from None
-    if not raw.strip():
-        raise PlacementFileError(
-            f"placement file {path} is empty: it may not have been written completely. Write it again "
-            f"({_WHAT_A_PLACEMENT_FILE_IS})"
-        )
-    try:
-        text = raw.decode("utf-8-sig")  # a byte-order mark from a Windows editor is still text
-    except UnicodeDecodeError as error:
-        raise PlacementFileError(
-            f"{path} is not a placement file: it holds binary data, not JSON text (byte 0x{raw[error.start]:02x} at "
-            f"offset {error.start} is not UTF-8). Check the path: {_WHAT_A_PLACEMENT_FILE_IS}"
-        ) from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise PlacementFileError(f"placement file {path} is not valid JSON ({error.msg} at line {error.lineno})") from None
+    from placer.files import read_json_file
+
+    return read_json_file(path, "placement file", _WHAT_A_PLACEMENT_FILE_IS, PlacementFileError)
 
 
 def _json_value(value: Any) -> Any:

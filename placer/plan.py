@@ -210,28 +210,25 @@ class Plan:
 
 
 def is_plan_file(path: str | Path) -> bool:
-    """True if `path` holds JSON whose format is a plan's (so a command taking placement files can take plans)."""
+    """True if `path` names a plan's format (so a command taking placement files can take plans): a plan file,
+    or one broken (not valid JSON) that still says it is one, which the plan reader then explains."""
     try:
-        data = json.loads(Path(path).read_bytes().decode("utf-8-sig"))
-    except (OSError, ValueError):  # not readable, not text or not JSON: the placement reader says what is wrong
+        text = Path(path).read_bytes().decode("utf-8-sig")
+    except (OSError, ValueError):  # not readable or not text: the placement reader says what is wrong
         return False
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return f'"{FILE_FORMAT}"' in text
     return isinstance(data, dict) and data.get("format") == FILE_FORMAT
 
 
 def read_plan_file(path: str | Path) -> Plan:
     """The one reader of plan files: the format, every part (placement, schedule, machine use, prediction), that
     they belong together, and that this machine has the cores its machine use pins; PlanFileError otherwise."""
-    path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except FileNotFoundError:
-        raise PlanFileError(f"there is no plan file {path}: make one with {_HOW_TO_MAKE}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise PlanFileError(f"cannot read plan file {path}: {getattr(error, 'strerror', None) or error}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise PlanFileError(f"plan file {path} is not valid JSON ({error.msg} at line {error.lineno})") from None
+    from placer.files import read_json_file
+
+    data = read_json_file(path, "plan file", f"make one with {_HOW_TO_MAKE}", PlanFileError)
     return plan_from_json_dict(data, source=str(path))
 
 

@@ -71,10 +71,9 @@ class CostTable:
 
 def load_cost_table(path: str | Path, graph: OpGraph | None = None) -> CostTable:
     """Read a saved table; with `graph`, refuse a table made for another graph."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as error:
-        raise ProfileError(f"cannot read cost table {path}: {error}") from None
+    from placer.files import read_json_file
+
+    data = read_json_file(path, "cost table", "profile the graph again", ProfileError)
     if not isinstance(data, dict) or data.get("format") != FILE_FORMAT:
         raise ProfileError(f"{path} is not a placer cost table (format {FILE_FORMAT!r})")
     if data.get("format_version") != FILE_FORMAT_VERSION:

@@ -87,11 +87,13 @@ def only_loopback() -> bool:
     return [name for _, name in socket.if_nameindex()] == ["lo"]
 
 
-def die_with_parent() -> None:
-    """Ask the kernel to kill this process when its parent dies, so no worker outlives the testbed."""
-    parent = os.getppid()
+def die_with_parent(parent: int | None = None, signal_number: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send this process `signal_number` when its parent dies, so no worker outlives the
+    testbed. parent: the pid the parent must have (default: the present one); a process whose parent is
+    already another has lost it, and exits."""
+    parent = os.getppid() if parent is None else parent
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    libc.prctl(_PR_SET_PDEATHSIG, signal_number, 0, 0, 0)
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
 

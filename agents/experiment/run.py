@@ -172,15 +172,18 @@ def _evaluation_engine(config: ExperimentConfig):
 
 @contextmanager
 def _workers_logged_to(log):
-    """A worker's death and the work sent again, in the run's log too."""
-    workers_log = logging.getLogger("placer.workers")
-    for handler in log.handlers:
-        workers_log.addHandler(handler)
+    """A worker's death and the work sent again, in the run's log too; and Ray's own log lines (a Ray engine
+    keeps them off the console)."""
+    loggers = [logging.getLogger("placer.workers"), logging.getLogger("ray")]
+    for logger in loggers:
+        for handler in log.handlers:
+            logger.addHandler(handler)
     try:
         yield
     finally:
-        for handler in log.handlers:
-            workers_log.removeHandler(handler)
+        for logger in loggers:
+            for handler in log.handlers:
+                logger.removeHandler(handler)
 
 
 def _evaluated_on(config: ExperimentConfig, env, engine) -> tuple[Any, MeasuredTargets | None]:

@@ -6,8 +6,10 @@ import argparse
 import json
 import math
 import time
+from pathlib import Path
 
 from placer.commands.target_option import add_target_argument
+from placer.files import check_output_file
 
 from agents.launch import Command
 from agents.workers import add_worker_arguments
@@ -47,6 +49,11 @@ def pretrain_command_run(args: argparse.Namespace) -> int:
     from agents.factory import check_agent_options
     from agents.graph_policy.pretrain import PretrainConfig, pretrain
 
+    from placer.cost import parse_target_spec
+
+    check_output_file(args.out, "--out")
+    for target in args.targets:  # a calibrated:FILE is read here, not first in a worker
+        parse_target_spec(target, "simulated")
     if args.ray is not None:
         from agents.workers import check_ray_address
 
@@ -60,9 +67,11 @@ def pretrain_command_run(args: argparse.Namespace) -> int:
                             progress=not args.no_progress)
     from agents.workers import open_workers
 
-    with open_workers(args.workers, args.ray) as workers:
+    ray_log = ray_log_path(args.out) if args.ray is not None else None
+    with open_workers(args.workers, args.ray, log_path=ray_log) as workers:
         if workers.count > 1 or args.ray is not None:
-            print(f"pre-training on {workers.description}", flush=True)
+            print(f"pre-training on {workers.description}" + (f"; Ray's log: {ray_log}" if ray_log else ""),
+                  flush=True)
         result = pretrain(config, args.out, workers)
     print(f"wrote {result.path}: {result.samples} placements over {len(result.best_step_times)} graph-machine "
           f"pairs in {result.seconds:.0f} s; best sampled step times:")
@@ -78,6 +87,11 @@ def pretrain_command_run(args: argparse.Namespace) -> int:
         print(f"{unsampled} of {len(result.updates)} pairs got no update (pairs take turns, one per update): give "
               f"--updates {len(result.updates)} or more to train on every pair")
     return 0
+
+
+def ray_log_path(policy: str | Path) -> Path:
+    """Where `placer pretrain --ray` writes Ray's own log lines: beside the policy, POLICY with .log."""
+    return Path(policy).with_suffix(".log")
 
 
 def add_place_arguments(parser: argparse.ArgumentParser) -> None:
@@ -100,6 +114,7 @@ def place_command_run(args: argparse.Namespace) -> int:
     from placer.cost import parse_target_spec
     from placer.placement import Placement
 
+    check_output_file(args.out, "--out")
     policy, record = load_policy(args.policy)
     spec = parse_target_spec(args.target)
     if spec.devices is not None:

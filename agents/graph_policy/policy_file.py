@@ -54,15 +54,26 @@ def save_policy(policy: GraphPlacementPolicy, path: str | Path, *, trained_on: M
 
 def load_policy(path: str | Path) -> tuple[GraphPlacementPolicy, dict[str, Any]]:
     """The policy saved in `path` and its record; PolicyFileError saying what is wrong with a bad file."""
+    import zipfile
+
     path = Path(path)
+    how_to_make = f"write one with `placer pretrain ... --out {path}`"
+    if not path.exists():
+        raise PolicyFileError(f"no policy file {path}: {how_to_make}")
+    if path.is_dir():
+        raise PolicyFileError(f"{path} is a directory, not a policy file: {how_to_make}")
     try:
+        # A policy file is a NumPy .npz archive (a zip): anything else is refused here, before NumPy would
+        # suggest loading it as a pickle.
+        if not zipfile.is_zipfile(path):
+            raise PolicyFileError(f"{path} is not a placer policy file (not the .npz archive `placer pretrain` "
+                                  f"writes): check the path, or {how_to_make}")
         with np.load(path, allow_pickle=False) as data:
             record = json.loads(str(data["record"]))
             weights = [data[f"weight_{i}"] for i in range(sum(1 for key in data.files if key.startswith("weight_")))]
-    except FileNotFoundError:
-        raise PolicyFileError(f"no policy file {path}: write one with `placer pretrain ... --out {path}`") from None
-    except (OSError, ValueError, KeyError) as error:
-        raise PolicyFileError(f"{path} is not a placer policy file ({error})") from None
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as error:
+        reason = getattr(error, "strerror", None) or f"{type(error).__name__}: {error}"
+        raise PolicyFileError(f"{path} is not a readable placer policy file ({reason}): {how_to_make}") from None
     if not isinstance(record, dict) or record.get("format") != FILE_FORMAT:
         raise PolicyFileError(f"{path} is not a placer policy file (no \"format\": \"{FILE_FORMAT}\")")
     if record.get("version") not in READABLE_VERSIONS or record.get("features_version") != FEATURES_VERSION:

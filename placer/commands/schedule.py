@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from placer.commands.placement_option import placement_named
+from placer.commands.placement_option import check_placement_name, placement_named
 from placer.errors import PlacerError
 
 
@@ -75,13 +75,24 @@ def schedule_command(args) -> int:
     from placer.schedule.origin import with_prediction
     from placer.schedule.shapes import shape_template
 
+    from placer.files import check_output_file
+
     if args.micro_batches < 1:
         raise PlacerError(f"--micro-batches must be at least 1, got {args.micro_batches}")
+    if args.memory_limit is not None and args.memory_limit < 0:  # 0 is refused by the search, with what it needs
+        raise PlacerError(f"--memory-limit is a count of memory units per device (a forward block keeps 1), not "
+                          f"{args.memory_limit}; leave it out for no limit")
+    if not args.time_limit > 0:
+        raise PlacerError(f"--time-limit must be a positive number of seconds, got {args.time_limit}")
+    for flag, path in (("--save", args.save), ("--save-plan", args.save_plan), ("--timeline", args.timeline)):
+        check_output_file(path, flag)
     _read_subject(args)
     _check_split(args)
     if args.save_plan:
         _check_plan_target(args)
     measured = args.model is not None and parse_target_spec(args.target).backend == "measured"
+    if args.model is not None:
+        check_placement_name(args.placement, args.model, "measured" if measured else "simulated")
     if args.measure and not measured:
         if args.model is None:
             raise PlacerError("--measure needs --model with a built-in model that can be built at a micro-batch size "

@@ -160,18 +160,16 @@ class SchedulePlan:
         return {"traceEvents": events, "displayTimeUnit": "ms"}
 
     def save_chrome_trace(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.chrome_trace()))
-        return path
+        from placer.files import write_atomically
+
+        return write_atomically(path, json.dumps(self.chrome_trace()))
 
 
 def read_schedule_file(path: str | Path) -> SchedulePlan:
     """The one reader of schedule files: parses, rebuilds and so re-checks every rule of the plan."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as error:
-        raise ScheduleFileError(f"cannot read schedule file {path}: {error}") from None
+    from placer.files import read_json_file
+
+    data = read_json_file(path, "schedule file", "write one with `placer schedule ... --save FILE`", ScheduleFileError)
     return plan_from_json_dict(data, source=str(path))
 
 

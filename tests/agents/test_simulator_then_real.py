@@ -73,7 +73,7 @@ def test_simulator_first_settings_are_checked_before_any_work(tmp_path):
                          calibration=str(_calibration(tmp_path / "c.json")))
     with pytest.raises(ExperimentError, match="made on local:2, not on inprocess:2"):
         _config(tmp_path, calibration=str(_calibration(tmp_path / "other.json", target="local:2")))
-    with pytest.raises(ExperimentError, match="cannot read calibration"):
+    with pytest.raises(ExperimentError, match="there is no calibration file"):
         _config(tmp_path, calibration=str(tmp_path / "missing.json"))
 
 

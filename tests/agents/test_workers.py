@@ -3,9 +3,13 @@ dead worker sent again, and a private Ray that nothing outside loopback can reac
 
 import logging
 import os
+import secrets
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -218,6 +222,115 @@ def test_a_private_ray_listens_only_on_loopback_and_pretrains_the_serial_policy(
     _same_policy(policy, serial_policy)
 
 
+SMALLEST_PRETRAINING = ["pretrain", "--models", "two-tower", "--generated", "0", "--target", "modeled:2xV100",
+                        "--imitation-updates", "0", "--samples-per-update", "1", "--set", "hidden_size=8",
+                        "--set", "message_rounds=1", "--ray", "auto", "--no-progress"]
+
+
+def _private_pid_namespace_available() -> bool:
+    try:
+        return subprocess.run(["unshare", "-rnpf", "--mount-proc", "true"], capture_output=True,
+                              timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def test_ray_auto_starts_its_own_ray_beside_another_and_leaves_nothing_in_home_or_stdout(tmp_path):
+    """Another Ray runs (started with `ray start`, the latest of the machine, and in RAY_ADDRESS, with a token
+    of its own in RAY_AUTH_TOKEN): `--ray auto` still starts a private one, writes no ~/.ray/auth_token, prints
+    none of Ray's lines, and leaves no process of it. All in private network and process namespaces, whose end
+    stops the other Ray."""
+    pytest.importorskip("ray")
+    if not _private_pid_namespace_available():
+        pytest.skip("no private network and process namespaces can be made here (`unshare -rnpf`)")
+    home, ray_tmp = tmp_path / "home", tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # socket paths < 107 bytes
+    home.mkdir()
+    policy = tmp_path / "policy.npz"
+    placer = shlex.join([sys.executable, "-m", "agents.cli", *SMALLEST_PRETRAINING, "--updates", "1",
+                         "--out", str(policy)])
+    script = f"""
+set -e
+python3 -c 'from placer.testbed import bring_loopback_up; bring_loopback_up()'
+RAY_AUTH_MODE=token ray start --head --node-ip-address=127.0.0.1 --port=6379 --include-dashboard=false \
+    --num-cpus=1 --disable-usage-stats >/dev/null 2>&1
+test -e {ray_tmp}/ray/ray_current_cluster
+export RAY_ADDRESS=127.0.0.1:6379
+{placer} >{tmp_path}/out.txt 2>{tmp_path}/err.txt
+ps -eo pid,args | grep -E 'placer-ray|ray::_Actor' | grep -v grep || true
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "HOME": str(home), "RAY_TMPDIR": ray_tmp, "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env.pop("RAY_AUTH_MODE", None)
+    try:
+        done = subprocess.run(["unshare", "-rnpf", "--mount-proc", "bash", "-c", script], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    out, err = (tmp_path / "out.txt").read_text(), (tmp_path / "err.txt").read_text()
+    assert done.returncode == 0, err[-3000:] + done.stderr[-2000:]
+    assert policy.exists()
+    assert not (home / ".ray").exists(), "Ray wrote its token, or more, into the user's home"
+    assert done.stdout == "", f"a process of the private Ray outlived the command: {done.stdout}"
+    assert out.splitlines()[0] == f"pre-training on 2 Ray actors on 1 node; Ray's log: {tmp_path / 'policy.log'}"
+    assert out.splitlines()[1].startswith(f"wrote {policy}") and len(out.splitlines()) == 3, out
+    assert err == "", err
+    assert "Token authentication" in (tmp_path / "policy.log").read_text()  # Ray's lines are in the log
+
+
+def _process_start(pid: int) -> str | None:
+    """`pid`'s start time (to tell it from a later process of the same pid), or None: gone, or a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_killing_the_command_of_ray_auto_leaves_no_ray_process_or_folder_behind(tmp_path, how):
+    """The command re-runs itself in a private network namespace, where it starts Ray: kill the outer one, and
+    the re-run, Ray's servers, its actors and its private directory all go."""
+    pytest.importorskip("ray")
+    from placer.testbed import isolation_available
+
+    if not isolation_available():
+        pytest.skip("no private network namespace can be made here (`unshare -rn`)")
+    command = [sys.executable, "-m", "agents.cli", *SMALLEST_PRETRAINING, "--updates", "10000",
+               "--out", str(tmp_path / "policy.npz")]
+    errors = tmp_path / "stderr.txt"
+    with errors.open("w") as stderr:
+        outer = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr,
+                                 env={**os.environ, "PYTHONPATH": str(REPO)})
+    deadline, seen = time.monotonic() + 120, {}
+    try:
+        while time.monotonic() < deadline and not any(
+                "ray::_Actor" in command for command in seen.values()):  # its actors run: Ray is all up
+            assert outer.poll() is None, f"the command ended before it was killed: {errors.read_text()[-2000:]}"
+            for pid in _descendants(outer.pid):
+                try:
+                    seen[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    pass
+            time.sleep(0.2)
+        assert any("ray::_Actor" in command for command in seen.values()), "no Ray actor started in 2 minutes"
+        starts = {pid: _process_start(pid) for pid in _descendants(outer.pid)}
+        directories = {word.split("=", 1)[-1].split("/session", 1)[0] for command in seen.values()
+                   for word in command.split() if "/placer-ray-" in word}
+    finally:
+        outer.send_signal(how)
+        outer.wait()
+    assert directories, "the private Ray's directory was not found in its servers' command lines"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        left = [pid for pid, start in starts.items() if start is not None and _process_start(pid) == start]
+        if not left:
+            break
+        time.sleep(0.5)
+    assert not left, "still running: " + "; ".join(seen.get(pid, str(pid))[:80] for pid in left)
+    # the re-run command got SIGTERM from the kernel, whatever signal ended the outer one, and removed it
+    assert not any(Path(directory).exists() for directory in directories), directories
+
+
 def _on_two_local_ray_nodes(command: list[str], port: int) -> subprocess.CompletedProcess:
     """Run `command` beside a Ray head and one more node started with `ray start` on 127.0.0.1, in a private
     network namespace, every node and the driver sharing one token (Ray's own authentication). Skips where
@@ -338,6 +451,9 @@ python3 {driver} $! {per_node}
     assert f"ENGINE {engine}" in done.stdout
     assert f"RESULTS {[2 * value for value in range(12)]}" in done.stdout
     assert "died while running task" in done.stdout and "no CPU is left for a new actor" in done.stdout
+    # Ray's own lines about the dead node (its state, tens of lines) stay off the driver's output
+    assert [line for line in done.stdout.splitlines()
+            if not line.startswith(("ENGINE", "RESULTS", "WARNING:placer.workers:"))] == [], done.stdout
 
 
 def _fail_on(value: int, bad: int) -> int:
