@@ -379,6 +379,11 @@ class RunSummary:
     """Examples per step of the model's training step, when its builder knew them (a Keras model's step)."""
     batch_note: str | None = None
     """Set when nothing fixed the batch: which batch the step was traced at, and how to choose one."""
+    measured_start: str | None = None
+    """Where the measured phase of a simulator-first run started: "simulator-best", or a baseline that measured
+    faster than it side by side."""
+    learned_is_start: bool = False
+    """The measured phase confirmed nothing faster than its start, so the learned placement is that start."""
     bound: Mapping[str, Any] | None = None
     """The step time no placement of the run's graph can beat on its target (`placer.simulate.StepTimeBound`'s
     `to_dict`): simulated on the target's own simulator, or predicted on the calibrated twin of a measured one;

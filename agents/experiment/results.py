@@ -74,6 +74,12 @@ def describe(summary: RunSummary, run_dir: Path) -> str:
         phase = summary.simulator
         lines.append(f"  {'simulator phase best':<24} {_ms(phase.step_time)}{against_bound(phase.step_time)}  "
                      f"(predicted {_ms(phase.predicted_step_time).strip()} after {phase.updates} simulated updates)")
+    if summary.measured_start not in (None, "simulator-best"):
+        lines.append(f"  {'':<24} the measured phase started from {summary.measured_start}, which measured faster "
+                     "than the simulator phase's best")
+    if summary.learned_is_start:
+        lines.append(f"  {'':<24} training confirmed nothing faster than its start "
+                     f"({summary.measured_start or 'the start'}): the learned placement is that start")
     if summary.final_comparison:
         lines[0] += (f"; best sample {_ms(summary.best_step_time).strip()}, then measured again next to the "
                      "baselines (medians below)")

@@ -110,8 +110,9 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
                                     metrics["step_time_best"])
                 log.info("update %d: new best %.3f ms", update, metrics["step_time_best"] * 1e3)
 
+        measured_start = _measured_start(config, env, run_dir, simulator, baselines, log)
         state = train(agent, evaluated_on, run_dir, training, callbacks=[measured, on_update],
-                      start_from=simulator.best_assignment if simulator else None)
+                      start_from=None if measured_start is None else measured_start[1])
         workers.close()  # the baselines' final comparison and the timeline are this process's own
         final = _final_comparison(config, env, run_dir, state.best_assignment, baselines, log, start, simulator)
         summary = summarize(config, run_dir, state, baselines, best_baseline, agent.name, final,
@@ -122,7 +123,10 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
                                                              step_time=(final or {}).get("simulator-best")),
             start_step_time=None if start is None else (final or {}).get("start", start.step_time),
             timeline=_save_timeline(env, run_dir, state.best_assignment, log),
-            batch_size=graph.batch.size if graph.batch is not None else None, batch_note=graph.batch_note)
+            batch_size=graph.batch.size if graph.batch is not None else None, batch_note=graph.batch_note,
+            measured_start=None if measured_start is None else measured_start[0],
+            learned_is_start=measured_start is not None and state.best_assignment is not None
+            and [int(a) for a in state.best_assignment] == measured_start[1])
         run_files.write_summary(run_dir, summary)
         best_file = run_dir / run_files.BEST_PLACEMENT
         trackers.finish(summary.to_dict(), best_file if best_file.exists() else None,
@@ -269,6 +273,35 @@ def _start_placement(agent, env, run_dir: Path, log) -> StartPlacement | None:
     log.info("start (the untrained policy's greedy placement): %s",
              f"{result.seconds * 1e3:.3f} ms" if result.ok else f"failed ({result.failure}: {result.message})")
     return run_files.write_start(run_dir, placement, env.graph, result)
+
+
+MEASURED_START_BASELINES = 2
+"""The baselines fastest when the run timed them that are measured beside the simulator phase's best to choose
+where the measured phase starts."""
+
+
+def _measured_start(config: ExperimentConfig, env, run_dir: Path, simulator: SimulatorResult | None,
+                    baselines: Mapping[str, BaselineTiming], log) -> tuple[str, list[int]] | None:
+    """Where the measured phase of a simulator-first run starts, and its name: the fastest, measured side by side,
+    of the simulator phase's best and the fastest baselines. Started from a heuristic that beats what the
+    simulator found, training keeps that heuristic unless it confirms something faster, so the learned
+    placement ends no slower than it. None without a simulator phase, or when resuming (the run kept its best)."""
+    from placer.cost import compare
+
+    if simulator is None or simulator.best_assignment is None or (run_dir / run_files.TRAINER_STATE).exists():
+        return None
+    fastest = sorted((timing for timing in baselines.values() if timing.ok), key=lambda timing: timing.seconds)
+    contenders = {"simulator-best": [int(a) for a in simulator.best_assignment]}
+    for timing in fastest[:MEASURED_START_BASELINES]:
+        contenders.setdefault(timing.name, run_files.baseline_assignment(run_dir, timing, env.graph, env.devices))
+    if len(contenders) == 1:
+        return "simulator-best", contenders["simulator-best"]
+    compared = compare(env.target.evaluate, contenders, max(config.final_rounds, 1))
+    name = min(compared, key=lambda contender: compared[contender].median)
+    log.info("the measured phase starts from %s, the fastest of %s measured side by side (%d rounds)", name,
+             ", ".join(f"{other} {compared[other].median * 1e3:.3f} ms" for other in contenders),
+             max(config.final_rounds, 1))
+    return name, contenders[name]
 
 
 def _final_comparison(config: ExperimentConfig, env, run_dir: Path, assignment, baselines: Mapping[str, BaselineTiming],

@@ -125,3 +125,45 @@ def test_a_heuristic_that_reads_op_costs_is_a_measured_baseline_only_with_a_simu
     assert _config(tmp_path, baselines=["metis", "m-etf"]).baselines == ("metis", "m-etf")
     with pytest.raises(ExperimentError, match="metis baseline reads the simulator's op costs.*--simulator-updates N"):
         _config(tmp_path, simulator_updates=0, calibration=None, baselines=["metis"])
+
+
+def test_the_measured_phase_starts_from_a_baseline_that_measures_faster_than_the_simulators_best(tmp_path):
+    import logging
+    from types import SimpleNamespace
+
+    from agents.experiment.run import _measured_start
+    from agents.run_files import BaselineTiming, SimulatorPhase
+    from agents.experiment.run import SimulatorResult
+    from placer.cost import StepTime
+
+    seconds = {(0, 1, 0): 0.004, (0, 0, 0): 0.003, (1, 1, 1): 0.002, (1, 0, 1): 0.009}
+    env = SimpleNamespace(graph=None, devices=None, target=SimpleNamespace(
+        evaluate=lambda assignment: StepTime(seconds[tuple(assignment)], "measured", "fake")))
+    simulator = SimulatorResult(SimulatorPhase(updates=3, samples=6, wall_time=1.0, predicted_step_time=0.001,
+                                               calibration="c.json"), [0, 1, 0])
+    baselines = {"single-device": BaselineTiming("single-device", 0.0031, assignment=(0, 0, 0)),
+                 "metis": BaselineTiming("metis", 0.0025, assignment=(1, 1, 1)),
+                 "round-robin": BaselineTiming("round-robin", 0.0090, assignment=(1, 0, 1)),
+                 "expert": BaselineTiming("expert", None, failure="oom", assignment=(1, 1, 0))}
+    config = _config(tmp_path, final_rounds=2)
+    assert _measured_start(config, env, tmp_path, simulator, baselines, logging.getLogger("test")) == ("metis", [1, 1, 1])
+    # the simulator's best wins where it measures fastest; no simulator phase, no choice to make
+    seconds[(0, 1, 0)] = 0.001
+    assert _measured_start(config, env, tmp_path, simulator, baselines, logging.getLogger("test"))[0] == "simulator-best"
+    assert _measured_start(config, env, tmp_path, None, baselines, logging.getLogger("test")) is None
+
+
+def test_a_run_that_confirms_nothing_faster_than_its_start_says_that_the_learned_placement_is_the_start(tmp_path):
+    from agents.experiment.results import describe
+    from agents.run_files import RunSummary
+
+    summary = RunSummary(model="two-tower", size="tiny", backend="measured", cluster="local:2", agent="hierarchical",
+                         updates=10, samples=40, wall_time=60.0, step_time=0.003, best_step_time=0.0029,
+                         best_update=3, final_comparison={"learned": 0.003, "metis": 0.003}, best_placement=None,
+                         baselines={"metis": 0.003},
+                         baselines_at_start={"metis": 0.003}, best_baseline="metis", best_baseline_step_time=0.003,
+                         improvement_over_best_baseline=0.0, beaten_baselines=(), measured_start="metis",
+                         learned_is_start=True)
+    text = describe(summary, tmp_path)
+    assert "the measured phase started from metis, which measured faster than the simulator phase's best" in text
+    assert "training confirmed nothing faster than its start (metis): the learned placement is that start" in text
