@@ -400,7 +400,11 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
 
     started = time.monotonic()
     target = check_optimize_args(args, allow_exposed_ports=allow_exposed_ports)
-    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    tell = say or (lambda line: print(line, file=sys.stderr, flush=True))
+
+    def say(line: str) -> None:  # each phase's line says how much of --budget it starts with
+        tell(f"[{time.monotonic() - started:4.0f} s of {args.budget:.0f}] {line}")
+
     measure_config = measure_config or MEASURE_CONFIG
     sweep = dict(thread_settings) if thread_settings is not None else tuning_candidates()
     calibration_path = calibration_file(args)

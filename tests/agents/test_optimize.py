@@ -224,7 +224,11 @@ def optimized(tmp_path_factory):
                         out=str(folder / "plan.json"), progress=False)
     return optimize(args, measure_config=MeasureConfig(warmup_steps=1, timed_steps=3),
                     thread_settings={"default": ThreadSetting(), "intra 1 / inter 1": ThreadSetting(1, 1)},
-                    say=lambda line: None)
+                    say=SAID.append)
+
+
+SAID: list[str] = []
+"""What the optimize fixture said as it went."""
 
 
 def test_optimize_measures_one_process_every_heuristic_and_tuned_pools_side_by_side(optimized):
@@ -249,6 +253,9 @@ def test_optimize_measures_one_process_every_heuristic_and_tuned_pools_side_by_s
     assert placed == sorted(placed)
     assert set(optimized.phase_seconds) >= {"building the graph", "profiling", "heuristics", "measuring"}
     assert "where the time went: building the graph" in optimized.describe()
+    # each phase's line says how much of the budget was spent when it started
+    assert SAID and all(line.startswith("[") and f" s of {180}] " in line for line in SAID)
+    assert any("measuring" in line for line in SAID)
 
 
 def test_the_written_plan_is_the_recommended_one_and_round_trips(optimized, mlp):
