@@ -176,9 +176,9 @@ def _evaluation_engine(config: ExperimentConfig):
 
 @contextmanager
 def _workers_logged_to(log):
-    """A worker's death and the work sent again, in the run's log too; and Ray's own log lines (a Ray engine
-    keeps them off the console)."""
-    loggers = [logging.getLogger("placer.workers"), logging.getLogger("ray")]
+    """A worker's death and the work sent again (an evaluation worker's, or a measurement worker's), in the run's
+    log too; and Ray's own log lines (a Ray engine keeps them off the console)."""
+    loggers = [logging.getLogger("placer.workers"), logging.getLogger("placer.measure"), logging.getLogger("ray")]
     for logger in loggers:
         for handler in log.handlers:
             logger.addHandler(handler)

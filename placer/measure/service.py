@@ -2,11 +2,14 @@
 
 The TensorFlow runtime (and, for `local:N`, the testbed workers in their private network namespace) lives
 in a worker process. A crash there becomes a 'crash' failure, a hang past the timeout a 'timeout' failure;
-either way the worker is killed and a fresh one serves the next request.
+either way the worker is killed and a fresh one serves the next request. A worker (or a testbed worker) that
+died while measuring is the machinery's failure: it is started again and the placement measured again, with a
+warning on the `placer.measure` logger; only a second death on the same placement is reported as its failure.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -15,7 +18,7 @@ import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from placer import tf_logs
 from placer.devices import DeviceSet
@@ -29,6 +32,11 @@ from placer.placement import Placement
 from placer.testbed import isolated_command
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+MACHINERY_RETRIES = 1
+"""Times a placement is measured again after the worker died while measuring it."""
+
+log = logging.getLogger("placer.measure")
 
 
 class Measurer:
@@ -142,6 +150,21 @@ class Measurer:
                 f"available: {', '.join(d.short_name for d in self.devices)}"
             )
         op_devices = placement.op_devices(graph)
+        result = self._measure_once(graph, op_devices, config)
+        for _ in range(MACHINERY_RETRIES):
+            if result.failure is None or result.failure.kind != "crash":
+                break
+            # A worker that died is the machinery's failure, not the placement's: started again, and the
+            # placement measured again. One that dies twice on it is reported (an OOM kill, say).
+            log.warning("the measurement worker of %s died while measuring a placement of %r (%s); it was started "
+                        "again and the placement is measured again", self.target, graph.name, result.failure.message)
+            self.start()
+            again = self._measure_once(graph, op_devices, config)
+            result = again if again.failure is None else replace(again, failure=Failure(
+                again.failure.kind, f"{again.failure.message} (the worker died on this placement twice)"))
+        return result
+
+    def _measure_once(self, graph: OpGraph, op_devices: Mapping[str, str], config: MeasureConfig) -> Measurement:
         try:
             if graph.fingerprint not in self._loaded:
                 step_ops = [op.name for op in graph.ops if op.in_step]

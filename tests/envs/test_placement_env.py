@@ -176,3 +176,35 @@ def test_gym_make_takes_a_model_from_a_file(tmp_path):
         assert terminated and info["ok"] and value < 0 and env.unwrapped.graph.name == "mlp-tiny"
     finally:
         env.close()
+
+
+def test_a_measurement_worker_killed_mid_step_is_not_scored_as_the_placements_failure(caplog):
+    import os
+    import signal
+    import threading
+
+    from placer.measure import MeasureConfig
+
+    def slow():
+        w = tf.compat.v1.get_variable("w", [800, 800], use_resource=True)
+        x = w
+        for _ in range(5):
+            x = tf.matmul(x, w)
+        loss = tf.reduce_mean(x)
+        return tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss), loss
+
+    environment = PlacementEnv(model=graph_from_function(slow, name="slow"), backend="measured",
+                               devices="inprocess:1",
+                               measure_config=MeasureConfig(warmup_steps=1, timed_steps=1, timed_seconds=3.0))
+    try:
+        environment.reset(seed=0)
+        measurer = environment.target.measurer
+        measurer.start()
+        pid = measurer.worker_pid
+        threading.Timer(2.0, os.kill, (pid, signal.SIGKILL)).start()  # the graph loads first, then it times steps
+        with caplog.at_level("WARNING", logger="placer.measure"):
+            _, value, _, _, info = environment.step(np.zeros(environment.num_units, np.int64))
+        assert info["ok"] and value > -math.sqrt(environment.reward_config.failing_step_time)
+        assert measurer.restarts == 1 and "measured again" in caplog.text
+    finally:
+        environment.close()
