@@ -1,6 +1,6 @@
 """The benchmark models at a glance: size of every model's training step, and what a tiny step costs here.
 
-    python experiments/model_report.py [--models nmt-2 rnnlm ...] [--sizes tiny small paper] [--out FILE]
+    python experiments/reports/model_report.py [--models nmt-2 rnnlm ...] [--sizes tiny small paper] [--out FILE]
 
 Per model and size: ops (and those run every step), placeable units (colocation groups), parameters
 (optimizer slots included), FLOPs and output bytes per step, and the time to build the graph. For the
@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from experiments._report import write_report  # noqa: E402
