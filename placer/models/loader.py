@@ -24,6 +24,10 @@ if TYPE_CHECKING:  # building graphs needs TensorFlow; checking a spec must not
 SPEC_FORMS = ("`package.module:function` or `path/to/file.py:function` (a function returning an OpGraph or a "
               "compiled keras.Model)")
 
+MODEL_HELP = ("a built-in model (`placer models`), or module:function / file.py:function returning an OpGraph or a "
+              "compiled keras.Model")
+"""What a MODEL argument accepts, in every command's help: what `load_model` takes from the command line."""
+
 _FILE_MODULE_PREFIX = "placer_model_file_"
 
 
