@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 
 from placer.errors import PlacerError
 from placer.files import check_output_directory, check_output_file
+from placer.models.loader import MODEL_HELP
 
 from agents.experiment.config import ExperimentConfig, ExperimentError, load_config_file, parse_override
 from agents.run_files import load_run_config
@@ -30,8 +31,7 @@ _RESUMABLE = ("updates", "time_budget", "workers", "ray")
 def add_arguments(parser: argparse.ArgumentParser, *, model_positional: bool = True) -> None:
     """The flags of `placer train` and the launch scripts: one per ExperimentConfig field, plus these."""
     if model_positional:
-        parser.add_argument("model", nargs="?", help="a built-in model (`placer models`), module:function or "
-                                                     "file.py:function returning an OpGraph or a compiled keras.Model")
+        parser.add_argument("model", nargs="?", help=MODEL_HELP)
     parser.add_argument("--config", metavar="FILE", help="YAML/JSON file of settings (the fields of "
                                                          "agents.experiment.ExperimentConfig)")
     add_dataclass_arguments(parser, ExperimentConfig, skip=_NOT_FLAGS)

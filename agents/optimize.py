@@ -246,6 +246,9 @@ class OptimizeResult:
     phase_seconds: Mapping[str, float] = field(default_factory=dict)
     """Where the search's time went: building the graph, calibrating, profiling, the heuristics, learning, schedules,
     measuring."""
+    poor_fit: str | None = None
+    """Set when the calibration fits its probes poorly (its worst probes): the predictions are then unreliable, and
+    the table marks them so."""
 
     @property
     def gap_closed(self) -> float | None:
@@ -265,8 +268,10 @@ class OptimizeResult:
         name_width = max(len(m.candidate.name) for m in rows)
         machine_width = max(len(str(m.candidate.machine)) for m in rows)
         rounds = f"{self.rounds} interleaved round" + ("s" if self.rounds > 1 else "")
+        unreliable = "" if self.poor_fit is None else (
+            f" (UNRELIABLE, marked ?: it fits its probes poorly, {self.poor_fit}; calibrate again on a quiet machine)")
         lines = [f"{self.model} ({self.size}, graph {self.graph!r}): {len(rows)} ways to run its step, measured side by "
-                 f"side in {rounds}; predicted on calibrated:{self.calibration}",
+                 f"side in {rounds}; predicted on calibrated:{self.calibration}{unreliable}",
                  f"  {'':1} {'plan':<{name_width}}  {'machine use':<{machine_width}}  {'schedule':<16} "
                  f"{'predicted':>10} {'measured':>10}  {'x bound':>7}  vs fastest"]
         for m in rows:
@@ -274,6 +279,8 @@ class OptimizeResult:
             mark = "*" if m is self.recommended else " "
             schedule = "none" if c.schedule is None else f"{c.schedule.method} x{c.schedule.micro_batches}"
             predicted = f"{c.predicted.seconds * 1e3:7.2f} ms" if c.predicted is not None and c.predicted.ok else "-"
+            if self.poor_fit is not None and predicted != "-":
+                predicted += "?"
             if m.ok:
                 measured, ratio = f"{m.median * 1e3:7.2f} ms", f"{m.median / winner:.2f}x"
             elif not m.compared.timed:
@@ -322,7 +329,7 @@ class OptimizeResult:
                     "step_time": m.compared.median_timing.to_dict() if m.compared.timings else None}
 
         return {"model": self.model, "size": self.size, "graph": self.graph, "target": self.target,
-                "calibration": self.calibration, "rounds": self.rounds, "recommended": self.recommended.candidate.name,
+                "calibration": self.calibration, "calibration_poor_fit": self.poor_fit, "rounds": self.rounds, "recommended": self.recommended.candidate.name,
                 "plan": self.plan_path, "measured": [row(m) for m in self.measured],
                 "priced_only": [{"name": c.name, "predicted": c.predicted.to_dict()} for c in self.priced_only],
                 "notes": list(self.notes), "seconds": self.seconds,
@@ -526,7 +533,8 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
     plan.save(args.out)
     return OptimizeResult(args.model, args.size, graph.name, str(target), str(calibration_path), args.rounds,
                           tuple(measured), winner, plan, str(args.out), priced_only, tuple(notes),
-                          time.monotonic() - started, bound, len(graph.ops), phases)
+                          time.monotonic() - started, bound, len(graph.ops), phases,
+                          calibration.describe_residuals() if calibration.poor_fit else None)
 
 
 def control_flow_note(costs) -> str:

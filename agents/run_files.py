@@ -66,12 +66,10 @@ RUN_DIR_TIME = "%Y%m%d-%H%M%S"
 
 
 def new_run_dir(config: ExperimentConfig) -> Path:
-    """RUNS/<model>/<timestamp>/ (a suffix when that exists); not created yet."""
+    """RUNS/<model>/<timestamp>/ (a suffix when that exists); not created yet. A model function's runs are
+    named after the function (`models.py:seq2seq` -> runs/seq2seq/), as its graph is."""
     stamp = datetime.datetime.now().strftime(RUN_DIR_TIME)
-    model = config.model
-    if ":" in model:  # module:function or /path/to/file.py:function -> module-function, file-function
-        module, function = model.rsplit(":", 1)
-        model = f"{Path(module).stem if module.endswith('.py') else module}-{function}"
+    model = config.model.rsplit(":", 1)[1] if ":" in config.model else config.model
     run_dir = Path(config.runs) / model / stamp
     suffix = 1
     while run_dir.exists():

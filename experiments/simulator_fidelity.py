@@ -20,7 +20,7 @@ error, the testbed's round-to-round repeatability). JSON via experiments/_report
 beside the JSON unless --plot says where) when matplotlib is installed.
 --profile-in-rounds profiles each model again in every round, before its placements, and predicts each
 placement by the median over the rounds' profiles: the profile and the steps it predicts then share the testbed's
-minutes, which move a 2-3 ms step 5-14 % (experiments/machine_drift.py). The placement set is still chosen
+minutes, which move a 2-3 ms step 5-14 % (experiments/probes/machine_drift.py). The placement set is still chosen
 on the cached profile.
 --dry-run builds the placement sets and prints the measuring budget without running anything.
 

@@ -12,7 +12,7 @@ profile_widths`); every candidate of `placer tune` (TensorFlow's default pools, 
 (intra, inter) pair) priced by the simulator from those op costs (`placer.concurrency.choose`: the device's
 width and pools from the setting, `inter` ops at once sharing the intra-op pool and the cores,
 `placer.simulate.thread_pools`, slowed down while they co-run by the co-running probe's median slowdown,
-`experiments/co_running.py`'s JSON, or not at all with `--co-running none`) and, unless --no-performance-model,
+`experiments/probes/co_running.py`'s JSON, or not at all with `--co-running none`) and, unless --no-performance-model,
 from the performance model fitted on the other models' thread profiles only; then every candidate timed side by
 side in interleaved rounds (`placer.concurrency.tune`, medians of rounds). The JSON keeps each model's op costs
 per width, so that the settings can be priced again without measuring (--reprice).
@@ -45,10 +45,10 @@ from placer import tf_logs  # noqa: E402
 tf_logs.configure()
 
 from experiments._report import print_table, write_report  # noqa: E402
-from experiments.concurrency import model_and_size  # noqa: E402
+from experiments.probes.concurrency import model_and_size  # noqa: E402
 
 DEFAULT_MODELS = ("two-tower:small", "inception-v3:tiny", "rnnlm:small", "nmt-2:small")
-"""The models of `experiments/concurrency.py`, whose sweeps' best settings differed (1 / 2 on two, 2 / 2 or
+"""The models of `experiments/probes/concurrency.py`, whose sweeps' best settings differed (1 / 2 on two, 2 / 2 or
 TensorFlow's default on the others)."""
 SETTING_AIM_PCT = 10.0
 PICK_AIM_PCT = 5.0
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--performance-model", action=argparse.BooleanOptionalAction, default=True,
                         help="also price every setting with the performance model, fitted leave-one-out")
     parser.add_argument("--co-running", default="results/co_running.json", metavar="FILE",
-                        help="the co-running probe's JSON (experiments/co_running.py), whose median slowdown slows "
+                        help="the co-running probe's JSON (experiments/probes/co_running.py), whose median slowdown slows "
                              "ops while they run together; 'none': not slowed")
     parser.add_argument("--out", help="default results/thread_fidelity.json; with --reprice, FILE's name + _repriced")
     modes = parser.add_mutually_exclusive_group()
@@ -209,7 +209,7 @@ def main() -> None:
 
 
 def co_running_slowdown(probe: str) -> float:
-    """The median slowdown `experiments/co_running.py` measured (two cores computing at once), or 1 for 'none'."""
+    """The median slowdown `experiments/probes/co_running.py` measured (two cores computing at once), or 1 for 'none'."""
     if probe == "none":
         return 1.0
     try:
@@ -217,7 +217,7 @@ def co_running_slowdown(probe: str) -> float:
             slowdown = float(json.load(file)["median_slowdown"])
     except (OSError, KeyError, TypeError, ValueError) as error:
         raise ValueError(f"--co-running {probe}: not a co-running probe's JSON ({error}); run "
-                         "python experiments/co_running.py --out FILE, or give --co-running none") from None
+                         "python experiments/probes/co_running.py --out FILE, or give --co-running none") from None
     if slowdown < 1.0:
         raise ValueError(f"--co-running {probe}: a median slowdown of {slowdown:.3f} is below 1; probe again")
     return slowdown

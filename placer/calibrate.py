@@ -164,12 +164,12 @@ def calibrate(
 
 REQUEST_CHAIN_SECONDS = 0.010
 """How long the request probe's sender computes after the send: longer than the delays seen on one-core
-workers (0.3-8 ms, `experiments/hop_delay.py`), so that the hop shows the delay, not the chain's end."""
+workers (0.3-8 ms, `experiments/probes/hop_delay.py`), so that the hop shows the delay, not the chain's end."""
 
 REQUEST_PROBE_ROUNDS = 20
 """Rounds of the request probe, at least (`--rounds` when more): a hop beside a busy sender lands anywhere from
 at once to about 6 ms late, round by round, so a few rounds put the delay where chance has it (0.2 s a round on
-`local:2`; `experiments/request_delay_repeats.py` compares 5 and 20)."""
+`local:2`; `experiments/probes/request_delay_repeats.py` compares 5 and 20)."""
 
 REQUEST_TRIM = 0.1
 """Share of the request probe's hops left out at each end before averaging: a stray hop (a worker descheduled

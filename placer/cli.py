@@ -30,14 +30,14 @@ def add_placer_commands(sub: argparse._SubParsersAction) -> None:
     """Add this layer's commands (`PLACER_COMMANDS`) to `sub`; `run_placer_command` runs them."""
     from placer.commands.target_option import TARGET_HELP, add_target_argument
     from placer.measure.config import add_measure_arguments
+    from placer.models.loader import MODEL_HELP
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-v", "--verbose", action="store_true", help="also show TensorFlow's own log lines")
 
     measure = sub.add_parser("measure", parents=[common], help="the step time of a placed training graph: measured "
                              "for real, or simulated on a modeled machine (--target modeled:2xV100)")
-    measure.add_argument("model", help="a built-in model (see `placer models`), or module:function / file.py:function "
-                         "returning an OpGraph or a compiled keras.Model")
+    measure.add_argument("model", help=MODEL_HELP)
     measure.add_argument("--size", default="tiny", help="size of a built-in model: tiny, small or paper (default tiny)")
     measure.add_argument("--placement", action="append", help="a placement file, or a baseline: single-device (the "
                          "default), round-robin, expert, cpu-only, random, and on a simulated target metis, scotch, "
@@ -96,9 +96,8 @@ def add_placer_commands(sub: argparse._SubParsersAction) -> None:
                        "MODEL at --size; or a plan file (placer.plan JSON: machine use, placement and schedule, from "
                        "`placer schedule --save-plan`), run on the machine use it was made for and compared with its "
                        "prediction; a plan for another model, size, target or calibration is refused")
-    apply.add_argument("model", nargs="?", help="a built-in model, or module:function / file.py:function returning "
-                                                "an OpGraph or a compiled keras.Model (default: the model `placer "
-                                                "export` recorded in the file)")
+    apply.add_argument("model", nargs="?", help=f"{MODEL_HELP} (default: the model `placer export` recorded in "
+                                                "the file)")
     apply.add_argument("--size", help="size of a built-in model (default: the size the file records, else tiny)")
     add_target_argument(apply, "inprocess:N, local:N (testbed), env, or a cluster spec with the placement's devices "
                                "(default: the inprocess:N or local:N the file records, else inprocess:1)")

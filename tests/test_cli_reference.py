@@ -24,3 +24,27 @@ def test_the_reference_lists_every_command_and_each_argument_with_its_default():
     assert "## placer cluster up\n" in text
     assert "| `--target`, `--cluster` | `inprocess:1` |" in text  # measure's target, its alias and default
     assert "| `--repeats` | `10` |" in text  # apply's timed steps
+
+
+def _model_arguments(parser, words=()):
+    """(command words, help) of every MODEL argument (the positional `model` or `--model`) of every subcommand."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _model_arguments(sub, (*words, name))
+        elif action.dest == "model" and action.help:
+            yield words, " ".join(action.help.split())
+
+
+def test_every_model_argument_names_what_load_model_accepts():
+    from placer.models.loader import SPEC_FORMS
+
+    found = dict(_model_arguments(build_parser()))
+    assert {("measure",), ("tune",), ("apply",), ("schedule",), ("train",), ("place",), ("optimize",)} <= set(found)
+    # what placer.models.load_model accepts from a command line, as its SPEC_FORMS names it
+    assert all(form in SPEC_FORMS for form in ("module:function", "file.py:function", "OpGraph", "compiled keras.Model"))
+    for words, text in found.items():
+        for form in ("built-in model", "module:function", "file.py:function", "OpGraph", "compiled keras.Model"):
+            assert form in text, f"`placer {' '.join(words)} --help` does not say MODEL may be a {form}: {text!r}"

@@ -21,6 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]  # docs/results/ holds measurements, not commands
 README_MAX_LINES = 250
+RESULTS_MAX_LINES = 150
+EXPERIMENTS_TOP_LEVEL_MAX = 20
 
 SHELL_FENCES = {"bash", "sh", "shell", "console"}
 SEPARATORS = {"&&", "||", ";", "|"}
@@ -51,7 +53,7 @@ class DocCommand:
     @property
     def is_experiment(self) -> bool:
         return (len(self.argv) > 1 and Path(self.argv[0]).name.startswith("python")
-                and re.fullmatch(r"experiments/\w+\.py", self.argv[1]) is not None)
+                and re.fullmatch(r"experiments/(?:(?:probes|reports)/)?\w+\.py", self.argv[1]) is not None)
 
     def __str__(self) -> str:
         return f"{self.where}: {shlex.join(self.argv)}"
@@ -185,6 +187,37 @@ def test_experiment_command_names_a_script_and_flags_it_accepts(command):
     assert (ROOT / script).is_file(), f"{command}: {script} does not exist"
     unknown = set(used_flags(command.argv[2:])) - accepted_flags(script_help(script))
     assert not unknown, f"{command}: {script} does not accept {sorted(unknown)}"
+
+
+def test_experiment_commands_include_the_probes_and_reports():
+    """Guards the pattern: the shelf's subfolders are checked like its top level."""
+    named = {Path(command.argv[1]).parent.as_posix() for command in EXPERIMENT_COMMANDS}
+    assert {"experiments", "experiments/probes", "experiments/reports"} <= named
+
+
+def test_every_script_named_in_the_docs_and_results_exists():
+    """Beyond the shell blocks: inline commands and the results pages name scripts too, probes included."""
+    pages = [*DOCS, ROOT / "RESULTS.md", *sorted((ROOT / "docs" / "results").glob("*.md"))]
+    named = {(path.relative_to(ROOT).as_posix(), script) for path in pages
+             for script in re.findall(r"experiments/(?:\w+/)*\w+\.py", path.read_text())}
+    assert any(script.startswith("experiments/probes/") for _, script in named)
+    missing = sorted(f"{where}: {script}" for where, script in named if not (ROOT / script).is_file())
+    assert not missing, "scripts that do not exist:\n" + "\n".join(missing)
+
+
+def test_results_is_an_index_of_at_most_150_lines():
+    lines = (ROOT / "RESULTS.md").read_text().splitlines()
+    assert len(lines) <= RESULTS_MAX_LINES, f"RESULTS.md has {len(lines)} lines; move the detail to docs/results/"
+
+
+def test_experiments_top_level_holds_at_most_20_scripts():
+    """The shelf: launch scripts and the benchmarks behind RESULTS.md (counted: every `*.py` but `__init__.py`
+    and `_report.py`); one-off probes live in experiments/probes/, reports over runs in experiments/reports/."""
+    scripts = sorted(path.name for path in (ROOT / "experiments").glob("*.py")
+                     if path.name not in {"__init__.py", "_report.py"})
+    assert len(scripts) <= EXPERIMENTS_TOP_LEVEL_MAX, f"{len(scripts)} scripts at the top of experiments/: {scripts}"
+    for folder in ("probes", "reports"):
+        assert (ROOT / "experiments" / folder / "__init__.py").is_file()
 
 
 def relative_links(path: Path) -> list[tuple[str, str]]:

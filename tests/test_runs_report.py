@@ -1,4 +1,4 @@
-"""experiments/runs_report.py: one row per run, comparing what the run compared."""
+"""experiments/reports/runs_report.py: one row per run, comparing what the run compared."""
 
 import json
 import subprocess
@@ -30,7 +30,7 @@ def test_measured_rows_show_the_re_measured_learned_time_next_to_the_best_sample
     write_run(tmp_path, "rnnlm", "20260101-000000", {**measured, "step_time": 0.5}, config)  # older: ignored
     write_run(tmp_path, "rnnlm", "20260102-000000", measured, config)
     out = tmp_path / "report.json"
-    printed = subprocess.run([sys.executable, "experiments/runs_report.py", str(tmp_path), "--out", str(out)], cwd=REPO,
+    printed = subprocess.run([sys.executable, "experiments/reports/runs_report.py", str(tmp_path), "--out", str(out)], cwd=REPO,
                              capture_output=True, text=True, check=True).stdout
     [row] = json.loads(out.read_text())["rows"]
     assert row["learned_ms"] == 32.0 and row["best_sampled_ms"] == 29.0

@@ -1,6 +1,6 @@
 """The pictures a researcher looks at for one run: step time during training against every baseline, where
 the best placement runs, and one step of it per device. notebooks/explore_run.ipynb draws them, and
-`python experiments/run_pictures.py RUN_DIR --out run.png` writes all three into one PNG. Each function
+`python experiments/reports/run_pictures.py RUN_DIR --out run.png` writes all three into one PNG. Each function
 returns a matplotlib `Figure` (no pyplot: nothing global).
 """
 

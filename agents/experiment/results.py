@@ -89,8 +89,9 @@ def describe(summary: RunSummary, run_dir: Path) -> str:
     if summary.bound is not None:
         lines.append(f"  {'bound':<24} {_ms(bound)}  {bound_source(summary.bound, summary.backend)}")
     if summary.improvement_over_best_baseline is not None:
-        lines.append(f"  vs best baseline ({summary.best_baseline}): "
-                     f"{100 * summary.improvement_over_best_baseline:+.1f}% (positive: learned is faster)")
+        # improvement = (best - learned) / best, so learned / best = 1 - improvement
+        lines.append(f"  learned: {times_as_fast(1 - summary.improvement_over_best_baseline)} the best baseline "
+                     f"({summary.best_baseline})")
     if summary.gap_closed is not None:
         lines.append(f"  gap closed: {100 * summary.gap_closed:+.1f}% of the best baseline's distance to the bound")
     if summary.fastest not in (None, "learned"):
@@ -102,6 +103,18 @@ def describe(summary: RunSummary, run_dir: Path) -> str:
               f"  curves:  placer dashboard {run_dir}",
               f"  export:  placer export {run_dir} --out placement.json"]
     return "\n".join(lines)
+
+
+def times_as_fast(ratio: float) -> str:
+    """A step time against a reference's, `ratio` = step time / reference, as a person reads it once:
+    "3.1× slower than", "1.25× faster than", "as fast as"."""
+    if not math.isfinite(ratio) or ratio <= 0:
+        return "not comparable with"
+    factor = max(ratio, 1 / ratio)
+    digits = 2 if factor < 2 else 1
+    if round(factor, digits) == 1:
+        return "as fast as"
+    return f"{factor:.{digits}f}× {'slower' if ratio > 1 else 'faster'} than"
 
 
 def bound_source(bound: Mapping[str, Any], backend: str) -> str:

@@ -95,7 +95,9 @@ def ray_log_path(policy: str | Path) -> Path:
 
 
 def add_place_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", metavar="MODEL", help="a built-in model, module:function or file.py:function")
+    from placer.models.loader import MODEL_HELP
+
+    parser.add_argument("model", metavar="MODEL", help=MODEL_HELP)
     parser.add_argument("--policy", required=True, metavar="POLICY", help="a policy file from `placer pretrain`")
     parser.add_argument("--size", default="tiny")
     add_target_argument(parser, "where to place and evaluate (a modeled machine, calibrated:FILE, or a real target "

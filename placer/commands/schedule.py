@@ -18,14 +18,14 @@ def add_schedule_arguments(parser) -> None:
     from placer.measure.config import add_measure_arguments
     from placer.schedule.methods import ALL_METHODS, METHODS, SPLIT_METHODS
     from placer.schedule.shapes import SHAPES
+    from placer.models.loader import MODEL_HELP
 
     parser.add_argument("shape", nargs="?", metavar="SHAPE|MODEL|PLACEMENT.json",
                         help=f"what to schedule: one of Tessel's placement shapes ({', '.join(sorted(SHAPES))}; "
                         "pipeline: stage i on device i), a model (same as --model), or a placement file (same as "
                         "--placement FILE, its model read from the file)")
     parser.add_argument("--devices", type=int, default=4, help="modeled devices of the shape (default 4)")
-    parser.add_argument("--model", help="instead of a shape: a built-in model or module:function / file.py:function "
-                        "returning an OpGraph or a compiled keras.Model, placed by --placement on --target; one "
+    parser.add_argument("--model", help=f"instead of a shape: {MODEL_HELP}, placed by --placement on --target; one "
                         "forward and one backward block per device, spans from op costs (see --target), memory in MiB of activations")
     parser.add_argument("--size", help="size of a built-in model (default: the placement file's, else tiny)")
     parser.add_argument("--placement", default="expert", help="with --model: a placement file or a heuristic's name "

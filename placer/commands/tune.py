@@ -10,7 +10,9 @@ import json
 
 
 def add_tune_arguments(parser) -> None:
-    parser.add_argument("model", help="a built-in model (see `placer models`), or module:function / file.py:function")
+    from placer.models.loader import MODEL_HELP
+
+    parser.add_argument("model", help=MODEL_HELP)
     parser.add_argument("--size", default="tiny", help="size of a built-in model: tiny, small or paper (default tiny)")
     from placer.commands.target_option import add_target_argument
     from placer.measure.config import MeasureConfig, add_measure_arguments

@@ -53,11 +53,13 @@ def op_graph_from_tf_graph(
     *,
     loss: str | tf.Tensor | None = None,
     name: str = "graph",
+    model_parameters: int | None = None,
 ) -> OpGraph:
     """Turn a TF1-style graph with a train op into an `OpGraph`.
 
     train_op: what one training step runs. init_op: what initializes the variables (default: a new
-    global-variables initializer). Ops needed by neither are dropped.
+    global-variables initializer). Ops needed by neither are dropped. model_parameters: the model's own weights'
+    elements, as Keras counts them (`OpGraph.model_parameters`), when the caller knows them.
     """
     with graph.as_default():
         if init_op is None:
@@ -137,6 +139,7 @@ def op_graph_from_tf_graph(
         train_op=train_name,
         init_op=init_name,
         loss=loss_name,
+        model_parameters=model_parameters,
     )
 
 
@@ -156,7 +159,10 @@ def graph_from_function(build: Callable[[], Any], *, name: str = "graph") -> OpG
         train_op, loss = result, None
     if train_op is None:
         raise GraphBuildError(f"build function for {name!r} returned None: return the op one training step runs")
-    return op_graph_from_tf_graph(graph, train_op, loss=loss, name=name)
+    # a TF1 optimizer's slots and counters are not trainable: the trainable variables are the model's weights
+    trainable = graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
+    model_parameters = sum(_parameters(v.op) for v in trainable) if trainable else None
+    return op_graph_from_tf_graph(graph, train_op, loss=loss, name=name, model_parameters=model_parameters)
 
 
 def graph_from_keras(
@@ -202,7 +208,7 @@ def graph_from_keras(
         # including those of the functional model's own build on its Input placeholders: keep only ours.
         updates = [u for u in model.updates if not _depends_on_placeholder(graph, u)]
         train_op = tf.group(update, *updates, name="train_op")
-    return op_graph_from_tf_graph(graph, train_op, loss=loss_value, name=name)
+    return op_graph_from_tf_graph(graph, train_op, loss=loss_value, name=name, model_parameters=model.count_params())
 
 
 def _make_inputs(inputs):

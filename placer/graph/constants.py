@@ -6,7 +6,7 @@ what needs no input from the step (constants, and shape arithmetic on statically
 `ReplicateConstantsPass` (TensorFlow >= 2.13; `replicate_constants_pass.cc`) gives every CPU device that
 reads a constant of at most 16 elements its own copy, so no `_Send`/`_Recv` pair carries it. On the
 Transformer at `tiny` placed by m-ETF over two CPUs, these were 2,797 of the simulator's 5,041 cut data
-tensors, and TensorFlow's partitioned graphs received none of them (`experiments/partition_transfers.py`).
+tensors, and TensorFlow's partitioned graphs received none of them (`experiments/probes/partition_transfers.py`).
 """
 
 from __future__ import annotations

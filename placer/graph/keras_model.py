@@ -110,7 +110,7 @@ def graph_from_keras_model(
         graph = graph_from_tf_function(train_step, name=name or model.name)
     if inputs is not None and input_specs[0].shape:  # the caller's SyntheticTensors set the batch
         traced = TracedBatch(input_specs[0].shape[0], "caller")
-    return dataclasses.replace(graph, batch=traced)
+    return dataclasses.replace(graph, batch=traced, model_parameters=model.count_params())
 
 
 @contextmanager

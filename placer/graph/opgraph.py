@@ -87,6 +87,10 @@ class OpGraph:
     batch: TracedBatch | None = None
     """The batch the step was traced at, when the builder knows it (a Keras model's step). Not part of the
     fingerprint: the batch is already in the ops' shapes."""
+    model_parameters: int | None = None
+    """Elements of the model's own weights as Keras counts them (trainable or not, such as batch norm's moving
+    statistics), without the optimizer's state, when the builder knows them; None otherwise. Not part of the
+    fingerprint."""
 
     @cached_property
     def fingerprint(self) -> str:
@@ -144,7 +148,15 @@ class OpGraph:
 
     @property
     def num_parameters(self) -> int:
+        """Elements of every variable of the step: the model's weights and the optimizer's state alike."""
         return sum(op.parameters for op in self.ops)
+
+    def parameters_line(self) -> str:
+        """"N parameters (+M optimizer state)", N as Keras counts the model's; every variable when the builder
+        did not say which are the model's."""
+        if self.model_parameters is None:
+            return f"{self.num_parameters:,} parameters (optimizer state included)"
+        return f"{self.model_parameters:,} parameters (+{self.num_parameters - self.model_parameters:,} optimizer state)"
 
     @property
     def batch_note(self) -> str | None:
@@ -160,7 +172,7 @@ class OpGraph:
         batch = f"batch {self.batch.size}, " if self.batch is not None else ""
         line = (
             f"{self.name}: {len(self.ops)} ops ({len(step)} per step), {len(self.groups)} colocation groups, "
-            f"{self.num_parameters:,} parameters, {sum(op.flops for op in step):,} FLOPs per step, "
+            f"{self.parameters_line()}, {sum(op.flops for op in step):,} FLOPs per step, "
             f"{batch}fingerprint {self.fingerprint[:12]}"
         )
         return line if self.batch_note is None else f"{line}\n{self.batch_note}"

@@ -174,7 +174,7 @@ def enforce_order(graph: OpGraph, chains: Sequence[OpChain]) -> OrderedGraph:
             tf.compat.v1.import_graph_def(graph_def, name="")
         ordered = dataclasses.replace(
             op_graph_from_tf_graph(imported, graph.train_op, graph.init_op, loss=graph.loss, name=graph.name),
-            batch=graph.batch)
+            batch=graph.batch, model_parameters=graph.model_parameters)
     except (GraphBuildError, ValueError) as error:
         raise OrderError(f"the order contradicts the data flow of {graph.name!r} (a link waits for ops that need it "
                          f"first): {error}") from None

@@ -14,7 +14,7 @@ ENOUGH_TIMED_SECONDS = 0.3
 matters: profiles, `placer apply`). Held-out branchy-0 (3 ms) on one testbed worker: 12 measurements of 10
 timed steps spread 13 % between their 10th and 90th percentiles, of 100 steps 6 %; the medians of 10-step
 blocks of one 100-step session spread 15 %, so the noise is the steps', not the sessions'
-(`experiments/step_noise.py`)."""
+(`experiments/probes/step_noise.py`)."""
 MAX_TIMED_STEPS = 200
 """`timed_seconds` times no more steps than this (a 1 ms step: 0.2 s)."""
 

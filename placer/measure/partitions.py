@@ -64,7 +64,7 @@ def constants_sent_when_cut(graph: OpGraph, op_devices: Mapping[str, str] | None
     TensorFlow's `ReplicateConstantsPass` skips a constant with at most one reader, and which constants keep
     one reader is grappler's doing: it merges equal constants, folds and removes their readers. On the held-out
     branchy-0 at `tiny`, METIS's placement received 58 tensors where the rule alone sends 38, and 59 with what
-    round-robin teaches (`experiments/partition_transfers.py`). A constant the placement leaves uncut is not
+    round-robin teaches (`experiments/probes/partition_transfers.py`). A constant the placement leaves uncut is not
     learned about, and keeps the rule's answer."""
     from placer.graph.constants import replicated_tensors
     from placer.graph.control import kept_control_inputs

@@ -399,7 +399,7 @@ def core_seconds(spans, cores: int) -> dict[str, float]:
     testbed worker (one core, two inter-op threads), against spans traced with one inter-op thread, which never
     overlap, this attribution is off by a median 6 % per op of 50 µs or more on nmt-2 (even sharing: 28 %) and
     3 % on two-tower (even sharing: 3 %, with a root-mean-square error twice this one's), by
-    `experiments/op_attribution.py`. A sweep over the spans' start and end points."""
+    `experiments/probes/op_attribution.py`. A sweep over the spans' start and end points."""
     points = sorted({t for _, begin, end in spans for t in (begin, end)})
     if not points:
         return {}

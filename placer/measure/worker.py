@@ -86,7 +86,7 @@ def pin_to_cores(cores) -> list[int]:
     either core, and a short step on the first worker moves with it: held-out branchy-0's 2.3 ms step spread
     32 % between the 10th and 90th percentiles of 8 measurements with the client free, 24 % with it on the
     second worker's core and 13 % on the first's; placements spanning both workers, and two-tower's 7 ms step,
-    showed no consistent difference (`experiments/client_core.py`)."""
+    showed no consistent difference (`experiments/probes/client_core.py`)."""
     cores = sorted(set(cores))
     for thread in os.listdir("/proc/self/task"):
         try:

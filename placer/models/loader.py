@@ -24,6 +24,10 @@ if TYPE_CHECKING:  # building graphs needs TensorFlow; checking a spec must not
 SPEC_FORMS = ("`package.module:function` or `path/to/file.py:function` (a function returning an OpGraph or a "
               "compiled keras.Model)")
 
+MODEL_HELP = ("a built-in model (`placer models`), or module:function / file.py:function returning an OpGraph or a "
+              "compiled keras.Model")
+"""What a MODEL argument accepts, in every command's help: what `load_model` takes from the command line."""
+
 _FILE_MODULE_PREFIX = "placer_model_file_"
 
 
@@ -100,7 +104,8 @@ def _load(spec: str | OpGraph | Any, size: str) -> tuple[OpGraph, Any]:
         graph = _call(builder, size, spec)
         if is_keras_model(graph):
             keras_model = graph
-            graph = _keras_model_step(graph, f"model function {spec!r} returned a Keras model, but")
+            graph = _keras_model_step(graph, f"model function {spec!r} returned a Keras model, but",
+                                      name=function_name)
     if not isinstance(graph, OpGraph):
         raise GraphBuildError(
             f"model function {spec!r} returned {_describe_value(graph)}, not an OpGraph or a keras.Model. Return "
@@ -125,11 +130,12 @@ def _require_op_graph(spec: Any) -> OpGraph:
     return spec
 
 
-def _keras_model_step(model: Any, context: str) -> OpGraph:
+def _keras_model_step(model: Any, context: str, name: str | None = None) -> OpGraph:
+    """The model's training step, its graph named `name` (a model function's name), else after the model."""
     from placer.graph.keras_model import graph_from_keras_model
 
     try:
-        return graph_from_keras_model(model)
+        return graph_from_keras_model(model, name=name)
     except PlacerError as error:  # says what the model lacks
         raise GraphBuildError(f"{context} {error}") from error
     except Exception as error:  # the model's own train_step failed while tracing

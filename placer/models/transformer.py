@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,7 +65,8 @@ def transformer_graph(size: str = "tiny") -> OpGraph:
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         return loss
 
-    return graph_from_tf_function(train_step, name=f"transformer-{size}")
+    graph = graph_from_tf_function(train_step, name=f"transformer-{size}")
+    return dataclasses.replace(graph, model_parameters=model.count_params())
 
 
 def _transformer(s: TransformerSize):

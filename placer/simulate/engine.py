@@ -20,11 +20,11 @@ needed on another device is sent once per destination:
   A send also waits for its request: the receiver asks for its tensors when it first runs out of ops to
   run, or `request_delay` into the step, and the sender takes a request up once both the request and the
   tensor are there, when it next runs out of ops, or `request_delay` after (TensorFlow's gRPC workers
-  serve these on the inter-op pool that runs the ops; `experiments/hop_delay.py` measured 0.3-8 ms on
+  serve these on the inter-op pool that runs the ops; `experiments/probes/hop_delay.py` measured 0.3-8 ms on
   one-core workers that kept computing, `placer calibrate` fits the delay). A request that came early does
   not let the tensor leave a sender that is busy when it is made. On the testbed that holds for a send
   TensorFlow's executor queues (its producer made other ops ready there); one it runs inline leaves at once,
-  and `experiments/step_decomposition.py` traced two-tower `tiny`'s loss gradient 0.2 or about 2 ms late by
+  and `experiments/probes/step_decomposition.py` traced two-tower `tiny`'s loss gradient 0.2 or about 2 ms late by
   that alone. Which one TensorFlow does depends on the graph grappler leaves, which this graph is not, so
   by default every such send is held. With `executor_queues` the loop emulates the executor's queues from
   this graph instead: a send runs inline when its producer made no op that takes a slot ready at the same

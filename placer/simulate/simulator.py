@@ -62,13 +62,13 @@ class SimulatorConfig:
     bytes_per_parameter: int = 4
     co_running_slowdown: float = 1.0
     """How much slower an op runs while other ops run beside it on the same CPU device's cores, at the same
-    threads (shared caches and memory bandwidth; `experiments/co_running.py` measures it). Applies to CPU
+    threads (shared caches and memory bandwidth; `experiments/probes/co_running.py` measures it). Applies to CPU
     devices timed by an `OpTimeModel` (`placer.simulate.thread_pools`); 1: not slowed."""
     request_delay: float = 0.0
     """Seconds a gRPC worker that keeps computing takes to serve a transfer's bookkeeping: a receiver asks for
     its tensors when it first runs out of ops to run, or this long into the step; once a request is there and
     its tensor made, the sender takes it up when it next runs out of ops, or this long after
-    (`experiments/hop_delay.py`: 0.3-8 ms on a one-core worker). A tensor leaves once its request is taken
+    (`experiments/probes/hop_delay.py`: 0.3-8 ms on a one-core worker). A tensor leaves once its request is taken
     up. 0: served at once (links only, or no such delay)."""
     executor_queues: bool = False
     """With a request delay: order sends and receives as TensorFlow's executor queues them on a gRPC worker

@@ -20,7 +20,7 @@ at the pool's width than at one thread (too small to split, it pays the pool's h
 ops) keeps that time beside others, where its share of threads alone would price it at its one-thread time.
 
 While two or more ops run at once, each runs `co_running_slowdown` times slower than alone at the same
-threads (shared caches and memory bandwidth; `experiments/co_running.py` measures it: two cores computing at
+threads (shared caches and memory bandwidth; `experiments/probes/co_running.py` measures it: two cores computing at
 once, each on its own core).
 """
 

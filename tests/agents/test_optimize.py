@@ -94,6 +94,23 @@ def test_the_table_shows_each_plan_against_the_bound_and_the_gap_the_learned_pla
     assert dataclasses.replace(result, bound=None).gap_closed is None
 
 
+def test_a_calibration_that_fits_its_probes_poorly_is_marked_unreliable_in_the_table_itself():
+    import dataclasses
+
+    from agents.optimize import OptimizeResult
+
+    candidates = [_candidate("one process, default"), _candidate("metis", ("placement",), predicted=0.009)]
+    measured = confirm(candidates, _timings({"one process, default": 0.012, "metis": 0.010}), rounds=1)
+    result = OptimizeResult("mlp", "tiny", "mlp", "local:2", "twin.json", 1, tuple(measured), recommend(measured),
+                            None, "plan.json", poor_fit="worst probes: free_1mb -27%")
+    header, _, metis_row = result.describe().splitlines()[:3]
+    assert "UNRELIABLE" in header and "free_1mb -27%" in header and "calibrate again" in header
+    assert "9.00 ms?" in metis_row
+    assert result.to_json_dict()["calibration_poor_fit"] == "worst probes: free_1mb -27%"
+    reliable = dataclasses.replace(result, poor_fit=None).describe()
+    assert "UNRELIABLE" not in reliable and "9.00 ms?" not in reliable and "9.00 ms" in reliable
+
+
 def test_a_failed_candidate_is_never_recommended_and_all_failing_is_an_error():
     candidates = [_candidate("one process, default"), _candidate("metis", ("placement",))]
     measured = confirm(candidates, _timings({"one process, default": 0.01}, failing={"metis"}), rounds=2)

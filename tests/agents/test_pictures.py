@@ -129,7 +129,7 @@ def test_one_png_of_a_run_is_small_and_what_is_no_run_is_refused_with_a_reason(s
 
 
 def test_the_pictures_script_says_what_is_wrong_in_one_line(tmp_path):
-    script = Path(__file__).parents[2] / "experiments" / "run_pictures.py"
+    script = Path(__file__).parents[2] / "experiments" / "reports" / "run_pictures.py"
     run = subprocess.run([sys.executable, str(script), str(tmp_path), "--out", str(tmp_path / "run.png")],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and run.stderr.strip() == \

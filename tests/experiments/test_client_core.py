@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from experiments.client_core import main, pin_process
+from experiments.probes.client_core import main, pin_process
 
 
 def test_too_few_rounds_are_refused_before_a_testbed_starts(no_testbed, capsys):

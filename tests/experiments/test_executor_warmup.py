@@ -1,6 +1,6 @@
 import pytest
 
-from experiments.executor_warmup import main
+from experiments.probes.executor_warmup import main
 
 
 def test_a_negative_warm_up_or_no_round_is_refused_before_a_testbed_starts(no_testbed, capsys):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from experiments.joint_modeled import main, summarize
+from experiments.probes.joint_modeled import main, summarize
 
 MS = 1e-3
 

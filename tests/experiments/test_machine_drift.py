@@ -2,7 +2,7 @@ import statistics
 
 import pytest
 
-from experiments.machine_drift import drift_rows, lag_drift, main, spread
+from experiments.probes.machine_drift import drift_rows, lag_drift, main, spread
 
 
 def test_bad_arguments_are_refused_before_a_testbed_starts(no_testbed, capsys):

@@ -1,6 +1,6 @@
 import pytest
 
-from experiments.op_attribution import compare_attributions, main
+from experiments.probes.op_attribution import compare_attributions, main
 
 
 def _trace(*spans, pid=1):

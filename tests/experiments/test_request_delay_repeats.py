@@ -1,6 +1,6 @@
 import pytest
 
-from experiments.request_delay_repeats import main, median_delay
+from experiments.probes.request_delay_repeats import main, median_delay
 
 
 def test_too_few_rounds_or_repeats_are_refused_before_a_testbed_starts(no_testbed, capsys):

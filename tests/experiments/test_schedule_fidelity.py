@@ -1,8 +1,8 @@
-"""experiments/schedule_fidelity.py --dry-run prices every plan both ways and measures nothing."""
+"""experiments/probes/schedule_fidelity.py --dry-run prices every plan both ways and measures nothing."""
 
 import json
 
-from experiments.schedule_fidelity import main
+from experiments.probes.schedule_fidelity import main
 from placer.calibration import Calibration
 from placer.host import this_machine
 
@@ -51,7 +51,7 @@ def test_zero_bubble_adds_plans_over_the_split_backward_in_training(tmp_path, no
 
 
 def test_each_price_is_scored_on_the_pairs_of_plans_measured_more_than_5_percent_apart():
-    from experiments.schedule_fidelity import fastest
+    from experiments.probes.schedule_fidelity import fastest
 
     # Measured: a 10.0, b 10.3 (3 % apart: noise), c 12.0. Op by op orders a < c and b < c right; block spans
     # put c first, and price a and b alike, which does not matter: they are not measured apart.

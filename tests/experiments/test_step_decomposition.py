@@ -1,6 +1,6 @@
 import pytest
 
-from experiments.step_decomposition import cross_device_hops
+from experiments.probes.step_decomposition import cross_device_hops
 from placer.timeline import Span, StepTimeline
 
 W0, W1 = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
@@ -34,7 +34,7 @@ def test_a_hop_one_trace_lacks_is_left_out():
 
 
 def test_a_hop_says_whether_its_sender_kept_computing_and_its_producer_was_the_last_input():
-    from experiments.step_decomposition import annotate_sends, sends_by_kind
+    from experiments.probes.step_decomposition import annotate_sends, sends_by_kind
 
     # Worker 0 goes on with `local` after `made` (0-1 ms); `late`, the consumer's other input, ends at 0.5 ms.
     inputs = {**INPUTS, "used": ("identity", "late")}

@@ -1,6 +1,6 @@
 import pytest
 
-from experiments.step_noise import block_spread, main, noise_rows
+from experiments.probes.step_noise import block_spread, main, noise_rows
 
 
 def test_bad_arguments_are_refused_before_a_testbed_starts(no_testbed, capsys):

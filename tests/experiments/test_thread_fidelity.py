@@ -15,7 +15,7 @@ def write(path, record):
 def test_the_co_running_slowdown_is_the_probe_s_median_or_none(tmp_path):
     assert co_running_slowdown(write(tmp_path / "probe.json", {"median_slowdown": 1.065})) == 1.065
     assert co_running_slowdown("none") == 1.0
-    with pytest.raises(ValueError, match="not a co-running probe's JSON.*experiments/co_running.py"):
+    with pytest.raises(ValueError, match="not a co-running probe's JSON.*experiments/probes/co_running.py"):
         co_running_slowdown(write(tmp_path / "other.json", {"rows": []}))
     with pytest.raises(ValueError, match="below 1"):
         co_running_slowdown(write(tmp_path / "fast.json", {"median_slowdown": 0.9}))

@@ -1,6 +1,6 @@
 import pytest
 
-from experiments.transfer_bursts import burst_graph, burst_line, main, placements
+from experiments.probes.transfer_bursts import burst_graph, burst_line, main, placements
 
 
 def test_bad_burst_counts_are_refused_before_a_testbed_starts(no_testbed, capsys):

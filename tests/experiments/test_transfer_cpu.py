@@ -2,7 +2,7 @@
 
 import pytest
 
-from experiments.transfer_cpu import COLUMNS, fault_fit, parse_env, per_step, round_differences
+from experiments.probes.transfer_cpu import COLUMNS, fault_fit, parse_env, per_step, round_differences
 
 
 def measurement(index, side, **values):

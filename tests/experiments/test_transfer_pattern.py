@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from experiments.transfer_pattern import Timed, main, per_tensor_rows
+from experiments.probes.transfer_pattern import Timed, main, per_tensor_rows
 
 
 def test_each_placement_is_reported_per_tensor_beyond_the_single_worker_placement():

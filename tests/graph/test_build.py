@@ -19,6 +19,26 @@ def test_keras_training_step_includes_forward_backward_and_update(mlp):
     assert mlp.num_parameters > 2 * model_weights  # weights plus Adam's two slots per weight
 
 
+def test_parameters_are_counted_as_keras_counts_them_with_the_optimizer_state_apart(mlp):
+    model_weights = 64 * 128 + 128 + 4 * 128 + 128 * 128 + 128 + 128 * 10 + 10  # batch norm's moving statistics too
+    assert mlp.model_parameters == model_weights
+    state = mlp.num_parameters - model_weights
+    assert state > 2 * (model_weights - 2 * 128)  # Adam's two slots per trainable weight
+    assert f"{model_weights:,} parameters (+{state:,} optimizer state)" in mlp.summary()
+
+
+def test_a_tf1_step_counts_its_trainable_variables_as_the_model_and_adams_slots_apart():
+    def build():
+        w = tf.compat.v1.get_variable("w", shape=(3, 4), use_resource=True)
+        loss = tf.reduce_sum(tf.matmul(tf.ones((2, 3)), w))
+        return tf.compat.v1.train.AdamOptimizer().minimize(loss), loss
+
+    graph = graph_from_function(build, name="tf1")
+    assert graph.model_parameters == 12
+    assert graph.num_parameters == 3 * 12 + 2  # two slots per weight, and Adam's two beta powers
+    assert "12 parameters (+26 optimizer state)" in graph.summary()
+
+
 def test_ops_are_in_topological_order(mlp):
     seen = set()
     for op in mlp.ops:

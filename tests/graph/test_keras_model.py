@@ -78,6 +78,7 @@ def test_a_compiled_tf_keras_model_becomes_its_training_step_too():
     assert graph.loss is not None and _input_shape(graph) == (4, 6)
     assert graph.op("synthetic_target_0").output_dtypes == ("int32",)
     assert graph.num_parameters >= 3 * model.count_params()  # Adam's slots beside the weights
+    assert graph.model_parameters == model.count_params()
 
 
 def test_anything_but_a_keras_model_is_refused():

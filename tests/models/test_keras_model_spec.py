@@ -46,7 +46,8 @@ def keras_model_file(tmp_path):
 def test_a_compiled_keras_model_becomes_its_training_step_with_its_loss_and_optimizer(keras_model_file):
     graph = load_model(f"{keras_model_file}:build")
 
-    assert graph.name == "sequential" and graph.loss is not None and graph.train_op in graph
+    # named after the function that built it, not Keras's default model name ("sequential")
+    assert graph.name == "build" and graph.loss is not None and graph.train_op in graph
     # a synthetic batch of the model's input shape at fit's default batch, with class ids for the sparse loss
     assert graph.op("synthetic_input_0/RandomUniform").output_shapes == ((32, 8),)
     assert graph.op("synthetic_target_0").output_shapes == ((32,),)
@@ -54,6 +55,7 @@ def test_a_compiled_keras_model_becomes_its_training_step_with_its_loss_and_opti
     # Adam's two slots per weight are variables of the step: the compiled optimizer is the one that updates
     weights = 8 * 16 + 16 + 16 * 4 + 4
     assert graph.num_parameters >= 3 * weights
+    assert graph.model_parameters == weights  # as Keras counts them: the optimizer's slots apart
     assert any(op.type == "MatMul" and "gradient_tape" in op.name for op in graph.step_ops)
 
 
@@ -112,7 +114,7 @@ def test_placer_measure_runs_a_keras_model_spec_end_to_end(keras_model_file):
     )
     assert run.returncode == 0, run.stderr[-2000:]
     report = json.loads(run.stdout)
-    assert report["graph"] == "sequential" and report["result"]["ok"] and len(report["result"]["samples"]) == 2
+    assert report["graph"] == "build" and report["result"]["ok"] and len(report["result"]["samples"]) == 2
 
     refused = subprocess.run(
         [sys.executable, "-m", "agents.cli", "measure", f"{keras_model_file}:uncompiled_without_shapes"],

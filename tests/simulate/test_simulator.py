@@ -189,7 +189,7 @@ def test_a_send_queued_behind_the_work_its_producer_made_ready_waits_though_its_
     # Two-tower's loss gradient: CPU:1 computes until 1 ms, sends `trigger` and asks for `made`; CPU:0, idle
     # until `trigger` lands, takes the request up at once, then makes `made` (1.1-2.1 ms) and computes 4 ms
     # more. TensorFlow runs the send inline as `made` ends only if `made` makes nothing else ready there
-    # (`experiments/step_decomposition.py` traced the hop 0.2 ms in one layout and 2 ms in another that differ
+    # (`experiments/probes/step_decomposition.py` traced the hop 0.2 ms in one layout and 2 ms in another that differ
     # in that alone); queued, it waits for the chain's end or the request delay (2.5 ms): at 4.6 ms CPU:0 runs
     # c2 (4.1-5.1 ms), and the send follows it. The free Identity (grappler folds it away) between `made` and
     # the chain does not hide the chain. The hold (no executor queues) holds it either way.

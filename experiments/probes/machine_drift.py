@@ -1,6 +1,6 @@
 """How far does the testbed's speed move in minutes? The same placements measured again and again.
 
-    python experiments/machine_drift.py [--models two-tower nmt-2 placer.models.heldout:branchy_0_graph]
+    python experiments/probes/machine_drift.py [--models two-tower nmt-2 placer.models.heldout:branchy_0_graph]
         [--size tiny] [--minutes 15] [--interval 20] [--lags 1 2 4 8] [--out results/machine_drift.json]
 
 Every prediction of the calibrated simulator rests on measurements made before it: the calibration's probes and
@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Mapping, Sequence
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from placer import tf_logs  # noqa: E402
 
@@ -142,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     write_report("machine_drift", columns, rows, args.out, models=args.models, size=args.size, minutes=args.minutes,
                  interval=args.interval, lags=args.lags, warmup=args.warmup, repeats=args.repeats,
                  samples={f"{model} | {label}": values for (model, label), values in steps.items()},
-                 command=" ".join(["python", "experiments/machine_drift.py",
+                 command=" ".join(["python", "experiments/probes/machine_drift.py",
                                    *(argv if argv is not None else sys.argv[1:])]))
 
 

@@ -1,7 +1,7 @@
 """One PNG of a run of `placer train`: step time per update against every baseline, the best placement per
 device, and one traced (or simulated) step of it per device (`agents.experiment.pictures`).
 
-    python experiments/run_pictures.py runs/two-tower/<timestamp> --out run.png
+    python experiments/reports/run_pictures.py runs/two-tower/<timestamp> --out run.png
 
 README's picture, docs/main-job.png, is this command on a run of the README's main job.
 """
@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from placer import tf_logs  # noqa: E402
 

@@ -1,7 +1,7 @@
 """What one measured placement costs besides its steps (graph rewrite, session, init, first step), before and after
 the worker kept the imported graph and its placement checks between placements.
 
-    python experiments/measure_overhead.py [--inception-batch 2] [--placements 3] [--target inprocess:2]
+    python experiments/probes/measure_overhead.py [--inception-batch 2] [--placements 3] [--target inprocess:2]
                                            [--out results/measure_overhead.json]
 
 For a small graph (the tiny MLP) and a ~10k-node Inception-V3 training step (tf-keras, 299x299, synthetic batch), on
@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import replace
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from experiments._report import write_report  # noqa: E402

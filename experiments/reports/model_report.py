@@ -1,9 +1,9 @@
 """The benchmark models at a glance: size of every model's training step, and what a tiny step costs here.
 
-    python experiments/model_report.py [--models nmt-2 rnnlm ...] [--sizes tiny small paper] [--out FILE]
+    python experiments/reports/model_report.py [--models nmt-2 rnnlm ...] [--sizes tiny small paper] [--out FILE]
 
 Per model and size: ops (and those run every step), placeable units (colocation groups), parameters
-(optimizer slots included), FLOPs and output bytes per step, and the time to build the graph. For the
+as Keras counts them and the optimizer's state apart (`OpGraph.model_parameters`), FLOPs and output bytes per step, and the time to build the graph. For the
 `tiny` size it also measures the step time of the single-device placement in-process and, when the local
 testbed can start (2 workers, one core each), of the single-device and expert placements there.
 """
@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from experiments._report import write_report  # noqa: E402
@@ -25,7 +25,7 @@ from placer.heuristics import make_heuristic  # noqa: E402
 from placer.models import SIZES, build_model, model_names  # noqa: E402
 from placer.testbed import isolation_available  # noqa: E402
 
-COLUMNS = ["model", "size", "ops", "step_ops", "groups", "parameters", "gflops_per_step", "mb_per_step", "build_s",
+COLUMNS = ["model", "size", "ops", "step_ops", "groups", "parameters", "optimizer_state", "gflops_per_step", "mb_per_step", "build_s",
            "inprocess_single_ms", "testbed_single_ms", "testbed_expert_ms"]
 
 
@@ -48,7 +48,9 @@ def main() -> None:
             step = graph.step_ops
             row = {
                 "model": name, "size": size, "ops": len(graph.ops), "step_ops": len(step), "groups": len(graph.groups),
-                "parameters": graph.num_parameters, "gflops_per_step": sum(op.flops for op in step) / 1e9,
+                "parameters": graph.num_parameters if graph.model_parameters is None else graph.model_parameters,
+                "optimizer_state": None if graph.model_parameters is None else
+                graph.num_parameters - graph.model_parameters, "gflops_per_step": sum(op.flops for op in step) / 1e9,
                 "mb_per_step": sum(sum(op.output_bytes) for op in step) / 1e6, "build_s": built,
             }
             if size == "tiny":

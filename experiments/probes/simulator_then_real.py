@@ -1,6 +1,6 @@
 """Simulator, then real: three ways to spend one wall-time budget on learning a placement for a real target.
 
-    python experiments/simulator_then_real.py [--model two-tower] [--size small] [--cluster local:2]
+    python experiments/probes/simulator_then_real.py [--model two-tower] [--size small] [--cluster local:2]
         [--minutes 4] [--rounds 5] [--runs runs/simulator_then_real] [--out results/simulator_then_real.json]
 
 - measured only: `placer train` with measured rewards for the whole budget;
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from agents import run_files  # noqa: E402

@@ -1,6 +1,6 @@
 """Placement and micro-batch schedule decided together on modeled GPU machines: predictions, not measurements.
 
-    python experiments/joint_modeled.py [--models inception-v3:paper nmt-4:paper] [--gpus 4 8] [--gpu H100]
+    python experiments/probes/joint_modeled.py [--models inception-v3:paper nmt-4:paper] [--gpus 4 8] [--gpu H100]
         [--micro-batches 4] [--learn-updates 20] [--schedule-top 3] [--out results/joint_modeled.json]
 
 The GPU half of experiments/joint.py. TensorFlow cannot run on a GPU here, so every number is the simulator's
@@ -30,7 +30,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from placer import tf_logs  # noqa: E402
 
@@ -215,7 +215,7 @@ def main(argv=None) -> int:
             print(f"{model} {size} on {row['machine']}: joint {row['joint_ms']:.2f} ms ({row['joint']}), "
                   f"{row['joint_vs_best_one_dim_pct']:+.1f} % against the best one-dimension decision "
                   f"({row['best_one_dim']})", flush=True)
-    command = "python experiments/joint_modeled.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python experiments/probes/joint_modeled.py " + " ".join(argv if argv is not None else sys.argv[1:])
     write_report("joint_modeled", COLUMNS, rows, args.out, command=command.strip(), gpu=args.gpu,
                  micro_batches=args.micro_batches, learn_updates=args.learn_updates,
                  caveat="predictions of the simulator on modeled machines, not measurements; the bound is simulated "

@@ -1,6 +1,6 @@
 """What does a tensor sent between the testbed's workers cost, by the pattern of the placement that sends it?
 
-    python experiments/transfer_pattern.py --report results/simulator_fidelity_decisions_learned_8.json
+    python experiments/probes/transfer_pattern.py --report results/simulator_fidelity_decisions_learned_8.json
         [--model branchy-0] [--placements "worker 0" "split 0.50" metis ...] [--rounds 4] [--repeats 30]
         [--out results/transfer_pattern.json]
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from placer import tf_logs  # noqa: E402
 

@@ -1,6 +1,6 @@
 """How many timed steps does a short step need? One placement timed again and again with several step counts.
 
-    python experiments/step_noise.py [--models placer.models.heldout:branchy_0_graph two-tower] [--size tiny]
+    python experiments/probes/step_noise.py [--models placer.models.heldout:branchy_0_graph two-tower] [--size tiny]
         [--steps 10 30 100] [--calls 12] [--out results/step_noise.json]
 
 A measurement is the median of its timed steps after a few warm-up steps, in a session of its own. Each model
@@ -19,14 +19,14 @@ import statistics
 import sys
 from typing import Sequence
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from placer import tf_logs  # noqa: E402
 
 tf_logs.configure()
 
 from experiments._report import write_report  # noqa: E402
-from experiments.machine_drift import spread  # noqa: E402
+from experiments.probes.machine_drift import spread  # noqa: E402
 
 
 def block_spread(samples: Sequence[float], block: int) -> float | None:
@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                "blocks_within_session_pct"]
     write_report("step_noise", columns, rows, args.out, models=args.models, size=args.size, steps=counts,
                  calls=args.calls, warmup=args.warmup,
-                 command=" ".join(["python", "experiments/step_noise.py", *(argv if argv is not None else sys.argv[1:])]))
+                 command=" ".join(["python", "experiments/probes/step_noise.py", *(argv if argv is not None else sys.argv[1:])]))
 
 
 if __name__ == "__main__":

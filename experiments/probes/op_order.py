@@ -1,6 +1,6 @@
 """Operation scheduling on one CPU device: TensorFlow's own order against enforced op orders.
 
-    python experiments/op_order.py [--models nmt-2 rnnlm inception-v3 two-tower] [--size tiny]
+    python experiments/probes/op_order.py [--models nmt-2 rnnlm inception-v3 two-tower] [--size tiny]
         [--target inprocess:1,intra=1,inter=2] [--corun 2] [--min-op-us 0] [--longest N] [--rounds 5]
         [--out results/op_order.json]
 
@@ -18,7 +18,7 @@ import dataclasses
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from experiments._report import write_report  # noqa: E402

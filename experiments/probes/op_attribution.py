@@ -1,7 +1,7 @@
 """Whose time is it when two ops' spans overlap on one core? Op costs from traces attributed two ways, against
 spans that cannot overlap.
 
-    python experiments/op_attribution.py [--models two-tower nmt-2] [--size tiny] [--rounds 6]
+    python experiments/probes/op_attribution.py [--models two-tower nmt-2] [--size tiny] [--rounds 6]
         [--min-us 50] [--out results/op_attribution.json]
 
 The calibrated simulator prices each op at the cost profiled with the whole graph on one testbed worker: one
@@ -33,7 +33,7 @@ import sys
 from collections import defaultdict
 from typing import Iterable, Mapping, Sequence
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from placer import tf_logs  # noqa: E402
 
@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print()
     write_report("op_attribution", columns, rows, args.out, models=args.models, size=args.size, rounds=args.rounds,
                  min_us=args.min_us, targets=[TWO_THREADS, ONE_THREAD], ops=disagreements,
-                 command=" ".join(["python", "experiments/op_attribution.py",
+                 command=" ".join(["python", "experiments/probes/op_attribution.py",
                                    *(argv if argv is not None else sys.argv[1:])]))
 
 

@@ -1,6 +1,6 @@
 """How many steps until a placement's step time settles? Step times after short and long warm-ups, side by side.
 
-    python experiments/executor_warmup.py [--model two-tower] [--size tiny] [--placement single-device expert]
+    python experiments/probes/executor_warmup.py [--model two-tower] [--size tiny] [--placement single-device expert]
         [--target local:2] [--warmups 2 50 100 200] [--rounds 3] [--out results/executor_warmup.json]
 
 TensorFlow's executor treats every op as expensive until its running cost estimate falls under a threshold: the
@@ -27,7 +27,7 @@ import statistics
 import sys
 from dataclasses import replace
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from placer import tf_logs  # noqa: E402
 
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
                          "vs_shortest_warmup": step / statistics.median(steps[name, shortest]),
                          "slowest_hop_ms": statistics.median(hops[name, warmup]) * 1e3,
                          "rounds_ms": [s * 1e3 for s in steps[name, warmup]]})
-    command = "python experiments/executor_warmup.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python experiments/probes/executor_warmup.py " + " ".join(argv if argv is not None else sys.argv[1:])
     write_report("executor_warmup", ["layout", "warmup_steps", "step_ms", "vs_shortest_warmup", "slowest_hop_ms"],
                  rows, args.out, command=command.strip(), model=args.model, size=args.size, target=args.target,
                  rounds=args.rounds, timed_steps=measurer.config.timed_steps)

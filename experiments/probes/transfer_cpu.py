@@ -1,6 +1,6 @@
 """Where a transfer's CPU time goes on the local testbed, and why the calibration's sender cost moves.
 
-    python experiments/transfer_cpu.py [--elements 4000000] [--tensors 1] [--rounds 10] [--warmup 2]
+    python experiments/probes/transfer_cpu.py [--elements 4000000] [--tensors 1] [--rounds 10] [--warmup 2]
         [--steps 5] [--env KEY=VALUE ...] [--out results/transfer_cpu.json]
 
 One free calibration probe (tensors sent from worker 0 to an idle worker 1) against its reference (the same
@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from placer import tf_logs  # noqa: E402
 

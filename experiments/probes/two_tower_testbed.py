@@ -1,6 +1,6 @@
 """Does placement matter on the local testbed? A two-tower model, one tower per worker vs one worker.
 
-    python experiments/two_tower_testbed.py [--size small] [--rounds 3] [--out results/two_tower_testbed.json]
+    python experiments/probes/two_tower_testbed.py [--size small] [--rounds 3] [--out results/two_tower_testbed.json]
 
 Both placements are measured alternately in one run on `local:2` (two gRPC workers, one core each).
 """
@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from experiments._report import write_report  # noqa: E402

@@ -1,6 +1,6 @@
 """Thread settings against TensorFlow's recommended ones (the IPDPS 2019 comparison), first part.
 
-    python experiments/concurrency.py [--models nmt-2:small inception-v3:tiny rnnlm:small two-tower:small]
+    python experiments/probes/concurrency.py [--models nmt-2:small inception-v3:tiny rnnlm:small two-tower:small]
         [--rounds 3] [--warmup 3] [--repeats 10] [--out results/concurrency.json]
         [--per-op two-tower:small placer.models.heldout:branchy_1_graph:small] [--widths local:widths=1+1]
         [--per-op-rounds 5] [--fit-only nmt-2:tiny inception-v3:tiny]
@@ -33,7 +33,7 @@ import os
 import statistics
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from placer import tf_logs  # noqa: E402
 
@@ -128,7 +128,7 @@ def main() -> None:
                  rounds=args.rounds, warmup=args.warmup, repeats=args.repeats, cores=len(os.sched_getaffinity(0)),
                  fit_only=args.fit_only,
                  settings={n: [s.intra_op_threads, s.inter_op_threads] for n, s in candidates.items()},
-                 command="python experiments/concurrency.py " + " ".join(sys.argv[1:]))
+                 command="python experiments/probes/concurrency.py " + " ".join(sys.argv[1:]))
     print(f"best of the sweep against the recommended setting: {100 * statistics.mean(gains):.1f} % shorter steps "
           f"on average (per model: {', '.join(f'{100 * g:.1f} %' for g in gains)})")
     if per_op_rows:
@@ -137,7 +137,7 @@ def main() -> None:
                                             "best_placement_ms", "against_in_process_pct"],
                      per_op_rows, args.out.replace(".json", "_per_op.json"), rounds=args.per_op_rounds,
                      warmup=args.warmup, repeats=args.repeats, widths=args.widths,
-                     command="python experiments/concurrency.py " + " ".join(sys.argv[1:]))
+                     command="python experiments/probes/concurrency.py " + " ".join(sys.argv[1:]))
     picked = [r["model_pick_shorter_than_recommended_pct"] for r in rows]
     print(f"the performance model's pick against the recommended setting: {statistics.mean(picked):.1f} % shorter "
           f"on average; above the sweep's best by {', '.join(f'{100 * g:.1f} %' for g in model_gaps)}")

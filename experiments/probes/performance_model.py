@@ -1,6 +1,6 @@
 """How well does the performance model predict an op's time at p threads on models it was not fitted on?
 
-    python experiments/performance_model.py [--fit nmt-2 inception-v3 two-tower]
+    python experiments/probes/performance_model.py [--fit nmt-2 inception-v3 two-tower]
         [--heldout rnnlm placer.models.heldout:branchy_1_graph placer.models.heldout:mobilenet_v2_graph]
         [--size tiny] [--steps 3] [--bias-corrections none smearing ratio] [--out results/performance_model.json]
 
@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from placer import tf_logs  # noqa: E402
 
@@ -67,7 +67,7 @@ def main() -> None:
               for correction, model in models.items()}
     write_report("performance_model", columns, rows, args.out, size=args.size, steps=args.steps, scales=scales,
                  op_types=sorted(models[args.bias_corrections[0]].types),
-                 command="python experiments/performance_model.py " + " ".join(sys.argv[1:]))
+                 command="python experiments/probes/performance_model.py " + " ".join(sys.argv[1:]))
     for correction in args.bias_corrections:
         held = [r for r in rows if r["set"] == "held out" and r["bias_correction"] == correction]
         print(f"{correction:>9}: held-out mean MAPE " + ", ".join(

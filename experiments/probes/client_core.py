@@ -1,7 +1,7 @@
 """Where should the session's client run on the testbed? The same placements measured with the measuring
 process on the first worker's core, on the second's, or free to run on either.
 
-    python experiments/client_core.py [--models placer.models.heldout:branchy_0_graph two-tower] [--size tiny]
+    python experiments/probes/client_core.py [--models placer.models.heldout:branchy_0_graph two-tower] [--size tiny]
         [--rounds 8] [--steps 30] [--out results/client_core.json]
 
 On `local:2` the measuring process (`placer.measure.worker`) is the session's client: it sends each step to the
@@ -20,14 +20,14 @@ import statistics
 import sys
 from typing import Sequence
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from placer import tf_logs  # noqa: E402
 
 tf_logs.configure()
 
 from experiments._report import write_report  # noqa: E402
-from experiments.machine_drift import spread  # noqa: E402
+from experiments.probes.machine_drift import spread  # noqa: E402
 
 
 def pin_process(pid: int, cores) -> None:
@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     write_report("client_core", ["model", "placement", "client", "rounds", "median_ms", "p10_pct", "p90_pct",
                                  "p10_p90_pct"], rows, args.out, models=args.models, size=args.size,
                  rounds=args.rounds, steps=args.steps, clients={k: list(v) for k, v in clients.items()},
-                 command=" ".join(["python", "experiments/client_core.py",
+                 command=" ".join(["python", "experiments/probes/client_core.py",
                                    *(argv if argv is not None else sys.argv[1:])]))
 
 

@@ -1,6 +1,6 @@
 """How far apart do calibrations put the request delay? The request probe repeated, at a few round counts.
 
-    python experiments/request_delay_repeats.py [--target local:2] [--rounds 5 20] [--repeats 6]
+    python experiments/probes/request_delay_repeats.py [--target local:2] [--rounds 5 20] [--repeats 6]
         [--out results/request_delay_repeats.json]
 
 `placer calibrate` fits `request_delay` from the request probe (`placer.calibrate.measure_request_delay`): a
@@ -20,7 +20,7 @@ import os
 import statistics
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from placer import tf_logs  # noqa: E402
 
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
         rows.append({"rounds": rounds, "average": average, "median_ms": middle * 1e3,
                      "farthest_pct": 100 * max(abs(v - middle) for v in values) / middle if middle > 0 else None,
                      "repeats_ms": " ".join(f"{v * 1e3:.2f}" for v in values)})
-    command = "python experiments/request_delay_repeats.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python experiments/probes/request_delay_repeats.py " + " ".join(argv if argv is not None else sys.argv[1:])
     write_report("request_delay_repeats", ["rounds", "average", "median_ms", "farthest_pct", "repeats_ms"], rows,
                  args.out, command=command.strip(), target=args.target, repeats=args.repeats,
                  hops_ms={str(rounds): kept for rounds, kept in hops_kept.items()})

@@ -1,6 +1,6 @@
 """Do schedules' predicted step times match what they measure? Op-level and block-span prices against local:2.
 
-    python experiments/schedule_fidelity.py [--calibration FILE] [--models two-tower nmt-2] [--size tiny]
+    python experiments/probes/schedule_fidelity.py [--calibration FILE] [--models two-tower nmt-2] [--size tiny]
         [--micro-batches 4] [--methods sequential gpipe 1f1b tessel] [--modes training inference]
         [--rounds 3] [--warmup 2] [--steps 5] [--time-limit 10] [--zero-bubble] [--out results/schedule_fidelity.json]
         [--dry-run]
@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from placer import tf_logs  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Does the simulator send what TensorFlow sends? Transfers per placement against the `_Recv` nodes of the
 graphs TensorFlow partitioned for one real step.
 
-    python experiments/partition_transfers.py [--model transformer] [--size tiny] [--out FILE]
+    python experiments/probes/partition_transfers.py [--model transformer] [--size tiny] [--out FILE]
 
 Each placement of the fidelity set (`experiments/simulator_fidelity.py`: extremes, splits, baselines) runs one
 step on two in-process CPU devices with `RunOptions(output_partition_graphs=True)`; its receive nodes are what
@@ -20,7 +20,7 @@ import os
 import sys
 from dataclasses import replace
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from experiments._report import write_report  # noqa: E402

@@ -1,7 +1,7 @@
 """Does a transfer's core time depend on how many tensors leave together? The same tensors sent in one burst
 or spread over several, on the local testbed.
 
-    python experiments/transfer_bursts.py [--tensors 32] [--bursts 1 4 16 32] [--elements 1000]
+    python experiments/probes/transfer_bursts.py [--tensors 32] [--bursts 1 4 16 32] [--elements 1000]
         [--rounds 5] [--out results/transfer_bursts.json]
 
 The simulator charges every transfer the same core time on each end (`send_cpu`, `recv_cpu`), which `placer
@@ -25,7 +25,7 @@ import sys
 from dataclasses import replace
 from typing import Mapping, Sequence
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from placer import tf_logs  # noqa: E402
 
@@ -147,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows.append({"bursts": bursts, "tensors": args.tensors, "step_extra_ms": 1e3 * step,
                      "sender_cpu_extra_ms": 1e3 * sender, "receiver_cpu_extra_ms": 1e3 * receiver})
     lines = {column: burst_line(rows, column) for column in ("sender_cpu_extra_ms", "receiver_cpu_extra_ms")}
-    command = "python experiments/transfer_bursts.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python experiments/probes/transfer_bursts.py " + " ".join(argv if argv is not None else sys.argv[1:])
     write_report("transfer_bursts", ["bursts", "tensors", "step_extra_ms", "sender_cpu_extra_ms",
                                      "receiver_cpu_extra_ms"], rows, args.out, command=command.strip(),
                  elements=args.elements, chain=args.chain, rounds=args.rounds, busy_receiver=args.busy_receiver,

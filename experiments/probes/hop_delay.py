@@ -1,11 +1,11 @@
 """When does a tensor leave a busy worker? A probe of one hop beside the sender's own work, before any model of it.
 
-    python experiments/hop_delay.py [--target local:2] [--sizes 64 256 1024] [--chain-ms 2 6] [--receiver]
+    python experiments/probes/hop_delay.py [--target local:2] [--sizes 64 256 1024] [--chain-ms 2 6] [--receiver]
         [--rounds 3] [--out results/hop_delay.json]
 
 On two-tower `tiny`'s expert split, the gradient worker 1 waits for left worker 0 about 1.9 ms after it was
 made, when worker 0's backward chain of short ops had run; at `small`, with ops of several milliseconds, the
-same hop took 0.2-0.35 ms (`experiments/step_decomposition.py`). This probe separates the two factors: per
+same hop took 0.2-0.35 ms (`experiments/probes/step_decomposition.py`). This probe separates the two factors: per
 matmul size S and chain length (about `--chain-ms` of work on worker 0), one step in which worker 0 makes a
 small tensor and sends it to worker 1, then runs a chain of SxS matmuls that depend on it; worker 1 waits for
 the tensor and adds to it. From each traced step: the hop, from the end of the op that made the tensor on
@@ -26,7 +26,7 @@ import os
 import statistics
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from placer import tf_logs  # noqa: E402
 
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
                      "hop_rounds_ms": "/".join(f"{v[0] * 1e3:.2f}" for v in values),
                      "arrival_ms": statistics.median(v[3] for v in values) * 1e3,
                      "step_ms": statistics.median(v[2] for v in values) * 1e3})
-    command = "python experiments/hop_delay.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python experiments/probes/hop_delay.py " + " ".join(argv if argv is not None else sys.argv[1:])
     write_report("hop_delay", ["matmul", "links", "op_ms", "chain_ms", "hop_ms", "hop_rounds_ms", "arrival_ms",
                                "step_ms"], rows, args.out, command=command.strip(), target=args.target,
                  chain_on="receiver" if args.receiver else "sender", rounds=args.rounds, steps=args.steps)

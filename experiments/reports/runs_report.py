@@ -1,6 +1,6 @@
 """One row per finished run: the learned placement's step time next to every baseline of that run.
 
-    python experiments/runs_report.py [RUNS_DIR ...] [--out FILE]
+    python experiments/reports/runs_report.py [RUNS_DIR ...] [--out FILE]
 
 Reads RUNS_DIR/<model>/<timestamp>/summary.json (written by `placer train` and the launch scripts;
 default RUNS_DIR: runs/results), newest run per model and backend. Each row carries the command that
@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from agents import run_files  # noqa: E402
 from experiments._report import write_report  # noqa: E402
@@ -26,7 +26,7 @@ BASELINE_COLUMNS = ["single-device", "expert", "round-robin", "metis", "scotch",
 
 def command_of(config: dict) -> str:
     """The launch-script command line that reproduces a run's configuration."""
-    script = Path(__file__).parent / f"train_{config['model'].replace('-', '_')}.py"
+    script = Path(__file__).resolve().parents[1] / f"train_{config['model'].replace('-', '_')}.py"
     launcher = f"python experiments/{script.name}" if script.exists() else f"placer train {config['model']}"
     parts = [launcher, f"--size {config['size']}", f"--backend {config['backend']}"]
     if config.get("cluster"):

@@ -1,6 +1,6 @@
 """Where does a split step's time go? Op time, ops a split adds, and time outside any op, on one worker and two.
 
-    python experiments/step_decomposition.py [--model two-tower] [--size tiny] [--placement expert [FILE ...]]
+    python experiments/probes/step_decomposition.py [--model two-tower] [--size tiny] [--placement expert [FILE ...]]
         [--targets local:2 [local:2,inter=1 ...]] [--calibration FILE] [--rounds 3] [--steps 5]
         [--out results/step_decomposition.json]
 
@@ -44,7 +44,7 @@ import statistics
 import sys
 from dataclasses import replace
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from placer import tf_logs  # noqa: E402
 
@@ -160,7 +160,7 @@ def main(argv=None) -> int:
         print()
     print("critical path: path_ops_ms is the traced step's ops on its critical path, then the time between them "
           "by cause (medians over the rounds' traced steps); slowest_hop_ms the longest hop, per round\n")
-    command = "python experiments/step_decomposition.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python experiments/probes/step_decomposition.py " + " ".join(argv if argv is not None else sys.argv[1:])
     write_report("step_decomposition", columns, rows, args.out, command=command.strip(), model=args.model,
                  size=args.size, targets=[str(t) for t in targets], rounds=args.rounds, op_types=op_rows,
                  split_only_ops=sorted(split_only), split_only_ms=added * 1e3, calibration=args.calibration,

@@ -1,6 +1,6 @@
 """Do two testbed workers slow each other when both compute at once? A probe, before any model of it.
 
-    python experiments/co_running.py [--target local:2] [--rounds 5] [--matmuls 40] [--calibration FILE]
+    python experiments/probes/co_running.py [--target local:2] [--rounds 5] [--matmuls 40] [--calibration FILE]
         [--out results/co_running.json]
 
 The simulator runs each worker's ops at their profiled speed whether or not the other worker is busy. If the
@@ -32,7 +32,7 @@ import os
 import statistics
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from placer import tf_logs  # noqa: E402
 
@@ -135,7 +135,7 @@ def main(argv=None) -> int:
                   f"serial {medians['serial'] * 1e3:.2f} ms; together/alone per round "
                   + ", ".join(f"{r:.3f}" for r in together_over_alone), flush=True)
         rows.append(hops_beside_chains(measurer, devices, args, compare))
-    command = "python experiments/co_running.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python experiments/probes/co_running.py " + " ".join(argv if argv is not None else sys.argv[1:])
     write_report("co_running", ["kind", "links", "alone_ms", "together_ms", "serial_ms", "slowdown",
                                 "serial_over_alone", "hop_us_idle", "hop_us_loaded", "predicted_alone_ms",
                                 "predicted_together_ms"], rows, args.out, command=command.strip(), target=args.target,
