@@ -21,6 +21,10 @@ class PlacementError(PlacerError):
     """A placement does not fit its graph or devices (unknown device, missing unit, no kernel, ...)."""
 
 
+class KerasPlacementError(PlacementError):
+    """A layer placement does not fit a Keras model (other layers) or this machine (a device it lacks)."""
+
+
 class PlacementFileError(PlacementError):
     """A placement file is malformed or was made for another graph or other devices."""
 

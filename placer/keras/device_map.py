@@ -8,8 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from placer.devices import Device, DeviceSet, name_parts, short_name
-from placer.errors import DeviceSpecError
-from placer.keras.layers import KerasPlacementError
+from placer.errors import DeviceSpecError, KerasPlacementError
 
 
 @dataclass(frozen=True)

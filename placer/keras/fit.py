@@ -8,7 +8,6 @@ import re
 import statistics
 import time
 
-from placer.keras.layers import KerasPlacementError
 
 # nodes of a partition graph carry the names of the function calls they were inlined from
 _CALL_PREFIX = re.compile(r"^((Stateful)?PartitionedCall(_\d+)?/)+")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from placer.devices import name_parts
-from placer.errors import PlacementError
+from placer.errors import KerasPlacementError, PlacementError
 from placer.placement import Placement, PlacementFile, check_same_graph, read_placement_file
 
 if TYPE_CHECKING:
@@ -23,10 +23,6 @@ if TYPE_CHECKING:
 
 LAYER_PLACEMENT_KEY = "keras_layers"
 """Where a placement file's metadata holds its layer placement (`placer export --keras` writes it)."""
-
-
-class KerasPlacementError(PlacementError):
-    """A layer placement does not fit a Keras model (other layers) or this machine (a device it lacks)."""
 
 
 @dataclass(frozen=True)
