@@ -10,7 +10,7 @@ LSTM encoder-decoder with attention), each built by a function of this file (or 
 to `placer optimize SPEC --budget B --target T --json` in a process of its own. Per model: ops, `placer optimize`'s wall time and where it
 went (building, calibrating, profiling, heuristics, learning, measuring), the recommendation, and predicted against
 measured step time over the placements it measured (median and worst |error|). A model that fails, or runs past
---timeout, is a row with its error. Without --calibration the testbed is calibrated once, by the first model, into
+--timeout, is a row with its error. Beside --out, a folder keeps each model's plan, log and `placer optimize` JSON. Without --calibration the testbed is calibrated once, by the first model, into
 results/model_coverage/calibration.json, and every later model reuses it.
 """
 
@@ -185,9 +185,11 @@ def run_one(name: str, spec: str, size: str, args: argparse.Namespace,
         last = [line for line in done.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
         return None, wall, f"exit {done.returncode}: {last[0][:200]}"
     try:
-        return json.loads(done.stdout), wall, "ok"
+        result = json.loads(done.stdout)
     except ValueError:
         return None, wall, "printed no JSON result"
+    (plans / f"{name}.optimize.json").write_text(done.stdout)  # every candidate, predicted and measured
+    return result, wall, "ok"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
