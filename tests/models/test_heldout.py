@@ -94,7 +94,7 @@ def test_small_branchy_graph_is_bigger_than_tiny(branchy_0):
 
 
 def test_heldout_models_are_not_in_the_zoo_but_load_by_spec():
-    assert set(HELDOUT_MODELS) == {"branchy-0", "branchy-1", "branchy-2", "mobilenet-v2"}
+    assert set(HELDOUT_MODELS) == {"branchy-0", "branchy-1", "branchy-2", "mobilenet-v2", "keras-lstm-seq2seq"}
     assert not set(HELDOUT_MODELS) & set(MODELS)
     for name, model in HELDOUT_MODELS.items():
         assert model.name == name and model.description and "tiny" in model.sizes
