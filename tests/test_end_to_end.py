@@ -79,7 +79,7 @@ def test_a_model_from_the_researchers_own_file_trains_simulated_and_measured_the
     assert main(["train", "my_models.py:build", "--target", "local:2", "--repeats", "2", "--final-rounds", "1",
                  *common]) == 0, capsys.readouterr()
     printed = capsys.readouterr().out
-    simulated, measured = sorted((runs / "my_models-build").iterdir())
+    simulated, measured = sorted((runs / "build").iterdir())  # runs are named after the model function
     # a user's model has no expert placement; the heuristics need the simulator's op costs
     for run_dir, backend, baselines in ((simulated, "simulated", {"single-device", "round-robin", "metis", "m-etf"}),
                                         (measured, "measured", {"single-device", "round-robin"})):
