@@ -10,6 +10,7 @@ Embeddings and the output projection are not tied. Scopes: `source_embedding`, `
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from dataclasses import dataclass
@@ -45,10 +46,15 @@ SIZES = {
 }
 
 
-def transformer_graph(size: str = "tiny") -> OpGraph:
+def batch_of(size: str) -> int:
+    return SIZES[size].batch
+
+
+def transformer_graph(size: str = "tiny", batch: int | None = None) -> OpGraph:
+    """The step at `size`; `batch` overrides the size's batch (e.g. one micro-batch of it)."""
     import keras
 
-    s = SIZES[size]
+    s = SIZES[size] if batch is None else dataclasses.replace(SIZES[size], batch=batch)
     model = _transformer(s)
     optimizer = keras.optimizers.Adam(learning_rate=1e-3, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -64,7 +70,8 @@ def transformer_graph(size: str = "tiny") -> OpGraph:
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         return loss
 
-    return graph_from_tf_function(train_step, name=f"transformer-{size}")
+    suffix = "" if s.batch == SIZES[size].batch else f"-batch{s.batch}"
+    return graph_from_tf_function(train_step, name=f"transformer-{size}{suffix}")
 
 
 def _transformer(s: TransformerSize):
