@@ -15,8 +15,8 @@ plus 3 x length x vocabulary x 4 bytes of logits, their softmax and its gradient
   parameters, 2.6 GB of state); 2.15 GB of layer activations and 0.62 GB of logits a sequence, so its batch
   of 32 sequences needs about 91 GB.
 - llama: 16 layers, d_model 1024, 16 heads, feed-forward 2,816, length 2048, vocabulary 32,000 (268 M
-  parameters, 4.3 GB of state); 7.5 GB of layer activations and 0.79 GB of logits a sequence, so its batch
-  of 16 sequences needs about 137 GB. (A Llama of 1 B parameters, d_model 2048, builds the same ops but holds
+  parameters, 4.3 GB of state); 13.0 GB of layer activations and 0.79 GB of logits a sequence, so its batch
+  of 16 sequences needs about 225 GB. (A Llama of 1 B parameters, d_model 2048, builds the same ops but holds
   15 GB of weights and Adam moments in this process while its graph is traced; this one keeps the build
   within a few GB.)
 """
