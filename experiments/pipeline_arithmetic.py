@@ -8,7 +8,8 @@ with the first and the head with the last): each method's bubble rate beside a p
 for p stages, its makespan (ms, simulated), and its peak activation memory (MiB, the most any device keeps). Spans are the block template's
 (`blocks_from_placement`: the simulator's op costs of the whole batch divided by M, transfers left out), so
 the numbers say what the schedules do with the model's stages, not what the runtime adds. The arithmetic
-assumes equal stages: `stage_imbalance` is the longest forward-plus-backward stage over the mean one.
+assumes equal stages: `stage_imbalance` is the longest forward-plus-backward stage over the mean one, and
+`uneven_pipeline_bubble` the arithmetic with the stages' own spans (`uneven_pipeline_bubble`).
 """
 
 from __future__ import annotations
@@ -22,13 +23,22 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from experiments._report import write_report  # noqa: E402
 
 METHODS = ("gpipe", "1f1b", "zb-h1", "tessel-fast")
-COLUMNS = ("model", "target", "stages", "micro_batches", "method", "makespan_ms", "bubble_rate", "pipeline_bubble", "peak_memory_mib",
+COLUMNS = ("model", "target", "stages", "micro_batches", "method", "makespan_ms", "bubble_rate", "pipeline_bubble", "uneven_pipeline_bubble",
+           "peak_memory_mib",
            "stage_imbalance")
 
 
 def pipeline_bubble(stages: int, micro_batches: int) -> float:
     """The idle fraction of GPipe and 1F1B on p equal stages with M micro-batches: (p - 1)/(M + p - 1)."""
     return (stages - 1) / (micro_batches + stages - 1)
+
+
+def uneven_pipeline_bubble(stage_spans: list[float], micro_batches: int) -> float:
+    """The same with unequal stages (forward plus backward span each): the slowest stage paces the M - 1
+    micro-batches after the first, which crosses every stage, so the makespan is (M - 1) t_max + sum t."""
+    total = sum(stage_spans)
+    makespan = (micro_batches - 1) * max(stage_spans) + total
+    return 1 - micro_batches * total / (len(stage_spans) * makespan)
 
 
 def arithmetic_rows(model: str, size: str, target: str, micro_batches: tuple[int, ...],
@@ -59,6 +69,7 @@ def arithmetic_rows(model: str, size: str, target: str, micro_batches: tuple[int
                     "method": method, "makespan_ms": round(plan.seconds() * 1e3, 3),
                     "bubble_rate": round(plan.bubble_rate, 4),
                     "pipeline_bubble": round(pipeline_bubble(stages, m), 4),
+                    "uneven_pipeline_bubble": round(uneven_pipeline_bubble(list(per_stage.values()), m), 4),
                     "peak_memory_mib": max(plan.peak_memory().values()), "stage_imbalance": round(imbalance, 3),
                     "blocks": len(template.blocks),
                 })

@@ -27,9 +27,9 @@ class _Rule:
     """Micro-batches started and not finished at once; None: no cap."""
     forwards_first_per_device: bool
     respects_memory: bool
-    stage_in_flight: bool = False
-    """Cap what each device holds as 1F1B's stages do: the device of the k-th stage (0-based) starts a
-    micro-batch's forward only while fewer than p - k micro-batches have started there and not ended there."""
+    stage_in_flight: str | None = None
+    """Cap the micro-batches each device holds (started there and not ended there) before it starts another's
+    forward: "depth", p - k on the k-th stage (0-based) of p, as 1F1B's stages do; "devices", p on every device."""
 
 
 def sequential(template: BlockTemplate, micro_batches: int, memory_limit: int | None = None) -> SchedulePlan:
@@ -65,8 +65,9 @@ def list_schedule(template: BlockTemplate, micro_batches: int, rule_name: str, m
         "sequential": _Rule(lambda kind, m, position: (m, position), 1, False, True),
         "gpipe": _Rule(lambda kind, m, position: (kind != FORWARD, m, position), None, True, False),
         "1f1b": _Rule(lambda kind, m, position: (kind != BACKWARD, m, position), len(template.devices), False, True,
-                      stage_in_flight=True),
-        "zb-h1": _Rule(lambda kind, m, position: (_KIND_RANK_ZB[kind], m, position), len(template.devices), False, True),
+                      stage_in_flight="depth"),
+        "zb-h1": _Rule(lambda kind, m, position: (_KIND_RANK_ZB[kind], m, position), None, False, True,
+                       stage_in_flight="devices"),
     }
     if rule_name not in rules:
         raise ScheduleError(f"unknown standard schedule {rule_name!r}; known: {', '.join(rules)}")
@@ -97,7 +98,7 @@ def list_schedule(template: BlockTemplate, micro_batches: int, rule_name: str, m
     # use a reserved device only if they end by then. Without it a block on every device (tensor parallel)
     # waits until the pipeline drains, as blocks of earlier micro-batches keep one of its devices busy.
     reserved: dict[tuple[int, int], int] = {}
-    stage_cap = _stage_caps(template) if rule.stage_in_flight else {}
+    stage_cap = _stage_caps(template, rule.stage_in_flight) if rule.stage_in_flight else {}
     on_device = {d: sum(1 for b in template.blocks if d in b.devices) for d in template.devices}
     started_on = {d: [0] * micro_batches for d in template.devices}
     ended_on = {d: [0] * micro_batches for d in template.devices}
@@ -159,16 +160,16 @@ STANDARD_SCHEDULES = {"sequential": sequential, "gpipe": gpipe, "1f1b": one_f_on
 """The list schedules any template can take (ZB-H1 needs weight-gradient blocks)."""
 
 
-def _stage_caps(template: BlockTemplate) -> dict[str, int]:
-    """1F1B's micro-batches in flight per device: p - k for the device whose first forward block comes k-th in
-    the template's topological order (devices with no forward block: p)."""
+def _stage_caps(template: BlockTemplate, rule: str) -> dict[str, int]:
+    """Micro-batches a device may hold: "devices", p; "depth", 1F1B's p - k for the device whose first forward
+    block comes k-th in the template's topological order (devices with no forward block: p)."""
     order: list[str] = []
     for i in template.topological_order:
         block = template.blocks[i]
         if block.kind == FORWARD:
             order.extend(d for d in block.devices if d not in order)
     p = len(template.devices)
-    return {d: p - order.index(d) if d in order else p for d in template.devices}
+    return {d: p - order.index(d) if rule == "depth" and d in order else p for d in template.devices}
 
 
 def _crosses_reservation(template: BlockTemplate, reserved: dict[tuple[int, int], int], key: tuple[int, int],

@@ -62,6 +62,20 @@ def test_gpipe_and_1f1b_bubbles_follow_the_pipeline_arithmetic_and_1f1b_keeps_le
     assert peak_1f1b * 2 <= peak_gpipe
 
 
+def test_the_bubbles_are_the_arithmetic_of_the_stages_own_spans(placed):
+    # (p - 1)/(M + p - 1) assumes equal stages; with the head's projection on the last, the slowest stage paces
+    # the pipeline: (M - 1) t_max + sum t. GPipe and 1F1B meet that within a unit's rounding.
+    from experiments.pipeline_arithmetic import uneven_pipeline_bubble
+
+    _, graph, target, placement = placed
+    for micro_batches in (2, 4, 8):
+        template = blocks_from_placement(target.simulator, placement, micro_batches)
+        spans = [sum(b.span for b in template.blocks if b.devices == (d,)) for d in template.devices]
+        expected = uneven_pipeline_bubble(spans, micro_batches)
+        for plan in (gpipe(template, micro_batches), one_f_one_b(template, micro_batches)):
+            assert plan.bubble_rate == pytest.approx(expected, abs=0.02)
+
+
 def test_paper_sizes_hold_more_than_one_80_gb_gpu():
     # Adam's state (16 bytes a parameter) and each sequence's activations, as the module docstring counts them
     for name, parameters_m, sequence_gb, step_gb in (("gpt2", 163, 2.15 + 0.62, 91), ("llama", 268, 13.0 + 0.79, 225)):
