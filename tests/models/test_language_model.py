@@ -76,6 +76,19 @@ def test_the_bubbles_are_the_arithmetic_of_the_stages_own_spans(placed):
             assert plan.bubble_rate == pytest.approx(expected, abs=0.02)
 
 
+def test_zb_h1_idles_less_than_1f1b_and_tessel_is_no_slower_than_the_best_standard_schedule(placed):
+    from placer.schedule import tessel_fast, zero_bubble_h1
+
+    _, graph, target, placement = placed
+    micro_batches = 8
+    template = blocks_from_placement(target.simulator, placement, micro_batches)
+    split = blocks_from_placement(target.simulator, placement, micro_batches, split_weight_gradients=True)
+    one_f_one_b_plan = one_f_one_b(template, micro_batches)
+    assert zero_bubble_h1(split, micro_batches).bubble_rate <= one_f_one_b_plan.bubble_rate
+    best = min(gpipe(template, micro_batches).makespan, one_f_one_b_plan.makespan)
+    assert tessel_fast(template, micro_batches, time_limit=5).makespan <= best
+
+
 def test_paper_sizes_hold_more_than_one_80_gb_gpu():
     # Adam's state (16 bytes a parameter) and each sequence's activations, as the module docstring counts them
     for name, parameters_m, sequence_gb, step_gb in (("gpt2", 163, 2.15 + 0.62, 91), ("llama", 268, 13.0 + 0.79, 225)):
