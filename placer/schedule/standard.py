@@ -161,14 +161,18 @@ STANDARD_SCHEDULES = {"sequential": sequential, "gpipe": gpipe, "1f1b": one_f_on
 
 
 def _stage_caps(template: BlockTemplate, rule: str) -> dict[str, int]:
-    """Micro-batches a device may hold: "devices", p; "depth", 1F1B's p - k for the device whose first forward
-    block comes k-th in the template's topological order (devices with no forward block: p)."""
+    """Micro-batches a device may hold: "devices", p; "depth", 1F1B's p - k for the device whose forward block
+    comes k-th in the template's topological order (devices with no forward block, and every device where one
+    has several forward blocks, as when data comes back to it: p)."""
     order: list[str] = []
     for i in template.topological_order:
         block = template.blocks[i]
         if block.kind == FORWARD:
             order.extend(d for d in block.devices if d not in order)
     p = len(template.devices)
+    forwards = [d for b in template.blocks if b.kind == FORWARD for d in b.devices]
+    if any(forwards.count(d) > 1 for d in order):  # data comes back to a device: no stage has a depth
+        return {d: p for d in template.devices}
     return {d: p - order.index(d) if rule == "depth" and d in order else p for d in template.devices}
 
 
