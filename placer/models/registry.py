@@ -78,13 +78,13 @@ MODELS: dict[str, ModelSpec] = {
                   "8 heads, 64x50 tokens", _lazy("transformer", "transformer_graph"), _lazy("transformer", "expert_placement"),
                   batch_of=_lazy("transformer", "batch_of")),
         *(
-            ModelSpec(family, f"decoder-only Transformer language model, {shape} (Keras 3 via tf.function); paper: "
-                      f"{paper}, whose training step does not fit one 80 GB GPU",
+            ModelSpec(family, f"decoder-only language model, {shape}, Keras 3 via tf.function; paper: {paper}",
                       _lazy("language_model", "language_model_graph", family),
                       _lazy("language_model", "expert_placement"), batch_of=_lazy("language_model", "batch_of", family))
             for family, shape, paper in (
-                ("gpt2", "GPT-2-shaped (LayerNorm, GELU)", "12 layers, d_model 768, batch 32 x 1024 tokens"),
-                ("llama", "Llama-shaped (RMSNorm, SwiGLU)", "16 layers, d_model 1024, batch 16 x 2048 tokens"),
+                ("gpt2", "GPT-2-shaped (LayerNorm, GELU)", "12 layers, d_model 768, 32x1024 tokens (91 GB: over one "
+                 "80 GB GPU)"),
+                ("llama", "Llama-shaped (RMSNorm, SwiGLU)", "16 layers, d_model 1024, 16x2048 tokens (225 GB)"),
             )
         ),
         ModelSpec("two-tower", "two independent dense towers joined by a loss: the smallest graph where placement pays",
