@@ -82,7 +82,7 @@ MODELS: dict[str, ModelSpec] = {
                       _lazy("language_model", "language_model_graph", family),
                       _lazy("language_model", "expert_placement"), batch_of=_lazy("language_model", "batch_of", family))
             for family, shape, paper in (
-                ("gpt2", "GPT-2-shaped (LayerNorm, GELU)", "12 layers, d_model 768, 32x1024 tokens (91 GB: over one "
+                ("gpt2", "GPT-2-shaped (LayerNorm, GELU)", "12 layers, d_model 768, 64x1024 tokens (180 GB: over one "
                  "80 GB GPU)"),
                 ("llama", "Llama-shaped (RMSNorm, SwiGLU)", "16 layers, d_model 1024, 16x2048 tokens (225 GB)"),
             )

@@ -91,7 +91,7 @@ def test_zb_h1_idles_less_than_1f1b_and_tessel_is_no_slower_than_the_best_standa
 
 def test_paper_sizes_hold_more_than_one_80_gb_gpu():
     # Adam's state (16 bytes a parameter) and each sequence's activations, as the module docstring counts them
-    for name, parameters_m, sequence_gb, step_gb in (("gpt2", 163, 2.15 + 0.62, 91), ("llama", 268, 13.0 + 0.79, 225)):
+    for name, parameters_m, sequence_gb, step_gb in (("gpt2", 163, 2.15 + 0.62, 180), ("llama", 268, 13.0 + 0.79, 225)):
         s = SIZES[name]["paper"]
         feed_forward = (3 if name == "llama" else 2) * s.d_model * s.d_ff
         parameters = s.layers * (4 * s.d_model ** 2 + feed_forward) + 2 * s.vocabulary * s.d_model
