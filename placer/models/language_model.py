@@ -14,7 +14,7 @@ plus 3 x length x vocabulary x 4 bytes of logits, their softmax and its gradient
 - gpt2: 12 layers, d_model 768, 12 heads, length 1024, vocabulary 50,257 (GPT-2 small, untied: 163 M
   parameters, 2.6 GB of state); 2.15 GB of layer activations and 0.62 GB of logits a sequence, so its batch
   of 64 sequences needs about 180 GB. (The simulator, which frees each tensor after its last reader, puts the
-  step of 32 sequences on one modeled H100 at a peak of 55 GB: a batch of 64 holds twice the activations.)
+  step of 32 sequences on one modeled H100 at a peak of 55 GB, and runs the step of 64 out of its memory.)
 - llama: 16 layers, d_model 1024, 16 heads, feed-forward 2,816, length 2048, vocabulary 32,000 (268 M
   parameters, 4.3 GB of state); 13.0 GB of layer activations and 0.79 GB of logits a sequence, so its batch
   of 16 sequences needs about 225 GB. (A Llama of 1 B parameters, d_model 2048, builds the same ops but holds
