@@ -378,7 +378,7 @@ def check_optimize_args(args: OptimizeArgs, *, allow_exposed_ports: bool = False
 
         if not is_builtin_model(args.model):
             raise OptimizeError(f"--schedules rebuilds the model at the micro-batch size, which needs a built-in model "
-                                f"that can be built at another batch (two-tower, nmt-2, nmt-4, nmt-8), not {args.model!r}")
+                                f"(placer models), not {args.model!r}")
         check_micro_batches(model_batch(args.model, args.size), args.micro_batches)
     if calibration_file(args).exists():
         _read_calibration(calibration_file(args), target)

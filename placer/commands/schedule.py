@@ -95,8 +95,8 @@ def schedule_command(args) -> int:
         check_placement_name(args.placement, args.model, "measured" if measured else "simulated")
     if args.measure and not measured:
         if args.model is None:
-            raise PlacerError("--measure needs --model with a built-in model that can be built at a micro-batch size "
-                              "(two-tower, nmt-2, nmt-4, nmt-8)")
+            raise PlacerError("--measure needs --model with a built-in model (placer models), which can be built at a "
+                              "micro-batch size")
         raise PlacerError(f"--measure runs the plans for real: give a measured --target (inprocess:2, local:2), "
                           f"not {args.target}")
     if measured:
@@ -313,7 +313,7 @@ def _real_target_command(args) -> int:
 
     if not is_builtin_model(args.model):
         raise PlacerError(f"--target {args.target} profiles the model built at a micro-batch size, which needs a "
-                          f"built-in model (two-tower, nmt-2, nmt-4, nmt-8), not {args.model!r}; or schedule on a "
+                          f"built-in model (placer models), not {args.model!r}; or schedule on a "
                           "simulated --target (modeled:2xV100)")
     config = measure_config(args)
     graph = load_model(args.model, args.size)

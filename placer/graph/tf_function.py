@@ -84,13 +84,13 @@ def trace_tf_function_step(step_fn: Callable[..., Any], *args: Any, name: str = 
 
     graph_def = func_graph.as_graph_def()
     taken = {node.name for node in graph_def.node}
-    loss_source = _first_float_scalar(concrete.outputs)
+    loss_source = _loss_value(_first_float_scalar(concrete.outputs))
     loss_node = None
     if loss_source is not None:
         loss_node = _unique_name(f"{name}/loss", taken)
         graph_def.node.append(_identity_node(loss_node, loss_source))
     train_node = _unique_name(name, taken)
-    train_deps = [op.name for op in func_graph.control_outputs] + [t.op.name for t in concrete.outputs]
+    train_deps = [op.name for op in func_graph.control_outputs] + [_loss_value(t).op.name for t in concrete.outputs]
     train_deps += [loss_node] if loss_node else []
     graph_def.node.append(_no_op_node(train_node, train_deps))
 
@@ -330,6 +330,15 @@ def _function_call_ops(graph: tf.Graph) -> list[str]:
 
 def _first_float_scalar(outputs: Iterable[tf.Tensor]) -> tf.Tensor | None:
     return next((t for t in outputs if t.dtype.is_floating and t.shape.rank == 0), None)
+
+
+def _loss_value(output: tf.Tensor | None) -> tf.Tensor | None:
+    """An output of the step (the loss) before the Identity ops with which tf.function makes its outputs wait
+    for every side effect (the optimizer's updates): read past them, the loss is what the forward computes,
+    and the update runs after it (the train op waits for both), not before it."""
+    while output is not None and output.op.type == "Identity" and output.op.control_inputs:
+        output = output.op.inputs[0]
+    return output
 
 
 def _identity_node(name: str, source: tf.Tensor) -> node_def_pb2.NodeDef:

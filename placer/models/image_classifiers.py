@@ -9,6 +9,7 @@ RMSProp (Szegedy et al., 2016; as placed by Mirhoseini et al., 2017); ResNet-50 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from placer.devices import DeviceSet
@@ -37,33 +38,53 @@ RESNET50_SIZES = {
 }
 
 
-def inception_v3_graph(size: str = "tiny") -> OpGraph:
+def inception_v3_graph(size: str = "tiny", batch: int | None = None) -> OpGraph:
+    """The step at `size`; `batch` overrides the size's batch (e.g. one micro-batch of it)."""
     import tf_keras
 
-    s = INCEPTION_V3_SIZES[size]
+    s = _at_batch(INCEPTION_V3_SIZES[size], batch)
     return image_classifier_graph(
         lambda: tf_keras.applications.InceptionV3(
             weights=None, input_shape=(s.side, s.side, 3), classes=s.classes, classifier_activation=None
         ),
         s,
         optimizer=lambda: tf_keras.optimizers.legacy.RMSprop(learning_rate=0.045, rho=0.9, epsilon=1.0),
-        name=f"inception-v3-{size}",
+        name=f"inception-v3-{size}" + _batch_suffix(INCEPTION_V3_SIZES[size], s),
     )
 
 
-def resnet50_graph(size: str = "tiny") -> OpGraph:
+def resnet50_graph(size: str = "tiny", batch: int | None = None) -> OpGraph:
+    """The step at `size`; `batch` overrides the size's batch (e.g. one micro-batch of it)."""
     import tf_keras
 
-    s = RESNET50_SIZES[size]
+    s = _at_batch(RESNET50_SIZES[size], batch)
     return image_classifier_graph(
         lambda: tf_keras.applications.ResNet50(
             weights=None, input_shape=(s.side, s.side, 3), classes=s.classes, classifier_activation=None
         ),
         s,
-        # He et al.'s rate of 0.1 is for batch 256; scaled linearly with the batch (Goyal et al., 2017).
-        optimizer=lambda: tf_keras.optimizers.legacy.SGD(learning_rate=0.1 * s.batch / 256, momentum=0.9),
-        name=f"resnet50-{size}",
+        # He et al.'s rate of 0.1 is for batch 256; scaled linearly with the batch (Goyal et al., 2017): the
+        # size's batch, so that a step of micro-batches of it updates as the whole batch would.
+        optimizer=lambda: tf_keras.optimizers.legacy.SGD(learning_rate=0.1 * RESNET50_SIZES[size].batch / 256,
+                                                         momentum=0.9),
+        name=f"resnet50-{size}" + _batch_suffix(RESNET50_SIZES[size], s),
     )
+
+
+def inception_v3_batch(size: str) -> int:
+    return INCEPTION_V3_SIZES[size].batch
+
+
+def resnet50_batch(size: str) -> int:
+    return RESNET50_SIZES[size].batch
+
+
+def _at_batch(size: ImageSize, batch: int | None) -> ImageSize:
+    return size if batch is None else dataclasses.replace(size, batch=batch)
+
+
+def _batch_suffix(size: ImageSize, built: ImageSize) -> str:
+    return "" if built.batch == size.batch else f"-batch{built.batch}"
 
 
 def image_classifier_graph(model_fn, s: ImageSize, *, optimizer, name: str) -> OpGraph:

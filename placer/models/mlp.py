@@ -9,10 +9,16 @@ from placer.graph.opgraph import OpGraph
 _SIZES = {"tiny": (32, 64, 128, 10), "small": (128, 256, 1024, 100), "paper": (512, 1024, 4096, 1000)}
 
 
-def mlp_graph(size: str = "tiny") -> OpGraph:
+def batch_of(size: str) -> int:
+    return _SIZES[size][0]
+
+
+def mlp_graph(size: str = "tiny", batch: int | None = None) -> OpGraph:
+    """The step at `size`; `batch` overrides the size's batch (e.g. one micro-batch of it)."""
     import tf_keras
 
-    batch, features, hidden, classes = _SIZES[size]
+    default, features, hidden, classes = _SIZES[size]
+    batch = default if batch is None else batch
 
     def model():
         inputs = tf_keras.Input((features,))
@@ -28,5 +34,5 @@ def mlp_graph(size: str = "tiny") -> OpGraph:
         targets=SyntheticTensor((batch,), "int32", maxval=classes),
         loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         optimizer="adam",
-        name=f"mlp-{size}",
+        name=f"mlp-{size}" + ("" if batch == default else f"-batch{batch}"),
     )

@@ -60,11 +60,13 @@ MODELS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in [
         ModelSpec("inception-v3", "Inception-V3 image classifier (tf-keras); paper: batch 32, 299x299",
-                  _lazy("image_classifiers", "inception_v3_graph"), _lazy("image_classifiers", "expert_placement")),
+                  _lazy("image_classifiers", "inception_v3_graph"), _lazy("image_classifiers", "expert_placement"),
+                  batch_of=_lazy("image_classifiers", "inception_v3_batch")),
         ModelSpec("resnet-50", "ResNet-50 image classifier (tf-keras); paper: batch 32, 224x224",
-                  _lazy("image_classifiers", "resnet50_graph"), _lazy("image_classifiers", "expert_placement")),
+                  _lazy("image_classifiers", "resnet50_graph"), _lazy("image_classifiers", "expert_placement"),
+                  batch_of=_lazy("image_classifiers", "resnet50_batch")),
         ModelSpec("rnnlm", "2-layer LSTM language model, unrolled; paper: LSTM 2048, batch 64, 20 steps",
-                  _lazy("rnnlm", "rnnlm_graph"), _lazy("rnnlm", "expert_placement")),
+                  _lazy("rnnlm", "rnnlm_graph"), _lazy("rnnlm", "expert_placement"), batch_of=_lazy("rnnlm", "batch_of")),
         *(
             ModelSpec(f"nmt-{layers}", f"GNMT-style {layers}-layer encoder-decoder LSTM with attention, unrolled; "
                       "paper: LSTM 1024, batch 128, 40 tokens, 32k vocabulary",
@@ -73,12 +75,23 @@ MODELS: dict[str, ModelSpec] = {
             for layers in (2, 4, 8)
         ),
         ModelSpec("transformer", "Transformer base, 6+6 layers (Keras 3 via tf.function); paper: d_model 512, "
-                  "8 heads, 64x50 tokens", _lazy("transformer", "transformer_graph"), _lazy("transformer", "expert_placement")),
+                  "8 heads, 64x50 tokens", _lazy("transformer", "transformer_graph"), _lazy("transformer", "expert_placement"),
+                  batch_of=_lazy("transformer", "batch_of")),
+        *(
+            ModelSpec(family, f"decoder-only language model, {shape}, Keras 3 via tf.function; paper: {paper}",
+                      _lazy("language_model", "language_model_graph", family),
+                      _lazy("language_model", "expert_placement"), batch_of=_lazy("language_model", "batch_of", family))
+            for family, shape, paper in (
+                ("gpt2", "GPT-2-shaped (LayerNorm, GELU)", "12 layers, d_model 768, 64x1024 tokens (180 GB: over one "
+                 "80 GB GPU)"),
+                ("llama", "Llama-shaped (RMSNorm, SwiGLU)", "16 layers, d_model 1024, 16x2048 tokens (225 GB)"),
+            )
+        ),
         ModelSpec("two-tower", "two independent dense towers joined by a loss: the smallest graph where placement pays",
                   _lazy("two_tower", "two_tower_graph"), _two_tower_expert, benchmark=False,
                   batch_of=_lazy("two_tower", "batch_of")),
         ModelSpec("mlp", "a small tf-keras MLP classifier for quick runs", _lazy("mlp", "mlp_graph"),
-                  _whole_model_expert, benchmark=False),
+                  _whole_model_expert, benchmark=False, batch_of=_lazy("mlp", "batch_of")),
     ]
 }
 
@@ -101,14 +114,18 @@ def require_size(name: str, size: str) -> None:
 
 def build_model(name: str, size: str = "tiny", batch: int | None = None):
     """The step of model `name` at `size`; `batch` overrides the size's batch (models with `batch_of` only)."""
+    from placer.graph.keras_model import keras_names_from_zero
+
     spec = model_spec(name)
     require_size(name, size)
-    if batch is None:
-        return spec.build(size)
-    model_batch(name, size)  # refuses models with a fixed batch
-    if not isinstance(batch, int) or batch < 1:
-        raise GraphBuildError(f"batch must be a positive whole number, got {batch!r}")
-    return spec.build(size, batch)
+    if batch is not None:
+        model_batch(name, size)  # refuses models with a fixed batch
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            raise GraphBuildError(f"batch must be a positive whole number, got {batch!r}")
+    # Keras 3 names layers from process-wide counters: counted from zero, the model built again (at a
+    # micro-batch size) has the same op names, so a placement carries over to it by name.
+    with keras_names_from_zero():
+        return spec.build(size) if batch is None else spec.build(size, batch)
 
 
 def model_batch(name: str, size: str = "tiny") -> int:

@@ -8,6 +8,7 @@ paper's experts did. Scopes: `embedding`, `lstm_0`, `lstm_1`, `softmax`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import tensorflow as tf
@@ -37,8 +38,13 @@ SIZES = {
 }
 
 
-def rnnlm_graph(size: str = "tiny") -> OpGraph:
-    s = SIZES[size]
+def batch_of(size: str) -> int:
+    return SIZES[size].batch
+
+
+def rnnlm_graph(size: str = "tiny", batch: int | None = None) -> OpGraph:
+    """The step at `size`; `batch` overrides the size's batch (e.g. one micro-batch of it)."""
+    s = SIZES[size] if batch is None else dataclasses.replace(SIZES[size], batch=batch)
 
     def build():
         # Tokens and next-token targets come from one synthetic sequence of steps + 1 tokens.
@@ -50,7 +56,8 @@ def rnnlm_graph(size: str = "tiny") -> OpGraph:
         loss = softmax_loss("softmax", x, targets, s.vocabulary, seed=2)
         return _sgd_with_clipping(loss), loss
 
-    return graph_from_function(build, name=f"rnnlm-{size}")
+    suffix = "" if s.batch == SIZES[size].batch else f"-batch{s.batch}"
+    return graph_from_function(build, name=f"rnnlm-{size}{suffix}")
 
 
 def _sgd_with_clipping(loss: tf.Tensor) -> tf.Operation:

@@ -2,7 +2,7 @@
 
 Its training step is a TF2 `tf.function` imported through `graph_from_tf_function`, so this is the
 benchmark that exercises that path on a real architecture. Paper setting (Vaswani et al., 2017, base):
-d_model 512, 8 heads, feed-forward 2048, dropout 0.1, Adam (0.9, 0.98); batches of ~3,200 tokens per
+d_model 512, 8 heads, feed-forward 2048, dropout 0.1, Adam (0.9, 0.98; `FusedAdam`, one update op a variable); batches of ~3,200 tokens per
 device (their 25k-token batches over 8 GPUs: here 64 sentences of 50 tokens) and a 32k vocabulary.
 Embeddings and the output projection are not tied. Scopes: `source_embedding`, `target_embedding`,
 `encoder_layer_I`, `decoder_layer_I`, `output_projection`.
@@ -10,6 +10,7 @@ Embeddings and the output projection are not tied. Scopes: `source_embedding`, `
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 import dataclasses
@@ -22,6 +23,7 @@ from placer.devices import DeviceSet
 from placer.graph.build import graph_from_tf_function
 from placer.graph.opgraph import OpGraph
 from placer.models.expert import compute_devices, placement_by_stage, spread
+from placer.models.fused_adam import FusedAdam
 from placer.placement import Placement
 
 LAYERS = 6
@@ -46,12 +48,17 @@ SIZES = {
 }
 
 
-def transformer_graph(size: str = "tiny") -> OpGraph:
+def batch_of(size: str) -> int:
+    return SIZES[size].batch
+
+
+def transformer_graph(size: str = "tiny", batch: int | None = None) -> OpGraph:
+    """The step at `size`; `batch` overrides the size's batch (e.g. one micro-batch of it)."""
     import keras
 
-    s = SIZES[size]
+    s = SIZES[size] if batch is None else dataclasses.replace(SIZES[size], batch=batch)
     model = _transformer(s)
-    optimizer = keras.optimizers.Adam(learning_rate=1e-3, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+    optimizer = FusedAdam(model.trainable_variables, learning_rate=1e-3, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     @tf.function
@@ -62,10 +69,11 @@ def transformer_graph(size: str = "tiny") -> OpGraph:
             logits = model([source, target[:, :-1]], training=True)
             loss = loss_fn(target[:, 1:], logits)
         gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        optimizer.apply_gradients(gradients)
         return loss
 
-    graph = graph_from_tf_function(train_step, name=f"transformer-{size}")
+    suffix = "" if s.batch == SIZES[size].batch else f"-batch{s.batch}"
+    graph = graph_from_tf_function(train_step, name=f"transformer-{size}{suffix}")
     return dataclasses.replace(graph, model_parameters=model.count_params())
 
 

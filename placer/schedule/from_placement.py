@@ -225,9 +225,9 @@ def block_dependencies(graph: OpGraph, membership: dict[str, str],
 
 
 def op_kinds(graph: OpGraph) -> dict[str, str]:
-    """forward: the loss and what it is computed from; backward: every other step op except the optimizer's
-    updates and the train op. (Gradients need not descend from the loss: TensorFlow seeds them with a
-    constant of its shape.)"""
+    """forward: the loss and what it is computed from; backward: the other step ops that depend on the batch,
+    and those that feed them (gradients need not descend from the loss: TensorFlow seeds them with a constant of its
+    shape). The optimizer's updates, the train op, and what feeds only them are neither."""
     if graph.loss is None:
         raise PlacementError(f"graph {graph.name!r} does not name its loss, so its forward and backward ops cannot be "
                              "told apart: build it with loss=")
@@ -241,9 +241,25 @@ def op_kinds(graph: OpGraph) -> dict[str, str]:
         forward.add(name)
         stack.extend((*step[name].producers, *step[name].control_inputs))
     kinds = {name: FORWARD for name in forward}
-    for name, op in step.items():
-        if name not in forward and name != graph.train_op and not op.type.startswith(UPDATE_OP_PREFIXES):
-            kinds[name] = BACKWARD
+    rest = [op for op in graph.step_ops
+            if op.name not in forward and op.name != graph.train_op and not op.type.startswith(UPDATE_OP_PREFIXES)]
+    # The backward depends on the batch (through the forward's activations and loss), or feeds an op that does
+    # (a shape, the gradient's seed). What does neither only feeds the update (the optimizer's constants, its
+    # slots' handles, the powers of its betas, a variable's shape): it runs once per step with the update, in
+    # no block.
+    batch: set[str] = set()
+    for op in graph.step_ops:  # topological order
+        if op.type in INPUT_OP_TYPES or any(src in batch for src in (*op.producers, *op.control_inputs)):
+            batch.add(op.name)
+    gradient = {op.name for op in rest if op.name in batch}
+    readers: dict[str, list[str]] = {}
+    for op in rest:
+        for src in (*op.producers, *op.control_inputs):
+            readers.setdefault(src, []).append(op.name)
+    for op in reversed(rest):
+        if op.name not in gradient and any(reader in gradient for reader in readers.get(op.name, ())):
+            gradient.add(op.name)
+    kinds.update({name: BACKWARD for name in gradient})
     return kinds
 
 

@@ -1,11 +1,12 @@
 """The standard schedules (sequential, GPipe, 1F1B, ZB-H1) for any block template, by list scheduling with each one's priority rule.
 
 sequential: one micro-batch at a time. GPipe: every forward before any backward on a device, memory ignored
-(as GPipe does). 1F1B: backwards first, at most as many micro-batches in flight as there are devices, and
-never over the memory limit. ZB-H1 (Qi et al., ICLR 2024, the handcrafted schedule with 1F1B's memory): 1F1B
+(as GPipe does). 1F1B: backwards first, at most as many micro-batches in flight as there are devices, the
+k-th stage of p holding at most p - k of them (its warm-up depth), and never over the memory limit. ZB-H1 (Qi et al., ICLR 2024, the handcrafted schedule with 1F1B's memory): 1F1B
 over a template whose backward is split into input gradients (B) and weight gradients (W), B first, then
 forwards, and W last, so that a device runs its weight gradients when it would otherwise wait; a micro-batch
-stays in flight until its W ends, which keeps 1F1B's peak memory.
+stays in flight until its W ends, so no device holds more than p micro-batches, 1F1B's peak (its first
+stage's); a later stage holds more than its 1F1B depth while its W wait.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ class _Rule:
     """Micro-batches started and not finished at once; None: no cap."""
     forwards_first_per_device: bool
     respects_memory: bool
+    stage_in_flight: str | None = None
+    """Cap the micro-batches each device holds (started there and not ended there) before it starts another's
+    forward: "depth", p - k on the k-th stage (0-based) of p, as 1F1B's stages do; "devices", p on every device."""
 
 
 def sequential(template: BlockTemplate, micro_batches: int, memory_limit: int | None = None) -> SchedulePlan:
@@ -60,8 +64,10 @@ def list_schedule(template: BlockTemplate, micro_batches: int, rule_name: str, m
     rules = {
         "sequential": _Rule(lambda kind, m, position: (m, position), 1, False, True),
         "gpipe": _Rule(lambda kind, m, position: (kind != FORWARD, m, position), None, True, False),
-        "1f1b": _Rule(lambda kind, m, position: (kind != BACKWARD, m, position), len(template.devices), False, True),
-        "zb-h1": _Rule(lambda kind, m, position: (_KIND_RANK_ZB[kind], m, position), len(template.devices), False, True),
+        "1f1b": _Rule(lambda kind, m, position: (kind != BACKWARD, m, position), len(template.devices), False, True,
+                      stage_in_flight="depth"),
+        "zb-h1": _Rule(lambda kind, m, position: (_KIND_RANK_ZB[kind], m, position), None, False, True,
+                       stage_in_flight="devices"),
     }
     if rule_name not in rules:
         raise ScheduleError(f"unknown standard schedule {rule_name!r}; known: {', '.join(rules)}")
@@ -92,6 +98,10 @@ def list_schedule(template: BlockTemplate, micro_batches: int, rule_name: str, m
     # use a reserved device only if they end by then. Without it a block on every device (tensor parallel)
     # waits until the pipeline drains, as blocks of earlier micro-batches keep one of its devices busy.
     reserved: dict[tuple[int, int], int] = {}
+    stage_cap = _stage_caps(template, rule.stage_in_flight) if rule.stage_in_flight else {}
+    on_device = {d: sum(1 for b in template.blocks if d in b.devices) for d in template.devices}
+    started_on = {d: [0] * micro_batches for d in template.devices}
+    ended_on = {d: [0] * micro_batches for d in template.devices}
     while pending:
         in_flight = sum(1 for m in range(micro_batches) if started[m] and finished[m] < total)
         started_any = False
@@ -105,7 +115,10 @@ def list_schedule(template: BlockTemplate, micro_batches: int, rule_name: str, m
             phase = not (rule.forwards_first_per_device and block.kind == BACKWARD
                          and any(forwards_left[d] for d in block.devices))
             fits = limit is None or all(live[d] + block.memory <= limit for d in block.devices)
-            eligible = ready and in_order and admitted and phase and fits
+            held = all(started_on[d][m] or sum(1 for k in range(micro_batches) if started_on[d][k]
+                                               and ended_on[d][k] < on_device[d]) < stage_cap[d]
+                       for d in block.devices) if stage_cap else True
+            eligible = ready and in_order and admitted and phase and fits and held
             if eligible and not free and len(block.devices) > 1:
                 reserved[(i, m)] = max(device_free[d] for d in block.devices)
             else:
@@ -121,6 +134,7 @@ def list_schedule(template: BlockTemplate, micro_batches: int, rule_name: str, m
             for d in block.devices:
                 device_free[d] = time + block.span
                 live[d] += block.memory
+                started_on[d][m] += 1
                 if block.kind == FORWARD:
                     forwards_left[d] -= 1
             started_any = True
@@ -136,12 +150,30 @@ def list_schedule(template: BlockTemplate, micro_batches: int, rule_name: str, m
         for (i, m), end in ends.items():
             if end == time:
                 finished[m] += 1
+                for d in template.blocks[i].devices:
+                    ended_on[d][m] += 1
     blocks = tuple(ScheduledBlock(template.blocks[i], m, start) for (i, m), start in starts.items())
     return SchedulePlan(template, micro_batches, blocks, rule_name, limit, "heuristic")
 
 
 STANDARD_SCHEDULES = {"sequential": sequential, "gpipe": gpipe, "1f1b": one_f_one_b}
 """The list schedules any template can take (ZB-H1 needs weight-gradient blocks)."""
+
+
+def _stage_caps(template: BlockTemplate, rule: str) -> dict[str, int]:
+    """Micro-batches a device may hold: "devices", p; "depth", 1F1B's p - k for the device whose forward block
+    comes k-th in the template's topological order (devices with no forward block, and every device where one
+    has several forward blocks, as when data comes back to it: p)."""
+    order: list[str] = []
+    for i in template.topological_order:
+        block = template.blocks[i]
+        if block.kind == FORWARD:
+            order.extend(d for d in block.devices if d not in order)
+    p = len(template.devices)
+    forwards = [d for b in template.blocks if b.kind == FORWARD for d in b.devices]
+    if any(forwards.count(d) > 1 for d in order):  # data comes back to a device: no stage has a depth
+        return {d: p for d in template.devices}
+    return {d: p - order.index(d) if rule == "depth" and d in order else p for d in template.devices}
 
 
 def _crosses_reservation(template: BlockTemplate, reserved: dict[tuple[int, int], int], key: tuple[int, int],

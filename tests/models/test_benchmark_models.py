@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from placer.devices import machine_from_dict
 from placer.heuristics import make_heuristic
-from placer.models import MODELS, SIZES, build_model, model_names
+from placer.models import MODELS, SIZES, build_model, model_batch, model_names
 from placer.placement import load_placement
 
 BENCHMARKS = model_names(benchmarks_only=True)
@@ -106,6 +106,20 @@ def test_every_registered_model_has_a_description_and_an_expert():
     assert {"inception-v3", "resnet-50", "rnnlm", "nmt-2", "nmt-4", "nmt-8", "transformer"} <= set(BENCHMARKS)
     for spec in MODELS.values():
         assert spec.description and callable(spec.expert)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_every_zoo_model_builds_at_a_micro_batch_with_the_same_op_names(name):
+    # A placement of the whole batch carries over to a micro-batch of it by op name (placer schedule).
+    from placer.schedule.from_placement import infer_batch_size
+    from placer.schedule.micro_batch import build_micro_batch_graph
+
+    whole = tiny(name)
+    micro = build_micro_batch_graph(name, "tiny", 2)
+    assert infer_batch_size(micro) * 2 == infer_batch_size(whole) == model_batch(name, "tiny")
+    assert {op.name for op in micro.ops} <= {op.name for op in whole.ops}
+    assert {op.name for op in micro.step_ops if op.type.startswith(("MatMul", "Conv2D"))} == {
+        op.name for op in whole.step_ops if op.type.startswith(("MatMul", "Conv2D"))}
 
 
 def _larger_sizes():

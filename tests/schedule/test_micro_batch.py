@@ -85,9 +85,15 @@ def test_micro_batches_that_do_not_divide_the_batch_are_refused():
         build_micro_batch_graph("two-tower", "tiny", 3)
 
 
-def test_a_model_with_a_fixed_batch_cannot_be_micro_batched():
-    with pytest.raises(GraphBuildError, match="cannot be built at another batch size"):
-        build_micro_batch_graph("inception-v3", "tiny", 2)
+def test_a_model_with_a_fixed_batch_cannot_be_micro_batched(monkeypatch):
+    import dataclasses
+
+    from placer.models import registry
+
+    fixed = dataclasses.replace(registry.MODELS["mlp"], batch_of=None)
+    monkeypatch.setitem(registry.MODELS, "mlp", fixed)
+    with pytest.raises(GraphBuildError, match="'mlp' cannot be built at another batch size"):
+        build_micro_batch_graph("mlp", "tiny", 2)
 
 
 @pytest.mark.parametrize("count", [0, -1, 1.5, True])

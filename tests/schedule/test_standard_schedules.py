@@ -16,11 +16,20 @@ def test_every_baseline_gives_a_valid_plan_on_every_shape(shape, rule):
 
 
 def test_1f1b_on_a_pipeline_takes_the_textbook_time_and_memory():
-    # (micro-batches + stages - 1) * (forward + backward), with as many micro-batches in flight as stages
-    # (the textbook's first stage; later stages may keep as many here, as the rule caps micro-batches, not stages)
+    # (micro-batches + stages - 1) * (forward + backward); stage k of p keeps p - k micro-batches' activations
     plan = one_f_one_b(shape_template("pipeline", 4), 8)
     assert plan.makespan == (8 + 4 - 1) * (1 + 2)
-    assert plan.peak_memory()["dev0"] == 4 and max(plan.peak_memory().values()) == 4
+    assert plan.peak_memory() == {"dev0": 4, "dev1": 3, "dev2": 2, "dev3": 1}
+
+
+@pytest.mark.parametrize("micro_batches", [4, 8, 12])
+def test_gpipe_and_1f1b_bubbles_on_equal_stages_are_the_pipeline_arithmetic(micro_batches):
+    # (p - 1) / (M + p - 1) idle, on p = 4 equal stages; GPipe keeps every micro-batch, 1F1B at most p
+    template = shape_template("pipeline", 4)
+    for plan in (gpipe(template, micro_batches), one_f_one_b(template, micro_batches)):
+        assert plan.bubble_rate == pytest.approx(3 / (micro_batches + 3))
+    assert max(gpipe(template, micro_batches).peak_memory().values()) == micro_batches
+    assert max(one_f_one_b(template, micro_batches).peak_memory().values()) == min(4, micro_batches)
 
 
 def test_gpipe_keeps_every_micro_batch_and_sequential_keeps_one():

@@ -53,13 +53,14 @@ def test_input_gradients_another_device_waits_for_are_b_and_weight_gradients_are
                  "gradients/stage1/Square_grad/Const", "gradients/stage1/Square_grad/Mul",
                  "gradients/stage1/Square_grad/Mul_1", "gradients/stage1/y_grad/MatMul",
                  "gradients/stage1/y_grad/tuple/control_dependency"}
-    # W: dw1 = h^T dy on the second device, the whole first stage's backward (nothing of it crosses back), and
-    # the learning rate only the update reads
+    # W: dw1 = h^T dy on the second device and the whole first stage's backward (nothing of it crosses back);
+    # the learning rate, which only the update reads, is in no block
+    assert "GradientDescent/learning_rate" not in split.kinds
     assert w == {"gradients/stage1/y_grad/MatMul_1", "gradients/stage1/y_grad/tuple/group_deps",
                  "gradients/stage1/y_grad/tuple/control_dependency_1", "gradients/stage0/h_grad/ReluGrad",
                  "gradients/stage0/MatMul_grad/MatMul", "gradients/stage0/MatMul_grad/MatMul_1",
                  "gradients/stage0/MatMul_grad/tuple/group_deps",
-                 "gradients/stage0/MatMul_grad/tuple/control_dependency_1", "GradientDescent/learning_rate"}
+                 "gradients/stage0/MatMul_grad/tuple/control_dependency_1"}
     # TensorFlow gates dh on dw1 (both outputs of y's gradient released together); the split drops that edge
     assert split.gates == {("gradients/stage1/y_grad/tuple/control_dependency", "gradients/stage1/y_grad/tuple/group_deps")}
 
