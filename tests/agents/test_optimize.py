@@ -206,7 +206,7 @@ def _calibration_of(target, devices, path):
     (["mlp", "--budget", "0"], "--budget"),
     (["mlp", "--rounds", "0"], "--rounds"),
     (["two-tower", "--schedules", "--micro-batches", "3"], "do not divide the batch"),
-    (["mlp", "--schedules"], "cannot be built at another batch"),
+    (["placer.models.heldout:branchy_0_graph", "--schedules"], "needs a built-in model"),
 ])
 def test_bad_input_is_refused_before_anything_runs(flags, refusal, nothing_may_run, tmp_path, capsys):
     from agents.cli import main
