@@ -50,8 +50,9 @@ class MeasureConfig:
     """Sessions kept open after a measurement, one per placement, the least recently used closed first: measuring
     the same placement again (a comparison's next round, a profile's rounds) then skips importing the graph,
     creating the session, initializing the variables and TensorFlow's optimization and partitioning of the step
-    on its first run. For a 16,448-op Keras EfficientNetB0 step on `local:2` those took 7.5-17 s of each
-    measurement, against 1-3 s for its steps. 0: a new session for every measurement."""
+    on its first run. A 16,448-op Keras EfficientNetB0 step on `local:2` took 9.5-10.6 s to measure a placement
+    the first time and 0.4-3.5 s again in its kept session (`experiments/probes/kept_sessions.py`, 2026-11-27).
+    0: a new session for every measurement."""
 
     profile_steps: int = 0
     """Extra traced steps, after the timed ones, whose per-op compute times go into `Measurement.op_times`
