@@ -40,6 +40,25 @@ def string_op_graph():
 
 
 @pytest.fixture(scope="session")
+def slow_graph():
+    """A step of about a tenth of a second on one core (five 800x800 matmuls): long enough to kill its worker
+    in the middle of measuring it."""
+    import tensorflow as tf
+
+    from placer.graph import graph_from_function
+
+    def build():
+        w = tf.compat.v1.get_variable("w", [800, 800], use_resource=True)
+        x = w
+        for _ in range(5):
+            x = tf.matmul(x, w)
+        loss = tf.reduce_mean(x)
+        return tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss), loss
+
+    return graph_from_function(build, name="slow")
+
+
+@pytest.fixture(scope="session")
 def cpus2():
     from placer.devices import local_devices
 

@@ -178,22 +178,14 @@ def test_gym_make_takes_a_model_from_a_file(tmp_path):
         env.close()
 
 
-def test_a_measurement_worker_killed_mid_step_is_not_scored_as_the_placements_failure(caplog):
+def test_a_measurement_worker_killed_mid_step_is_not_scored_as_the_placements_failure(slow_graph, caplog):
     import os
     import signal
     import threading
 
     from placer.measure import MeasureConfig
 
-    def slow():
-        w = tf.compat.v1.get_variable("w", [800, 800], use_resource=True)
-        x = w
-        for _ in range(5):
-            x = tf.matmul(x, w)
-        loss = tf.reduce_mean(x)
-        return tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss), loss
-
-    environment = PlacementEnv(model=graph_from_function(slow, name="slow"), backend="measured",
+    environment = PlacementEnv(model=slow_graph, backend="measured",
                                devices="inprocess:1",
                                measure_config=MeasureConfig(warmup_steps=1, timed_steps=1, timed_seconds=3.0))
     try:

@@ -42,19 +42,6 @@ def _hanging_graph():
     return graph_from_function(build, name="hang")
 
 
-def _slow_graph():
-    """A step of about a tenth of a second on one core: five 800x800 matmuls."""
-    def build():
-        w = tf.compat.v1.get_variable("w", [800, 800], use_resource=True)
-        x = w
-        for _ in range(5):
-            x = tf.matmul(x, w)
-        loss = tf.reduce_mean(x)
-        return tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss), loss
-
-    return graph_from_function(build, name="slow")
-
-
 def test_measurement_returns_timed_samples_and_checks_the_placement(measurer, mlp):
     result = measurer.measure(mlp, Placement.round_robin(mlp, measurer.devices))
     assert result.ok, result.failure
@@ -100,8 +87,8 @@ def test_hung_step_fails_with_timeout_and_measuring_goes_on(measurer, mlp):
     assert measurer.measure(mlp, Placement.on_device(mlp, measurer.devices, 0)).ok
 
 
-def test_a_worker_killed_while_measuring_is_started_again_and_the_placement_measured_again(caplog):
-    graph = _slow_graph()
+def test_a_worker_killed_while_measuring_is_started_again_and_the_placement_measured_again(slow_graph, caplog):
+    graph = slow_graph
     with Measurer("inprocess:1", MeasureConfig(warmup_steps=1, timed_steps=1, timed_seconds=3.0)) as measurer:
         placement = Placement.on_device(graph, measurer.devices, 0)
         assert measurer.measure(graph, placement, QUICK).ok  # loaded, so the kill lands in the timed steps
