@@ -382,6 +382,9 @@ class RunSummary:
     faster than it side by side."""
     learned_is_start: bool = False
     """The measured phase confirmed nothing faster than its start, so the learned placement is that start."""
+    calibration_poor_fit: str | None = None
+    """Set when the calibration behind the simulator phase and the bound fits its probes poorly (its worst
+    probes): those predictions are then unreliable."""
     bound: Mapping[str, Any] | None = None
     """The step time no placement of the run's graph can beat on its target (`placer.simulate.StepTimeBound`'s
     `to_dict`): simulated on the target's own simulator, or predicted on the calibrated twin of a measured one;

@@ -72,8 +72,13 @@ def describe(summary: RunSummary, run_dir: Path) -> str:
                      f"{against_bound(summary.start_step_time)}")
     if summary.simulator is not None:
         phase = summary.simulator
+        unreliable = "; UNRELIABLE" if summary.calibration_poor_fit else ""
         lines.append(f"  {'simulator phase best':<24} {_ms(phase.step_time)}{against_bound(phase.step_time)}  "
-                     f"(predicted {_ms(phase.predicted_step_time).strip()} after {phase.updates} simulated updates)")
+                     f"(predicted {_ms(phase.predicted_step_time).strip()} after {phase.updates} simulated "
+                     f"updates{unreliable})")
+    if summary.calibration_poor_fit:
+        lines.append(f"  {'':<24} the calibration fits its probes poorly ({summary.calibration_poor_fit}): the "
+                     "simulator phase's predictions and the bound are unreliable; calibrate again on a quiet machine")
     if summary.measured_start not in (None, "simulator-best"):
         lines.append(f"  {'':<24} the measured phase started from {summary.measured_start}, which measured faster "
                      "than the simulator phase's best")

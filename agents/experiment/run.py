@@ -124,6 +124,7 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
             start_step_time=None if start is None else (final or {}).get("start", start.step_time),
             timeline=_save_timeline(env, run_dir, state.best_assignment, log),
             batch_size=graph.batch.size if graph.batch is not None else None, batch_note=graph.batch_note,
+            calibration_poor_fit=_poor_fit(calibration),
             measured_start=None if measured_start is None else measured_start[0],
             learned_is_start=measured_start is not None and state.best_assignment is not None
             and [int(a) for a in state.best_assignment] == measured_start[1])
@@ -356,6 +357,16 @@ class SimulatorResult:
 
     phase: SimulatorPhase
     best_assignment: tuple[int, ...] | None
+
+
+def _poor_fit(calibration_path: Path | None) -> str | None:
+    """The worst probes of a calibration that fits them poorly, else None (also without a calibration)."""
+    from placer.calibration import load_calibration
+
+    if calibration_path is None:
+        return None
+    calibration = load_calibration(calibration_path)
+    return calibration.describe_residuals() if calibration.poor_fit else None
 
 
 def _calibrate_target(config: ExperimentConfig, env, run_dir: Path, log) -> Path:

@@ -167,3 +167,13 @@ def test_a_run_that_confirms_nothing_faster_than_its_start_says_that_the_learned
     text = describe(summary, tmp_path)
     assert "the measured phase started from metis, which measured faster than the simulator phase's best" in text
     assert "training confirmed nothing faster than its start (metis): the learned placement is that start" in text
+    assert "UNRELIABLE" not in text
+    from dataclasses import replace
+
+    from agents.run_files import SimulatorPhase
+
+    poor = describe(replace(summary, calibration_poor_fit="worst probes: free 1000x16 +40%", simulator=SimulatorPhase(
+        updates=20, samples=80, wall_time=5.0, predicted_step_time=0.002, calibration="c.json", step_time=0.003)),
+        tmp_path)
+    assert "after 20 simulated updates; UNRELIABLE)" in poor
+    assert "the calibration fits its probes poorly (worst probes: free 1000x16 +40%)" in poor
