@@ -44,7 +44,7 @@ def colocation_groups(
     producer. TensorFlow does not require these to share a device, but it runs each loop variable's frame
     (Enter, Merge, Switch, NextIteration, Exit) on its initial value's device and the body on the loop's, so a
     loop split from its inputs sends every variable across twice per iteration: on `local:2` on 2026-11-27 a
-    20-step Keras LSTM moved off its inputs' worker took 67-107 ms a step against 4 ms on one worker
+    20-step Keras LSTM's loop moved off its inputs' worker took 68.7-82.2 ms a step against 3.37 ms on one worker
     (`experiments/probes/loop_split.py`). A loop and what starts it are therefore one unit.
     Returns op -> group index, and per group (anchor name, member op names). The anchor is the op the
     others are colocated with when there is one, otherwise the group's first op.
