@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -44,11 +45,17 @@ def test_train_export_apply_remeasure(tmp_path, capsys):
                                                   if name != metadata["source"] and metadata["step_time"] < final[name])
 
     graph = build_model("two-tower", "small")
-    rerun = run_training(graph, exported, target="local:2", config=MeasureConfig(timed_steps=9))
-    assert rerun.ok and not rerun.moved_ops
+    from placer.measure import Measurer
+
+    # Three runs in one worker, their median: one run on a shared 2-core machine moves by 40 % on its own.
+    with Measurer("local:2", MeasureConfig(timed_steps=9)) as measurer:
+        reruns = [run_training(graph, exported, target=measurer, config=MeasureConfig(timed_steps=9))
+                  for _ in range(3)]
+    assert all(rerun.ok and not rerun.moved_ops for rerun in reruns)
+    rerun_seconds = statistics.median(rerun.seconds for rerun in reruns)
     # The best of 4 sampled medians is a little optimistic (selection), and this machine is shared:
     # same step time means within 40%, not an exact match.
-    assert 0.6 < rerun.seconds / metadata["step_time"] < 1.4, (rerun.seconds, metadata["step_time"])
+    assert 0.6 < rerun_seconds / metadata["step_time"] < 1.4, (rerun_seconds, metadata["step_time"])
 
     other = build_model("two-tower", "tiny")
     from placer.errors import PlacerError

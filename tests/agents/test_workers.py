@@ -562,6 +562,7 @@ def test_a_measured_run_is_not_resumed_on_another_kind_of_target(tmp_path):
         run_files.check_targets(tmp_path, run_files.MeasuredTargets(replace(kind, cores=16), origin))
 
 
+@pytest.mark.slow  # 40 s; the default run keeps the private one-node cluster, killed actors and `--ray auto`
 def test_a_two_node_ray_cluster_measures_on_each_node_and_records_which(tmp_path):
     """A head and one more node started with `ray start` on 127.0.0.1 in a private network namespace, each with
     its own actor measuring placements on its own inprocess:2 target."""
