@@ -179,3 +179,28 @@ def test_a_file_argument_is_read_before_any_worker_or_model_starts(capsys, monke
     binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\xff")
     err = _refused(capsys, *(word.format(binary=binary, here=tmp_path) for word in command))
     assert f"{binary} is not a" in err and "it holds binary data" in err
+
+
+def test_a_loop_whose_trip_count_depends_on_the_data_is_refused_when_asked_to_unroll(capsys, tmp_path):
+    path = tmp_path / "my_models.py"
+    path.write_text('''
+import keras
+import tensorflow as tf
+from placer.graph import graph_from_keras_model
+
+
+class HalveUntilSmall(keras.layers.Layer):
+    def call(self, x):
+        return tf.while_loop(lambda y: tf.norm(y) > 1.0, lambda y: [y * 0.5], [x])[0]
+
+
+def build():
+    inputs = keras.Input((4,), batch_size=4)
+    model = keras.Model(inputs, keras.layers.Dense(2)(HalveUntilSmall()(inputs)))
+    model.compile(optimizer="adam", loss="mse")
+    return graph_from_keras_model(model, unroll_loops=True)
+''')
+    started = time.monotonic()
+    err = _refused(capsys, "optimize", f"{path}:build", "--target", "local:2", "--out", str(tmp_path / "plan.json"))
+    assert "trip count depends on the data cannot be unrolled" in err
+    assert time.monotonic() - started < 60 and not (tmp_path / "plan.json").exists()  # before any testbed started

@@ -108,9 +108,26 @@ def graph_from_keras_model(
 
     with _recurrent_layers_unrolled(model, unroll_loops):
         graph = graph_from_tf_function(train_step, name=name or model.name)
+    if unroll_loops:
+        _check_unrolled(graph)
     if inputs is not None and input_specs[0].shape:  # the caller's SyntheticTensors set the batch
         traced = TracedBatch(input_specs[0].shape[0], "caller")
     return dataclasses.replace(graph, batch=traced, model_parameters=model.count_params())
+
+
+def _check_unrolled(graph: OpGraph) -> None:
+    """Refuse loops that unrolling the recurrent layers left: a placement would still see each as one unit."""
+    from placer.graph.control_flow import LOOP_OPS
+
+    loops = sorted(op.name for op in graph.step_ops if op.type in LOOP_OPS)
+    left = [name for name in loops if "_grad" not in name] or loops  # a forward loop's gradient loop goes with it
+    if left:
+        raise GraphBuildError(
+            f"unroll_loops unrolls Keras recurrent layers (their sequence length is fixed by the traced batch), but "
+            f"the step still has {len(left)} loop{'s' if len(left) > 1 else ''} that {'are' if len(left) > 1 else 'is'} "
+            f"not one: {', '.join(left[:5])}{' ...' if len(left) > 5 else ''}. A loop whose trip count depends on the "
+            "data cannot be unrolled: leave unroll_loops off and it is placed as one unit; a loop of a fixed count "
+            "unrolls when written as a Python for over a range")
 
 
 @contextmanager

@@ -168,3 +168,24 @@ def test_a_cached_profile_that_priced_no_loop_is_profiled_again(lstm_graph, mlp,
     assert fresh == [lstm_graph.name]  # a graph without loops keeps its table
     profiled_costs(lstm_graph, calibration, calibration_path, measurer=None)  # now cached with its loops
     assert fresh == [lstm_graph.name]
+
+
+def test_unrolling_refuses_a_loop_whose_trip_count_depends_on_the_data():
+    import keras
+    import tensorflow as tf
+
+    from placer.errors import GraphBuildError
+    from placer.graph import graph_from_keras_model
+
+    class HalveUntilSmall(keras.layers.Layer):
+        """Halves its input until its norm is below 1: how many times depends on the batch."""
+
+        def call(self, x):
+            return tf.while_loop(lambda y: tf.norm(y) > 1.0, lambda y: [y * 0.5], [x])[0]
+
+    inputs = keras.Input((4,), batch_size=4)
+    model = keras.Model(inputs, keras.layers.Dense(2)(HalveUntilSmall()(keras.layers.Dense(4)(inputs))))
+    model.compile(optimizer="adam", loss="mse")
+    assert _loops(graph_from_keras_model(model))  # left as a loop, it is placed as one unit
+    with pytest.raises(GraphBuildError, match=r"still has \d+ loops? that .*not one: .*trip count depends on the data"):
+        graph_from_keras_model(model, unroll_loops=True)
