@@ -12,7 +12,7 @@ import math
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -276,42 +276,50 @@ def _start_placement(agent, env, run_dir: Path, log) -> StartPlacement | None:
     return run_files.write_start(run_dir, placement, env.graph, result)
 
 
-MEASURED_START_BASELINES = 2
-"""The baselines fastest when the run timed them that are measured beside the simulator phase's best to choose
-where the measured phase starts."""
-
-
 def _measured_start(config: ExperimentConfig, env, run_dir: Path, simulator: SimulatorResult | None,
                     baselines: Mapping[str, BaselineTiming], log) -> tuple[str, list[int]] | None:
     """Where the measured phase of a simulator-first run starts, and its name: the fastest, measured side by side,
-    of the simulator phase's best and the fastest baselines. Started from a heuristic that beats what the
-    simulator found, training keeps that heuristic unless it confirms something faster, so the learned
-    placement ends no slower than it. None without a simulator phase, or when resuming (the run kept its best)."""
-    from placer.cost import compare
-
+    of the simulator phase's best and every baseline. Started from a heuristic that beats what the simulator
+    found, training keeps that heuristic unless it confirms something faster, so the learned placement ends no
+    slower than it. Every baseline, not only those fastest when the run timed them once: baselines within the
+    noise of each other swap places from one timing to the next. None without a simulator phase, or when
+    resuming (the run kept its best)."""
     if simulator is None or simulator.best_assignment is None or (run_dir / run_files.TRAINER_STATE).exists():
         return None
-    fastest = sorted((timing for timing in baselines.values() if timing.ok), key=lambda timing: timing.seconds)
     contenders = {"simulator-best": [int(a) for a in simulator.best_assignment]}
-    for timing in fastest[:MEASURED_START_BASELINES]:
+    for timing in sorted((timing for timing in baselines.values() if timing.ok), key=lambda timing: timing.seconds):
         contenders.setdefault(timing.name, run_files.baseline_assignment(run_dir, timing, env.graph, env.devices))
     if len(contenders) == 1:
         return "simulator-best", contenders["simulator-best"]
-    compared = compare(env.target.evaluate, contenders, max(config.final_rounds, 1))
-    name = min(compared, key=lambda contender: compared[contender].median)
+    rounds = max(config.final_rounds, 1)
+    compared = _compare_distinct(env.target.evaluate, contenders, rounds)
+    name = min((contender for contender in compared if compared[contender].ok),
+               key=lambda contender: compared[contender].median, default="simulator-best")
     log.info("the measured phase starts from %s, the fastest of %s measured side by side (%d rounds)", name,
-             ", ".join(f"{other} {compared[other].median * 1e3:.3f} ms" for other in contenders),
-             max(config.final_rounds, 1))
+             ", ".join(f"{other} {compared[other].median * 1e3:.3f} ms" for other in contenders
+                       if compared[other].ok), rounds)
     return name, contenders[name]
+
+
+def _compare_distinct(evaluate, contenders: Mapping[str, Sequence[int]], rounds: int, progress=None) -> dict:
+    """`placer.cost.compare` of named assignments, each distinct assignment measured once: names that share one
+    (the learned placement that kept a heuristic's, two heuristics that agree) get the same timings, so that
+    no placement is reported faster or slower than itself by the noise of two timings."""
+    from placer.cost import compare
+
+    first_of: dict[tuple[int, ...], str] = {}
+    same_as = {name: first_of.setdefault(tuple(int(a) for a in assignment), name)
+               for name, assignment in contenders.items()}
+    distinct = {name: contenders[name] for name in contenders if same_as[name] == name}
+    compared = compare(evaluate, distinct, rounds, progress=progress)
+    return {name: replace(compared[same_as[name]], name=name) for name in contenders}
 
 
 def _final_comparison(config: ExperimentConfig, env, run_dir: Path, assignment, baselines: Mapping[str, BaselineTiming],
                       log, start: StartPlacement | None = None,
                       simulator: SimulatorResult | None = None) -> dict[str, float] | None:
     """Median step time of the learned placement, the start, the simulator phase's best and every baseline,
-    measured again side by side."""
-    from placer.cost import compare
-
+    measured again side by side (each distinct placement once)."""
     if config.backend != "measured" or config.final_rounds < 1 or assignment is None:
         return None
     contenders = {"learned": list(assignment)}
@@ -322,7 +330,7 @@ def _final_comparison(config: ExperimentConfig, env, run_dir: Path, assignment, 
     contenders.update({name: run_files.baseline_assignment(run_dir, timing, env.graph, env.devices)
                        for name, timing in baselines.items() if timing.ok})
     progress = (lambda rounds: _progress(rounds, True, "final comparison", "round")) if config.progress else None
-    compared = compare(env.target.evaluate, contenders, config.final_rounds, progress=progress)
+    compared = _compare_distinct(env.target.evaluate, contenders, config.final_rounds, progress=progress)
     final = {name: c.median for name, c in compared.items()}
     log.info("final comparison (%d interleaved rounds): %s", config.final_rounds,
              ", ".join(f"{name} {seconds * 1e3:.3f} ms" for name, seconds in final.items()))

@@ -151,6 +151,26 @@ def test_the_measured_phase_starts_from_a_baseline_that_measures_faster_than_the
     seconds[(0, 1, 0)] = 0.001
     assert _measured_start(config, env, tmp_path, simulator, baselines, logging.getLogger("test"))[0] == "simulator-best"
     assert _measured_start(config, env, tmp_path, None, baselines, logging.getLogger("test")) is None
+    # every baseline is a contender, not only those fastest when the run timed them once
+    seconds[(0, 1, 0)], seconds[(1, 0, 1)] = 0.004, 0.0015
+    assert _measured_start(config, env, tmp_path, simulator, baselines, logging.getLogger("test"))[0] == "round-robin"
+
+
+def test_a_placement_that_two_contenders_share_is_measured_once_and_reports_one_time():
+    from agents.experiment.run import _compare_distinct
+    from placer.cost import StepTime
+
+    timed = []
+    noisy = iter([0.004, 0.005, 0.003, 0.006, 0.0045, 0.0035])
+
+    def evaluate(assignment):
+        timed.append(tuple(assignment))
+        return StepTime(next(noisy), "measured", "fake")
+
+    compared = _compare_distinct(evaluate, {"learned": [1, 0], "exact": [1, 0], "metis": [0, 1]}, rounds=3)
+    assert timed == [(1, 0), (0, 1)] * 3  # the learned placement that kept exact's is not timed twice a round
+    assert compared["learned"].median == compared["exact"].median == 0.004 and compared["metis"].median == 0.005
+    assert [c.name for c in compared.values()] == ["learned", "exact", "metis"]
 
 
 def test_a_run_that_confirms_nothing_faster_than_its_start_says_that_the_learned_placement_is_the_start(tmp_path):
