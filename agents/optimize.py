@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from placer.errors import PlacerError
 from placer.files import check_output_file
+from placer.host import descendants_resident_bytes, memory_available
 from placer.measure.config import MeasureConfig
 from placer.simulate.bound import StepTimeBound, gap_closed, times_bound
 
@@ -184,6 +185,42 @@ def to_measure(candidates: Sequence[Candidate], keep: int) -> list[Candidate]:
     for family in families.values():
         kept.update(c.name for c in sorted(family, key=lambda c: c.predicted_seconds)[:keep])
     return [c for c in candidates if c.name in kept]
+
+
+MEMORY_KEPT_FREE = 0.2
+"""Share of the machine's memory left free when choosing how many candidate processes to start: every machine a
+candidate needs is started before any timing, and processes past the machine's memory thrash, which makes every
+timing of the comparison wrong."""
+
+
+def fit_in_memory(candidates: Sequence[Candidate], running: set[str], process_bytes: int,
+                  available_bytes: int | None) -> tuple[list[Candidate], list[Candidate]]:
+    """The candidates whose machines the memory holds, in the given order, and those left out. A candidate on a
+    machine already `running` (by name) costs nothing; a new one costs `process_bytes` per process it starts (a
+    measurement worker, and a server per worker of a testbed); one process under TensorFlow's default (no
+    dimension changed) is always kept. Without a reading of the memory, all are kept."""
+    from placer.measure import LocalTestbed
+
+    if available_bytes is None or process_bytes <= 0:
+        return list(candidates), []
+    from placer.host import memory_total
+
+    allowance = available_bytes - MEMORY_KEPT_FREE * (memory_total() or 0)
+    started = set(running)
+    kept, left_out = [], []
+    for candidate in candidates:
+        machine = str(candidate.machine)
+        if machine in started:
+            kept.append(candidate)
+            continue
+        cost = process_bytes * ((candidate.machine.workers + 1) if isinstance(candidate.machine, LocalTestbed) else 1)
+        if cost <= allowance or not candidate.dimensions:
+            allowance -= cost
+            started.add(machine)
+            kept.append(candidate)
+        else:
+            left_out.append(candidate)
+    return kept, left_out
 
 
 def confirm(candidates: Sequence[Candidate], measure: Callable[[Candidate], StepTime], rounds: int, *,
@@ -503,6 +540,14 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
                        *_one_process_candidates({name: sweep[name] for name in left_out}, left_out))
 
         targets = {str(target): real}
+        # The real target has run the graph (profiled it): its processes show what one of this graph holds.
+        process_bytes = max(descendants_resident_bytes().values(), default=0)
+        measured_candidates, no_memory = fit_in_memory(measured_candidates, set(targets), process_bytes,
+                                                       memory_available())
+        if no_memory:
+            notes.append(f"not measured for lack of memory: {', '.join(c.name for c in no_memory)}. Each needs "
+                         f"processes of its own, a process of this graph holds about {process_bytes / 2**30:.1f} "
+                         f"GiB, and {(memory_available() or 0) / 2**30:.1f} GiB of the machine is available")
         for candidate in measured_candidates:
             key = str(candidate.machine)
             if key not in targets:  # every process started before any timing: one that cannot start fails first

@@ -68,3 +68,50 @@ def machine_differences(recorded: Mapping[str, object], here: Mapping[str, objec
 def describe_machine(machine: Mapping[str, object]) -> str:
     """A machine `this_machine()` recorded, in words."""
     return f"{machine.get('processor') or 'an unknown processor'}, {machine.get('cores', '?')} cores"
+
+
+def memory_available() -> int | None:
+    """Bytes this machine can still give its processes without swapping (MemAvailable of /proc/meminfo); None
+    where the kernel does not say."""
+    return _meminfo("MemAvailable")
+
+
+def memory_total() -> int | None:
+    """Bytes of memory this machine has (MemTotal of /proc/meminfo); None where the kernel does not say."""
+    return _meminfo("MemTotal")
+
+
+def _meminfo(key: str) -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name == key:
+                return int(value.split()[0]) * 1024  # reported in kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def descendants_resident_bytes(pid: int | None = None) -> dict[int, int]:
+    """Resident memory of every process below `pid` (default: this one), by pid; empty where /proc is missing.
+    The measurement workers and testbed servers placer starts are this process's descendants."""
+    parents: dict[int, list[int]] = {}
+    resident: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            resident[int(entry.name)] = int((entry / "statm").read_text().split()[1]) * page
+        except (OSError, ValueError, IndexError):  # gone meanwhile, or not ours to read
+            continue
+        parents.setdefault(parent, []).append(int(entry.name))
+    found: dict[int, int] = {}
+    pending = list(parents.get(os.getpid() if pid is None else pid, []))
+    while pending:
+        child = pending.pop()
+        if child in resident and child not in found:
+            found[child] = resident[child]
+            pending += parents.get(child, [])
+    return found

@@ -52,7 +52,8 @@ class MeasureConfig:
     creating the session, initializing the variables and TensorFlow's optimization and partitioning of the step
     on its first run. A 16,448-op Keras EfficientNetB0 step on `local:2` took 9.5-10.6 s to measure a placement
     the first time and 0.4-3.5 s again in its kept session (`experiments/probes/kept_sessions.py`, 2026-11-27).
-    0: a new session for every measurement."""
+    0: a new session for every measurement. Sessions are kept only while the machine has a quarter of its memory
+    available (`placer.measure.runner.KEPT_SESSIONS_MEMORY_SHARE`)."""
 
     profile_steps: int = 0
     """Extra traced steps, after the timed ones, whose per-op compute times go into `Measurement.op_times`

@@ -17,10 +17,25 @@ from typing import Mapping, Sequence
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
+from placer.host import memory_available, memory_total
 from placer.graph.control_flow import LOOP_CONDITION_OP, control_flow_ops, iterations, owner
 from placer.measure.config import MAX_TIMED_STEPS, MeasureConfig
 from placer.measure.placement_check import PlacementChecks, TracedStep
 from placer.measure.result import Failure, Measurement, MovedOp, OpTime
+
+
+KEPT_SESSIONS_MEMORY_SHARE = 0.25
+"""Sessions are kept only while at least this share of the machine's memory is available. A kept session holds
+its graph and, on a testbed, each worker's state of the step: about 0.3 GB a worker for a 25M-parameter CNN, in
+every process that keeps sessions at once (`placer optimize` runs several); past the machine's memory, the
+processes thrash and every timing is wrong."""
+
+
+def memory_to_spare() -> bool:
+    """Whether the machine has the memory to keep sessions open (`KEPT_SESSIONS_MEMORY_SHARE`); True where the
+    kernel does not say."""
+    available, total = memory_available(), memory_total()
+    return available is None or not total or available >= KEPT_SESSIONS_MEMORY_SHARE * total
 
 
 def canonical_device(name: str) -> str:
@@ -230,7 +245,7 @@ class LoadedGraph:
                 session.close()
                 session = None
         self._unclosed = session
-        self.close_kept_sessions(keep=config.kept_sessions)
+        self.close_kept_sessions(keep=config.kept_sessions if memory_to_spare() else 0)
         return Measurement(
             samples=tuple(samples),
             moved_ops=moved,

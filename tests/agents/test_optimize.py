@@ -354,3 +354,24 @@ def test_the_loops_a_profile_priced_are_named_with_their_iterations():
     assert note.startswith("2 loops or conditionals") and "lstm/while (20 iterations, 1.20 ms)" in note
     assert "cond (0.10 ms)" in note
     assert control_flow_note(CostTable("f", "calibrated", {}, "profiled", {"control_flow": {}})) == ""
+
+
+def test_candidates_that_need_processes_past_the_machines_memory_are_left_out_in_order():
+    from agents.optimize import Candidate, fit_in_memory
+    from placer.host import memory_total
+    from placer.measure import InProcess, LocalTestbed
+
+    gib = 2**30
+    spare = 0.2 * (memory_total() or 0)  # kept free
+    testbed = LocalTestbed(2)
+    default = Candidate("one process, default", (), InProcess(1), None)
+    tuned = [Candidate(f"one process, intra {n}", ("pools",), InProcess(1, intra_op_threads=n), None) for n in (1, 2)]
+    on_testbed = Candidate("metis", ("placement",), testbed, None)
+    pools = Candidate("metis, pools intra 1", ("placement", "pools"), LocalTestbed(2, intra_op_threads=(1, 1)), None)
+    candidates = [default, *tuned, on_testbed, pools]
+    # room for the default, one tuned process and nothing more; the open testbed's placements cost nothing
+    kept, left_out = fit_in_memory(candidates, {str(testbed)}, 2 * gib, int(spare + 4.5 * gib))
+    assert kept == [default, tuned[0], on_testbed] and left_out == [tuned[1], pools]
+    # the default is kept even without room; no reading of the memory keeps everything
+    assert fit_in_memory(candidates, {str(testbed)}, 2 * gib, int(spare))[0] == [default, on_testbed]
+    assert fit_in_memory(candidates, set(), 2 * gib, None) == (candidates, [])

@@ -244,6 +244,20 @@ def test_a_kept_session_times_its_placement_again_without_setting_it_up_and_the_
     assert not loaded._kept
 
 
+def test_no_session_is_kept_while_the_machine_is_short_of_memory(mlp, cpus2, monkeypatch):
+    import placer.measure.runner as runner
+
+    loaded = _loaded(mlp)
+    kept = replace(QUICK, kept_sessions=2)
+    monkeypatch.setattr(runner, "memory_available", lambda: 2**30)
+    monkeypatch.setattr(runner, "memory_total", lambda: 16 * 2**30)
+    assert loaded.measure(Placement.round_robin(mlp, cpus2).op_devices(mlp), "", kept, 2).ok
+    assert not loaded._kept
+    monkeypatch.setattr(runner, "memory_available", lambda: 8 * 2**30)
+    assert loaded.measure(Placement.round_robin(mlp, cpus2).op_devices(mlp), "", kept, 2).ok
+    assert len(loaded._kept) == 1
+
+
 def test_a_session_error_is_summed_up_by_its_cause_and_node_not_by_its_header():
     from placer.measure.runner import _first_line
 
