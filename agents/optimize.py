@@ -193,15 +193,13 @@ candidate needs is started before any timing, and processes past the machine's m
 timing of the comparison wrong."""
 
 
-def fit_in_memory(candidates: Sequence[Candidate], running: set[str], process_bytes: int,
+def fit_in_memory(candidates: Sequence[Candidate], running: set[str], machine_bytes: int,
                   available_bytes: int | None) -> tuple[list[Candidate], list[Candidate]]:
     """The candidates whose machines the memory holds, in the given order, and those left out. A candidate on a
-    machine already `running` (by name) costs nothing; a new one costs `process_bytes` per process it starts (a
-    measurement worker, and a server per worker of a testbed); one process under TensorFlow's default (no
+    machine already `running` (by name) costs nothing; one that starts a machine (a process under a thread
+    setting, or a testbed under other pools) costs `machine_bytes`; one process under TensorFlow's default (no
     dimension changed) is always kept. Without a reading of the memory, all are kept."""
-    from placer.measure import LocalTestbed
-
-    if available_bytes is None or process_bytes <= 0:
+    if available_bytes is None or machine_bytes <= 0:
         return list(candidates), []
     from placer.host import memory_total
 
@@ -212,10 +210,8 @@ def fit_in_memory(candidates: Sequence[Candidate], running: set[str], process_by
         machine = str(candidate.machine)
         if machine in started:
             kept.append(candidate)
-            continue
-        cost = process_bytes * ((candidate.machine.workers + 1) if isinstance(candidate.machine, LocalTestbed) else 1)
-        if cost <= allowance or not candidate.dimensions:
-            allowance -= cost
+        elif machine_bytes <= allowance or not candidate.dimensions:
+            allowance -= machine_bytes
             started.add(machine)
             kept.append(candidate)
         else:
@@ -540,14 +536,15 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
                        *_one_process_candidates({name: sweep[name] for name in left_out}, left_out))
 
         targets = {str(target): real}
-        # The real target has run the graph (profiled it): its processes show what one of this graph holds.
-        process_bytes = max(descendants_resident_bytes().values(), default=0)
-        measured_candidates, no_memory = fit_in_memory(measured_candidates, set(targets), process_bytes,
+        # The real target's processes have run the graph (profiled it): together they hold what one machine
+        # running it does (one process under a thread setting holds about as much: the graph and all its state).
+        machine_bytes = sum(descendants_resident_bytes().values())
+        measured_candidates, no_memory = fit_in_memory(measured_candidates, set(targets), machine_bytes,
                                                        memory_available())
         if no_memory:
-            notes.append(f"not measured for lack of memory: {', '.join(c.name for c in no_memory)}. Each needs "
-                         f"processes of its own, a process of this graph holds about {process_bytes / 2**30:.1f} "
-                         f"GiB, and {(memory_available() or 0) / 2**30:.1f} GiB of the machine is available")
+            notes.append(f"not measured for lack of memory: {', '.join(c.name for c in no_memory)}. Each starts "
+                         f"processes of its own, {target}'s hold {machine_bytes / 2**30:.1f} GiB for this graph, "
+                         f"and {(memory_available() or 0) / 2**30:.1f} GiB of the machine is available")
         for candidate in measured_candidates:
             key = str(candidate.machine)
             if key not in targets:  # every process started before any timing: one that cannot start fails first

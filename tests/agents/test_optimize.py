@@ -369,7 +369,7 @@ def test_candidates_that_need_processes_past_the_machines_memory_are_left_out_in
     on_testbed = Candidate("metis", ("placement",), testbed, None)
     pools = Candidate("metis, pools intra 1", ("placement", "pools"), LocalTestbed(2, intra_op_threads=(1, 1)), None)
     candidates = [default, *tuned, on_testbed, pools]
-    # room for the default, one tuned process and nothing more; the open testbed's placements cost nothing
+    # room for the default and one more machine; the open testbed's placements cost nothing
     kept, left_out = fit_in_memory(candidates, {str(testbed)}, 2 * gib, int(spare + 4.5 * gib))
     assert kept == [default, tuned[0], on_testbed] and left_out == [tuned[1], pools]
     # the default is kept even without room; no reading of the memory keeps everything
