@@ -2,7 +2,7 @@
 end to end on the local testbed.
 
     python experiments/model_coverage.py [--models resnet lstm ...] [--budget 600] [--target local:2]
-        [--calibration FILE] [--timeout SECONDS] [--out results/model_coverage.json] [--list]
+        [--calibration FILE] [--timeout SECONDS] [--out results/model_coverage.json] [--resume] [--list]
 
 The smallest member of every `keras.applications` family at its smallest input (batch 8, no weights), and Keras 3
 recurrent and attention models (LSTM, GRU, bidirectional, stacked, a `MultiHeadAttention` encoder, and the held-out
@@ -11,7 +11,9 @@ to `placer optimize SPEC --budget B --target T --json` in a process of its own. 
 went (building, calibrating, profiling, heuristics, learning, measuring), the recommendation, and predicted against
 measured step time over the placements it measured (median and worst |error|). A model that fails, or runs past
 --timeout, is a row with its error. Beside --out, a folder keeps each model's plan, log and `placer optimize` JSON. Without --calibration the testbed is calibrated once, by the first model, into
-results/model_coverage/calibration.json, and every later model reuses it.
+results/model_coverage/calibration.json, and every later model reuses it. With --resume, a model whose
+`placer optimize` JSON is already in the folder is read back (its wall time is then optimize's own, without the
+process's start) instead of run again.
 """
 
 from __future__ import annotations
@@ -202,6 +204,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds after which a model's run is stopped and reported (default: --budget + 600)")
     parser.add_argument("--out", default="results/model_coverage.json")
+    parser.add_argument("--resume", action="store_true",
+                        help="read back the models whose `placer optimize` result is already in --out's folder "
+                             "(a run stopped part way) instead of running them again")
     parser.add_argument("--list", action="store_true", help="list the models and exit")
     args = parser.parse_args(argv)
     known = model_specs()
@@ -227,6 +232,12 @@ def main(argv=None) -> None:
     rows = []
     for name in args.models or list(known):
         family, spec, size = known[name]
+        saved = plans / f"{name}.optimize.json"
+        if args.resume and saved.is_file():
+            result = json.loads(saved.read_text())
+            rows.append(coverage_row(name, family, result, result.get("seconds", 0.0), "ok"))
+            print(f"{name}: read back from {saved}", flush=True)
+            continue
         print(f"{name}: placer optimize --budget {args.budget:g} --target {args.target}", flush=True)
         result, wall, status = run_one(name, spec, size, args, plans)
         rows.append(coverage_row(name, family, result, wall, status))

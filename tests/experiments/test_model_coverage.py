@@ -62,3 +62,20 @@ def test_a_recurrent_model_goes_through_placer_optimize_on_the_testbed(tmp_path)
     (row,) = json.loads((tmp_path / "coverage.json").read_text())["rows"]
     assert row["status"] == "ok" and row["placements_compared"] >= 3, row
     assert (tmp_path / "coverage" / "lstm.plan.json").is_file()
+
+
+def test_a_stopped_run_resumes_from_the_results_it_saved(tmp_path, monkeypatch):
+    import json
+
+    import experiments.model_coverage as coverage
+
+    (tmp_path / "coverage").mkdir()
+    (tmp_path / "coverage" / "lstm.optimize.json").write_text(json.dumps({**_result(), "seconds": 80.0}))
+    ran = []
+    monkeypatch.setattr(coverage, "run_one", lambda name, *rest: ran.append(name) or (None, 5.0, "exit 1: boom"))
+    coverage.main(["--models", "lstm", "gru", "--resume", "--out", str(tmp_path / "coverage.json"),
+                   "--calibration", str(tmp_path / "calibration.json")])
+    rows = {row["model"]: row for row in json.loads((tmp_path / "coverage.json").read_text())["rows"]}
+    assert ran == ["gru"]  # lstm was read back, not run again
+    assert rows["lstm"]["status"] == "ok" and rows["lstm"]["wall_s"] == 80.0 and rows["lstm"]["ops"] == 830
+    assert rows["gru"]["status"] == "exit 1: boom"
