@@ -409,7 +409,8 @@ class HierarchicalPlanner(ReinforceAgent):
         self.grouper_optimizer = (tf.keras.optimizers.Adam(learning_rate=c.grouper_learning_rate)
                                   if c.grouper_learning_rate else None)
         self.compiled_update = compiled_update
-        self._traced_step: GradientStep | None = None
+        for variables, optimizer, _ in self._parameter_parts():
+            optimizer.build(variables)  # the optimizers' slots exist before `_gradient_step` is traced
 
     # -- sampling ---------------------------------------------------------------------------------
 
@@ -446,39 +447,35 @@ class HierarchicalPlanner(ReinforceAgent):
         return reinforce_update(self, samples, rewards, self.score, self._parameter_parts(), step)
 
     def traced_gradient_step(self) -> GradientStep:
-        """Steps 3 and 4 of the update (`agents.policy_gradient.taped_gradient_step`) as one traced function:
-        scoring, loss, gradients, clipping and every part's optimizer step, then the best sample's score
-        after the step. Its inputs leave the batch open, so it is traced once for the whole run."""
-        if self._traced_step is None:
-            self._traced_step = self._trace_gradient_step()
-        return self._traced_step
-
-    def _trace_gradient_step(self) -> GradientStep:
-        c, policy, parts = self.config, self.policy, self._parameter_parts()
-        for variables, optimizer, _ in parts:
-            optimizer.build(variables)  # slots made here, not inside the traced function
-        imitating = c.imitation_weight > 0
-
-        @tf.function(input_signature=[*SCORING_SIGNATURE, tf.TensorSpec([None], tf.float32)])
-        def gradient_step(groups, devices, noise, temperature, advantages):
-            count = tf.shape(advantages)[0]
-            with tf.GradientTape() as tape:
-                log_probs, entropies, imitation = self._normalized(*policy.log_probs(groups, devices, noise, temperature))
-                entropies = entropies[:count]
-                loss = reinforce_loss(advantages, log_probs[:count], entropies, c.entropy_weight)
-                if imitating:
-                    loss -= c.imitation_weight * imitation[count]
-            norm = apply_gradients(tape, loss, parts, c.grad_bound)
-            best_score = tf.constant(0.0)
-            if imitating:  # the best sample's placer log-prob under the stepped policy: a metric
-                best_score = policy.log_probs(groups[count:], devices[count:], noise[count:], temperature)[1][0]
-            return loss, norm, entropies, best_score
+        """Steps 3 and 4 of the update (`agents.policy_gradient.taped_gradient_step`) as one traced function
+        (`_gradient_step`): scoring, loss, gradients, clipping and every part's optimizer step, then the best
+        sample's score after the step."""
+        imitating = self.config.imitation_weight > 0
 
         def step(samples: Sequence[Sample], advantages: tf.Tensor):
-            loss, norm, entropies, best_score = gradient_step(*self._batch(samples), advantages)
+            loss, norm, entropies, best_score = self._gradient_step(*self._batch(samples), advantages)
             return loss, norm, entropies, best_score if imitating else None
 
         return step
+
+    @tf.function(input_signature=[*SCORING_SIGNATURE, tf.TensorSpec([None], tf.float32)])
+    def _gradient_step(self, groups, devices, noise, temperature, advantages):
+        """The samples (the best last when imitating) and their advantages in; loss, norm, entropies and the
+        best's placer log-prob after the step (0 when not imitating) out. The batch is open in the signature,
+        so it is traced once for the whole run."""
+        c, policy, parts = self.config, self.policy, self._parameter_parts()
+        count = tf.shape(advantages)[0]
+        with tf.GradientTape() as tape:
+            log_probs, entropies, imitation = self._normalized(*policy.log_probs(groups, devices, noise, temperature))
+            entropies = entropies[:count]
+            loss = reinforce_loss(advantages, log_probs[:count], entropies, c.entropy_weight)
+            if c.imitation_weight > 0:
+                loss -= c.imitation_weight * imitation[count]
+        norm = apply_gradients(tape, loss, parts, c.grad_bound)
+        best_score = tf.constant(0.0)
+        if c.imitation_weight > 0:  # a metric: how likely the stepped policy now finds the best sample
+            best_score = policy.log_probs(groups[count:], devices[count:], noise[count:], temperature)[1][0]
+        return loss, norm, entropies, best_score
 
     def _batch(self, samples: Sequence[Sample]) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
         """What scoring takes for `samples`: groups [B, U], devices [B, G], noise [B, G, D], the temperature."""
