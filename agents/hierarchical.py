@@ -271,7 +271,7 @@ class HierarchicalPolicy(tf.Module):
         """Bounded, biased, noised, tempered and masked logits over devices for decoder outputs and attention
         contexts [..., H] (one step [B, H], or every step [B, G, H])."""
         kernel, bias = self.output
-        logits = self.tanh_constant * tf.tanh(tf.einsum("...h,hd->...d", tf.concat([out, context], -1), kernel) + bias)
+        logits = self.tanh_constant * tf.tanh(tf.tensordot(tf.concat([out, context], -1), kernel, axes=1) + bias)
         logits = (logits + prior + noise) / temperature
         return tf.where(mask > 0, logits, -1e9)
 

@@ -36,7 +36,9 @@ class LSTMCell(tf.Module):
 
     def input_projection(self, x: tf.Tensor) -> tf.Tensor:
         """[..., 4 x units] for x [..., inputs]: the inputs' share of every gate."""
-        return tf.einsum("...i,ig->...g", x, self.kernel[: self.inputs])
+        # tensordot, not einsum with "...": einsum's gradient for the kernel keeps one [inputs, 4 x units] per
+        # position before summing them (gigabytes at paper size); tensordot's is one matmul.
+        return tf.tensordot(x, self.kernel[: self.inputs], axes=1)
 
     def step(self, projected: tf.Tensor, state, recurrent_kernel: tf.Tensor):
         """One step from the inputs' projection [B, 4 x units]; `recurrent_kernel` is `self.kernel[inputs:]`,
