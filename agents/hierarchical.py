@@ -20,7 +20,8 @@ import tensorflow_probability as tfp
 from agents.features import UnitFeatures, unit_features
 from agents.layers import LSTMCell, dense
 from agents.policy_gradient import (
-    Parts, ReinforceAgent, check_loss_settings, logit_noise, reinforce_update, stateless_seeds,
+    GradientStep, Parts, ReinforceAgent, apply_gradients, check_loss_settings, logit_noise, reinforce_loss,
+    reinforce_update, stateless_seeds,
 )
 from placer.devices import DeviceSet
 from placer.graph.opgraph import OpGraph
@@ -150,6 +151,14 @@ class Sample:
         return self.group_devices[self.groups]
 
 
+PLACEMENT_SIGNATURE = [tf.TensorSpec([None, 2], tf.int32), tf.TensorSpec([None, None, None], tf.float32),
+                       tf.TensorSpec([], tf.float32)]
+"""What sampling takes: seeds [G + 1, 2], noise [B, G, D], temperature."""
+SCORING_SIGNATURE = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32),
+                     tf.TensorSpec([None, None, None], tf.float32), tf.TensorSpec([], tf.float32)]
+"""What scoring takes: groups [B, U], devices [B, G], noise [B, G, D], temperature."""
+
+
 # -- the networks ---------------------------------------------------------------------------------
 # Each unit's features (op-type histogram, sizes, position) -> the grouper's logits over G groups; each
 # group's embedding (op-type shares, summed sizes, edges to and from other groups) -> a bidirectional LSTM
@@ -248,54 +257,75 @@ class HierarchicalPolicy(tf.Module):
         kernel, bias = self.encoder_in
         x = tf.tanh(tf.einsum("bge,eh->bgh", embeddings, kernel) + bias)
         batch = tf.shape(x)[0]
-        forward, backward = [], []
-        state = self.forward_lstm.zero_state(batch)
-        for t in range(self.num_groups):
-            out, state = self.forward_lstm(x[:, t], state)
-            forward.append(out)
-        state = self.backward_lstm.zero_state(batch)
-        for t in reversed(range(self.num_groups)):
-            out, state = self.backward_lstm(x[:, t], state)
-            backward.append(out)
-        return tf.concat([tf.stack(forward, 1), tf.stack(backward[::-1], 1)], axis=2)
+        forward = self.forward_lstm.run(self.forward_lstm.input_projection(x), self.forward_lstm.zero_state(batch))
+        backward = self.backward_lstm.run(self.backward_lstm.input_projection(x), self.backward_lstm.zero_state(batch),
+                                          reverse=True)
+        return tf.concat([forward, backward], axis=2)
 
-    def _decode(self, memory, mask, noise, temperature, *, chosen=None, greedy=False, seed=None):
-        """Decode one device per group for each of B samples (memory [B, G, H], mask and noise [B, G, D]).
-        With `chosen` [B, G], score those devices (teacher forcing); otherwise sample them (the argmax when
-        greedy). Returns devices [B, G], log-prob sums [B], entropy sums [B]."""
-        keys = tf.einsum("bgh,hk->bgk", memory, self.attention_memory)
-        batch = tf.shape(memory)[0]
-        state = (memory[:, -1] * 0.0, memory[:, -1])
-        previous = tf.fill([batch], self.num_devices)
-        devices, log_prob, entropy = [], 0.0, 0.0
+    def _attend(self, query: tf.Tensor, keys: tf.Tensor, memory: tf.Tensor) -> tf.Tensor:
+        """[B, H] attention context for one step's query [B, H] over keys and memory [B, G, H]."""
+        scores = tf.reduce_sum(self.attention_vector * tf.tanh(keys + query[:, None, :]), 2)  # [B, G]
+        return tf.reduce_sum(tf.nn.softmax(scores)[:, :, None] * memory, 1)
+
+    def _device_logits(self, out, context, prior, noise, mask, temperature):
+        """Bounded, biased, noised, tempered and masked logits over devices for decoder outputs and attention
+        contexts [..., H] (one step [B, H], or every step [B, G, H])."""
         kernel, bias = self.output
-        for t in range(self.num_groups):
-            out, state = self.decoder_lstm(tf.gather(self.device_embedding, previous), state)
-            query = tf.matmul(out, self.attention_query)[:, None, :]
-            scores = tf.reduce_sum(self.attention_vector * tf.tanh(keys + query), 2)  # [B, G]
-            context = tf.reduce_sum(tf.nn.softmax(scores)[:, :, None] * memory, 1)  # [B, H]
-            logits = self.tanh_constant * tf.tanh(tf.matmul(tf.concat([out, context], 1), kernel) + bias)
-            logits = (logits + self.placer_prior[t] + noise[:, t]) / temperature
-            logits = tf.where(mask[:, t] > 0, logits, -1e9)
-            distribution = tfp.distributions.Categorical(logits=logits)
-            if chosen is not None:
-                device = chosen[:, t]
-            elif greedy:
+        logits = self.tanh_constant * tf.tanh(tf.tensordot(tf.concat([out, context], -1), kernel, axes=1) + bias)
+        logits = (logits + prior + noise) / temperature
+        return tf.where(mask > 0, logits, -1e9)
+
+    def _decoder_start(self, memory):
+        """The decoder's initial state (zero cell, the encoder's last output), and each device's embedding
+        (the start token's last) projected onto the gates once, so a step gathers its input's projection."""
+        return (memory[:, -1] * 0.0, memory[:, -1]), self.decoder_lstm.input_projection(self.device_embedding)
+
+    def _sample_devices(self, memory, mask, noise, temperature, *, greedy: bool, seeds):
+        """[B, G] devices sampled (the argmax when greedy) one group after the other, each step fed the
+        previous group's device (memory [B, G, H], mask and noise [B, G, D], seeds [G, 2])."""
+        keys = tf.einsum("bgh,hk->bgk", memory, self.attention_memory)
+        state, device_inputs = self._decoder_start(memory)
+        recurrent_kernel = self.decoder_lstm.kernel[self.decoder_lstm.inputs:]
+        previous = tf.fill([tf.shape(memory)[0]], self.num_devices)
+        devices = tf.TensorArray(tf.int32, size=self.num_groups)
+        for t in tf.range(self.num_groups):
+            out, state = self.decoder_lstm.step(tf.gather(device_inputs, previous), state, recurrent_kernel)
+            context = self._attend(tf.matmul(out, self.attention_query), keys, memory)
+            logits = self._device_logits(out, context, self.placer_prior[t], noise[:, t], mask[:, t], temperature)
+            if greedy:
                 device = tf.argmax(logits, axis=1, output_type=tf.int32)
             else:
-                device = tf.cast(distribution.sample(seed=seed[t]), tf.int32)
-            log_prob += distribution.log_prob(device)
-            entropy += distribution.entropy()
-            devices.append(device)
+                device = tf.cast(tfp.distributions.Categorical(logits=logits).sample(seed=seeds[t]), tf.int32)
+            devices = devices.write(t, device)
             previous = device
-        return tf.stack(devices, 1), log_prob, entropy
+        return tf.transpose(devices.stack())
+
+    def _score_devices(self, memory, mask, noise, temperature, chosen):
+        """Log-prob sums [B] and entropy sums [B] of the devices `chosen` [B, G]. Fed the chosen devices, the
+        decoder's recurrence does not wait on its own outputs: it runs alone, and the attention and the
+        logits of every step then come in a few batched ops (their weights' gradients in one matmul each)."""
+        keys = tf.einsum("bgh,hk->bgk", memory, self.attention_memory)
+        state, device_inputs = self._decoder_start(memory)
+        previous = tf.concat([tf.fill([tf.shape(chosen)[0], 1], self.num_devices), chosen[:, :-1]], 1)
+        outs = self.decoder_lstm.run(tf.gather(device_inputs, previous), state)  # [B, G, H]
+        queries = tf.einsum("bgh,hk->gbk", outs, self.attention_query)
+        contexts = tf.transpose(tf.map_fn(lambda query: self._attend(query, keys, memory), queries), [1, 0, 2])
+        logits = self._device_logits(outs, contexts, self.placer_prior, noise, mask, temperature)
+        distribution = tfp.distributions.Categorical(logits=logits)
+        return tf.reduce_sum(distribution.log_prob(chosen), 1), tf.reduce_sum(distribution.entropy(), 1)
 
     # -- the two passes ----------------------------------------------------------------------------
+    # Each is traced once: the batch dimension is left open in its signature, so a new number of samples
+    # does not trace it again, and the decoder and encoder are symbolic loops, so tracing stays short.
 
-    @tf.function
     def sample(self, seeds: tf.Tensor, noise: tf.Tensor, temperature: float = 1.0, greedy: bool = False):
         """seeds: [G + 1, 2] stateless seeds (grouper, then one per group); noise [B, G, D]. Returns B placements
         drawn independently in one pass (the greedy one B times when greedy): groups [B, U], devices [B, G]."""
+        drawn = self._greedy_placements if greedy else self._sampled_placements
+        return drawn(tf.cast(seeds, tf.int32), tf.cast(noise, tf.float32), tf.cast(temperature, tf.float32))
+
+    def placements(self, seeds: tf.Tensor, noise: tf.Tensor, temperature: tf.Tensor, greedy: bool):
+        """What `sample` returns, untraced: `sample` runs it as a traced function."""
         logits = self.grouper_logits()
         batch = tf.shape(noise)[0]
         if greedy:
@@ -303,22 +333,38 @@ class HierarchicalPolicy(tf.Module):
         else:
             groups = tf.transpose(tf.random.stateless_categorical(logits, batch, seed=seeds[0], dtype=tf.int32))
         memory = self._encode(self.group_embeddings(groups))
-        devices, _, _ = self._decode(memory, self.group_device_mask(groups), noise, temperature, greedy=greedy,
-                                     seed=seeds[1:])
+        devices = self._sample_devices(memory, self.group_device_mask(groups), noise, temperature, greedy=greedy,
+                                       seeds=seeds[1:])
         return groups, devices
 
-    @tf.function
+    @tf.function(input_signature=PLACEMENT_SIGNATURE)
+    def _sampled_placements(self, seeds, noise, temperature):
+        return self.placements(seeds, noise, temperature, greedy=False)
+
+    @tf.function(input_signature=PLACEMENT_SIGNATURE)
+    def _greedy_placements(self, seeds, noise, temperature):
+        return self.placements(seeds, noise, temperature, greedy=True)
+
     def log_prob(self, groups: tf.Tensor, devices: tf.Tensor, noise: tf.Tensor, temperature: float = 1.0):
         """Log-probabilities of B sampled placements (groups [B, U], devices [B, G], noise [B, G, D]) under
         the current policy, and entropies of their decisions, each [B]: grouper log-prob, placer log-prob,
         grouper entropy (summed over units), placer entropy (summed over groups). One pass scores them all:
         the decoder's steps are sequential, so a batch costs about what one sample does."""
+        return self._traced_log_probs(tf.cast(groups, tf.int32), tf.cast(devices, tf.int32), tf.cast(noise, tf.float32),
+                                      tf.cast(temperature, tf.float32))
+
+    @tf.function(input_signature=SCORING_SIGNATURE)
+    def _traced_log_probs(self, groups, devices, noise, temperature):
+        return self.log_probs(groups, devices, noise, temperature)
+
+    def log_probs(self, groups, devices, noise, temperature):
+        """What `log_prob` returns, untraced: for a traced function that goes on (a whole update)."""
         grouper_log_probs = tf.nn.log_softmax(self.grouper_logits())  # [U, G], the same for every sample
         grouper_log_prob = tf.reduce_sum(tf.gather(grouper_log_probs, tf.transpose(groups), axis=1, batch_dims=1), 0)
         grouper_entropy = -tf.reduce_sum(tf.exp(grouper_log_probs) * grouper_log_probs)
         memory = self._encode(self.group_embeddings(groups))
-        _, placer_log_prob, entropy = self._decode(memory, self.group_device_mask(groups), noise, temperature,
-                                                   chosen=devices)
+        placer_log_prob, entropy = self._score_devices(memory, self.group_device_mask(groups), noise, temperature,
+                                                       devices)
         return grouper_log_prob, placer_log_prob, tf.fill(tf.shape(placer_log_prob), grouper_entropy), entropy
 
 
@@ -332,9 +378,11 @@ class HierarchicalPlanner(ReinforceAgent):
     sample_type = Sample
 
     def __init__(self, graph: OpGraph, device_mask: np.ndarray, config: Args | None = None,
-                 devices: DeviceSet | None = None):
+                 devices: DeviceSet | None = None, compiled_update: bool = True):
         """device_mask: [U, D] 1 where a unit may run on a device (the environment's `device_mask`).
-        devices: the environment's devices, needed by `placement_prior_weight` to find the compute devices."""
+        devices: the environment's devices, needed by `placement_prior_weight` to find the compute devices.
+        compiled_update: each update's loss, gradients and optimizer steps run as one traced function (False:
+        taped op by op; the same update, several times slower at paper size)."""
         c = config or Args()
         num_groups = c.groups_for(device_mask.shape[1])
         prior_groups = prior_devices = None
@@ -360,6 +408,9 @@ class HierarchicalPlanner(ReinforceAgent):
         # a grouper rate of 0 freezes the grouper, so it gets no optimizer at all.
         self.grouper_optimizer = (tf.keras.optimizers.Adam(learning_rate=c.grouper_learning_rate)
                                   if c.grouper_learning_rate else None)
+        self.compiled_update = compiled_update
+        for variables, optimizer, _ in self._parameter_parts():
+            optimizer.build(variables)  # the optimizers' slots exist before `_gradient_step` is traced
 
     # -- sampling ---------------------------------------------------------------------------------
 
@@ -392,7 +443,52 @@ class HierarchicalPlanner(ReinforceAgent):
         grouper and the placer each by its own Adam; then the reward baseline follows the rewards and the
         learning rates decay. Returns the metrics to log."""
         samples, self._pending = self._pending, []
-        return reinforce_update(self, samples, rewards, self.score, self._parameter_parts())
+        step = self.traced_gradient_step() if self.compiled_update else None
+        return reinforce_update(self, samples, rewards, self.score, self._parameter_parts(), step)
+
+    def traced_gradient_step(self) -> GradientStep:
+        """Steps 3 and 4 of the update (`agents.policy_gradient.taped_gradient_step`) as one traced function
+        (`_gradient_step`): scoring, loss, gradients, clipping and every part's optimizer step, then the best
+        sample's score after the step."""
+        imitating = self.config.imitation_weight > 0
+
+        def step(samples: Sequence[Sample], advantages: tf.Tensor):
+            loss, norm, entropies, best_score = self._gradient_step(*self._batch(samples), advantages)
+            return loss, norm, entropies, best_score if imitating else None
+
+        return step
+
+    @tf.function(input_signature=[*SCORING_SIGNATURE, tf.TensorSpec([None], tf.float32)])
+    def _gradient_step(self, groups, devices, noise, temperature, advantages):
+        """The samples (the best last when imitating) and their advantages in; loss, norm, entropies and the
+        best's placer log-prob after the step (0 when not imitating) out. The batch is open in the signature,
+        so it is traced once for the whole run."""
+        c, policy, parts = self.config, self.policy, self._parameter_parts()
+        count = tf.shape(advantages)[0]
+        with tf.GradientTape() as tape:
+            log_probs, entropies, imitation = self._normalized(*policy.log_probs(groups, devices, noise, temperature))
+            entropies = entropies[:count]
+            loss = reinforce_loss(advantages, log_probs[:count], entropies, c.entropy_weight)
+            if c.imitation_weight > 0:
+                loss -= c.imitation_weight * imitation[count]
+        norm = apply_gradients(tape, loss, parts, c.grad_bound)
+        best_score = tf.constant(0.0)
+        if c.imitation_weight > 0:  # a metric: how likely the stepped policy now finds the best sample
+            best_score = policy.log_probs(groups[count:], devices[count:], noise[count:], temperature)[1][0]
+        return loss, norm, entropies, best_score
+
+    def _batch(self, samples: Sequence[Sample]) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+        """What scoring takes for `samples`: groups [B, U], devices [B, G], noise [B, G, D], the temperature."""
+        return (tf.constant(np.stack([s.groups for s in samples]), tf.int32),
+                tf.constant(np.stack([s.group_devices for s in samples]), tf.int32),
+                tf.constant(np.stack([s.noise for s in samples]), tf.float32), tf.constant(self.config.temperature))
+
+    def _normalized(self, grouper_lp, placer_lp, grouper_entropy, placer_entropy):
+        """(log-probabilities, entropies as `entropy_normalization` asks, the placer's log-probabilities)."""
+        if self.config.entropy_normalization == "per-decision":
+            grouper_entropy /= self.policy.num_units
+            placer_entropy /= self.policy.num_groups
+        return grouper_lp + placer_lp, grouper_entropy + placer_entropy, placer_lp
 
     def score(self, samples: Sequence[Sample]) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """Under the current policy, in one batched pass, each [B]: the samples' log-probabilities, their
@@ -401,14 +497,7 @@ class HierarchicalPlanner(ReinforceAgent):
         per-unit choices make up almost all of a sample's log-probability (about -5,000 nats on NMT-4 against
         the placer's ~-100) and are mostly sampling accidents around the partition; imitating them all barely
         moved the placer."""
-        grouper_lp, placer_lp, grouper_entropy, placer_entropy = self.policy.log_prob(
-            tf.constant(np.stack([s.groups for s in samples]), tf.int32),
-            tf.constant(np.stack([s.group_devices for s in samples]), tf.int32),
-            tf.constant(np.stack([s.noise for s in samples]), tf.float32), tf.constant(self.config.temperature))
-        if self.config.entropy_normalization == "per-decision":
-            grouper_entropy /= self.policy.num_units
-            placer_entropy /= self.policy.num_groups
-        return grouper_lp + placer_lp, grouper_entropy + placer_entropy, placer_lp
+        return self._normalized(*self.policy.log_prob(*self._batch(samples)))
 
     def _parameter_parts(self) -> Parts:
         """(variables, optimizer, initial learning rate) of each part a gradient step updates."""

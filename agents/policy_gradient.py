@@ -184,10 +184,36 @@ Scores = Callable[[Sequence], tuple[tf.Tensor, tf.Tensor, tf.Tensor]]
 part of it: the hierarchical planner's placer decisions)."""
 
 
-def reinforce_update(agent, samples: Sequence, rewards: Sequence[float], score: Scores, parts: Parts) -> dict[str, float]:
+GradientStep = Callable[[Sequence, tf.Tensor], tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor | None]]
+"""Steps 3 and 4 of an update: (the samples, with the best last when imitating; their [count] advantages) in;
+(loss, gradient norm before clipping, [count] entropies, the best sample's score after the step or None) out."""
+
+
+def taped_gradient_step(agent, score: Scores, parts: Parts) -> GradientStep:
+    """The gradient step op by op: the scoring pass taped, the gradients and each optimizer's step run eagerly."""
+    c = agent.config
+
+    def step(samples: Sequence, advantages: tf.Tensor):
+        count = int(advantages.shape[0])
+        imitating = len(samples) > count
+        with tf.GradientTape() as tape:
+            log_probs, entropies, imitation = score(samples)
+            log_probs, entropies = log_probs[:count], entropies[:count]
+            loss = reinforce_loss(advantages, log_probs, entropies, c.entropy_weight)
+            if imitating:
+                loss -= c.imitation_weight * imitation[count]
+        norm = apply_gradients(tape, loss, parts, c.grad_bound)
+        return loss, norm, entropies, score([samples[-1]])[2][0] if imitating else None
+
+    return step
+
+
+def reinforce_update(agent, samples: Sequence, rewards: Sequence[float], score: Scores, parts: Parts,
+                     gradient_step: GradientStep | None = None) -> dict[str, float]:
     """One update of REINFORCE with a reward baseline, written out in order, for an agent with `config`,
     `best` (BestSample), `reward_baseline` (RewardBaseline), `updates` and `optimizer`: the samples of its last
-    proposal and their rewards in, the metrics to log out."""
+    proposal and their rewards in, the metrics to log out. gradient_step: how steps 3 and 4 run (an agent's
+    traced one); None: `taped_gradient_step`."""
     c = agent.config
     if len(samples) != len(rewards):
         raise ValueError("learn() takes the rewards of the placements of the last propose()")
@@ -205,17 +231,11 @@ def reinforce_update(agent, samples: Sequence, rewards: Sequence[float], score: 
 
     # 3. The loss: REINFORCE, minus the entropy bonus, minus self-imitation of the best sample; the samples
     # and the best are scored in one pass.
-    count = len(samples)
-    with tf.GradientTape() as tape:
-        log_probs, entropies, imitation = score([*samples, agent.best.sample] if imitating else list(samples))
-        log_probs, entropies = log_probs[:count], entropies[:count]
-        loss = reinforce_loss(advantages, log_probs, entropies, c.entropy_weight)
-        if imitating:
-            loss -= c.imitation_weight * imitation[count]
-
     # 4. One gradient step: the global norm bounded, each part by its own optimizer.
-    norm = apply_gradients(tape, loss, parts, c.grad_bound)
-    metrics = {"best_sample_log_prob": float(score([agent.best.sample])[2][0])} if imitating else {}
+    count = len(samples)
+    step = gradient_step or taped_gradient_step(agent, score, parts)
+    loss, norm, entropies, best_score = step([*samples, agent.best.sample] if imitating else list(samples), advantages)
+    metrics = {"best_sample_log_prob": float(best_score)} if imitating else {}
 
     # 5. The reward baseline follows the rewards; the learning rates decay on schedule.
     agent.reward_baseline.follow(rewards_t)
