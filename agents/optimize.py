@@ -444,14 +444,8 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
     def left() -> float:
         return args.budget - (time.monotonic() - started)
 
-    phases: dict[str, float] = {}
-    phase_started = [time.monotonic()]
-
-    def phase_done(phase: str) -> None:
-        now = time.monotonic()
-        phases[phase] = phases.get(phase, 0.0) + now - phase_started[0]
-        phase_started[0] = now
-
+    clock = PhaseClock()
+    phases, phase_done = clock.seconds, clock.done
     graph = load_model(args.model, args.size)
     phase_done("building the graph")
     if args.from_run:  # before any process starts
@@ -499,7 +493,7 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
             placements.append(_placement_candidate(f"learned ({args.from_run})", placement, target, twin,
                                                    f"the best placement of run {args.from_run}"))
         phase_done("learning")
-        placements = _merge_same_placements(placements)
+        placements = merge_same_placements(placements)
         best = min(placements, key=lambda c: c.predicted_seconds)
         joint = _pool_candidates(best, target, settings if thread_settings is not None else None)
         if args.schedules:
@@ -559,6 +553,19 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
                           tuple(measured), winner, plan, str(args.out), priced_only, tuple(notes),
                           time.monotonic() - started, bound, len(graph.ops), phases,
                           calibration.describe_residuals() if calibration.poor_fit else None)
+
+
+class PhaseClock:
+    """Where a search's time went: seconds per phase, each timed from the end of the phase before."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._since = time.monotonic()
+
+    def done(self, phase: str) -> None:
+        now = time.monotonic()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self._since
+        self._since = now
 
 
 def control_flow_note(costs) -> str:
@@ -642,14 +649,16 @@ def _placement_candidate(name: str, placement: Placement, target, twin, made_by:
     return Candidate(name, ("placement",), target, placement, predicted=twin.evaluate(placement), made_by=made_by)
 
 
-def _merge_same_placements(candidates: Sequence[Candidate]) -> list[Candidate]:
-    """One candidate per distinct placement, named after everything that proposed it ("expert = metis"): the
-    same placement timed twice would only add noise and time."""
-    merged: dict[tuple[int, ...], list[Candidate]] = {}
+def merge_same_placements(candidates: Sequence[Any], name_fields: tuple[str, ...] = ("name",)) -> list[Any]:
+    """One candidate per distinct placement (records with a name, a placement and made_by), named after
+    everything that proposed it ("expert = metis") in each of `name_fields`: the same placement timed, priced or
+    scheduled twice would only add noise and time."""
+    merged: dict[tuple[int, ...], list[Any]] = {}
     for candidate in candidates:
         merged.setdefault(tuple(candidate.placement.group_devices), []).append(candidate)
-    return [dataclasses.replace(same[0], name=" = ".join(c.name for c in same),
-                                made_by="; ".join(c.made_by for c in same)) for same in merged.values()]
+    return [dataclasses.replace(same[0], made_by="; ".join(c.made_by for c in same),
+                                **{name: " = ".join(c.name for c in same) for name in name_fields})
+            for same in merged.values()]
 
 
 def learned_placement(graph: OpGraph, spec: str, *, updates: int, seconds: float | None = None, seed: int = 0,

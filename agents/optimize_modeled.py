@@ -12,8 +12,8 @@ experiments/probes/joint_modeled.py):
 3. With schedules (on by default when the model can be built at the micro-batch size): the expert's placement
    (the one pipeline schedules were made for), the `schedule_top` other placements priced fastest and one GPU's,
    each under GPipe, 1F1B, Tessel's fast search and ZB-H1 over the micro-batches, priced op by op
-   (`placer.schedule.predict`): seconds per placement at paper size, so placements are scheduled while the
-   budget lasts.
+   (`placer.schedule.predict`): seconds to a minute per placement, so the next placement is scheduled only while
+   the budget left holds what the last one took.
 
 Thread pools and one process are a host CPU's choices, and a GPU machine's ops run on its GPUs: neither is searched.
 """
@@ -129,16 +129,10 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
     from placer.schedule.micro_batch import build_micro_batch_graph
     from placer.simulate.bound import step_time_bound
 
-    from agents.optimize import learned_placement, progress_bar
+    from agents.optimize import PhaseClock, learned_placement, merge_same_placements, progress_bar
 
-    phases: dict[str, float] = {}
-    clock = [time.monotonic()]
-
-    def phase_done(phase: str) -> None:
-        now = time.monotonic()
-        phases[phase] = phases.get(phase, 0.0) + now - clock[0]
-        clock[0] = now
-
+    clock = PhaseClock()
+    phase_done = clock.done
     graph = graph if graph is not None else load_model(model, size)
     builtin = is_builtin_model(model)
     notes: list[str] = []
@@ -173,21 +167,26 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
             from agents.optimize import OptimizeError
 
             raise OptimizeError(f"no placement of {model} fits {spec}: {'; '.join(notes)}")
-        placements = _merge_same_placements(found)
+        placements = merge_same_placements(found, ("name", "placement_name"))
         scheduled: list[SimulatedCandidate] = []
         if micro_batches:
             micro_batch_graph = build_micro_batch_graph(model, size, micro_batches)
+            took = 0.0  # the last placement's schedules: the next one is started only if as much is left
             for candidate in _to_schedule(placements, schedule_top):
                 left = deadline - time.monotonic()
-                if left < 1:
-                    notes.append(f"--budget ran out before {candidate.name} was scheduled: raise --budget")
+                if left < max(1.0, took):
+                    notes.append(f"--budget left too little to schedule {candidate.name} (its schedules take about "
+                                 f"{took:.0f} s): raise --budget")
                     continue
                 say(f"pricing {', '.join(SCHEDULE_METHODS + SPLIT_SCHEDULE_METHODS)} over {micro_batches} "
                     f"micro-batches of {candidate.name} op by op")
+                started = time.monotonic()
                 scheduled += schedule_candidates(graph, micro_batch_graph, target, candidate, micro_batches, notes,
                                                  time_limit=min(TESSEL_SECONDS, max(1.0, left / 4)))
+                took = time.monotonic() - started
         phase_done("schedules")
-    return ModeledSearch(spec, tuple(placements), tuple(scheduled), bound, micro_batches, tuple(notes), phases)
+    return ModeledSearch(spec, tuple(placements), tuple(scheduled), bound, micro_batches, tuple(notes),
+                         clock.seconds)
 
 
 def schedule_candidates(graph: OpGraph, micro_batch_graph: OpGraph, target, candidate: SimulatedCandidate,
@@ -225,17 +224,6 @@ def schedule_candidates(graph: OpGraph, micro_batch_graph: OpGraph, target, cand
                                          f"{candidate.made_by}; {method} schedule")
                       for method, plan in plans.items()]
     return scheduled
-
-
-def _merge_same_placements(candidates: list[SimulatedCandidate]) -> list[SimulatedCandidate]:
-    """One candidate per distinct placement, named after everything that proposed it ("expert = metis"): the
-    same placement priced and scheduled twice would only take time."""
-    merged: dict[tuple[int, ...], list[SimulatedCandidate]] = {}
-    for candidate in candidates:
-        merged.setdefault(tuple(candidate.placement.group_devices), []).append(candidate)
-    return [dataclasses.replace(same[0], name=" = ".join(c.name for c in same),
-                                placement_name=" = ".join(c.name for c in same),
-                                made_by="; ".join(c.made_by for c in same)) for same in merged.values()]
 
 
 def _to_schedule(placements: list[SimulatedCandidate], top: int) -> list[SimulatedCandidate]:

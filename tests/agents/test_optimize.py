@@ -202,7 +202,6 @@ def _calibration_of(target, devices, path):
     (["no-such-model"], "not a built-in model"),
     (["mlp", "--target", f"local:{len(os.sched_getaffinity(0)) + 1}"], "cores"),
     (["mlp", "--target", "inprocess:1"], "at least two devices"),
-    (["mlp", "--target", "modeled:2xV100"], "modeled:2xV100"),
     (["mlp", "--budget", "0"], "--budget"),
     (["mlp", "--rounds", "0"], "--rounds"),
     (["two-tower", "--schedules", "--micro-batches", "3"], "do not divide the batch"),
