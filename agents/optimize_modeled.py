@@ -172,11 +172,11 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
         if micro_batches:
             micro_batch_graph = build_micro_batch_graph(model, size, micro_batches)
             took = 0.0  # the last placement's schedules: the next one is started only if as much is left
+            skipped = []
             for candidate in _to_schedule(placements, schedule_top):
                 left = deadline - time.monotonic()
                 if left < max(1.0, took):
-                    notes.append(f"--budget left too little to schedule {candidate.name} (its schedules take about "
-                                 f"{took:.0f} s): raise --budget")
+                    skipped.append(candidate.name)
                     continue
                 say(f"pricing {', '.join(SCHEDULE_METHODS + SPLIT_SCHEDULE_METHODS)} over {micro_batches} "
                     f"micro-batches of {candidate.name} op by op")
@@ -184,6 +184,9 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
                 scheduled += schedule_candidates(graph, micro_batch_graph, target, candidate, micro_batches, notes,
                                                  time_limit=min(TESSEL_SECONDS, max(1.0, left / 4)))
                 took = time.monotonic() - started
+            if skipped:
+                notes.append(f"--budget was spent before the schedules of {', '.join(skipped)}"
+                             + (f" (the last placement's took {took:.0f} s)" if took else "") + ": raise --budget")
         phase_done("schedules")
     return ModeledSearch(spec, tuple(placements), tuple(scheduled), bound, micro_batches, tuple(notes),
                          clock.seconds)
@@ -311,14 +314,21 @@ class ModeledOptimizeResult:
         expert = self.search.unscheduled("expert")
         if expert is None or not expert.step_time.ok:
             return None
-        best = self.recommended.seconds
-        line = f"{100 * (1 - best / expert.seconds):.1f}% shorter than the expert's placement ({expert.seconds * 1e3:.2f} ms)"
+        best = self.recommended
         schedules = [c for c in self.search.scheduled if c.placement_name == expert.name and c.step_time.ok]
-        if schedules:
-            scheduled = min(schedules, key=lambda c: c.seconds)
-            line += (f", {100 * (1 - best / scheduled.seconds):.1f}% than it under its best schedule "
-                     f"({scheduled.schedule.method}, {scheduled.seconds * 1e3:.2f} ms)")
-        return line
+        scheduled = min(schedules, key=lambda c: c.seconds) if schedules else None
+        if best is expert:
+            return "the recommended plan is the expert's placement, unscheduled" + (
+                "" if scheduled is None else f"; under its best schedule ({scheduled.schedule.method}) it takes "
+                                             f"{scheduled.seconds * 1e3:.2f} ms")
+        if best is scheduled:
+            return (f"the recommended plan is the expert's placement under {scheduled.schedule.method}, "
+                    f"{100 * (1 - best.seconds / expert.seconds):.1f}% shorter than it unscheduled "
+                    f"({expert.seconds * 1e3:.2f} ms)")
+        return (f"{100 * (1 - best.seconds / expert.seconds):.1f}% shorter than the expert's placement "
+                f"({expert.seconds * 1e3:.2f} ms)") + (
+            "" if scheduled is None else f", {100 * (1 - best.seconds / scheduled.seconds):.1f}% than it under its best "
+                                         f"schedule ({scheduled.schedule.method}, {scheduled.seconds * 1e3:.2f} ms)")
 
     def describe(self) -> str:
         search, winner = self.search, self.recommended.seconds

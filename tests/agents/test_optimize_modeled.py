@@ -56,13 +56,23 @@ def test_the_table_says_simulated_and_shows_each_plan_against_the_bound_the_lear
     assert re.search(r"\* expert \+ 1f1b x4\s+1f1b x4\s+4\.50 ms\s+1\.12x\s+1\.00x", text)
     assert "bound 4.000 ms (simulated on modeled:4xH100)" in text
     assert "the learned placement closed +50.0% of the best heuristic's distance to the bound" in text  # 6 -> 5, bound 4
-    assert "43.8% shorter than the expert's placement (8.00 ms)" in text
+    assert "the expert's placement under 1f1b, 43.8% shorter than it unscheduled (8.00 ms)" in text
     assert text.count("thread settings") == 1  # one line, not a row per setting
     assert "recommended: expert + 1f1b x4 on modeled:4xH100, 4.50 ms per step simulated" in text
     data = result.to_json_dict()
     assert data["simulated"] is True and data["measured"] is False and data["bound"]["simulated"] is True
     assert [row["name"] for row in data["candidates"]][0] == "expert + 1f1b x4"
     assert data["gap_closed"] == pytest.approx(0.5)
+
+
+def test_the_recommended_plan_is_shown_against_the_expert_s_placement_unscheduled_and_scheduled():
+    expert, scheduled = _candidate("expert", 8), _candidate("expert + 1f1b x4", 7, "1f1b", "expert")
+    faster = _result([_candidate("metis", 6), expert], [scheduled])
+    assert faster.versus_expert() == ("25.0% shorter than the expert's placement (8.00 ms), 14.3% than it under its "
+                                      "best schedule (1f1b, 7.00 ms)")
+    assert _result([expert], [_candidate("expert + gpipe x4", 9, "gpipe", "expert")]).versus_expert() == (
+        "the recommended plan is the expert's placement, unscheduled; under its best schedule (gpipe) it takes 9.00 ms")
+    assert _result([_candidate("metis", 6)], []).versus_expert() is None  # a model without an expert's placement
 
 
 def test_between_equal_step_times_the_unscheduled_placement_is_recommended():
