@@ -10,10 +10,11 @@ experiments/probes/joint_modeled.py):
 2. The hierarchical planner trained for --learn-updates on the same simulator (`agents.loop.train`), cut to the
    budget left.
 3. With schedules (on by default when the model can be built at the micro-batch size): the expert's placement
-   (the one pipeline schedules were made for), the `schedule_top` other placements priced fastest and one GPU's,
-   each under GPipe, 1F1B, Tessel's fast search and ZB-H1 over the micro-batches, priced op by op
-   (`placer.schedule.predict`): seconds to a minute per placement, so the next placement is scheduled only while
-   the budget left holds what the last one took.
+   (the one pipeline schedules were made for: scheduled before learning, so that learning cannot spend the
+   budget it needs), the `schedule_top` other placements priced fastest and one GPU's, each under GPipe, 1F1B,
+   Tessel's fast search and ZB-H1 over the micro-batches, priced op by op (`placer.schedule.predict`): seconds to
+   a minute per placement, so the next placement is scheduled only while the budget left holds what the last
+   one took.
 
 Thread pools and one process are a host CPU's choices, and a GPU machine's ops run on its GPUs: neither is searched.
 """
@@ -150,11 +151,22 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
                 continue
             found.append(SimulatedCandidate(name, name, timing.placement, timing.step_time, made_by=f"heuristic {name}"))
         phase_done("heuristics")
+        if not found:
+            from agents.optimize import OptimizeError
+
+            raise OptimizeError(f"no heuristic could place {model} on {spec}: {'; '.join(notes)}")
+        scheduling = _Scheduling(graph, build_micro_batch_graph(model, size, micro_batches), target, micro_batches,
+                                 deadline, notes, say) if micro_batches else None
+        heuristic_placements = merge_same_placements(found, ("name", "placement_name"))
+        first = _to_schedule(heuristic_placements, 0)[:1]  # the expert's (or one GPU's): before learning can
+        if scheduling is not None:                          # spend the budget, as it is the pipelines' own
+            scheduling.schedule(first)
+            phase_done("schedules")
         if learn_updates:
             left = deadline - time.monotonic()
             seconds = left * (LEARNING_SHARE if micro_batches else 1.0)
             if seconds < 1:
-                notes.append(f"no learned placement: --budget was spent by the heuristics ({max(left, 0):.0f} s left)")
+                notes.append(f"no learned placement: --budget was spent before learning ({max(left, 0):.0f} s left)")
             else:
                 say(f"training the hierarchical planner on {spec} ({learn_updates} updates, at most {seconds:.0f} s)")
                 learned = learned_placement(graph, spec, updates=learn_updates, seconds=seconds, seed=seed,
@@ -163,30 +175,14 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
                     found.append(SimulatedCandidate("learned", "learned", learned, target.evaluate(learned),
                                                     made_by=learned.metadata.get("method", "hierarchical planner")))
         phase_done("learning")
-        if not found:
-            from agents.optimize import OptimizeError
-
-            raise OptimizeError(f"no placement of {model} fits {spec}: {'; '.join(notes)}")
         placements = merge_same_placements(found, ("name", "placement_name"))
         scheduled: list[SimulatedCandidate] = []
-        if micro_batches:
-            micro_batch_graph = build_micro_batch_graph(model, size, micro_batches)
-            took = 0.0  # the last placement's schedules: the next one is started only if as much is left
-            skipped = []
-            for candidate in _to_schedule(placements, schedule_top):
-                left = deadline - time.monotonic()
-                if left < max(1.0, took):
-                    skipped.append(candidate.name)
-                    continue
-                say(f"pricing {', '.join(SCHEDULE_METHODS + SPLIT_SCHEDULE_METHODS)} over {micro_batches} "
-                    f"micro-batches of {candidate.name} op by op")
-                started = time.monotonic()
-                scheduled += schedule_candidates(graph, micro_batch_graph, target, candidate, micro_batches, notes,
-                                                 time_limit=min(TESSEL_SECONDS, max(1.0, left / 4)))
-                took = time.monotonic() - started
-            if skipped:
-                notes.append(f"--budget was spent before the schedules of {', '.join(skipped)}"
-                             + (f" (the last placement's took {took:.0f} s)" if took else "") + ": raise --budget")
+        if scheduling is not None:
+            done = {tuple(c.placement.group_devices) for c in first}
+            scheduling.schedule([c for c in _to_schedule(placements, schedule_top)
+                                 if tuple(c.placement.group_devices) not in done])
+            scheduled = _named_as(scheduling.scheduled, placements)
+            scheduling.note_skipped()
         phase_done("schedules")
     return ModeledSearch(spec, tuple(placements), tuple(scheduled), bound, micro_batches, tuple(notes),
                          clock.seconds)
@@ -227,6 +223,50 @@ def schedule_candidates(graph: OpGraph, micro_batch_graph: OpGraph, target, cand
                                          f"{candidate.made_by}; {method} schedule")
                       for method, plan in plans.items()]
     return scheduled
+
+
+class _Scheduling:
+    """Placements scheduled while the budget lasts: the next is started only if what is left holds what the last
+    one's schedules took (seconds to a minute each at paper size)."""
+
+    def __init__(self, graph: OpGraph, micro_batch_graph: OpGraph, target, micro_batches: int, deadline: float,
+                 notes: list[str], say: Callable[[str], None]):
+        self.graph, self.micro_batch_graph, self.target = graph, micro_batch_graph, target
+        self.micro_batches, self.deadline, self.notes, self.say = micro_batches, deadline, notes, say
+        self.scheduled: list[SimulatedCandidate] = []
+        self.skipped: list[str] = []
+        self.took = 0.0
+
+    def schedule(self, candidates: list[SimulatedCandidate]) -> None:
+        for candidate in candidates:
+            left = self.deadline - time.monotonic()
+            if left < max(1.0, self.took):
+                self.skipped.append(candidate.name)
+                continue
+            self.say(f"pricing {', '.join(SCHEDULE_METHODS + SPLIT_SCHEDULE_METHODS)} over {self.micro_batches} "
+                     f"micro-batches of {candidate.name} op by op")
+            started = time.monotonic()
+            self.scheduled += schedule_candidates(self.graph, self.micro_batch_graph, self.target, candidate,
+                                                  self.micro_batches, self.notes,
+                                                  time_limit=min(TESSEL_SECONDS, max(1.0, left / 4)))
+            self.took = time.monotonic() - started
+
+    def note_skipped(self) -> None:
+        if self.skipped:
+            self.notes.append(f"--budget was spent before the schedules of {', '.join(self.skipped)}"
+                              + (f" (the last placement's took {self.took:.0f} s)" if self.took else "")
+                              + ": raise --budget")
+
+
+def _named_as(scheduled: list[SimulatedCandidate], placements: list[SimulatedCandidate]) -> list[SimulatedCandidate]:
+    """`scheduled` named after the placements they schedule as finally merged: one scheduled before learning
+    ("expert + 1f1b x4") takes the learned placement's name too when that is the same ("expert = learned + ...")."""
+    names = {tuple(p.placement.group_devices): p.placement_name for p in placements}
+    renamed = []
+    for c in scheduled:
+        name = names[tuple(c.placement.group_devices)]
+        renamed.append(dataclasses.replace(c, name=name + c.name[len(c.placement_name):], placement_name=name))
+    return renamed
 
 
 def _to_schedule(placements: list[SimulatedCandidate], top: int) -> list[SimulatedCandidate]:
