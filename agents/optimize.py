@@ -123,8 +123,8 @@ class OptimizeArgs:
     budget: float = setting(180.0, metavar="SECONDS")
     """Seconds the whole search may take: learning and schedules are cut short or skipped to keep 60 for the
     measured comparison, and no measurement starts once it is spent (the table then shows what was measured, and
-    the plan is the fastest of those); on a modeled machine learning takes at most half of what the heuristics
-    leave, and a placement is scheduled only while what is left holds what the last one took. Calibrating (about
+    the plan is the fastest of those); on a modeled machine learning takes at most half of what is left when it
+    starts, and a placement is scheduled only while what is left holds what the last one took. Calibrating (about
     a minute, once per target) and profiling (once per graph) are not cut."""
     out: str = setting("plan.json", metavar="PLAN")
     """Where to write the recommended plan (`placer apply PLAN` runs it; a modeled machine's plan is read, never

@@ -95,18 +95,6 @@ def test_schedules_are_searched_by_default_one_micro_batch_per_gpu(schedules, mi
 # -- refusals --------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def nothing_may_run(monkeypatch):
-    import placer.cost
-    import placer.models
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("work started before the input was checked")
-
-    monkeypatch.setattr(placer.models, "load_model", refuse)
-    monkeypatch.setattr(placer.cost, "open_target", refuse)
-
-
 @pytest.mark.parametrize("flags, refusal", [
     (["two-tower", "--target", "modeled:2xNOPE"], "unknown device model 'NOPE'"),
     (["two-tower", "--target", "modeled:two"], "is not a modeled machine"),
