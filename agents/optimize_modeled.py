@@ -48,7 +48,7 @@ SCHEDULE_TOP = 2
 TESSEL_SECONDS = 10.0
 """The most one Tessel search may take: a fraction of a budget of minutes, enough for a 4-stage template."""
 LEARNING_SHARE = 0.5
-"""Of the budget left after the heuristics, the share learning may take when schedules follow it."""
+"""Of the budget left when learning starts, the share it may take when schedules follow it."""
 
 
 @dataclass(frozen=True)
