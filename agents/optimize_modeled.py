@@ -189,10 +189,12 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
 
 
 def schedule_candidates(graph: OpGraph, micro_batch_graph: OpGraph, target, candidate: SimulatedCandidate,
-                        micro_batches: int, notes: list[str], *, time_limit: float) -> list[SimulatedCandidate]:
+                        micro_batches: int, notes: list[str], *, time_limit: float,
+                        deadline: float = math.inf) -> list[SimulatedCandidate]:
     """`candidate`'s placement under each schedule method over `micro_batches`, each priced op by op on the
     simulated `target` (`micro_batch_graph`: the model built at the micro-batch size); a template no method can
-    schedule is a note."""
+    schedule is a note. The split template (ZB-H1) costs what the whole one did: it is left out, with a note,
+    unless that much is left before `deadline` (a `time.monotonic()`)."""
     from placer.errors import PlacerError
     from placer.schedule.from_placement import blocks_from_placement
     from placer.schedule.methods import make_schedule
@@ -205,7 +207,13 @@ def schedule_candidates(graph: OpGraph, micro_batch_graph: OpGraph, target, cand
     variants = [(False, SCHEDULE_METHODS)]
     if len(set(candidate.placement.group_devices)) > 1:  # on one device no gradient crosses: nothing to split
         variants.append((True, SPLIT_SCHEDULE_METHODS))
+    took = 0.0
     for split, methods in variants:
+        if split and deadline - time.monotonic() < took:
+            notes.append(f"no {'/'.join(methods)} schedule for {candidate.name}: --budget left less than the "
+                         f"{took:.0f} s its other schedules took; raise --budget")
+            continue
+        started = time.monotonic()
         try:
             template = blocks_from_placement(target.simulator, candidate.placement, micro_batches,
                                              split_weight_gradients=split)
@@ -217,6 +225,7 @@ def schedule_candidates(graph: OpGraph, micro_batch_graph: OpGraph, target, cand
         except PlacerError as error:
             notes.append(f"no {'/'.join(methods)} schedule for {candidate.name}: {error}")
             continue
+        took = time.monotonic() - started
         scheduled += [SimulatedCandidate(f"{candidate.name} + {method} x{micro_batches}", candidate.name,
                                          candidate.placement, predictions[method].step_time,
                                          with_prediction(plan, predictions[method]),
@@ -247,7 +256,7 @@ class _Scheduling:
                      f"micro-batches of {candidate.name} op by op")
             started = time.monotonic()
             self.scheduled += schedule_candidates(self.graph, self.micro_batch_graph, self.target, candidate,
-                                                  self.micro_batches, self.notes,
+                                                  self.micro_batches, self.notes, deadline=self.deadline,
                                                   time_limit=min(TESSEL_SECONDS, max(1.0, left / 4)))
             self.took = time.monotonic() - started
 
