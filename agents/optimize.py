@@ -1,7 +1,8 @@
 """`placer optimize MODEL --target TARGET`: the fastest way to run MODEL's training step on this machine, searched
 over how the machine is used (one process and its thread pools, or the target's workers and theirs), where the ops
 run, and a micro-batch schedule; priced on the calibrated twin of TARGET, confirmed measured side by side, written
-as a plan file.
+as a plan file. On a modeled GPU machine (modeled:4xH100) nothing can be measured: agents/optimize_modeled.py
+searches placement and schedule there by simulation alone.
 
 The search is staged (one pass of alternating dimensions), not joint, because the dimensions are priced by
 different means at very different costs:
@@ -60,6 +61,8 @@ if TYPE_CHECKING:
     from placer.schedule.plan import SchedulePlan
 
 SCHEDULE_METHODS = ("gpipe", "1f1b", "tessel-fast")
+TESTBED_MICRO_BATCHES = 2
+"""Micro-batches of --schedules on a real target when --micro-batches is not given: its workers are few."""
 """The schedules tried with --schedules (sequential is one batch cut in pieces; Tessel's exact search is too slow
 to run inside a budget of minutes, its fast search is not)."""
 MEASURE_CONFIG = MeasureConfig(warmup_steps=3, timed_steps=10, kept_sessions=8)
@@ -93,30 +96,40 @@ class OptimizeArgs:
     size: str = "tiny"
     """Size of a built-in model: tiny, small or paper."""
     target: str = setting("local:2", flags=("--cluster",), metavar="TARGET")
-    """The real target whose devices the placements use: local:N (the testbed) or inprocess:N, N at least 2; one
-    process (inprocess:1) under every thread setting is always tried beside it."""
+    """The target whose devices the placements use: a real one, local:N (the testbed) or inprocess:N, N at least 2,
+    with one process (inprocess:1) under every thread setting tried beside it; or a modeled GPU machine
+    (modeled:4xH100, modeled:8xA100-nvlink3), where placement and schedule are searched on the simulator alone,
+    nothing is measured, and the plan is marked simulated for that machine."""
     calibration: str | None = setting(None, metavar="FILE")
-    """The target's calibration (`placer calibrate --target TARGET --out FILE`): reused if FILE exists, else
+    """Real targets: the target's calibration (`placer calibrate --target TARGET --out FILE`): reused if FILE exists, else
     calibrated now (about a minute on local:2) into FILE. Default: --out's name with .calibration.json."""
     rounds: int = 3
-    """Interleaved rounds of the measured comparison; each candidate's step time is its median over them."""
+    """Real targets: interleaved rounds of the measured comparison; each candidate's step time is its median."""
     learn_updates: int = setting(10, metavar="N")
-    """Updates of 4 placements the hierarchical planner trains on the calibrated twin (0: no learned placement)."""
+    """Updates of 4 placements the hierarchical planner trains on the calibrated twin, or on the modeled machine's
+    simulator (0: no learned placement)."""
     from_run: str | None = setting(None, metavar="RUN_DIR")
-    """Also a run's learned placement (`placer train MODEL --target TARGET`): the best placement it kept."""
-    schedules: bool = False
-    """Also GPipe, 1F1B and Tessel's fast search over --micro-batches for the placement predicted fastest."""
-    micro_batches: int = setting(2, metavar="M")
-    """With --schedules: micro-batches per step (must divide the batch)."""
+    """Real targets: also a run's learned placement (`placer train MODEL --target TARGET`): the best it kept."""
+    schedules: bool | None = None
+    """Also micro-batch schedules over --micro-batches: on a real target GPipe, 1F1B and Tessel's fast search for
+    the placement predicted fastest and the expert's (off unless given); on a modeled machine those and ZB-H1 for
+    the expert's placement, the fastest others and one GPU's (on unless --no-schedules, for models that can be
+    built at the micro-batch size)."""
+    micro_batches: int | None = setting(None, metavar="M")
+    """Micro-batches per step of the schedules (must divide the batch); default 2 on a real target, and on a
+    modeled machine one per GPU (a pipeline stage each) when that divides the batch, else 2."""
     keep: int = setting(2, metavar="K")
-    """Of each joint family (a placement with tuned pools, with a schedule): the K predicted fastest are measured."""
+    """Real targets: of each joint family (a placement with tuned pools, with a schedule), the K predicted fastest
+    are measured."""
     budget: float = setting(180.0, metavar="SECONDS")
     """Seconds the whole search may take: learning and schedules are cut short or skipped to keep 60 for the
     measured comparison, and no measurement starts once it is spent (the table then shows what was measured, and
-    the plan is the fastest of those). Calibrating (about a minute, once per target) and profiling (once per graph)
-    are not cut."""
+    the plan is the fastest of those); on a modeled machine learning takes at most half of what is left when it
+    starts, and a placement is scheduled only while what is left holds what the last one took. Calibrating (about
+    a minute, once per target) and profiling (once per graph) are not cut."""
     out: str = setting("plan.json", metavar="PLAN")
-    """Where to write the recommended plan (`placer apply PLAN` runs it)."""
+    """Where to write the recommended plan (`placer apply PLAN` runs it; a modeled machine's plan is read, never
+    run here)."""
     seed: int = 0
     """Seed of the heuristics and the learned planner."""
     progress: bool = True
@@ -385,6 +398,13 @@ def check_optimize_args(args: OptimizeArgs, *, allow_exposed_ports: bool = False
     from placer.measure import InProcess, LocalTestbed, parse_target
     from placer.models import check_model_spec, is_builtin_model
 
+    from agents.optimize_modeled import is_modeled_target
+
+    if is_modeled_target(args.target):
+        raise OptimizeError(f"{args.target} is a modeled machine, which nothing here can measure: "
+                            "agents.optimize_modeled.optimize_modeled searches it (as `placer optimize` does)")
+    if args.micro_batches is None:
+        args = dataclasses.replace(args, micro_batches=TESTBED_MICRO_BATCHES)
     if not args.model:
         raise OptimizeError("which model? give MODEL (see `placer models`)")
     check_model_spec(args.model, args.size)
@@ -393,8 +413,9 @@ def check_optimize_args(args: OptimizeArgs, *, allow_exposed_ports: bool = False
         target.workers if isinstance(target, LocalTestbed) else 0)
     if devices < 2:
         raise OptimizeError(f"placer optimize places ops over the target's devices and calibrates its links, so it needs "
-                            f"a target this machine starts with at least two devices (local:2, inprocess:2), not "
-                            f"{args.target!r}; one process under every thread setting is tried beside it anyway")
+                            f"a target this machine starts with at least two devices (local:2, inprocess:2), or a "
+                            f"modeled GPU machine (modeled:4xH100), not {args.target!r}; one process under every thread "
+                            "setting is tried beside a real target anyway")
     for name, value, least in (("--rounds", args.rounds, 1), ("--learn-updates", args.learn_updates, 0),
                                ("--keep", args.keep, 1), ("--micro-batches", args.micro_batches, 1)):
         if value < least:
@@ -440,6 +461,8 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
 
     started = time.monotonic()
     target = check_optimize_args(args, allow_exposed_ports=allow_exposed_ports)
+    if args.micro_batches is None:
+        args = dataclasses.replace(args, micro_batches=TESTBED_MICRO_BATCHES)
     tell = say or (lambda line: print(line, file=sys.stderr, flush=True))
 
     def say(line: str) -> None:  # each phase's line says how much of --budget it starts with
@@ -454,14 +477,8 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
     def left() -> float:
         return args.budget - (time.monotonic() - started)
 
-    phases: dict[str, float] = {}
-    phase_started = [time.monotonic()]
-
-    def phase_done(phase: str) -> None:
-        now = time.monotonic()
-        phases[phase] = phases.get(phase, 0.0) + now - phase_started[0]
-        phase_started[0] = now
-
+    clock = PhaseClock()
+    phases, phase_done = clock.seconds, clock.done
     graph = load_model(args.model, args.size)
     phase_done("building the graph")
     if args.from_run:  # before any process starts
@@ -499,7 +516,8 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
             else:
                 say(f"training the hierarchical planner on {twin_spec} ({args.learn_updates} updates, at most "
                     f"{seconds:.0f} s)")
-                learned = _learned_placement(args, graph, twin_spec, seconds)
+                learned = learned_placement(graph, twin_spec, updates=args.learn_updates, seconds=seconds,
+                                            seed=args.seed, progress=args.progress)
                 if learned is not None:
                     placements.append(_placement_candidate("learned", learned, target, twin,
                                                            learned.metadata.get("method", "")))
@@ -508,7 +526,7 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
             placements.append(_placement_candidate(f"learned ({args.from_run})", placement, target, twin,
                                                    f"the best placement of run {args.from_run}"))
         phase_done("learning")
-        placements = _merge_same_placements(placements)
+        placements = merge_same_placements(placements)
         best = min(placements, key=lambda c: c.predicted_seconds)
         joint = _pool_candidates(best, target, settings if thread_settings is not None else None)
         if args.schedules:
@@ -577,6 +595,19 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
                           tuple(measured), winner, plan, str(args.out), priced_only, tuple(notes),
                           time.monotonic() - started, bound, len(graph.ops), phases,
                           calibration.describe_residuals() if calibration.poor_fit else None)
+
+
+class PhaseClock:
+    """Where a search's time went: seconds per phase, each timed from the end of the phase before."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._since = time.monotonic()
+
+    def done(self, phase: str) -> None:
+        now = time.monotonic()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self._since
+        self._since = now
 
 
 def control_flow_note(costs) -> str:
@@ -660,36 +691,40 @@ def _placement_candidate(name: str, placement: Placement, target, twin, made_by:
     return Candidate(name, ("placement",), target, placement, predicted=twin.evaluate(placement), made_by=made_by)
 
 
-def _merge_same_placements(candidates: Sequence[Candidate]) -> list[Candidate]:
-    """One candidate per distinct placement, named after everything that proposed it ("expert = metis"): the
-    same placement timed twice would only add noise and time."""
-    merged: dict[tuple[int, ...], list[Candidate]] = {}
+def merge_same_placements(candidates: Sequence[Any], name_fields: tuple[str, ...] = ("name",)) -> list[Any]:
+    """One candidate per distinct placement (records with a name, a placement and made_by), named after
+    everything that proposed it ("expert = metis") in each of `name_fields`: the same placement timed, priced or
+    scheduled twice would only add noise and time."""
+    merged: dict[tuple[int, ...], list[Any]] = {}
     for candidate in candidates:
         merged.setdefault(tuple(candidate.placement.group_devices), []).append(candidate)
-    return [dataclasses.replace(same[0], name=" = ".join(c.name for c in same),
-                                made_by="; ".join(c.made_by for c in same)) for same in merged.values()]
+    return [dataclasses.replace(same[0], made_by="; ".join(c.made_by for c in same),
+                                **{name: " = ".join(c.name for c in same) for name in name_fields})
+            for same in merged.values()]
 
 
-def _learned_placement(args: OptimizeArgs, graph: OpGraph, twin_spec: str, seconds: float) -> Placement | None:
-    """The best placement the hierarchical planner finds in `args.learn_updates` updates (at most `seconds`) on
-    the calibrated twin, through the one training loop."""
+def learned_placement(graph: OpGraph, spec: str, *, updates: int, seconds: float | None = None, seed: int = 0,
+                      progress: bool = False) -> Placement | None:
+    """The best placement the hierarchical planner finds in `updates` updates (at most `seconds`) on the
+    simulated target `spec` (the calibrated twin, a modeled machine), through the one training loop; None when
+    no update completed."""
     from envs.placement import PlacementEnv
     from placer.placement import Placement
 
     from agents.factory import make_agent
     from agents.loop import TrainingConfig, train
 
-    env = PlacementEnv(model=graph, backend="simulated", devices=twin_spec)
+    env = PlacementEnv(model=graph, backend="simulated", devices=spec)
     try:
-        env.reset(seed=args.seed)
-        agent = make_agent("hierarchical", graph, env.device_mask, env.devices, seed=args.seed)
+        env.reset(seed=seed)
+        agent = make_agent("hierarchical", graph, env.device_mask, env.devices, seed=seed)
         with tempfile.TemporaryDirectory(prefix="placer-optimize-") as run_dir:
-            state = train(agent, env, run_dir, TrainingConfig(updates=args.learn_updates, time_budget=seconds,
-                                                              progress=args.progress))
+            state = train(agent, env, run_dir, TrainingConfig(updates=updates, time_budget=seconds, progress=progress))
         if state.best_assignment is None:
             return None
+        simulator = "the calibrated simulator" if spec.startswith("calibrated:") else f"the simulator of {spec}"
         return Placement.from_assignment(graph, env.devices, list(state.best_assignment), {
-            "method": f"hierarchical planner, {state.updates} updates on the calibrated simulator"})
+            "method": f"hierarchical planner, {state.updates} updates on {simulator}"})
     finally:
         env.close()
 
@@ -843,7 +878,12 @@ def _command_line(args: OptimizeArgs) -> str:
 
 
 def _progress(args: OptimizeArgs, description: str, unit: str):
-    if not args.progress:
+    return progress_bar(args.progress, description, unit)
+
+
+def progress_bar(enabled: bool, description: str, unit: str):
+    """A progress bar on stderr around the items it is given, or None when `enabled` is False."""
+    if not enabled:
         return None
     from tqdm.auto import tqdm
 
@@ -868,9 +908,14 @@ def add_optimize_arguments(parser) -> None:
 def optimize_command_run(args) -> int:
     from placer.measure.config import measure_config
 
+    from agents.optimize_modeled import is_modeled_target, optimize_modeled
+
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(OptimizeArgs)}
     config = measure_config(args, MEASURE_CONFIG)  # refuses bad --warmup/--repeats before any work
-    result = optimize(OptimizeArgs(**values), measure_config=config, allow_exposed_ports=args.allow_exposed_ports)
+    if is_modeled_target(args.target):  # nothing to measure: the search is the simulator's alone
+        result = optimize_modeled(OptimizeArgs(**values))
+    else:
+        result = optimize(OptimizeArgs(**values), measure_config=config, allow_exposed_ports=args.allow_exposed_ports)
     print(json.dumps(result.to_json_dict(), indent=1) if args.json else result.describe())
     return 0
 
@@ -878,4 +923,6 @@ def optimize_command_run(args) -> int:
 optimize_command = Command(
     "search how to run MODEL's step here (one process and its thread pools, the target's workers and a placement, "
     "a micro-batch schedule) on the target's calibrated simulator, measure the best side by side, and write the "
-    "fastest measured as a plan", add_optimize_arguments, optimize_command_run)
+    "fastest measured as a plan; on a modeled GPU machine (--target modeled:4xH100), search placement and schedule "
+    "on its simulator alone and write the fastest simulated as a plan for that machine", add_optimize_arguments,
+    optimize_command_run)

@@ -1,5 +1,6 @@
 """A plan: how the machine runs one training step (one process, or testbed workers with their cores and thread
-pools), where its ops run (a placement) and its micro-batch schedule (or none); THE plan file's reader and writer.
+pools, or a modeled GPU machine), where its ops run (a placement) and its micro-batch schedule (or none); THE plan
+file's reader and writer.
 
 A plan names the graph and the target it was made for; `read_plan_file` refuses one that does not fit this
 machine, and `Plan.check_graph` / `Plan.check_target` refuse one made for another graph, target or calibration,
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Union
 
 from placer.cost.record import StepTime
+from placer.cost.spec import MODELED
 from placer.devices import short_name
 from placer.errors import DeviceSpecError, PlacementFileError, PlanFileError, ScheduleError
 from placer.files import write_json
@@ -31,10 +33,37 @@ if TYPE_CHECKING:
 FILE_FORMAT = "placer.plan"
 FILE_FORMAT_VERSION = 1
 
-MachineUse = Union[InProcess, LocalTestbed]
+
+
+@dataclass(frozen=True)
+class ModeledMachine:
+    """A modeled GPU machine ("modeled:4xH100"): a plan made for it was priced by the simulator alone, and this
+    machine cannot run it (`Plan.check_target` refuses it)."""
+
+    spec: str
+
+    def __post_init__(self):
+        from placer.cost.spec import parse_target_spec
+
+        if not MODELED.fullmatch(self.spec):
+            raise DeviceSpecError(f"{self.spec!r} is not a modeled machine such as 'modeled:4xH100'")
+        parse_target_spec(self.spec)  # refuses a GPU or link placer does not model
+
+    @property
+    def device_names(self) -> tuple[str, ...]:
+        from placer.cost.spec import parse_target_spec
+
+        return tuple(device.name for device in parse_target_spec(self.spec).devices.devices)
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+MachineUse = Union[InProcess, LocalTestbed, ModeledMachine]
 """How the machine runs the step: one process whose logical CPU devices share its thread pools (`InProcess`), or
 testbed workers, each pinned to cores of its own with its own pools (`LocalTestbed`). Either is checked against
-this machine's cores when it is made, so a plan that exists fits here."""
+this machine's cores when it is made, so a plan that exists fits here. Or a modeled GPU machine (`ModeledMachine`),
+which only the simulator runs: such a plan is read, described and compared, never applied here."""
 
 _HOW_TO_MAKE = ("`placer schedule MODEL --placement PLACEMENT --target TARGET --micro-batches M --method METHOD "
                 "--save-plan PLAN`")
@@ -51,8 +80,8 @@ class Plan:
     fingerprint: str
     """Of the model's training-step graph at its full batch: the one its placement places."""
     target: str
-    """The target spec it was made for: a real one (inprocess:2, local:widths=2+1) or calibrated:FILE, the
-    simulated twin of the real one that `machine` runs."""
+    """The target spec it was made for: a real one (inprocess:2, local:widths=2+1), calibrated:FILE, the
+    simulated twin of the real one that `machine` runs, or a modeled machine (modeled:4xH100, simulated only)."""
     machine: MachineUse
     placement: PlacementFile
     schedule: SchedulePlan | None = None
@@ -92,7 +121,8 @@ class Plan:
                  target: str | TargetSpec, *, schedule: SchedulePlan | None = None, predicted: StepTime | None = None,
                  made_by: str = "", command: str = "") -> Plan:
         """The plan of `graph` (built-in `model` at `size`, or a model function) placed by `placement` on `target`
-        (a real one, or calibrated:FILE: then the real target it was calibrated on runs the plan), with `schedule`.
+        (a real one; calibrated:FILE: then the real target it was calibrated on runs the plan; or a modeled
+        machine, which nothing here runs), with `schedule`.
         `command` is the command line that makes the plan again, quoted in refusals."""
         from placer.cost.spec import parse_target_spec
 
@@ -134,6 +164,11 @@ class Plan:
         calibration redone since the plan was made. Nothing is started."""
         from placer.cost.spec import parse_target_spec
 
+        if isinstance(self.machine, ModeledMachine):
+            raise PlanFileError(
+                f"{self.source} was made for {self.machine}, a modeled machine: its step time is simulated and this "
+                f"machine has no such GPUs to run it; `placer apply` runs plans made for a real target (`placer "
+                f"optimize {self.model} --size {self.size} --target local:2` makes one)")
         self._check_calibration_unchanged()
         machine = self.machine
         if isinstance(machine, LocalTestbed):
@@ -281,7 +316,9 @@ def _remake(command: str | None) -> str:
 
 
 def describe_machine(machine: MachineUse) -> str:
-    """One line: one process and its pools, or each testbed worker's cores and pools."""
+    """One line: one process and its pools, each testbed worker's cores and pools, or the modeled machine."""
+    if isinstance(machine, ModeledMachine):
+        return f"{machine}, a modeled machine (simulated: nothing here runs it)"
     if isinstance(machine, InProcess):
         pools = ", ".join(f"{name} {value if value is not None else 'default'}" for name, value in
                           (("intra", machine.intra_op_threads), ("inter", machine.inter_op_threads)))
@@ -302,11 +339,15 @@ def _machine_of(spec: TargetSpec) -> MachineUse:
                                 f"({error}): calibrate this machine (`placer calibrate --target TARGET --out FILE`)") from None
     if isinstance(spec.measured, (InProcess, LocalTestbed)):
         return spec.measured
-    raise PlanFileError(f"a plan says how to use this machine, so it is made for inprocess:N, local:... or "
-                        f"calibrated:FILE, not for {spec.text}")
+    if spec.backend == "simulated" and MODELED.fullmatch(spec.text):
+        return ModeledMachine(spec.text)
+    raise PlanFileError(f"a plan says how to use a machine, so it is made for inprocess:N, local:..., "
+                        f"calibrated:FILE or modeled:NxGPU, not for {spec.text}")
 
 
 def _machine_to_json(machine: MachineUse) -> dict[str, Any]:
+    if isinstance(machine, ModeledMachine):
+        return {"modeled": machine.spec}
     if isinstance(machine, InProcess):
         return {"process": {"logical_cpus": machine.logical_cpus, "intra_op_threads": machine.intra_op_threads,
                             "inter_op_threads": machine.inter_op_threads}}
@@ -318,6 +359,8 @@ def _machine_from_json(data: Any, source: str, remake: str) -> MachineUse:
     """The machine use a file records, checked against this machine's cores (InProcess and LocalTestbed refuse
     thread pools or core sets it does not have)."""
     try:
+        if isinstance(data, dict) and isinstance(data.get("modeled"), str):
+            return ModeledMachine(data["modeled"])
         if isinstance(data, dict) and isinstance(data.get("process"), dict):
             process = data["process"]
             return InProcess(int(process["logical_cpus"]), process.get("intra_op_threads"),
@@ -330,10 +373,12 @@ def _machine_from_json(data: Any, source: str, remake: str) -> MachineUse:
     except (KeyError, TypeError, ValueError) as error:
         raise PlanFileError(f"{source}'s machine use is malformed ({error!r}); {remake}") from None
     except DeviceSpecError as error:
+        if isinstance(data, dict) and "modeled" in data:
+            raise PlanFileError(f"{source}'s modeled machine: {error}; {remake}") from None
         raise PlanFileError(f"{source} uses more of the machine than this one has: {error}; on this machine, "
                             f"{remake}") from None
-    raise PlanFileError(f"{source} needs how it uses the machine under \"machine\": {{\"process\": ...}} or "
-                        f"{{\"workers\": [...]}}; {remake}")
+    raise PlanFileError(f"{source} needs how it uses the machine under \"machine\": {{\"process\": ...}}, "
+                        f"{{\"workers\": [...]}} or {{\"modeled\": \"modeled:NxGPU\"}}; {remake}")
 
 
 def _same_machine(a: Any, b: MachineUse) -> bool:
@@ -351,6 +396,8 @@ def _has_device(machine: MachineUse, name: str) -> bool:
     from placer.devices import name_parts
     from placer.testbed import JOB
 
+    if isinstance(machine, ModeledMachine):
+        return name in machine.device_names
     job, task, kind, index = name_parts(name)
     if kind != "CPU":
         return True

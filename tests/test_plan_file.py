@@ -251,3 +251,31 @@ def test_cli_apply_holds_a_plan_nothing_priced_against_what_its_maker_measured(m
     assert main(["apply", str(path), "--repeats", "2", "--warmup", "1"]) == 0
     assert ("step time measured when the plan was made 5.00 ms (by placer optimize on inprocess:2); this run"
             in capsys.readouterr().out)
+
+
+def test_a_plan_for_a_modeled_machine_round_trips_and_is_refused_to_run_in_one_line(mlp, tmp_path, capsys):
+    from placer.cli import main
+    from placer.cost import parse_target_spec
+    from placer.plan import ModeledMachine
+
+    devices = parse_target_spec("modeled:2xV100").devices
+    plan = Plan.made_for("mlp", "tiny", mlp, Placement.round_robin(mlp, devices), "modeled:2xV100",
+                         predicted=StepTime(0.002, "simulated", "modeled:2xV100"), made_by="test",
+                         command="placer optimize mlp --target modeled:2xV100")
+    path = plan.save(tmp_path / "plan.json")
+    assert json.loads(path.read_text())["machine"] == {"modeled": "modeled:2xV100"}
+    read = read_plan_file(path)
+    assert read.machine == ModeledMachine("modeled:2xV100") and read.target == "modeled:2xV100"
+    assert read.placement.op_devices == plan.placement.op_devices and read.predicted == plan.predicted
+    assert "modeled:2xV100, a modeled machine (simulated" in read.describe()
+    with pytest.raises(PlanFileError, match="a modeled machine: its step time is simulated"):
+        read.check_target()
+    assert main(["apply", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "placer optimize mlp --size tiny --target local:2" in err
+
+
+def test_a_modeled_machine_placer_does_not_model_is_refused_on_reading(mlp_plan_file, tmp_path):
+    path = _edited(mlp_plan_file, tmp_path, lambda data: data.update(machine={"modeled": "modeled:2xNOPE"}))
+    with pytest.raises(PlanFileError, match="modeled machine: unknown device model 'NOPE'"):
+        read_plan_file(path)

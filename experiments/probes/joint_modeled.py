@@ -10,12 +10,14 @@ micro-batch schedule. Per model and machine (ms per step):
 - single: every op on one GPU;
 - placement alone: the fastest heuristic placement (the exact baseline included), and the placement the
   hierarchical planner learns in --learn-updates simulated updates (the same loop as `placer train`);
-- expert scheduled: the papers' expert placement under its fastest micro-batch schedule (GPipe, 1F1B, Tessel's
-  fast search over --micro-batches), or unscheduled if none is faster (models that cannot be built at another
-  batch, the CNNs, get no schedules);
+- expert scheduled: the papers' expert placement under its fastest micro-batch schedule (GPipe, 1F1B, ZB-H1,
+  Tessel's fast search over --micro-batches), or unscheduled if none is faster (models that cannot be built at
+  another batch get no schedules);
 - one after another: the fastest placement alone, then the fastest schedule for it;
 - joint: the fastest pair of a placement above and a schedule (or none); the --schedule-top placements predicted
   fastest unscheduled are scheduled, and the expert's and one GPU's.
+The search is `placer optimize MODEL --target modeled:NxGPU`'s (`agents.optimize_modeled.search_modeled`); this
+probe reports it per model and machine as the columns below.
 A schedule is priced op by op (`placer.schedule.predict`): its micro-batched step with transfers, the merge of the
 micro-batches' gradients and the update. Reported: the joint decision against the best one-dimension decision
 (a placement alone, or the single GPU under its best schedule), and each decision over the machine's step time
@@ -42,97 +44,30 @@ COLUMNS = ["model", "machine", "single_ms", "placement_ms", "placement", "learne
            "expert_scheduled_ms", "expert_schedule", "sequential_ms", "sequential", "joint_ms", "joint",
            "joint_vs_best_one_dim_pct", "bound_ms", "placement_x_bound", "learned_x_bound", "joint_x_bound",
            "learned_gap_closed_pct", "search_s"]
-SCHEDULE_METHODS = ("gpipe", "1f1b", "tessel-fast")
-
-
-def scheduled_predictions(graph, micro_batch_graph, target, placement, micro_batches: int,
-                          notes: list[str]) -> dict[str, float]:
-    """Seconds per step of `placement` under each schedule method, priced op by op on `target`
-    (`micro_batch_graph`: the model built at the micro-batch size)."""
-    from placer.errors import PlacerError
-    from placer.schedule.from_placement import blocks_from_placement
-    from placer.schedule.methods import make_schedule
-    from placer.schedule.micro_batch import placement_at_micro_batch
-    from placer.schedule.predict import predict_plans, priced_template
-
-    try:
-        at_micro_batch = placement_at_micro_batch(placement, graph, micro_batch_graph, target.devices)
-        # every method searches spans that include the transfers, barriers and update the step pays
-        template = priced_template(blocks_from_placement(target.simulator, placement, micro_batches), micro_batch_graph,
-                                   at_micro_batch, target.spec)
-        plans = {method: make_schedule(method, template, micro_batches, time_limit=30.0) for method in SCHEDULE_METHODS}
-        predictions = predict_plans(plans, micro_batch_graph, at_micro_batch, target.spec)
-    except PlacerError as error:
-        notes.append(f"no schedules for {placement.metadata.get('method', 'a placement')}: {error}")
-        return {}
-    return {method: prediction.step_time.seconds for method, prediction in predictions.items()
-            if prediction.step_time.ok}
-
-
-def learned_placement(graph, spec: str, updates: int, seed: int = 0):
-    """The best placement the hierarchical planner finds in `updates` simulated updates (None with 0)."""
-    import tempfile
-
-    from agents.factory import make_agent
-    from agents.loop import TrainingConfig, train
-    from envs.placement import PlacementEnv
-    from placer.placement import Placement
-
-    if updates <= 0:
-        return None
-    env = PlacementEnv(model=graph, backend="simulated", devices=spec)
-    try:
-        env.reset(seed=seed)
-        agent = make_agent("hierarchical", graph, env.device_mask, env.devices, seed=seed)
-        with tempfile.TemporaryDirectory(prefix="placer-joint-") as run_dir:
-            state = train(agent, env, run_dir, TrainingConfig(updates=updates, progress=False))
-        if state.best_assignment is None:
-            return None
-        return Placement.from_assignment(graph, env.devices, list(state.best_assignment),
-                                         {"method": f"learned ({state.updates} updates)"})
-    finally:
-        env.close()
 
 
 def decide(model: str, size: str, gpus: int, gpu: str, micro_batches: int, learn_updates: int,
            schedule_top: int = 3) -> dict:
-    """One row: every decision's predicted step time for `model` on `gpus` modeled GPUs."""
-    from placer.cost import open_target
-    from placer.heuristics import applicable_heuristics, time_heuristics
-    from placer.models.loader import load_model
+    """One row: every decision's predicted step time for `model` on `gpus` modeled GPUs, from the search
+    `placer optimize --target modeled:NxGPU` makes (`agents.optimize_modeled.search_modeled`)."""
     from placer.models import model_spec
-    from placer.schedule.micro_batch import build_micro_batch_graph
-    from placer.simulate.bound import step_time_bound
+
+    from agents.optimize_modeled import search_modeled
 
     started = time.monotonic()
-    graph = load_model(model, size)
-    notes: list[str] = []
-    micro_batch_graph = None
-    if model_spec(model).batch_of is None:
-        notes.append(f"no schedules: {model} cannot be built at the micro-batch size")
-    else:
-        micro_batch_graph = build_micro_batch_graph(model, size, micro_batches)
     spec = f"modeled:{gpus}x{gpu}"
-    with open_target(graph, spec) as target:
-        bound = step_time_bound(target.simulator, simulated_on=spec)
-        timed = time_heuristics(target, applicable_heuristics(builtin_model=True, simulator=True), model=model)
-        placements = {name: t.placement for name, t in timed.items() if t.ok}
-        alone = {name: t.seconds for name, t in timed.items() if t.ok}
-        notes += [f"{name}: {t.error or 'failed'}" for name, t in timed.items() if not t.ok]
-        learned = learned_placement(graph, spec, learn_updates)
-        if learned is not None:
-            placements["learned"] = learned
-            alone["learned"] = target.evaluate(learned).seconds
-        # Scheduling a placement costs seconds to minutes at paper size (a micro-batched step simulated, Tessel's
-        # search): the fastest few placements are scheduled, and the expert's and one GPU's, whose schedules
-        # are the schedule-only decisions.
-        to_schedule = sorted(alone, key=alone.get)[:schedule_top] + ["expert", "single-device"]
-        scheduled = {(name, method): seconds for name, placement in placements.items() if name in to_schedule
-                     for method, seconds in (scheduled_predictions(graph, micro_batch_graph, target, placement,
-                                                                   micro_batches, notes)
-                                             if micro_batch_graph is not None else {}).items()}
-    row = summarize(alone, scheduled, bound.value)
-    return {"model": f"{model} {size}", "machine": spec, **row, "bound": bound.to_dict(),
+    schedulable = model_spec(model).batch_of is not None
+    search = search_modeled(model, size, spec, learn_updates=learn_updates,
+                            micro_batches=micro_batches if schedulable else None, schedule_top=schedule_top)
+    notes = list(search.notes)
+    if not schedulable:
+        notes.append(f"no schedules: {model} cannot be built at the micro-batch size")
+    # By every name that proposed a placement ("expert = metis" counts as both): the columns name heuristics.
+    alone = {name: c.seconds for c in search.placements if c.step_time.ok for name in c.placement_name.split(" = ")}
+    scheduled = {(name, c.schedule.method): c.seconds for c in search.scheduled if c.step_time.ok
+                 for name in c.placement_name.split(" = ")}
+    row = summarize(alone, scheduled, search.bound.value)
+    return {"model": f"{model} {size}", "machine": spec, **row, "bound": search.bound.to_dict(),
             "search_s": time.monotonic() - started, "notes": notes}
 
 

@@ -1,0 +1,473 @@
+"""`placer optimize MODEL --target modeled:NxGPU`: where the ops run and the micro-batch schedule, searched together
+on a modeled GPU machine. Nothing runs: every step time is the simulator's, each beside the machine's bound, and
+the fastest is written as a plan marked simulated for that machine.
+
+TensorFlow runs no GPU here, so the search is one pass of predictions (`search_modeled`, also the search of
+experiments/probes/joint_modeled.py):
+
+1. Every heuristic of the registry (the expert's placement among them: a stage of decoder blocks per GPU for the
+   language models), priced on the simulator.
+2. The hierarchical planner trained for --learn-updates on the same simulator (`agents.loop.train`), cut to the
+   budget left.
+3. With schedules (on by default when the model can be built at the micro-batch size): the expert's placement
+   (the one pipeline schedules were made for: scheduled before learning, so that learning cannot spend the
+   budget it needs), the `schedule_top` other placements priced fastest and one GPU's, each under GPipe, 1F1B,
+   Tessel's fast search and ZB-H1 over the micro-batches, priced op by op (`placer.schedule.predict`): seconds to
+   a minute per placement, so the next placement is scheduled only while the budget left holds what the last
+   one took.
+
+Thread pools and one process are a host CPU's choices, and a GPU machine's ops run on its GPUs: neither is searched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from placer.simulate.bound import StepTimeBound, gap_closed, times_bound
+
+if TYPE_CHECKING:
+    from placer.cost import StepTime
+    from placer.graph.opgraph import OpGraph
+    from placer.placement import Placement
+    from placer.plan import Plan
+    from placer.schedule.plan import SchedulePlan
+
+    from agents.optimize import OptimizeArgs
+
+SCHEDULE_METHODS = ("gpipe", "1f1b", "tessel-fast")
+"""The schedules of a placement's block template (Tessel's exact search is too slow for a budget of minutes)."""
+SPLIT_SCHEDULE_METHODS = ("zb-h1",)
+"""The schedules of its template with the backward split into input and weight gradients."""
+SCHEDULE_TOP = 2
+"""Placements priced fastest unscheduled that are scheduled, besides the expert's and one GPU's."""
+TESSEL_SECONDS = 10.0
+"""The most one Tessel search may take: a fraction of a budget of minutes, enough for a 4-stage template."""
+LEARNING_SHARE = 0.5
+"""Of the budget left when learning starts, the share it may take when schedules follow it."""
+
+
+@dataclass(frozen=True)
+class SimulatedCandidate:
+    """One placement, maybe under a schedule, and its simulated step time on the modeled machine."""
+
+    name: str
+    """"metis", "expert = scotch" (every heuristic that made the same placement), "expert + 1f1b x4"."""
+    placement_name: str
+    """The name of the placement it schedules (its own name when unscheduled)."""
+    placement: Placement
+    step_time: StepTime
+    schedule: SchedulePlan | None = None
+    made_by: str = ""
+
+    @property
+    def seconds(self) -> float:
+        return self.step_time.seconds if self.step_time.ok else math.inf
+
+    def made_of(self, name: str) -> bool:
+        """True when `name` ("expert", "learned") proposed its placement."""
+        return name in self.placement_name.split(" = ")
+
+
+@dataclass(frozen=True)
+class ModeledSearch:
+    """Every placement and schedule priced on one modeled machine, and its bound."""
+
+    target: str
+    placements: tuple[SimulatedCandidate, ...]
+    """One per distinct placement, unscheduled."""
+    scheduled: tuple[SimulatedCandidate, ...]
+    bound: StepTimeBound
+    micro_batches: int | None
+    """None: no schedules were asked for."""
+    notes: tuple[str, ...] = ()
+    phase_seconds: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def candidates(self) -> list[SimulatedCandidate]:
+        """Fastest first; between equal step times, a placement unscheduled before one under a schedule."""
+        return sorted(self.placements + self.scheduled, key=lambda c: (c.seconds, c.schedule is not None))
+
+    @property
+    def fastest(self) -> SimulatedCandidate:
+        return self.candidates[0]
+
+    def unscheduled(self, name: str) -> SimulatedCandidate | None:
+        """The placement `name` ("expert", "single-device", "learned") proposed, unscheduled."""
+        return next((c for c in self.placements if c.made_of(name)), None)
+
+    @property
+    def gap_closed(self) -> float | None:
+        """The share of the best heuristic placement's distance to the bound that the learned placement closed."""
+        learned = self.unscheduled("learned")
+        heuristics = [c.seconds for c in self.placements if c.placement_name != "learned"]
+        if learned is None or not heuristics:
+            return None
+        return gap_closed(min(heuristics), learned.seconds, self.bound)
+
+
+def is_modeled_target(target: str) -> bool:
+    """True for a modeled GPU machine's spec (modeled:4xH100), which `placer optimize` searches by simulation."""
+    return isinstance(target, str) and target.strip().startswith("modeled")
+
+
+def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = None, learn_updates: int = 0,
+                   micro_batches: int | None = None, schedule_top: int = SCHEDULE_TOP, seed: int = 0,
+                   deadline: float = math.inf, progress: bool = False,
+                   say: Callable[[str], None] = lambda line: None) -> ModeledSearch:
+    """Every heuristic placement of `model` at `size` on the modeled machine `spec`, the learned one (with
+    `learn_updates`), and with `micro_batches` the schedules of the expert's, the `schedule_top` fastest and one
+    GPU's placements; nothing learned or scheduled is started after `deadline` (a `time.monotonic()`).
+
+    graph: the model's graph at its full batch, if already built."""
+    from placer.cost import open_target
+    from placer.heuristics import applicable_heuristics, time_heuristics
+    from placer.models import is_builtin_model, load_model
+    from placer.schedule.micro_batch import build_micro_batch_graph
+    from placer.simulate.bound import step_time_bound
+
+    from agents.optimize import PhaseClock, learned_placement, merge_same_placements, progress_bar
+
+    clock = PhaseClock()
+    phase_done = clock.done
+    graph = graph if graph is not None else load_model(model, size)
+    builtin = is_builtin_model(model)
+    notes: list[str] = []
+    phase_done("building the graph")
+    with open_target(graph, spec) as target:
+        bound = step_time_bound(target.simulator, simulated_on=spec)
+        say(f"pricing every heuristic placement on {spec}")
+        timings = time_heuristics(target, applicable_heuristics(builtin_model=builtin, simulator=True),
+                                  model=model if builtin else None, seed=seed,
+                                  progress=progress_bar(progress, "heuristics", "placement"))
+        found = []
+        for name, timing in timings.items():
+            if timing.placement is None or not timing.ok:
+                notes.append(f"heuristic {name}: {timing.error or timing.step_time.message or 'failed'}")
+                continue
+            found.append(SimulatedCandidate(name, name, timing.placement, timing.step_time, made_by=f"heuristic {name}"))
+        phase_done("heuristics")
+        if not found:
+            from agents.optimize import OptimizeError
+
+            raise OptimizeError(f"no heuristic could place {model} on {spec}: {'; '.join(notes)}")
+        scheduling = _Scheduling(graph, build_micro_batch_graph(model, size, micro_batches), target, micro_batches,
+                                 deadline, notes, say) if micro_batches else None
+        heuristic_placements = merge_same_placements(found, ("name", "placement_name"))
+        first = _to_schedule(heuristic_placements, 0)[:1]  # the expert's (or one GPU's): before learning can
+        if scheduling is not None:                          # spend the budget, as it is the pipelines' own
+            scheduling.schedule(first)
+            phase_done("schedules")
+        if learn_updates:
+            left = deadline - time.monotonic()
+            seconds = left * (LEARNING_SHARE if micro_batches else 1.0)
+            if seconds < 1:
+                notes.append(f"no learned placement: --budget was spent before learning ({max(left, 0):.0f} s left)")
+            else:
+                say(f"training the hierarchical planner on {spec} ({learn_updates} updates, at most {seconds:.0f} s)")
+                learned = learned_placement(graph, spec, updates=learn_updates, seconds=seconds, seed=seed,
+                                            progress=progress)
+                if learned is not None:
+                    found.append(SimulatedCandidate("learned", "learned", learned, target.evaluate(learned),
+                                                    made_by=learned.metadata.get("method", "hierarchical planner")))
+        phase_done("learning")
+        placements = merge_same_placements(found, ("name", "placement_name"))
+        scheduled: list[SimulatedCandidate] = []
+        if scheduling is not None:
+            done = {tuple(c.placement.group_devices) for c in first}
+            scheduling.schedule([c for c in _to_schedule(placements, schedule_top)
+                                 if tuple(c.placement.group_devices) not in done])
+            scheduled = _named_as(scheduling.scheduled, placements)
+            scheduling.note_skipped()
+        phase_done("schedules")
+    return ModeledSearch(spec, tuple(placements), tuple(scheduled), bound, micro_batches, tuple(notes),
+                         clock.seconds)
+
+
+def schedule_candidates(graph: OpGraph, micro_batch_graph: OpGraph, target, candidate: SimulatedCandidate,
+                        micro_batches: int, notes: list[str], *, time_limit: float,
+                        deadline: float = math.inf) -> list[SimulatedCandidate]:
+    """`candidate`'s placement under each schedule method over `micro_batches`, each priced op by op on the
+    simulated `target` (`micro_batch_graph`: the model built at the micro-batch size); a template no method can
+    schedule is a note. The split template (ZB-H1) costs what the whole one did: it is left out, with a note,
+    unless that much is left before `deadline` (a `time.monotonic()`)."""
+    from placer.errors import PlacerError
+    from placer.schedule.from_placement import blocks_from_placement
+    from placer.schedule.methods import make_schedule
+    from placer.schedule.micro_batch import placement_at_micro_batch
+    from placer.schedule.origin import with_prediction
+    from placer.schedule.predict import predict_plans, priced_template
+
+    at_micro_batch = placement_at_micro_batch(candidate.placement, graph, micro_batch_graph, target.devices)
+    scheduled = []
+    variants = [(False, SCHEDULE_METHODS)]
+    if len(set(candidate.placement.group_devices)) > 1:  # on one device no gradient crosses: nothing to split
+        variants.append((True, SPLIT_SCHEDULE_METHODS))
+    took = 0.0
+    for split, methods in variants:
+        if split and deadline - time.monotonic() < took:
+            notes.append(f"no {'/'.join(methods)} schedule for {candidate.name}: --budget left less than the "
+                         f"{took:.0f} s its other schedules took; raise --budget")
+            continue
+        started = time.monotonic()
+        try:
+            template = blocks_from_placement(target.simulator, candidate.placement, micro_batches,
+                                             split_weight_gradients=split)
+            # Every method searches spans that include the transfers, barriers and update the step pays.
+            template = priced_template(template, micro_batch_graph, at_micro_batch, target.spec)
+            plans = {method: make_schedule(method, template, micro_batches, time_limit=time_limit) for method in methods}
+            # One call per template: a split template's plans run a step of their own (weight gradients apart).
+            predictions = predict_plans(plans, micro_batch_graph, at_micro_batch, target.spec)
+        except PlacerError as error:
+            notes.append(f"no {'/'.join(methods)} schedule for {candidate.name}: {error}")
+            continue
+        took = time.monotonic() - started
+        scheduled += [SimulatedCandidate(f"{candidate.name} + {method} x{micro_batches}", candidate.name,
+                                         candidate.placement, predictions[method].step_time,
+                                         with_prediction(plan, predictions[method]),
+                                         f"{candidate.made_by}; {method} schedule")
+                      for method, plan in plans.items()]
+    return scheduled
+
+
+class _Scheduling:
+    """Placements scheduled while the budget lasts: the next is started only if what is left holds what the last
+    one's schedules took (seconds to a minute each at paper size)."""
+
+    def __init__(self, graph: OpGraph, micro_batch_graph: OpGraph, target, micro_batches: int, deadline: float,
+                 notes: list[str], say: Callable[[str], None]):
+        self.graph, self.micro_batch_graph, self.target = graph, micro_batch_graph, target
+        self.micro_batches, self.deadline, self.notes, self.say = micro_batches, deadline, notes, say
+        self.scheduled: list[SimulatedCandidate] = []
+        self.skipped: list[str] = []
+        self.took = 0.0
+
+    def schedule(self, candidates: list[SimulatedCandidate]) -> None:
+        for candidate in candidates:
+            left = self.deadline - time.monotonic()
+            if left < max(1.0, self.took):
+                self.skipped.append(candidate.name)
+                continue
+            self.say(f"pricing {', '.join(SCHEDULE_METHODS + SPLIT_SCHEDULE_METHODS)} over {self.micro_batches} "
+                     f"micro-batches of {candidate.name} op by op")
+            started = time.monotonic()
+            self.scheduled += schedule_candidates(self.graph, self.micro_batch_graph, self.target, candidate,
+                                                  self.micro_batches, self.notes, deadline=self.deadline,
+                                                  time_limit=min(TESSEL_SECONDS, max(1.0, left / 4)))
+            self.took = time.monotonic() - started
+
+    def note_skipped(self) -> None:
+        if self.skipped:
+            self.notes.append(f"--budget was spent before the schedules of {', '.join(self.skipped)}"
+                              + (f" (the last placement's took {self.took:.0f} s)" if self.took else "")
+                              + ": raise --budget")
+
+
+def _named_as(scheduled: list[SimulatedCandidate], placements: list[SimulatedCandidate]) -> list[SimulatedCandidate]:
+    """`scheduled` named after the placements they schedule as finally merged: one scheduled before learning
+    ("expert + 1f1b x4") takes the learned placement's name too when that is the same ("expert = learned + ...")."""
+    names = {tuple(p.placement.group_devices): p.placement_name for p in placements}
+    renamed = []
+    for c in scheduled:
+        name = names[tuple(c.placement.group_devices)]
+        renamed.append(dataclasses.replace(c, name=name + c.name[len(c.placement_name):], placement_name=name))
+    return renamed
+
+
+def _to_schedule(placements: list[SimulatedCandidate], top: int) -> list[SimulatedCandidate]:
+    """In the order they are scheduled while the budget lasts: the expert's placement (what pipeline schedules
+    were made for), the `top` others priced fastest, then one GPU's (the schedule alone: micro-batches on one
+    device)."""
+    expert = [c for c in placements if c.made_of("expert")]
+    single = [c for c in placements if c.made_of("single-device") and c not in expert]
+    others = sorted((c for c in placements if c not in expert and c not in single), key=lambda c: c.seconds)
+    return expert + others[:top] + single
+
+
+# -- the command -----------------------------------------------------------------------------------------
+
+
+def modeled_micro_batches(args: OptimizeArgs, gpus: int, batch: int | None) -> int | None:
+    """The micro-batches of the schedules searched, or None for none: --micro-batches, else one per GPU (a
+    pipeline stage each) when that divides the batch, else 2. Schedules are searched with --schedules, and by
+    default when the model can be built at another batch (`batch`: its batch, None when it cannot)."""
+    if args.schedules is False or batch is None:
+        return None
+    if args.micro_batches is not None:
+        return args.micro_batches
+    return gpus if gpus > 1 and batch % gpus == 0 else 2
+
+
+def check_modeled_args(args: OptimizeArgs):
+    """Refuse, before any work, what `placer optimize` cannot search on a modeled machine; returns the target's
+    parsed spec and the micro-batches of its schedules (None: none)."""
+    from placer.cost import parse_target_spec
+    from placer.files import check_output_file
+    from placer.models import check_model_spec, is_builtin_model, model_spec
+    from placer.models.registry import model_batch
+    from placer.schedule.from_placement import check_micro_batches
+
+    from agents.optimize import OptimizeError
+
+    if not args.model:
+        raise OptimizeError("which model? give MODEL (see `placer models`)")
+    check_model_spec(args.model, args.size)
+    spec = parse_target_spec(args.target, "simulated")  # refuses a GPU or link placer does not model
+    for flag, given in (("--calibration", args.calibration), ("--from-run", args.from_run)):
+        if given:
+            raise OptimizeError(f"{flag} is for a real target: on {args.target} nothing is calibrated or measured, "
+                                "the simulator prices every plan")
+    for name, value, least in (("--learn-updates", args.learn_updates, 0), ("--micro-batches", args.micro_batches, 2)):
+        if value is not None and value < least:
+            raise OptimizeError(f"{name} must be at least {least}, got {value}")
+    if not (math.isfinite(args.budget) and args.budget > 0):
+        raise OptimizeError(f"--budget must be a positive number of seconds, got {args.budget}")
+    batch = None
+    if is_builtin_model(args.model) and model_spec(args.model).batch_of is not None:
+        batch = model_batch(args.model, args.size)
+    elif args.schedules:
+        raise OptimizeError(f"--schedules rebuilds the model at the micro-batch size, which {args.model!r} cannot be: "
+                            "give a built-in model that can (placer models), or leave out --schedules")
+    gpus = sum(1 for device in spec.devices.devices if device.kind == "GPU")
+    micro_batches = modeled_micro_batches(args, gpus, batch)
+    if micro_batches is not None:
+        check_micro_batches(batch, micro_batches)
+    check_output_file(args.out, "--out")
+    return spec, micro_batches
+
+
+@dataclass(frozen=True)
+class ModeledOptimizeResult:
+    """The search on a modeled machine, the recommended candidate and its plan."""
+
+    model: str
+    size: str
+    graph: str
+    search: ModeledSearch
+    recommended: SimulatedCandidate
+    plan: Plan
+    plan_path: str
+    seconds: float = 0.0
+    ops: int = 0
+
+    @property
+    def target(self) -> str:
+        return self.search.target
+
+    def versus_expert(self) -> str | None:
+        """How the recommended plan compares with the expert's placement, unscheduled and under its best schedule."""
+        expert = self.search.unscheduled("expert")
+        if expert is None or not expert.step_time.ok:
+            return None
+        best = self.recommended
+        schedules = [c for c in self.search.scheduled if c.placement_name == expert.name and c.step_time.ok]
+        scheduled = min(schedules, key=lambda c: c.seconds) if schedules else None
+        if best is expert:
+            return "the recommended plan is the expert's placement, unscheduled" + (
+                "" if scheduled is None else f"; under its best schedule ({scheduled.schedule.method}) it takes "
+                                             f"{scheduled.seconds * 1e3:.2f} ms")
+        if best is scheduled:
+            return (f"the recommended plan is the expert's placement under {scheduled.schedule.method}, "
+                    f"{100 * (1 - best.seconds / expert.seconds):.1f}% shorter than it unscheduled "
+                    f"({expert.seconds * 1e3:.2f} ms)")
+        return (f"{100 * (1 - best.seconds / expert.seconds):.1f}% shorter than the expert's placement "
+                f"({expert.seconds * 1e3:.2f} ms)") + (
+            "" if scheduled is None else f", {100 * (1 - best.seconds / scheduled.seconds):.1f}% than it under its best "
+                                         f"schedule ({scheduled.schedule.method}, {scheduled.seconds * 1e3:.2f} ms)")
+
+    def describe(self) -> str:
+        search, winner = self.search, self.recommended.seconds
+        rows = search.candidates
+        width = max(len(c.name) for c in rows)
+        lines = [f"{self.model} ({self.size}, graph {self.graph!r}): {len(rows)} ways to run its step on {self.target}, "
+                 "SIMULATED (nothing was measured: every step time is the simulator's)",
+                 f"  {'':1} {'plan':<{width}}  {'schedule':<16} {'simulated':>10}  {'x bound':>7}  vs fastest"]
+        for c in rows:
+            mark = "*" if c is self.recommended else " "
+            schedule = "none" if c.schedule is None else f"{c.schedule.method} x{c.schedule.micro_batches}"
+            if c.step_time.ok:
+                simulated, ratio = f"{c.seconds * 1e3:7.2f} ms", f"{c.seconds / winner:.2f}x"
+            else:
+                simulated, ratio = c.step_time.failure or "failed", f"({c.step_time.message[:60]})"
+            against = times_bound(c.seconds if c.step_time.ok else None, search.bound)
+            lines.append(f"  {mark} {c.name:<{width}}  {schedule:<16} {simulated:>10}  "
+                         f"{'-' if against is None else f'{against:.2f}x':>7}  {ratio}")
+        lines.append(f"  x bound: over the {search.bound.describe()}; it bounds placements of the whole batch, so a "
+                     "micro-batch schedule can go below it")
+        if search.gap_closed is not None:
+            lines.append(f"  gap closed: the learned placement closed {100 * search.gap_closed:+.1f}% of the best "
+                         "heuristic's distance to the bound")
+        versus = self.versus_expert()
+        if versus:
+            lines.append(f"  vs the expert: {versus}")
+        lines.append("  thread settings and one process: not searched, they are a host CPU's choices and this machine's "
+                     "ops run on its GPUs")
+        if search.micro_batches is None:
+            lines.append("  schedules: none searched (the model cannot be built at the micro-batch size, or "
+                         "--no-schedules)")
+        lines += [f"  note: {note}" for note in search.notes]
+        best = self.recommended
+        lines.append(f"recommended: {best.name} on {self.target}, {winner * 1e3:.2f} ms per step simulated")
+        lines.append(f"wrote {self.plan_path} in {self.seconds:.0f} s of search: a plan for {self.target}, simulated; "
+                     "`placer apply` runs plans made for a real target only")
+        if search.phase_seconds:
+            lines.append("  where the time went: " + ", ".join(f"{phase} {seconds:.0f} s"
+                                                                for phase, seconds in search.phase_seconds.items()))
+        return "\n".join(lines)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        search = self.search
+
+        def row(c: SimulatedCandidate) -> dict[str, Any]:
+            return {"name": c.name, "placement": c.placement_name, "made_by": c.made_by,
+                    "schedule": None if c.schedule is None else {"method": c.schedule.method,
+                                                                 "micro_batches": c.schedule.micro_batches},
+                    "simulated": c.step_time.to_dict(), "ok": c.step_time.ok,
+                    "seconds": c.seconds if c.step_time.ok else None,
+                    "vs_fastest": c.seconds / self.recommended.seconds if c.step_time.ok else None,
+                    "x_bound": times_bound(c.seconds if c.step_time.ok else None, search.bound)}
+
+        expert = search.unscheduled("expert")
+        return {"model": self.model, "size": self.size, "graph": self.graph, "target": self.target,
+                "simulated": True, "measured": False, "recommended": self.recommended.name, "plan": self.plan_path,
+                "candidates": [row(c) for c in search.candidates], "micro_batches": search.micro_batches,
+                "bound": {**search.bound.to_dict(), "simulated": True}, "gap_closed": search.gap_closed,
+                "expert": None if expert is None else expert.seconds, "notes": list(search.notes),
+                "seconds": self.seconds, "ops": self.ops, "phase_seconds": dict(search.phase_seconds)}
+
+
+def optimize_modeled(args: OptimizeArgs, *, command: str | None = None,
+                     say: Callable[[str], None] | None = None) -> ModeledOptimizeResult:
+    """Search `args.model`'s placement and schedule on the modeled machine `args.target` within `args.budget`
+    seconds, and write the fastest simulated as a plan for that machine to `args.out`."""
+    from placer.models import load_model
+    from placer.plan import Plan
+
+    from agents.optimize import _command_line
+
+    started = time.monotonic()
+    spec, micro_batches = check_modeled_args(args)
+    tell = say or (lambda line: print(line, file=sys.stderr, flush=True))
+
+    def say_when(line: str) -> None:
+        tell(f"[{time.monotonic() - started:4.0f} s of {args.budget:.0f}] {line}")
+
+    graph = load_model(args.model, args.size)
+    say_when(graph.summary())
+    search = search_modeled(args.model, args.size, str(spec), graph=graph, learn_updates=args.learn_updates,
+                            micro_batches=micro_batches, seed=args.seed, deadline=started + args.budget,
+                            progress=args.progress, say=say_when)
+    best = search.fastest
+    plan = Plan.made_for(args.model, args.size, graph, best.placement, str(spec), schedule=best.schedule,
+                         predicted=best.step_time, made_by="placer optimize",
+                         command=command or _command_line(args))
+    plan = dataclasses.replace(plan, provenance={
+        **plan.provenance, "simulated": True, "candidate": best.name, "made_from": best.made_by,
+        "alternatives": {c.name: c.seconds if c.step_time.ok else None for c in search.candidates}})
+    plan.save(args.out)
+    return ModeledOptimizeResult(args.model, args.size, graph.name, search, best, plan, str(args.out),
+                                 time.monotonic() - started, len(graph.ops))

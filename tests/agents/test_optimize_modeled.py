@@ -1,0 +1,193 @@
+"""`placer optimize MODEL --target modeled:NxGPU`: placement and micro-batch schedule searched together on the
+simulator of a modeled GPU machine, every step time labelled simulated and shown against the bound, the fastest
+written as a plan for that machine that `placer apply` refuses in one line; bad input refused before any work."""
+
+import contextlib
+import io
+import json
+import re
+
+import pytest
+
+from agents.optimize import OptimizeArgs
+from agents.optimize_modeled import ModeledOptimizeResult, ModeledSearch, SimulatedCandidate, modeled_micro_batches
+from placer.cost import StepTime
+from placer.plan import ModeledMachine, read_plan_file
+from placer.simulate.bound import StepTimeBound
+
+MS = 1e-3
+
+
+def _run(argv):
+    """`placer ARGV`: its exit status, stdout and stderr."""
+    from agents.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(argv)
+    return status, out.getvalue(), err.getvalue()
+
+
+# -- what the table says ---------------------------------------------------------------------------------
+
+
+def _candidate(name, ms, method=None, placement_name=None):
+    from placer.schedule.methods import make_schedule
+    from placer.schedule.shapes import shape_template
+
+    schedule = None if method is None else make_schedule(method, shape_template("pipeline", 2), 4)
+    return SimulatedCandidate(name, placement_name or name, None, StepTime(ms * MS, "simulated", "modeled:4xH100"),
+                              schedule)
+
+
+def _result(placements, scheduled, bound_ms=4.0):
+    bound = StepTimeBound(critical_path=bound_ms * MS, work=bound_ms * MS / 2, memory=0.0, overhead=0.0,
+                          devices_needed=1, simulated_on="modeled:4xH100")
+    search = ModeledSearch("modeled:4xH100", tuple(placements), tuple(scheduled), bound, 4)
+    return ModeledOptimizeResult("gpt2", "tiny", "gpt2-tiny", search, search.fastest, None, "plan.json")
+
+
+def test_the_table_says_simulated_and_shows_each_plan_against_the_bound_the_learned_gap_and_the_expert():
+    result = _result([_candidate("metis", 6), _candidate("expert", 8), _candidate("learned", 5)],
+                     [_candidate("expert + 1f1b x4", 4.5, "1f1b", "expert")])
+    assert result.recommended.name == "expert + 1f1b x4"
+    text = result.describe()
+    assert "on modeled:4xH100, SIMULATED (nothing was measured" in text
+    assert re.search(r"\* expert \+ 1f1b x4\s+1f1b x4\s+4\.50 ms\s+1\.12x\s+1\.00x", text)
+    assert "bound 4.000 ms (simulated on modeled:4xH100)" in text
+    assert "the learned placement closed +50.0% of the best heuristic's distance to the bound" in text  # 6 -> 5, bound 4
+    assert "the expert's placement under 1f1b, 43.8% shorter than it unscheduled (8.00 ms)" in text
+    assert text.count("thread settings") == 1  # one line, not a row per setting
+    assert "recommended: expert + 1f1b x4 on modeled:4xH100, 4.50 ms per step simulated" in text
+    data = result.to_json_dict()
+    assert data["simulated"] is True and data["measured"] is False and data["bound"]["simulated"] is True
+    assert [row["name"] for row in data["candidates"]][0] == "expert + 1f1b x4"
+    assert data["gap_closed"] == pytest.approx(0.5)
+
+
+def test_the_recommended_plan_is_shown_against_the_expert_s_placement_unscheduled_and_scheduled():
+    expert, scheduled = _candidate("expert", 8), _candidate("expert + 1f1b x4", 7, "1f1b", "expert")
+    faster = _result([_candidate("metis", 6), expert], [scheduled])
+    assert faster.versus_expert() == ("25.0% shorter than the expert's placement (8.00 ms), 14.3% than it under its "
+                                      "best schedule (1f1b, 7.00 ms)")
+    assert _result([expert], [_candidate("expert + gpipe x4", 9, "gpipe", "expert")]).versus_expert() == (
+        "the recommended plan is the expert's placement, unscheduled; under its best schedule (gpipe) it takes 9.00 ms")
+    assert _result([_candidate("metis", 6)], []).versus_expert() is None  # a model without an expert's placement
+
+
+def test_between_equal_step_times_the_unscheduled_placement_is_recommended():
+    result = _result([_candidate("metis", 5)], [_candidate("metis + gpipe x4", 5, "gpipe", "metis")])
+    assert result.recommended.name == "metis"
+
+
+@pytest.mark.parametrize("schedules, micro_batches, gpus, batch, expected", [
+    (None, None, 4, 8, 4),      # one micro-batch per pipeline stage
+    (None, None, 3, 8, 2),      # 3 does not divide 8
+    (None, 8, 4, 8, 8),         # as given
+    (False, None, 4, 8, None),  # --no-schedules
+    (None, None, 4, None, None),  # a model that cannot be built at another batch: no schedules by default
+])
+def test_schedules_are_searched_by_default_one_micro_batch_per_gpu(schedules, micro_batches, gpus, batch, expected):
+    args = OptimizeArgs("gpt2", target=f"modeled:{gpus}xH100", schedules=schedules, micro_batches=micro_batches)
+    assert modeled_micro_batches(args, gpus, batch) == expected
+
+
+# -- refusals --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flags, refusal", [
+    (["two-tower", "--target", "modeled:2xNOPE"], "unknown device model 'NOPE'"),
+    (["two-tower", "--target", "modeled:two"], "is not a modeled machine"),
+    (["two-tower", "--target", "modeled:2xH100", "--micro-batches", "3"], "do not divide the batch of 64"),
+    (["placer.models.heldout:branchy_0_graph", "--target", "modeled:2xH100", "--schedules"],
+     "rebuilds the model at the micro-batch size"),
+    (["two-tower", "--target", "modeled:2xH100", "--calibration", "c.json"], "--calibration is for a real target"),
+    (["two-tower", "--target", "modeled:2xH100", "--budget", "0"], "--budget"),
+])
+def test_bad_input_on_a_modeled_machine_is_refused_before_any_work(flags, refusal, nothing_may_run, tmp_path):
+    status, _, err = _run(["optimize", *flags, "--out", str(tmp_path / "plan.json"), "--no-progress"])
+    assert status == 2
+    assert refusal in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())
+
+
+# -- end to end ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_tower(tmp_path_factory):
+    """The tiny two-tower model optimized on two modeled H100s with 2 learning updates (about a minute on 2
+    cores: the exact baseline's 10 s, learning, and the schedules of four placements)."""
+    plan = tmp_path_factory.mktemp("modeled") / "plan.json"
+    status, out, err = _run(["optimize", "two-tower", "--size", "tiny", "--target", "modeled:2xH100",
+                             "--learn-updates", "2", "--no-progress", "--out", str(plan)])
+    return status, out, err, plan
+
+
+def test_optimize_on_a_modeled_machine_prints_the_simulated_table_with_its_bound(two_tower):
+    status, out, err, _ = two_tower
+    assert status == 0, err
+    assert "ways to run its step on modeled:2xH100, SIMULATED" in out
+    assert "(simulated on modeled:2xH100)" in out and "x bound" in out
+    assert re.search(r"^\s+learned\b", out, re.M) or "learned =" in out or "= learned" in out
+    assert re.search(r"\+ (gpipe|1f1b|zb-h1|tessel-fast) x2", out)  # schedules searched by default
+    assert "measured" not in out.replace("nothing was measured", "")
+
+
+def test_the_plan_written_is_the_recommended_placement_and_schedule_marked_simulated(two_tower):
+    status, out, _, plan_path = two_tower
+    recommended = re.search(r"^recommended: (.+) on modeled:2xH100, ([\d.]+) ms per step simulated$", out, re.M)
+    plan = read_plan_file(plan_path)
+    assert plan.target == "modeled:2xH100" and plan.machine == ModeledMachine("modeled:2xH100")
+    assert plan.provenance["candidate"] == recommended.group(1) and plan.provenance["simulated"] is True
+    assert plan.predicted.backend == "simulated" and plan.predicted.target == "modeled:2xH100"
+    assert plan.predicted.seconds * 1e3 == pytest.approx(float(recommended.group(2)), abs=0.01)
+    assert plan.predicted.seconds == min(s for s in plan.provenance["alternatives"].values() if s is not None)
+    method = re.search(r" \+ (\S+) x\d+$", recommended.group(1))
+    assert (plan.schedule is None) == (method is None)
+    if method:
+        assert plan.schedule.method == method.group(1)
+
+
+def test_placer_apply_refuses_a_modeled_machine_s_plan_in_one_line(two_tower):
+    *_, plan_path = two_tower
+    status, _, err = _run(["apply", str(plan_path)])
+    assert status == 2
+    assert len(err.strip().splitlines()) == 1
+    assert "was made for modeled:2xH100, a modeled machine" in err and "placer optimize two-tower" in err
+
+
+def test_gpt2_s_stage_split_on_four_modeled_gpus_is_priced_under_every_pipeline_schedule():
+    from placer.cost import open_target
+    from placer.heuristics import make_heuristic
+    from placer.models import load_model
+    from placer.schedule.micro_batch import build_micro_batch_graph
+
+    from agents.optimize_modeled import schedule_candidates
+
+    graph = load_model("gpt2", "tiny")
+    with open_target(graph, "modeled:4xH100") as target:
+        expert = make_heuristic("expert", graph, target.devices, model="gpt2")
+        assert len(set(expert.group_devices)) == 4  # a stage of decoder blocks per GPU
+        unscheduled = SimulatedCandidate("expert", "expert", expert, target.evaluate(expert))
+        notes = []
+        scheduled = schedule_candidates(graph, build_micro_batch_graph("gpt2", "tiny", 4), target, unscheduled, 4,
+                                        notes, time_limit=2.0)
+    assert not notes
+    assert {c.schedule.method for c in scheduled} == {"gpipe", "1f1b", "tessel-fast", "zb-h1"}
+    assert all(c.step_time.ok and c.step_time.backend == "simulated" and c.schedule.micro_batches == 4
+               for c in scheduled)
+    assert {c.name for c in scheduled} >= {"expert + 1f1b x4", "expert + zb-h1 x4"}
+
+
+@pytest.mark.slow
+def test_gpt2_on_four_modeled_gpus_searches_the_stage_split_with_its_schedules_beside_every_placement(tmp_path):
+    status, out, err = _run(["optimize", "gpt2", "--size", "tiny", "--target", "modeled:4xH100", "--learn-updates",
+                             "0", "--json", "--no-progress", "--out", str(tmp_path / "plan.json")])
+    assert status == 0, err
+    result = json.loads(out)
+    assert result["simulated"] and result["micro_batches"] == 4  # one per GPU: a pipeline stage each
+    expert = {row["schedule"]["method"] for row in result["candidates"]
+              if row["schedule"] and "expert" in row["placement"].split(" = ") and row["ok"]}
+    assert {"gpipe", "1f1b", "zb-h1", "tessel-fast"} <= expert
+    assert all(row["x_bound"] >= 1 - 1e-9 for row in result["candidates"] if row["ok"] and not row["schedule"])
