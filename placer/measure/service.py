@@ -158,6 +158,9 @@ class Measurer:
             # placement measured again. One that dies twice on it is reported (an OOM kill, say).
             log.warning("the measurement worker of %s died while measuring a placement of %r (%s); it was started "
                         "again and the placement is measured again", self.target, graph.name, result.failure.message)
+            if self._process is not None:  # it answered "crash" (a testbed server died) and may not have exited
+                self._kill()
+                self.restarts += 1
             self.start()
             again = self._measure_once(graph, op_devices, config)
             result = again if again.failure is None else replace(again, failure=Failure(

@@ -10,7 +10,9 @@ import argparse
 import json
 import os
 import sys
+import threading
 import traceback
+from contextlib import contextmanager
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,7 +103,6 @@ def _serve(channel_in: int, channel_out: int, target: str, servers, local_cpus: 
     import tensorflow as tf
 
     from placer.measure import channel
-    from placer.measure.result import Failure, Measurement
     from placer.measure.runner import LoadedGraph
 
     graphs: dict[str, LoadedGraph] = {}
@@ -120,22 +121,90 @@ def _serve(channel_in: int, channel_out: int, target: str, servers, local_cpus: 
             channel.send(channel_out, ("ok",))
         elif kind == "measure":
             _, key, op_devices, config = request
-            if servers is not None:
-                try:
-                    servers.check_alive()
-                except Exception as error:
-                    channel.send(channel_out, Measurement(failure=Failure("crash", str(error)), target=target))
-                    return  # the caller restarts us, and with us the testbed
+            crashed = _dead_server(servers, target)
+            if crashed is not None:
+                channel.send(channel_out, crashed)
+                return  # the caller restarts us, and with us the testbed
             for other, loaded in graphs.items():
                 if other != key:  # sessions are kept for the graph being measured only, or memory grows per graph
                     loaded.close_kept_sessions()
             pids = [process.pid for process in servers.processes] if servers is not None else []
-            result = graphs[key].measure(op_devices, target, config, local_cpus, threads, close_later=True,
-                                         worker_pids=pids)
-            channel.send(channel_out, result)
+            with _servers_watched(servers, channel_out, target) as answering:
+                result = graphs[key].measure(op_devices, target, config, local_cpus, threads, close_later=True,
+                                             worker_pids=pids)
+                with answering:  # the watcher answers no more
+                    crashed = _dead_server(servers, target)  # a dead server, not the placement, failed the step
+                    channel.send(channel_out, crashed or result)
+            if crashed is not None:
+                return  # the caller restarts us, and with us the testbed
             graphs[key].close_session()
         else:
             channel.send(channel_out, ("error", f"unknown request {kind!r}"))
+
+
+def _dead_server(servers, target: str):
+    """A crash answer naming the testbed server that died, or None while all are alive (or there are none)."""
+    from placer.measure.result import Failure, Measurement
+
+    if servers is None:
+        return None
+    try:
+        servers.check_alive()
+    except Exception as error:  # noqa: BLE001 - says which server and how it ended
+        return Measurement(failure=Failure("crash", str(error)), target=target)
+    return None
+
+
+SERVER_CHECK_SECONDS = 0.5
+"""How often a measurement checks that its testbed's servers are alive."""
+
+
+@contextmanager
+def _servers_watched(servers, channel_out: int, target: str):
+    """While a measurement runs, answer at once that the testbed crashed when one of its servers dies, and exit
+    (the caller restarts this worker, and with it the testbed): a server killed mid-step (for memory, say) leaves
+    TensorFlow's client waiting on it, up to the caller's backstop of many minutes. Yields the lock that the
+    measurement's own answer is sent under, so that exactly one answer goes out."""
+    answering = threading.Lock()
+    if servers is None:
+        yield answering
+        return
+    from placer.measure import channel
+
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(SERVER_CHECK_SECONDS):
+            crashed = _dead_server(servers, target)
+            if crashed is not None:
+                with answering:
+                    if done.is_set():
+                        return
+                    channel.send(channel_out, crashed)
+                    os._exit(1)
+
+    watcher = threading.Thread(target=watch, name="testbed-watch", daemon=True)
+    watcher.start()
+    try:
+        yield _AnswerLock(answering, done)
+    finally:
+        done.set()
+        watcher.join()
+
+
+class _AnswerLock:
+    """The answering lock; taking it also tells the watcher the measurement has answered."""
+
+    def __init__(self, lock: threading.Lock, done: threading.Event):
+        self._lock, self._done = lock, done
+
+    def __enter__(self):
+        self._lock.acquire()
+        self._done.set()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
 
 
 def _remote_devices(target: str, cluster_spec: dict):

@@ -369,3 +369,21 @@ def test_a_thread_that_waits_is_counted_switching_out():
     for _ in range(20):
         time.sleep(0.001)  # each sleep gives the core up: a voluntary switch
     assert growth_since(before, thread_context_switches(os.getpid())) >= 20
+
+
+@pytest.mark.testbed
+def test_a_testbed_server_killed_mid_step_is_answered_at_once_and_the_placement_measured_again(slow_graph, caplog):
+    graph = slow_graph
+    config = MeasureConfig(warmup_steps=1, timed_steps=1, timed_seconds=3.0)
+    with Measurer("local:2", config) as measurer:
+        placement = Placement.on_device(graph, measurer.devices, 0)
+        assert measurer.measure(graph, placement, QUICK).ok  # loaded, so the kill lands in the timed steps
+        server = measurer.testbed_info["pids"][0]
+        threading.Timer(1.0, os.kill, (server, signal.SIGKILL)).start()
+        started = time.monotonic()
+        with caplog.at_level("WARNING", logger="placer.measure"):
+            result = measurer.measure(graph, placement)
+        # TensorFlow's client alone waits on a dead server up to the caller's backstop (20 min by default)
+        assert time.monotonic() - started < 60
+        assert result.ok, result.failure  # the machinery's failure is not the placement's
+        assert measurer.restarts == 1 and "testbed worker 0 exited with code -9" in caplog.text
