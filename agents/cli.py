@@ -12,7 +12,7 @@ from placer import cli as placer_cli
 
 from agents.graph_policy.commands import place_command, pretrain_command
 from agents.launch import Command, export_command, train_command
-from agents.optimize import optimize_command
+from agents.optimize_command import optimize_command
 
 AGENT_COMMANDS: dict[str, Command] = {"train": train_command, "export": export_command,
                                       "pretrain": pretrain_command, "place": place_command,

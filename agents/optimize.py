@@ -32,7 +32,6 @@ recommends a plan slower (measured) than the best one-dimension candidate: `reco
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import shlex
 import sys
@@ -49,8 +48,7 @@ from placer.host import descendants_resident_bytes, memory_available
 from placer.measure.config import MeasureConfig
 from placer.simulate.bound import StepTimeBound, gap_closed, times_bound
 
-from agents.flags import add_dataclass_arguments, field_docs, setting
-from agents.launch import Command
+from agents.flags import setting
 
 if TYPE_CHECKING:
     from placer.concurrency import ThreadSetting
@@ -393,12 +391,15 @@ def _versus_default(measured: Sequence[Measured], best: Measured) -> str:
 # -- the search ------------------------------------------------------------------------------------------
 
 
+def is_modeled_target(target: str) -> bool:
+    """True for a modeled GPU machine's spec (modeled:4xH100), which `placer optimize` searches by simulation."""
+    return isinstance(target, str) and target.strip().startswith("modeled")
+
+
 def check_optimize_args(args: OptimizeArgs, *, allow_exposed_ports: bool = False):
     """Refuse, before any work, what cannot be searched; returns the parsed target (`InProcess`/`LocalTestbed`)."""
     from placer.measure import InProcess, LocalTestbed, parse_target
     from placer.models import check_model_spec, is_builtin_model
-
-    from agents.optimize_modeled import is_modeled_target
 
     if is_modeled_target(args.target):
         raise OptimizeError(f"{args.target} is a modeled machine, which nothing here can measure: "
@@ -888,41 +889,3 @@ def progress_bar(enabled: bool, description: str, unit: str):
     from tqdm.auto import tqdm
 
     return lambda items: tqdm(items, desc=description, unit=unit, leave=False, dynamic_ncols=True)
-
-
-# -- the command -----------------------------------------------------------------------------------------
-
-
-def add_optimize_arguments(parser) -> None:
-    from placer.measure.config import add_measure_arguments
-
-    parser.add_argument("model", metavar="MODEL", help=field_docs(OptimizeArgs)["model"])
-    add_dataclass_arguments(parser, OptimizeArgs, defaults={f.name: f.default for f in dataclasses.fields(OptimizeArgs)})
-    add_measure_arguments(parser, MEASURE_CONFIG)
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--allow-exposed-ports", action="store_true",
-                        help="run the local testbed without a private network namespace (unsafe)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="also show TensorFlow's own log lines")
-
-
-def optimize_command_run(args) -> int:
-    from placer.measure.config import measure_config
-
-    from agents.optimize_modeled import is_modeled_target, optimize_modeled
-
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(OptimizeArgs)}
-    config = measure_config(args, MEASURE_CONFIG)  # refuses bad --warmup/--repeats before any work
-    if is_modeled_target(args.target):  # nothing to measure: the search is the simulator's alone
-        result = optimize_modeled(OptimizeArgs(**values))
-    else:
-        result = optimize(OptimizeArgs(**values), measure_config=config, allow_exposed_ports=args.allow_exposed_ports)
-    print(json.dumps(result.to_json_dict(), indent=1) if args.json else result.describe())
-    return 0
-
-
-optimize_command = Command(
-    "search how to run MODEL's step here (one process and its thread pools, the target's workers and a placement, "
-    "a micro-batch schedule) on the target's calibrated simulator, measure the best side by side, and write the "
-    "fastest measured as a plan; on a modeled GPU machine (--target modeled:4xH100), search placement and schedule "
-    "on its simulator alone and write the fastest simulated as a plan for that machine", add_optimize_arguments,
-    optimize_command_run)

@@ -110,11 +110,6 @@ class ModeledSearch:
         return gap_closed(min(heuristics), learned.seconds, self.bound)
 
 
-def is_modeled_target(target: str) -> bool:
-    """True for a modeled GPU machine's spec (modeled:4xH100), which `placer optimize` searches by simulation."""
-    return isinstance(target, str) and target.strip().startswith("modeled")
-
-
 def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = None, learn_updates: int = 0,
                    micro_batches: int | None = None, schedule_top: int = SCHEDULE_TOP, seed: int = 0,
                    deadline: float = math.inf, progress: bool = False,
