@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from placer.errors import PlacerError
 from placer.files import check_output_file
-from placer.host import descendants_resident_bytes, memory_available
+from placer.host import descendants_resident_bytes, memory_available, memory_total
 from placer.measure.config import MeasureConfig
 from placer.simulate.bound import StepTimeBound, gap_closed, times_bound
 
@@ -212,8 +212,6 @@ def fit_in_memory(candidates: Sequence[Candidate], running: set[str], machine_by
     dimension changed) is always kept. Without a reading of the memory, all are kept."""
     if available_bytes is None or machine_bytes <= 0:
         return list(candidates), []
-    from placer.host import memory_total
-
     allowance = available_bytes - MEMORY_KEPT_FREE * (memory_total() or 0)
     started = set(running)
     kept, left_out = [], []

@@ -165,13 +165,12 @@ def _servers_watched(servers, channel_out: int, target: str):
     (the caller restarts this worker, and with it the testbed): a server killed mid-step (for memory, say) leaves
     TensorFlow's client waiting on it, up to the caller's backstop of many minutes. Yields the lock that the
     measurement's own answer is sent under, so that exactly one answer goes out."""
-    answering = threading.Lock()
-    if servers is None:
-        yield answering
-        return
     from placer.measure import channel
 
-    done = threading.Event()
+    answering, done = threading.Lock(), threading.Event()
+    if servers is None:
+        yield _AnswerLock(answering, done)
+        return
 
     def watch() -> None:
         while not done.wait(SERVER_CHECK_SECONDS):
