@@ -171,6 +171,8 @@ class Measured:
 
     candidate: Candidate
     compared: Compared[StepTime]
+    not_measured: str = ""
+    """Why it has no timing when the reason is not the budget ("lack of memory")."""
 
     @property
     def ok(self) -> bool:
@@ -226,6 +228,38 @@ def fit_in_memory(candidates: Sequence[Candidate], running: set[str], machine_by
         else:
             left_out.append(candidate)
     return kept, left_out
+
+
+class FirstRunMemory:
+    """Whether the memory holds one more machine's first run of the graph. A process loads the graph, its session
+    and their state only when it first runs a step, so a machine's cost is known only then (a profile read from
+    the cache leaves the target's processes small, and one process holding a whole 40k-op graph grew by 6 GB): each
+    first run is sized by the most a first run has grown this process's descendants so far, at least `estimate`,
+    and is refused while the memory available, less `MEMORY_KEPT_FREE` of the machine's, would not hold it. The
+    first runs on the machines in `always` (the target's, one process under TensorFlow's default) are never
+    refused; every first run is weighed."""
+
+    def __init__(self, estimate: int, always: Iterable[str] = ()):
+        self.estimate = estimate
+        self.always = set(always)
+        self.ran: set[str] = set()
+
+    def admits(self, machine: str) -> bool:
+        available = memory_available()
+        if machine in self.ran or machine in self.always or available is None:
+            return True
+        return available - MEMORY_KEPT_FREE * (memory_total() or 0) >= self.estimate
+
+    def first_run(self, machine: str, run: Callable[[], StepTime]) -> StepTime:
+        """`run()`, the first on `machine` (later ones just run), weighed."""
+        if machine in self.ran:
+            return run()
+        before = sum(descendants_resident_bytes().values())
+        try:
+            return run()
+        finally:
+            self.ran.add(machine)
+            self.estimate = max(self.estimate, sum(descendants_resident_bytes().values()) - before)
 
 
 def confirm(candidates: Sequence[Candidate], measure: Callable[[Candidate], StepTime], rounds: int, *,
@@ -326,7 +360,7 @@ class OptimizeResult:
             if m.ok:
                 measured, ratio = f"{m.median * 1e3:7.2f} ms", f"{m.median / winner:.2f}x"
             elif not m.compared.timed:
-                measured, ratio = "-", "(not measured: --budget ran out)"
+                measured, ratio = "-", f"(not measured: {m.not_measured or '--budget ran out'})"
             else:
                 measured, ratio = "failed", f"({m.compared.failure.failure}: {m.compared.failure.message[:60]})"
             against = times_bound(m.median if m.ok else None, self.bound)
@@ -364,7 +398,8 @@ class OptimizeResult:
                     "schedule": None if c.schedule is None else {"method": c.schedule.method,
                                                                  "micro_batches": c.schedule.micro_batches},
                     "predicted": None if c.predicted is None else c.predicted.to_dict(),
-                    "ok": m.ok, "measured": m.compared.timed, "median": m.median if m.ok else None,
+                    "ok": m.ok, "measured": m.compared.timed, "not_measured": m.not_measured or None,
+                    "median": m.median if m.ok else None,
                     "rounds": m.compared.rounds,
                     "vs_fastest": m.median / self.recommended.median if m.ok else None,
                     "x_bound": times_bound(m.median if m.ok else None, self.bound),
@@ -572,17 +607,33 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
             c, placement=_on_first_device(graph, targets[str(c.machine)].devices)) for c in measured_candidates]
         say(f"measuring {len(measured_candidates)} candidates side by side in {args.rounds} interleaved rounds")
 
-        def measure(candidate: Candidate) -> StepTime:
-            on = targets[str(candidate.machine)]
+        memory = FirstRunMemory(machine_bytes, always={str(target), *(str(c.machine) for c in measured_candidates
+                                                                       if not c.dimensions)})
+        refused: set[str] = set()
+
+        def measure(candidate: Candidate) -> StepTime | list[StepTime]:
+            key = str(candidate.machine)
+            if not memory.admits(key):
+                refused.add(candidate.name)
+                return []  # untimed this round; weighed again in the next
+            on = targets[key]
             if candidate.scheduled is None:
-                return on.evaluate(candidate.placement)
+                return memory.first_run(key, lambda: on.evaluate(candidate.placement))
             scheduled = candidate.scheduled  # the micro-batched step in the schedule's order, as `placer apply` runs it
-            return StepTime.from_measurement(on.measurer.measure(scheduled.graph, scheduled.placement), str(on.spec))
+            return memory.first_run(key, lambda: StepTime.from_measurement(
+                on.measurer.measure(scheduled.graph, scheduled.placement), str(on.spec)))
 
         measured = confirm(measured_candidates, measure, args.rounds, progress=_progress(args, "measuring", "round"),
                            deadline=started + args.budget)
+        short_of_memory = [m.candidate.name for m in measured if not m.compared.timed and m.candidate.name in refused]
+        if short_of_memory:
+            measured = [dataclasses.replace(m, not_measured="lack of memory") if m.candidate.name in short_of_memory
+                        else m for m in measured]
+            notes.append(f"not measured for lack of memory: {'; '.join(short_of_memory)}. A first run of this graph "
+                         f"grew a machine's processes by up to {memory.estimate / 2**30:.1f} GiB, more than the "
+                         "machine had left")
         cut_short = [m.candidate.name for m in measured
-                     if m.compared.failure is None and len(m.compared.timings) < args.rounds]
+                     if m.compared.failure is None and len(m.compared.timings) < args.rounds and not m.not_measured]
         if cut_short:
             notes.append(f"--budget ran out while measuring: {len(cut_short)} of {len(measured)} candidates have fewer "
                          f"than {args.rounds} rounds (those not measured at all are marked); raise --budget for all")

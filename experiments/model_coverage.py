@@ -4,8 +4,9 @@ end to end on the local testbed.
     python experiments/model_coverage.py [--models resnet lstm ...] [--budget 600] [--target local:2]
         [--calibration FILE] [--timeout SECONDS] [--out results/model_coverage.json] [--resume] [--list]
 
-The smallest member of every `keras.applications` family at its smallest input (batch 8, no weights), and Keras 3
-recurrent and attention models (LSTM, GRU, bidirectional, stacked, a `MultiHeadAttention` encoder, and the held-out
+The smallest member of every `keras.applications` family at its smallest input (batch 8, no weights; RegNet, which
+Keras 3 no longer ships, built here from its configuration), and Keras 3 recurrent and attention models (LSTM,
+GRU, bidirectional, stacked, a `MultiHeadAttention` encoder, and the held-out
 LSTM encoder-decoder with attention), each built by a function of this file (or `placer.models.heldout`) and passed
 to `placer optimize SPEC --budget B --target T --json` in a process of its own. Per model: ops, `placer optimize`'s wall time and where it
 went (building, calibrating, profiling, heuristics, learning, measuring), the recommendation, and predicted against
@@ -66,8 +67,43 @@ APPLICATIONS = {
     "inception-v3": ("InceptionV3", 75), "inception-resnet-v2": ("InceptionResNetV2", 75),
     "mobilenet": ("MobileNet", 32), "mobilenet-v2": ("MobileNetV2", 32), "mobilenet-v3": ("MobileNetV3Small", 32),
     "densenet": ("DenseNet121", 32), "nasnet": ("NASNetMobile", 32), "efficientnet": ("EfficientNetB0", 32),
-    "efficientnet-v2": ("EfficientNetV2B0", 32), "convnext": ("ConvNeXtTiny", 32), "regnet": ("RegNetX002", 32),
+    "efficientnet-v2": ("EfficientNetV2B0", 32), "convnext": ("ConvNeXtTiny", 32),
 }
+
+# RegNetX-200MF (Radosavovic et al., 2020): the per-stage depths and widths of its published configuration, group
+# width 8, bottleneck ratio 1.
+REGNET_X_002 = {"stem": 32, "depths": (1, 1, 4, 7), "widths": (24, 56, 152, 368), "group_width": 8}
+
+
+def regnetx002():
+    """RegNetX-200MF at 32 px, batch 8. Keras 3 dropped RegNet from `keras.applications`, so the family's smallest
+    member is built here from its configuration with Keras layers: X blocks of 1x1, grouped 3x3 (stride 2 first in
+    each stage) and 1x1 convolutions, batch norm, a projected shortcut where the shape changes."""
+    import keras
+    from keras import layers
+
+    def conv_norm(x, filters, kernel, strides=1, groups=1, relu=True):
+        x = layers.Conv2D(filters, kernel, strides=strides, padding="same", groups=groups, use_bias=False)(x)
+        x = layers.BatchNormalization()(x)
+        return layers.ReLU()(x) if relu else x
+
+    image = keras.Input((32, 32, 3), batch_size=BATCH)
+    x = conv_norm(image, REGNET_X_002["stem"], 3, strides=2)
+    for depth, width in zip(REGNET_X_002["depths"], REGNET_X_002["widths"]):
+        for block in range(depth):
+            strides = 2 if block == 0 else 1
+            shortcut = conv_norm(x, width, 1, strides, relu=False) if block == 0 else x
+            y = conv_norm(x, width, 1)
+            y = conv_norm(y, width, 3, strides, groups=width // REGNET_X_002["group_width"])
+            y = conv_norm(y, width, 1, relu=False)
+            x = layers.ReLU()(layers.Add()([shortcut, y]))
+    logits = layers.Dense(10)(layers.GlobalAveragePooling2D()(x))
+    return _compiled(keras.Model(image, logits, name="regnetx002"),
+                     keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+
+IMAGE_MODELS = {"regnet": regnetx002}
+"""Families with no member in Keras 3's `keras.applications`, built from their published configuration."""
 
 TOKENS, VOCABULARY, UNITS = 20, 1000, 64
 
@@ -137,6 +173,8 @@ def model_specs() -> dict[str, tuple[str, str, str]]:
     here = Path(__file__).resolve()
     found = {name: ("keras.applications", f"{here}:{application.lower()}", "tiny")
              for name, (application, _) in APPLICATIONS.items()}
+    found.update({name: ("image, from its configuration", f"{here}:{function.__name__}", "tiny")
+                  for name, function in IMAGE_MODELS.items()})
     found.update({name: ("Keras 3 sequence", f"{here}:{function.__name__}", "tiny")
                   for name, function in SEQUENCE_MODELS.items()})
     found["lstm-seq2seq"] = ("Keras 3 sequence", *LSTM_SEQ2SEQ)
@@ -176,22 +214,35 @@ def run_one(name: str, spec: str, size: str, args: argparse.Namespace,
     command = [sys.executable, "-m", "agents.cli", "optimize", spec, "--size", size, "--target", args.target, "--budget", str(args.budget), "--calibration", args.calibration,
                "--out", str(plans / f"{name}.plan.json"), "--json", "--no-progress"]
     started = time.monotonic()
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout,
-                              cwd=Path(__file__).resolve().parents[1])
-    except subprocess.TimeoutExpired:
-        return None, time.monotonic() - started, f"ran past --timeout {args.timeout:.0f} s"
+    done, status = run_logged(command, plans / f"{name}.log", args.timeout)
     wall = time.monotonic() - started
-    (plans / f"{name}.log").write_text(done.stderr)
-    if done.returncode != 0:
-        last = [line for line in done.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
-        return None, wall, f"exit {done.returncode}: {last[0][:200]}"
+    if done is None or done.returncode != 0:
+        return None, wall, status
     try:
         result = json.loads(done.stdout)
     except ValueError:
         return None, wall, "printed no JSON result"
     (plans / f"{name}.optimize.json").write_text(done.stdout)  # every candidate, predicted and measured
     return result, wall, "ok"
+
+
+def run_logged(command: list[str], log: Path, timeout: float) -> tuple[subprocess.CompletedProcess | None, str]:
+    """Runs `command` with its stderr written to `log` as it goes (so that a run stopped at `timeout` keeps what
+    it did): the finished process (None when stopped) and a status, "ok" or the error with the log's last line."""
+    with log.open("w") as stderr:
+        try:
+            done = subprocess.run(command, stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=timeout,
+                                  cwd=Path(__file__).resolve().parents[1])
+        except subprocess.TimeoutExpired:
+            return None, f"ran past --timeout {timeout:.0f} s; last: {_last_line(log.read_text())}"
+    if done.returncode != 0:
+        return done, f"exit {done.returncode}: {_last_line(log.read_text())}"
+    return done, "ok"
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "no output"
 
 
 def parse_args(argv=None) -> argparse.Namespace:

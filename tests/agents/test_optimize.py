@@ -342,6 +342,40 @@ def test_the_loops_a_profile_priced_are_named_with_their_iterations():
     assert control_flow_note(CostTable("f", "calibrated", {}, "profiled", {"control_flow": {}})) == ""
 
 
+def test_a_machines_first_run_is_refused_once_the_memory_left_would_not_hold_what_a_first_run_grew(monkeypatch):
+    """A profile read from the cache leaves the target's processes small: the first run of one process on a 40k-op
+    graph then grew by 6 GB, and three of them started side by side filled the machine."""
+    import agents.optimize as optimize
+    from agents.optimize import FirstRunMemory
+    from placer.cost import StepTime
+
+    gib = 2**30
+    machine = {"available": 20 * gib, "resident": 1 * gib}
+    monkeypatch.setattr(optimize, "memory_total", lambda: 24 * gib)  # 4.8 GiB kept free
+    monkeypatch.setattr(optimize, "memory_available", lambda: machine["available"])
+    monkeypatch.setattr(optimize, "descendants_resident_bytes", lambda: {1: machine["resident"]})
+
+    def loads(grown):
+        def run():
+            machine["available"] -= grown
+            machine["resident"] += grown
+            return StepTime(0.1, backend="measured", target="inprocess:1")
+        return run
+
+    memory = FirstRunMemory(gib, always={"local:2"})
+    assert memory.admits("inprocess:1")
+    memory.first_run("inprocess:1", loads(6 * gib))  # the default's first run: 6 GiB
+    assert memory.estimate == 6 * gib
+    assert memory.admits("inprocess:1,intra=2")  # 14 GiB left, 9.2 above what is kept free
+    memory.first_run("inprocess:1,intra=2", loads(6 * gib))
+    assert not memory.admits("inprocess:1,intra=1")  # 8 GiB left: 3.2 above, less than a first run
+    assert memory.admits("inprocess:1") and memory.admits("local:2")  # ran already; the target's never refused
+    memory.first_run("inprocess:1", loads(gib))  # later runs are not weighed
+    assert memory.estimate == 6 * gib
+    monkeypatch.setattr(optimize, "memory_available", lambda: None)
+    assert memory.admits("inprocess:1,intra=1")  # no reading of the memory: nothing refused
+
+
 def test_candidates_that_need_processes_past_the_machines_memory_are_left_out_in_order():
     from agents.optimize import Candidate, fit_in_memory
     from placer.host import memory_total

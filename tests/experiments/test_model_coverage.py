@@ -3,7 +3,8 @@ when it fails), with predicted against measured step time from `placer optimize`
 
 import pytest
 
-from experiments.model_coverage import APPLICATIONS, SEQUENCE_MODELS, coverage_row, errors_of, model_specs, parse_args
+from experiments.model_coverage import (APPLICATIONS, IMAGE_MODELS, SEQUENCE_MODELS, coverage_row, errors_of, model_specs,
+                                        parse_args, run_logged)
 
 FAMILIES = ["resnet", "resnet-v2", "vgg", "xception", "inception-v3", "inception-resnet-v2", "mobilenet",
             "mobilenet-v2", "mobilenet-v3", "densenet", "nasnet", "efficientnet", "efficientnet-v2", "convnext",
@@ -23,7 +24,7 @@ def _result():
 
 def test_every_family_and_sequence_model_is_a_row():
     specs = model_specs()
-    assert set(FAMILIES) == set(APPLICATIONS) and set(FAMILIES) <= set(specs)
+    assert set(FAMILIES) == set(APPLICATIONS) | set(IMAGE_MODELS) and set(FAMILIES) <= set(specs)
     assert {"lstm", "gru", "bidirectional-lstm", "stacked-lstm", "attention-encoder"} == set(SEQUENCE_MODELS)
     assert specs["lstm-seq2seq"][1] == "placer.models.heldout:keras_lstm_seq2seq_graph"
 
@@ -40,6 +41,19 @@ def test_a_model_that_failed_is_a_row_with_its_error():
     row = coverage_row("nasnet", "keras.applications", None, 1300.0, "ran past --timeout 1200 s")
     assert row == {"model": "nasnet", "family": "keras.applications", "wall_s": 1300.0,
                    "status": "ran past --timeout 1200 s"}
+
+
+def test_a_run_stopped_at_its_timeout_keeps_its_log_and_says_where_it_was(tmp_path):
+    import sys
+
+    log = tmp_path / "model.log"
+    slow = "import sys, time; print('measuring 11 candidates', file=sys.stderr, flush=True); time.sleep(30)"
+    done, status = run_logged([sys.executable, "-c", slow], log, timeout=3)
+    assert done is None and status == "ran past --timeout 3 s; last: measuring 11 candidates"
+    assert "measuring 11 candidates" in log.read_text()
+    failed = "import sys; print('one\\ntwo', file=sys.stderr); sys.exit(2)"
+    done, status = run_logged([sys.executable, "-c", failed], log, timeout=30)
+    assert done.returncode == 2 and status == "exit 2: two"
 
 
 def test_unknown_models_and_a_bad_budget_are_refused(capsys):
