@@ -3,7 +3,7 @@ on a modeled GPU machine. Nothing runs: every step time is the simulator's, each
 the fastest is written as a plan marked simulated for that machine.
 
 TensorFlow runs no GPU here, so the search is one pass of predictions (`search_modeled`, also the search of
-experiments/probes/joint_modeled.py):
+experiments/gpu_machines.py):
 
 1. Every heuristic of the registry (the expert's placement among them: a stage of decoder blocks per GPU for the
    language models), priced on the simulator.

@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
-from placer.host import memory_available, memory_total
+from placer.host import memory_available, memory_total, own_and_descendants_resident_bytes
 from placer.graph.control_flow import LOOP_CONDITION_OP, control_flow_ops, iterations, owner
 from placer.measure.config import MAX_TIMED_STEPS, MeasureConfig
 from placer.measure.placement_check import PlacementChecks, TracedStep
@@ -31,11 +31,13 @@ every process that keeps sessions at once (`placer optimize` runs several); past
 processes thrash and every timing is wrong."""
 
 
-def memory_to_spare() -> bool:
-    """Whether the machine has the memory to keep sessions open (`KEPT_SESSIONS_MEMORY_SHARE`); True where the
-    kernel does not say."""
+def memory_to_spare(next_session_bytes: int = 0) -> bool:
+    """Whether the machine has the memory to keep sessions open: `KEPT_SESSIONS_MEMORY_SHARE` of it available once
+    a next session took `next_session_bytes` more (a new session of InceptionResNetV2 on a 2-worker testbed grew
+    its processes by gigabytes, and kept ones had the kernel kill a server for memory); True where the kernel does
+    not say."""
     available, total = memory_available(), memory_total()
-    return available is None or not total or available >= KEPT_SESSIONS_MEMORY_SHARE * total
+    return available is None or not total or available - next_session_bytes >= KEPT_SESSIONS_MEMORY_SHARE * total
 
 
 def canonical_device(name: str) -> str:
@@ -84,6 +86,8 @@ class LoadedGraph:
         self._unclosed: tf.compat.v1.Session | None = None
         self._kept: OrderedDict[tuple, tf.compat.v1.Session] = OrderedDict()
         """Open sessions by (placement, target, session config), least recently used first (`kept_sessions`)."""
+        self.session_bytes = 0
+        """The most a new session of this graph grew this process and its servers (resident bytes)."""
 
     def placed_graph(self, op_devices: Mapping[str, str], reuse: bool = True) -> tf.Graph:
         """The graph with each op on its device from `op_devices` (unlisted ops: no device).
@@ -180,6 +184,7 @@ class LoadedGraph:
             timeout_in_ms=int(config.step_timeout * 1000), trace_level=config_pb2.RunOptions.FULL_TRACE
         )
         ran = False
+        resident_before = own_and_descendants_resident_bytes() if session is None and kept_key is not None else None
         try:
             started = time.perf_counter()
             reused = session is not None
@@ -245,7 +250,9 @@ class LoadedGraph:
                 session.close()
                 session = None
         self._unclosed = session
-        self.close_kept_sessions(keep=config.kept_sessions if memory_to_spare() else 0)
+        if resident_before is not None:  # what a new session of this graph took, the worker's and its servers'
+            self.session_bytes = max(self.session_bytes, own_and_descendants_resident_bytes() - resident_before)
+        self.close_kept_sessions(keep=config.kept_sessions if memory_to_spare(self.session_bytes) else 0)
         return Measurement(
             samples=tuple(samples),
             moved_ops=moved,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from experiments.calibration_stability import deviation, free_transfer_per_byte
+from experiments.probes.calibration_stability import deviation, free_transfer_per_byte
 from placer.calibration import Calibration
 
 

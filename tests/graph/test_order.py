@@ -46,6 +46,33 @@ def test_each_barrier_waits_for_the_one_before_so_a_link_grappler_removes_breaks
     assert first in ordered.graph.op(second).control_inputs
 
 
+def test_the_ordered_graph_is_what_importing_its_graph_def_into_tensorflow_makes(two_chains):
+    """The ordered graph is built from the graph's own ops (an import took minutes on paper-size micro-batched
+    steps): it must hold what TensorFlow's import of the ordered GraphDef holds, op for op."""
+    import tensorflow as tf
+
+    from placer.graph.build import op_graph_from_tf_graph
+
+    links = (frozenset({"b1/RandomUniform"}), a("a"), frozenset({"b2"}))
+    ordered = enforce_order(two_chains, [OpChain("CPU:0", links)]).graph
+    imported = tf.Graph()
+    with imported.as_default():
+        tf.compat.v1.import_graph_def(tf.compat.v1.GraphDef.FromString(ordered.graph_def), name="")
+    expected = op_graph_from_tf_graph(imported, two_chains.train_op, two_chains.init_op, loss=two_chains.loss,
+                                      name=two_chains.name)
+    assert [op.name for op in ordered.ops] == [op.name for op in expected.ops]  # the same topological order
+    for mine, theirs in zip(ordered.ops, expected.ops):
+        assert set(mine.control_inputs) == set(theirs.control_inputs), mine.name
+        assert (mine.type, mine.data_inputs, mine.output_shapes, mine.output_bytes, mine.kernel_devices, mine.flops,
+                mine.parameters, mine.in_step) == (theirs.type, theirs.data_inputs, theirs.output_shapes,
+                                                   theirs.output_bytes, theirs.kernel_devices, theirs.flops,
+                                                   theirs.parameters, theirs.in_step), mine.name
+    groups = {frozenset(g.ops): g.kernel_devices for g in ordered.groups}
+    assert groups == {frozenset(g.ops): g.kernel_devices for g in expected.groups}
+    assert all(ordered.groups[op.group].ops.__contains__(op.name) for op in ordered.ops)
+    assert ordered.batch == two_chains.batch and ordered.model_parameters == two_chains.model_parameters
+
+
 def test_unorderable_ops_are_the_initializer_s_and_the_constants(two_chains):
     reasons = unorderable_ops(two_chains)
     assert reasons["v"] == INITIALIZER_RUNS_IT  # the variable's handle

@@ -258,6 +258,25 @@ def test_no_session_is_kept_while_the_machine_is_short_of_memory(mlp, cpus2, mon
     assert len(loaded._kept) == 1
 
 
+def test_a_session_is_kept_only_while_the_memory_left_would_hold_one_more_new_session(mlp, cpus2, monkeypatch):
+    """A new session of a 40k-op graph grew the testbed's processes by gigabytes; keeping sessions while 25 % of the
+    memory was free let the next one push a server out of memory."""
+    import placer.measure.runner as runner
+
+    loaded = _loaded(mlp)
+    kept = replace(QUICK, kept_sessions=4)
+    gib = 2**30
+    resident = iter([1 * gib, 4 * gib, 4 * gib, 4 * gib])  # the first new session grows the processes by 3 GiB
+    monkeypatch.setattr(runner, "own_and_descendants_resident_bytes", lambda: next(resident))
+    monkeypatch.setattr(runner, "memory_total", lambda: 16 * gib)  # 4 GiB kept free
+    monkeypatch.setattr(runner, "memory_available", lambda: 6 * gib)  # above 4 GiB, but not with 3 GiB more
+    assert loaded.measure(Placement.round_robin(mlp, cpus2).op_devices(mlp), "", kept, 2).ok
+    assert loaded.session_bytes == 3 * gib and not loaded._kept
+    monkeypatch.setattr(runner, "memory_available", lambda: 8 * gib)
+    assert loaded.measure(Placement.round_robin(mlp, cpus2).op_devices(mlp), "", kept, 2).ok
+    assert loaded.session_bytes == 3 * gib and len(loaded._kept) == 1  # the second grew nothing: still 3 GiB
+
+
 def test_a_session_error_is_summed_up_by_its_cause_and_node_not_by_its_header():
     from placer.measure.runner import _first_line
 

@@ -1,10 +1,10 @@
-"""The modeled half of the joint benchmark: which decision each column reports, and one small run end to end."""
+"""The GPU machines benchmark: which decision each column reports, the setups it takes, and one small run end to end."""
 
 import json
 
 import pytest
 
-from experiments.probes.joint_modeled import main, summarize
+from experiments.gpu_machines import GPU_SETUPS, PAPER_SETUPS, main, parse_setup, summarize
 
 MS = 1e-3
 
@@ -22,6 +22,24 @@ def test_each_column_is_the_decision_it_names():
     assert (row["joint"], row["joint_ms"]) == ("expert + 1f1b", pytest.approx(4.0))
     assert row["best_one_dim"] == "learned"
     assert row["joint_vs_best_one_dim_pct"] == pytest.approx(100 * (1 - 4 / 5.5))
+    # the learned placement's own schedule, and the seed papers' metric: against the expert's placement
+    assert (row["learned_schedule"], row["learned_scheduled_ms"]) == ("gpipe", pytest.approx(5.0))
+    assert row["learned_vs_expert_pct"] == pytest.approx(100 * (1 - 5.5 / 7))
+
+
+def test_without_a_learned_placement_its_columns_are_empty_and_a_slower_schedule_is_none():
+    row = summarize({"single-device": 10 * MS, "expert": 7 * MS}, {})
+    assert row["learned_ms"] is None and row["learned_schedule"] is None and row["learned_vs_expert_pct"] is None
+    row = summarize({"single-device": 10 * MS, "expert": 7 * MS, "learned": 6 * MS}, {("learned", "1f1b"): 9 * MS})
+    assert (row["learned_schedule"], row["learned_scheduled_ms"]) == ("none", pytest.approx(6.0))
+
+
+def test_setups_name_the_model_its_size_and_the_modeled_machine():
+    assert parse_setup("nmt-4:paper@4xH100") == ("nmt-4", "paper", "modeled:4xH100")
+    assert parse_setup("gpt2@8xA100") == ("gpt2", "paper", "modeled:8xA100")
+    assert len(PAPER_SETUPS) == 5 and len(GPU_SETUPS) == 8
+    with pytest.raises(ValueError, match="MODEL"):
+        parse_setup("nmt-4:paper")
 
 
 def test_each_decision_is_shown_against_the_bound_with_the_gap_the_learned_placement_closed():
@@ -48,17 +66,24 @@ def test_the_single_gpu_under_a_schedule_counts_as_one_decision():
 
 def test_bad_arguments_are_refused_before_any_model_is_built(capsys):
     with pytest.raises(SystemExit):
-        main(["--models", "my_model.py:build"])
+        main(["--setups", "my_model.py:build@4xH100"])
     assert "not a built-in model" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--micro-batches", "1"])
+    with pytest.raises(SystemExit):
+        main(["--setups", "nmt-4@4xTPU"])
+    with pytest.raises(SystemExit):
+        main(["--setups", "nmt-4"])
+    assert "MODEL[:SIZE]@NxGPU" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--budget", "0"])
 
 
 @pytest.mark.slow
 def test_a_small_run_prices_every_heuristic_and_schedule(tmp_path):
-    out = tmp_path / "joint_modeled.json"
-    assert main(["--models", "two-tower:tiny", "--gpus", "2", "--micro-batches", "2", "--learn-updates", "0",
-                 "--out", str(out)]) == 0
+    out = tmp_path / "gpu_machines.json"
+    assert main(["--setups", "two-tower:tiny@2xH100", "--micro-batches", "2", "--learn-updates", "0",
+                 "--budget", "300", "--out", str(out)]) == 0
     row = json.loads(out.read_text())["rows"][0]
     assert {"single-device", "metis", "exact", "expert", "expert + gpipe", "expert + 1f1b"} <= set(row["predicted_ms"])
     assert row["joint_ms"] == pytest.approx(min(row["predicted_ms"].values()))

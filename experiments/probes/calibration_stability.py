@@ -1,6 +1,6 @@
 """Does the calibration hold still? Several independent calibrations of the local testbed, side by side.
 
-    python experiments/calibration_stability.py [--calibrations 3] [--rounds 5] [--model two-tower]
+    python experiments/probes/calibration_stability.py [--calibrations 3] [--rounds 5] [--model two-tower]
                                                 [--size small] [--out results/calibration_stability.json]
 
 Each calibration starts its own testbed (`local:2`) and probes it as `placer calibrate` does. The model's op
@@ -21,7 +21,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from placer import tf_logs  # noqa: E402
 

@@ -1,0 +1,202 @@
+"""Where placement matters: every setup of the papers and of today's multi-GPU machines, each searched within a
+budget of wall time, against the machine's bound and the expert. Predictions, not measurements.
+
+    python experiments/gpu_machines.py [--setups nmt-4:paper@4xH100 gpt2:paper@8xH100 ...] [--budget 600]
+        [--micro-batches 4] [--learn-updates N] [--schedule-top 3] [--out results/gpu_machines.json]
+
+A setup is MODEL[:SIZE]@NxGPU (size paper by default). The default setups are the papers' (NMT-2 on 2 and 4, NMT-4
+on 2 and 4, Inception-V3 on 2 modeled V100s) and today's (NMT-4, the Transformer and the GPT-2- and Llama-shaped
+language models on 4 and 8 modeled H100s). TensorFlow cannot run on a GPU here, so every number is the simulator's
+step time on `modeled:NxGPU` (the H100's op costs rest on kernels measured on an H200: `placer measure` says which
+ops do). Thread pools are a host CPU's setting, so the decisions are two: where the ops run, and the micro-batch
+schedule. Each setup is the search of `placer optimize MODEL --target modeled:NxGPU --budget B`
+(`agents.optimize_modeled.search_modeled`), reported per setup as (ms per step):
+- bound: the step time no placement of the whole batch can beat (`placer.simulate.bound`);
+- single: every op on one GPU; best heuristic: the fastest heuristic placement (the exact baseline included);
+- learned: the placement the hierarchical planner learns on the simulator in what the budget leaves it (or
+  --learn-updates), its best schedule, its share of the best heuristic's gap to the bound closed, and against
+  the expert's placement (the seed papers' metric);
+- expert scheduled: the expert's placement under its fastest micro-batch schedule (GPipe, 1F1B, ZB-H1, Tessel's fast
+  search over --micro-batches), or unscheduled if none is faster (models that cannot be built at another batch
+  get no schedules);
+- one after another: the fastest placement alone, then the fastest schedule for it;
+- joint: the fastest pair of a placement above and a schedule (or none); the --schedule-top placements predicted
+  fastest unscheduled are scheduled, and the expert's and one GPU's.
+A schedule is priced op by op (`placer.schedule.predict`): its micro-batched step with transfers, the merge of the
+micro-batches' gradients and the update. Each decision is shown over the bound (simulated; it bounds unscheduled
+placements, so a schedule may go below it), with the wall time the setup's search took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from placer import tf_logs  # noqa: E402
+
+tf_logs.configure()
+
+from experiments._report import write_report  # noqa: E402
+
+COLUMNS = ["setup", "bound_ms", "single_ms", "placement", "placement_ms", "learned_ms", "learned_schedule",
+           "learned_scheduled_ms", "learned_gap_closed_pct", "learned_vs_expert_pct", "expert_ms", "expert_schedule",
+           "expert_scheduled_ms", "sequential", "sequential_ms", "joint", "joint_ms", "joint_vs_best_one_dim_pct",
+           "placement_x_bound", "learned_x_bound", "joint_x_bound", "search_s"]
+
+PAPER_SETUPS = ("nmt-2:paper@2xV100", "nmt-2:paper@4xV100", "nmt-4:paper@2xV100", "nmt-4:paper@4xV100",
+                "inception-v3:paper@2xV100")
+"""The seed papers' setups (docs/results/learned-placement.md), on the V100s they used."""
+GPU_SETUPS = tuple(f"{model}:paper@{gpus}xH100" for model in ("nmt-4", "transformer", "gpt2", "llama") for gpus in (4, 8))
+"""Today's: the recurrent and attention models and the two language models whose step fits no one GPU."""
+LEARN_UPDATES = 100_000
+"""Updates of the planner when --learn-updates is not given: as many as the budget leaves."""
+
+
+def parse_setup(setup: str) -> tuple[str, str, str]:
+    """MODEL[:SIZE]@NxGPU -> (model, size, "modeled:NxGPU")."""
+    model_size, at, machine = setup.partition("@")
+    if not at or "x" not in machine:
+        raise ValueError(f"setup {setup!r} is not MODEL[:SIZE]@NxGPU (e.g. nmt-4:paper@4xH100)")
+    model, _, size = model_size.partition(":")
+    return model, size or "paper", f"modeled:{machine}"
+
+
+def decide(model: str, size: str, spec: str, micro_batches: int, learn_updates: int, budget: float,
+           schedule_top: int = 3) -> dict:
+    """One row: every decision's predicted step time for `model` on the modeled machine `spec`, from the search
+    `placer optimize --target modeled:NxGPU --budget B` makes (`agents.optimize_modeled.search_modeled`)."""
+    from placer.models import model_spec
+
+    from agents.optimize_modeled import search_modeled
+
+    started = time.monotonic()
+    schedulable = model_spec(model).batch_of is not None
+    search = search_modeled(model, size, spec, learn_updates=learn_updates,
+                            micro_batches=micro_batches if schedulable else None, schedule_top=schedule_top,
+                            deadline=started + budget)
+    notes = list(search.notes)
+    if not schedulable:
+        notes.append(f"no schedules: {model} cannot be built at the micro-batch size")
+    # By every name that proposed a placement ("expert = metis" counts as both): the columns name heuristics.
+    alone = {name: c.seconds for c in search.placements if c.step_time.ok for name in c.placement_name.split(" = ")}
+    scheduled = {(name, c.schedule.method): c.seconds for c in search.scheduled if c.step_time.ok
+                 for name in c.placement_name.split(" = ")}
+    row = summarize(alone, scheduled, search.bound.value)
+    return {"setup": f"{model}:{size}@{spec.split(':', 1)[1]}", "model": f"{model} {size}", "machine": spec, **row,
+            "bound": search.bound.to_dict(), "search_s": time.monotonic() - started,
+            "phase_seconds": dict(search.phase_seconds), "notes": notes}
+
+
+def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float], bound: float | None = None) -> dict:
+    """The row's decisions from every placement's predicted seconds unscheduled (`alone`, by name; "learned" is
+    the planner's, "single-device" one GPU) and under each schedule (`scheduled`, by (placement, method)); with
+    the step time `bound` of unscheduled placements, each decision over it and the share of the best heuristic
+    placement's gap to it that the learned placement closed."""
+    from placer.simulate.bound import gap_closed, times_bound
+
+    heuristics = {name: s for name, s in alone.items() if name != "learned"}
+    best_placement = min(heuristics, key=heuristics.get)
+    everything = {**alone, **{f"{name} + {method}": s for (name, method), s in scheduled.items()}}
+    # one decision made, the other left at its default: a placement unscheduled, or one GPU under a schedule
+    one_dimension = {**alone, **{f"single-device + {method}": s for (name, method), s in scheduled.items()
+                                 if name == "single-device"}}
+    best_one_dim = min(one_dimension, key=one_dimension.get)
+    first = min(alone, key=alone.get)
+    sequential = min([(first, alone[first])] + [(f"{first} + {method}", s) for (name, method), s in scheduled.items()
+                                                 if name == first], key=lambda item: item[1])
+    expert_schedules = {method: s for (name, method), s in scheduled.items() if name == "expert"}
+    expert_schedule = min(expert_schedules, key=expert_schedules.get) if expert_schedules else None
+    if expert_schedule is not None and expert_schedules[expert_schedule] >= alone.get("expert", float("inf")):
+        expert_schedule = None  # no schedule makes the expert's placement faster
+    joint = min(everything, key=everything.get)
+
+    def ms(seconds):
+        return None if seconds is None else seconds * 1e3
+
+    closed = gap_closed(heuristics[best_placement], alone.get("learned"), bound)
+    learned_schedules = {method: s for (name, method), s in scheduled.items() if name == "learned"}
+    learned_schedule = min(learned_schedules, key=learned_schedules.get) if learned_schedules else None
+    if learned_schedule is not None and learned_schedules[learned_schedule] >= alone.get("learned", float("inf")):
+        learned_schedule = None
+    versus_expert = (100 * (1 - alone["learned"] / alone["expert"])
+                     if "learned" in alone and alone.get("expert") else None)
+    return {
+        "learned_schedule": learned_schedule or ("none" if "learned" in alone else None),
+        "learned_scheduled_ms": ms(learned_schedules[learned_schedule] if learned_schedule else alone.get("learned")),
+        "learned_vs_expert_pct": versus_expert,
+        "single_ms": ms(alone.get("single-device")), "placement_ms": ms(heuristics[best_placement]),
+        "placement": best_placement, "learned_ms": ms(alone.get("learned")), "expert_ms": ms(alone.get("expert")),
+        "expert_scheduled_ms": ms(expert_schedules[expert_schedule] if expert_schedule else alone.get("expert")),
+        "expert_schedule": expert_schedule or "none",
+        "sequential_ms": ms(sequential[1]), "sequential": sequential[0], "joint_ms": ms(everything[joint]),
+        "joint": joint, "joint_vs_best_one_dim_pct": 100 * (1 - everything[joint] / one_dimension[best_one_dim]),
+        "best_one_dim": best_one_dim, "predicted_ms": {name: ms(s) for name, s in everything.items()},
+        "bound_ms": ms(bound), "placement_x_bound": times_bound(heuristics[best_placement], bound),
+        "learned_x_bound": times_bound(alone.get("learned"), bound), "joint_x_bound": times_bound(everything[joint], bound),
+        "learned_gap_closed_pct": None if closed is None else 100 * closed,
+        "x_bound": {name: times_bound(s, bound) for name, s in everything.items()},
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--setups", nargs="+", default=[*PAPER_SETUPS, *GPU_SETUPS],
+                        help="MODEL[:SIZE]@NxGPU each, built-in models (default: the papers' and today's setups)")
+    parser.add_argument("--budget", type=float, default=600.0,
+                        help="seconds of wall time per setup, as `placer optimize --budget` (default 600)")
+    parser.add_argument("--micro-batches", type=int, default=4)
+    parser.add_argument("--learn-updates", type=int, default=LEARN_UPDATES,
+                        help="simulated updates of the hierarchical planner at most (default: as many as the budget "
+                             "leaves; 0: no learned placement)")
+    parser.add_argument("--schedule-top", type=int, default=3,
+                        help="schedule the K placements predicted fastest unscheduled (and the expert's and one GPU's)")
+    parser.add_argument("--out", default="results/gpu_machines.json")
+    args = parser.parse_args(argv)
+    if args.micro_batches < 2:
+        parser.error("--micro-batches must be at least 2: one micro-batch is no schedule")
+    if args.schedule_top < 0:
+        parser.error("--schedule-top must be 0 or more")
+    if not args.budget > 0:
+        parser.error(f"--budget must be positive, got {args.budget}")
+    from placer.cost import parse_target_spec
+    from placer.errors import PlacerError
+    from placer.models import MODELS
+    from placer.models.registry import require_size
+
+    setups = []
+    for setup in args.setups:
+        try:
+            model, size, spec = parse_setup(setup)
+            parse_target_spec(spec)
+        except (ValueError, PlacerError) as error:
+            parser.error(str(error))
+        if model not in MODELS:
+            parser.error(f"{model!r} is not a built-in model (`placer models`): schedules rebuild the model at the "
+                         "micro-batch size")
+        require_size(model, size)
+        setups.append((model, size, spec))
+
+    rows = []
+    for model, size, spec in setups:
+        row = decide(model, size, spec, args.micro_batches, args.learn_updates, args.budget, args.schedule_top)
+        rows.append(row)
+        learned = ("no learned placement" if row["learned_ms"] is None else
+                   f"learned {row['learned_ms']:.2f} ms, {row['learned_gap_closed_pct'] or 0:.0f} % of the gap closed")
+        print(f"{row['setup']}: bound {row['bound_ms']:.2f} ms, best heuristic {row['placement_ms']:.2f} ms "
+              f"({row['placement']}), {learned}; joint {row['joint_ms']:.2f} ms ({row['joint']}); "
+              f"{row['search_s']:.0f} s", flush=True)
+    command = "python experiments/gpu_machines.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    write_report("gpu_machines", COLUMNS, rows, args.out, command=command.strip(), budget=args.budget,
+                 micro_batches=args.micro_batches, learn_updates=args.learn_updates,
+                 caveat="predictions of the simulator on modeled machines, not measurements; the bound is simulated "
+                        "too, and bounds unscheduled placements of the whole batch: a micro-batch schedule may go "
+                        "below it")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
