@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -100,7 +101,16 @@ class DeviceSet:
 
     def index(self, name: str) -> int:
         """Index of the device a (possibly short) name refers to; DeviceSpecError if none or several match."""
-        return self.names.index(self.resolve(name).name)
+        found = self._indices.get(name)
+        if found is None:
+            found = self._indices[name] = self.names.index(self.resolve(name).name)
+        return found
+
+    @cached_property
+    def _indices(self) -> dict[str, int]:
+        """Names already resolved: a placement of a paper-size micro-batched step resolves 10^5 op devices, and
+        parsing each name took seconds per placement."""
+        return {}
 
     def resolve(self, name: str) -> Device:
         wanted = _spec(name)

@@ -128,6 +128,18 @@ def default_inter_op_threads(intra_op_threads: int) -> int:
     # (seen: a two-tower split gained 1.15x instead of ~2x); a second one keeps transfers flowing.
     return intra_op_threads + 1
 
+def killed_note(returncode: int | None) -> str:
+    """For a process that exited with `returncode`: a SIGKILL nobody here sent is how the kernel ends a process
+    when the machine runs out of memory, so say so with the memory left."""
+    if returncode != -signal.SIGKILL:
+        return ""
+    from placer.host import memory_available
+
+    available = memory_available()
+    left = "" if available is None else f", {available / 2**30:.1f} GiB of memory available now"
+    return f" (killed: the kernel kills this way when the machine runs out of memory{left})"
+
+
 @dataclass
 class TestbedServers:
     """Running worker processes; `close()` (or leaving the `with` block) stops them all."""
@@ -151,7 +163,8 @@ class TestbedServers:
     def check_alive(self) -> None:
         for task, process in enumerate(self.processes):
             if process.poll() is not None:
-                raise TestbedError(f"testbed worker {task} exited with code {process.returncode}; {self.log_tail(task)}")
+                raise TestbedError(f"testbed worker {task} exited with code {process.returncode}"
+                                   f"{killed_note(process.returncode)}; {self.log_tail(task)}")
 
     def log_tail(self, task: int, lines: int = 5) -> str:
         """What the end of a worker's log says, for an error message (without TensorFlow's log lines)."""

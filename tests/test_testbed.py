@@ -211,3 +211,15 @@ def test_the_measuring_client_runs_on_the_first_workers_core(testbed):
     assert info["client_cores"] == list(info["cores"][0])
     for thread in os.listdir(f"/proc/{testbed.worker_pid}/task"):
         assert sorted(os.sched_getaffinity(int(thread))) == list(info["cores"][0])
+
+
+def test_a_server_killed_by_sigkill_is_said_to_be_what_the_kernel_does_out_of_memory(monkeypatch):
+    import signal
+
+    import placer.host
+    from placer.testbed import killed_note
+
+    monkeypatch.setattr(placer.host, "memory_available", lambda: 3 * 2**30)
+    assert killed_note(-signal.SIGKILL) == (" (killed: the kernel kills this way when the machine runs out of memory, "
+                                            "3.0 GiB of memory available now)")
+    assert killed_note(1) == "" and killed_note(-signal.SIGSEGV) == ""

@@ -13,6 +13,7 @@ their mean. With identical micro-batches both agree with the full-batch step.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -69,6 +70,13 @@ class MicroBatchedStep:
                                          {**placement.metadata, "micro_batches": self.micro_batches})
 
 
+STEPS_KEPT = 2
+"""Micro-batched steps kept for the next call with the same arguments: a search prices every placement's schedules
+on the same step (a placement changes where its ops run, not its ops), and building one imports the whole
+micro-batched graph into TensorFlow."""
+_steps: OrderedDict[tuple, MicroBatchedStep] = OrderedDict()
+
+
 def micro_batched_step(graph: OpGraph, micro_batches: int, *,
                        dropped_control_edges: frozenset[tuple[str, str]] = frozenset()) -> MicroBatchedStep:
     """The step of `graph` (built at the micro-batch size) over `micro_batches` micro-batches, one update.
@@ -76,6 +84,19 @@ def micro_batched_step(graph: OpGraph, micro_batches: int, *,
     dropped_control_edges: control edges (op, control input) of `graph` the step leaves out, in every copy:
     the gradient gates that would make an input gradient wait for a weight gradient (`weight_gradient_split`);
     they order ops without passing values, so the step computes the same."""
+    key = (graph.name, graph.fingerprint, graph.loss, micro_batches, frozenset(dropped_control_edges))
+    if key in _steps:
+        _steps.move_to_end(key)
+        return _steps[key]
+    step = _micro_batched_step(graph, micro_batches, dropped_control_edges)
+    _steps[key] = step
+    while len(_steps) > STEPS_KEPT:
+        _steps.popitem(last=False)
+    return step
+
+
+def _micro_batched_step(graph: OpGraph, micro_batches: int,
+                        dropped_control_edges: frozenset[tuple[str, str]]) -> MicroBatchedStep:
     if not isinstance(micro_batches, int) or isinstance(micro_batches, bool) or micro_batches < 1:
         raise MicroBatchError(f"micro-batches must be a positive whole number, got {micro_batches!r}")
     kinds = op_kinds(graph)

@@ -100,3 +100,12 @@ def test_a_model_with_a_fixed_batch_cannot_be_micro_batched(monkeypatch):
 def test_a_micro_batch_count_that_is_no_positive_whole_number_is_refused(micro_batch_graph, count):
     with pytest.raises(MicroBatchError, match="positive whole number"):
         micro_batched_step(micro_batch_graph, count)
+
+
+def test_the_same_step_asked_again_is_not_built_again(micro_batch_graph):
+    """A search prices every placement's schedules on one micro-batched step: building it imports the whole graph."""
+    four = micro_batched_step(micro_batch_graph, 4)
+    assert micro_batched_step(micro_batch_graph, 4) is four
+    two = micro_batched_step(micro_batch_graph, 2)
+    assert two is not four and two.micro_batches == 2
+    assert micro_batched_step(micro_batch_graph, 2) is two and micro_batched_step(micro_batch_graph, 4) is four
