@@ -180,6 +180,7 @@ def main(argv=None) -> int:
         require_size(model, size)
         setups.append((model, size, spec))
 
+    command = "python experiments/gpu_machines.py " + " ".join(argv if argv is not None else sys.argv[1:])
     rows = []
     for model, size, spec in setups:
         row = decide(model, size, spec, args.micro_batches, args.learn_updates, args.budget, args.schedule_top)
@@ -189,12 +190,13 @@ def main(argv=None) -> int:
         print(f"{row['setup']}: bound {row['bound_ms']:.2f} ms, best heuristic {row['placement_ms']:.2f} ms "
               f"({row['placement']}), {learned}; joint {row['joint_ms']:.2f} ms ({row['joint']}); "
               f"{row['search_s']:.0f} s", flush=True)
-    command = "python experiments/gpu_machines.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    write_report("gpu_machines", COLUMNS, rows, args.out, command=command.strip(), budget=args.budget,
-                 micro_batches=args.micro_batches, learn_updates=args.learn_updates,
-                 caveat="predictions of the simulator on modeled machines, not measurements; the bound is simulated "
-                        "too, and bounds unscheduled placements of the whole batch: a micro-batch schedule may go "
-                        "below it")
+        # Written after every setup: a run of an hour stopped part way keeps the setups it finished.
+        write_report("gpu_machines", COLUMNS, rows, args.out, command=command.strip(), budget=args.budget,
+                     micro_batches=args.micro_batches, learn_updates=args.learn_updates,
+                     setups_left=[f"{m}:{z}@{t.split(':', 1)[1]}" for m, z, t in setups[len(rows):]],
+                     caveat="predictions of the simulator on modeled machines, not measurements; the bound is "
+                            "simulated too, and bounds unscheduled placements of the whole batch: a micro-batch "
+                            "schedule may go below it")
     return 0
 
 

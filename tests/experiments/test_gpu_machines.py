@@ -79,6 +79,29 @@ def test_bad_arguments_are_refused_before_any_model_is_built(capsys):
         main(["--budget", "0"])
 
 
+def test_each_finished_setup_is_written_before_the_next_starts(tmp_path, monkeypatch):
+    """A run over every setup takes hours: one stopped part way keeps what it finished."""
+    import experiments.gpu_machines as benchmark
+
+    row = {"setup": "nmt-2:tiny@2xV100", "bound_ms": 1.0, "placement_ms": 2.0, "placement": "expert",
+           "learned_ms": None, "joint_ms": 2.0, "joint": "expert", "search_s": 3.0}
+    calls = []
+
+    def decide(model, size, spec, *rest):
+        calls.append(model)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return dict(row)
+
+    monkeypatch.setattr(benchmark, "decide", decide)
+    out = tmp_path / "gpu_machines.json"
+    with pytest.raises(KeyboardInterrupt):
+        main(["--setups", "nmt-2:tiny@2xV100", "nmt-4:tiny@2xV100", "--out", str(out)])
+    written = json.loads(out.read_text())
+    assert [r["setup"] for r in written["rows"]] == ["nmt-2:tiny@2xV100"]
+    assert written["setups_left"] == ["nmt-4:tiny@2xV100"]
+
+
 @pytest.mark.slow
 def test_a_small_run_prices_every_heuristic_and_schedule(tmp_path):
     out = tmp_path / "gpu_machines.json"
