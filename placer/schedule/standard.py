@@ -107,9 +107,14 @@ def list_schedule(template: BlockTemplate, micro_batches: int, rule_name: str, m
         started_any = False
         for entry in list(pending):
             _, i, m = entry
+            # A block waits for the same block of the micro-batch before: checked first, as it rules out most
+            # of the pending blocks, and the checks below cost what the template's blocks and devices do.
+            if not (m == 0 or (i, m - 1) in starts):
+                reserved.pop((i, m), None)
+                continue
             block = template.blocks[i]
             ready = all(ends.get((template.index[name], m), time + 1) <= time for name in block.after)
-            in_order = m == 0 or (i, m - 1) in starts
+            in_order = True
             free = all(device_free[d] <= time for d in block.devices)
             admitted = started[m] or max_in_flight is None or in_flight < max_in_flight
             phase = not (rule.forwards_first_per_device and block.kind == BACKWARD
