@@ -7,8 +7,9 @@ experiments/gpu_machines.py):
 
 1. Every heuristic of the registry (the expert's placement among them: a stage of decoder blocks per GPU for the
    language models), priced on the simulator.
-2. The hierarchical planner trained for --learn-updates on the same simulator (`agents.loop.train`), cut to the
-   budget left.
+2. The hierarchical planner trained for --learn-updates on the same simulator (`agents.loop.train`), cut to
+   PLANNER_SHARE of learning's seconds ("planner"); then the fastest placement found so far, the planner's among
+   them, refined on the simulator coarse to fine (`placer.heuristics.refine`) for the rest ("learned").
 3. With schedules (on by default when the model can be built at the micro-batch size): the expert's placement
    (the one pipeline schedules were made for: scheduled before learning, so that learning cannot spend the
    budget it needs), the `schedule_top` other placements priced fastest and one GPU's, each under GPipe, 1F1B,
@@ -49,6 +50,11 @@ TESSEL_SECONDS = 10.0
 """The most one Tessel search may take: a fraction of a budget of minutes, enough for a 4-stage template."""
 LEARNING_SHARE = 0.5
 """Of the budget left when learning starts, the share it may take when schedules follow it."""
+LEARNERS = {"planner", "learned"}
+"""The candidates placer's learning proposes; every other placement is a heuristic's."""
+PLANNER_SHARE = 0.4
+"""Of learning's seconds, the most the hierarchical planner may take; refining the fastest placement found on
+the simulator takes the rest: thousands of moves priced in the time the planner samples a few hundred."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,7 @@ class ModeledSearch:
     def gap_closed(self) -> float | None:
         """The share of the best heuristic placement's distance to the bound that the learned placement closed."""
         learned = self.unscheduled("learned")
-        heuristics = [c.seconds for c in self.placements if c.placement_name != "learned"]
+        heuristics = [c.seconds for c in self.placements if set(c.placement_name.split(" = ")) - LEARNERS]
         if learned is None or not heuristics:
             return None
         return gap_closed(min(heuristics), learned.seconds, self.bound)
@@ -125,7 +131,7 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
     from placer.schedule.micro_batch import build_micro_batch_graph
     from placer.simulate.bound import step_time_bound
 
-    from agents.optimize import PhaseClock, learned_placement, merge_same_placements, progress_bar
+    from agents.optimize import PhaseClock, merge_same_placements, progress_bar
 
     clock = PhaseClock()
     phase_done = clock.done
@@ -158,17 +164,9 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
             scheduling.schedule(first)
             phase_done("schedules")
         if learn_updates:
-            left = deadline - time.monotonic()
-            seconds = left * (LEARNING_SHARE if micro_batches else 1.0)
-            if seconds < 1:
-                notes.append(f"no learned placement: --budget was spent before learning ({max(left, 0):.0f} s left)")
-            else:
-                say(f"training the hierarchical planner on {spec} ({learn_updates} updates, at most {seconds:.0f} s)")
-                learned = learned_placement(graph, spec, updates=learn_updates, seconds=seconds, seed=seed,
-                                            progress=progress)
-                if learned is not None:
-                    found.append(SimulatedCandidate("learned", "learned", learned, target.evaluate(learned),
-                                                    made_by=learned.metadata.get("method", "hierarchical planner")))
+            found += _learned(graph, spec, target, found, learn_updates=learn_updates, seed=seed,
+                              seconds=(deadline - time.monotonic()) * (LEARNING_SHARE if micro_batches else 1.0),
+                              notes=notes, progress=progress, say=say)
         phase_done("learning")
         placements = merge_same_placements(found, ("name", "placement_name"))
         scheduled: list[SimulatedCandidate] = []
@@ -181,6 +179,40 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
         phase_done("schedules")
     return ModeledSearch(spec, tuple(placements), tuple(scheduled), bound, micro_batches, tuple(notes),
                          clock.seconds)
+
+
+def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate], *, learn_updates: int, seconds: float,
+             seed: int, notes: list[str], progress: bool, say: Callable[[str], None]) -> list[SimulatedCandidate]:
+    """The planner's placement ("planner": trained for `learn_updates` updates, at most PLANNER_SHARE of `seconds`)
+    and the learned one ("learned": the fastest placement found so far, the planner's among them, refined on the
+    simulator for the rest of `seconds`)."""
+    from placer.heuristics.refine import refine_placement
+    from placer.placement import Placement
+
+    from agents.optimize import learned_placement
+
+    if seconds < 1:
+        notes.append(f"no learned placement: --budget was spent before learning ({max(seconds, 0):.0f} s left)")
+        return []
+    until = time.monotonic() + seconds
+    say(f"training the hierarchical planner on {spec} ({learn_updates} updates, at most {seconds * PLANNER_SHARE:.0f} s)")
+    planner = learned_placement(graph, spec, updates=learn_updates, seconds=seconds * PLANNER_SHARE, seed=seed,
+                                progress=progress)
+    made = []
+    if planner is not None:
+        made.append(SimulatedCandidate("planner", "planner", planner, target.evaluate(planner),
+                                       made_by=planner.metadata.get("method", "hierarchical planner")))
+    start = min(found + made, key=lambda c: c.seconds)
+    say(f"refining {start.name}'s placement ({start.seconds * 1e3:.2f} ms) on the simulator, at most "
+        f"{until - time.monotonic():.0f} s")
+    refined = refine_placement(graph, target.simulator, start.placement.group_device_array, deadline=until, seed=seed)
+    placement = Placement.from_assignment(graph, target.devices, refined.group_devices)
+    made.append(SimulatedCandidate(
+        "learned", "learned", placement, target.evaluate(placement),
+        made_by=f"{start.name}'s placement refined on the simulator ({refined.moves} moves kept of "
+                f"{refined.evaluations} placements simulated in {refined.wall_seconds:.0f} s, down to "
+                f"{refined.finest_pieces} pieces)"))
+    return made
 
 
 def schedule_candidates(graph: OpGraph, micro_batch_graph: OpGraph, target, candidate: SimulatedCandidate,

@@ -13,8 +13,9 @@ schedule. Each setup is the search of `placer optimize MODEL --target modeled:Nx
 (`agents.optimize_modeled.search_modeled`), reported per setup as (ms per step):
 - bound: the step time no placement of the whole batch can beat (`placer.simulate.bound`);
 - single: every op on one GPU; best heuristic: the fastest heuristic placement (the exact baseline included);
-- learned: the placement the hierarchical planner learns on the simulator in what the budget leaves it (or
-  --learn-updates), its best schedule, its share of the best heuristic's gap to the bound closed, and against
+- learned: what learning found in what the budget leaves it: the hierarchical planner trained on the simulator
+  (at most --learn-updates), then the fastest placement so far refined there (`placer.heuristics.refine`); its
+  best schedule, its share of the best heuristic's gap to the bound closed, and against
   the expert's placement (the seed papers' metric);
 - expert scheduled: the expert's placement under its fastest micro-batch schedule (GPipe, 1F1B, ZB-H1, Tessel's fast
   search over --micro-batches), or unscheduled if none is faster (models that cannot be built at another batch
@@ -42,7 +43,7 @@ tf_logs.configure()
 
 from experiments._report import write_report  # noqa: E402
 
-COLUMNS = ["setup", "bound_ms", "single_ms", "placement", "placement_ms", "learned_ms", "learned_schedule",
+COLUMNS = ["setup", "bound_ms", "single_ms", "placement", "placement_ms", "planner_ms", "planner_gap_closed_pct", "learned_ms", "learned_schedule",
            "learned_scheduled_ms", "learned_gap_closed_pct", "learned_vs_expert_pct", "expert_ms", "expert_schedule",
            "expert_scheduled_ms", "sequential", "sequential_ms", "joint", "joint_ms", "joint_vs_best_one_dim_pct",
            "placement_x_bound", "learned_x_bound", "joint_x_bound", "search_s"]
@@ -98,7 +99,7 @@ def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float], 
     placement's gap to it that the learned placement closed."""
     from placer.simulate.bound import gap_closed, times_bound
 
-    heuristics = {name: s for name, s in alone.items() if name != "learned"}
+    heuristics = {name: s for name, s in alone.items() if name not in ("learned", "planner")}
     best_placement = min(heuristics, key=heuristics.get)
     everything = {**alone, **{f"{name} + {method}": s for (name, method), s in scheduled.items()}}
     # one decision made, the other left at its default: a placement unscheduled, or one GPU under a schedule
@@ -118,6 +119,7 @@ def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float], 
         return None if seconds is None else seconds * 1e3
 
     closed = gap_closed(heuristics[best_placement], alone.get("learned"), bound)
+    planner_closed = gap_closed(heuristics[best_placement], alone.get("planner"), bound)
     learned_schedules = {method: s for (name, method), s in scheduled.items() if name == "learned"}
     learned_schedule = min(learned_schedules, key=learned_schedules.get) if learned_schedules else None
     if learned_schedule is not None and learned_schedules[learned_schedule] >= alone.get("learned", float("inf")):
@@ -138,6 +140,8 @@ def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float], 
         "bound_ms": ms(bound), "placement_x_bound": times_bound(heuristics[best_placement], bound),
         "learned_x_bound": times_bound(alone.get("learned"), bound), "joint_x_bound": times_bound(everything[joint], bound),
         "learned_gap_closed_pct": None if closed is None else 100 * closed,
+        "planner_ms": ms(alone.get("planner")),
+        "planner_gap_closed_pct": None if planner_closed is None else 100 * planner_closed,
         "x_bound": {name: times_bound(s, bound) for name, s in everything.items()},
     }
 

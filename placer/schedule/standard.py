@@ -11,6 +11,8 @@ stage's); a later stage holds more than its 1F1B depth while its W wait.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 from dataclasses import dataclass
 from typing import Callable
 
@@ -75,9 +77,22 @@ def list_schedule(template: BlockTemplate, micro_batches: int, rule_name: str, m
     limit = memory_limit if rule.respects_memory else None
     check_plan_inputs(template, micro_batches, limit)
     position = {i: p for p, i in enumerate(template.topological_order)}
-    pending = sorted(((rule.priority(b.kind, m, position[i]), i, m) for m in range(micro_batches)
-                      for i, b in enumerate(template.blocks)))
-    ends: dict[tuple[int, int], int] = {}
+
+    def key(i: int, m: int) -> tuple:
+        return (rule.priority(template.blocks[i].kind, m, position[i]), i, m)
+
+    # Event-driven: a block joins `ready` when its dependencies of the same micro-batch have ended and the same
+    # block of the micro-batch before has started; each time step checks the ready blocks alone, in priority
+    # order, so the cost grows with the blocks that can start, not with every block of every micro-batch.
+    after = [sorted({template.index[name] for name in block.after}) for block in template.blocks]
+    dependents: list[list[int]] = [[] for _ in template.blocks]
+    for i, before in enumerate(after):
+        for j in before:
+            dependents[j].append(i)
+    waiting_for = [[len(after[i])] * micro_batches for i in range(len(template.blocks))]
+    ready = sorted(key(i, 0) for i in range(len(template.blocks)) if not after[i])
+    unstarted = len(template.blocks) * micro_batches
+    running: list[tuple[int, int, int]] = []  # (end, block, micro-batch), a heap
     starts: dict[tuple[int, int], int] = {}
     device_free = {device: 0 for device in template.devices}
     live = {device: 0 for device in template.devices}
@@ -102,19 +117,13 @@ def list_schedule(template: BlockTemplate, micro_batches: int, rule_name: str, m
     on_device = {d: sum(1 for b in template.blocks if d in b.devices) for d in template.devices}
     started_on = {d: [0] * micro_batches for d in template.devices}
     ended_on = {d: [0] * micro_batches for d in template.devices}
-    while pending:
+    while unstarted:
         in_flight = sum(1 for m in range(micro_batches) if started[m] and finished[m] < total)
-        started_any = False
-        for entry in list(pending):
+        index = 0
+        while index < len(ready):
+            entry = ready[index]
             _, i, m = entry
-            # A block waits for the same block of the micro-batch before: checked first, as it rules out most
-            # of the pending blocks, and the checks below cost what the template's blocks and devices do.
-            if not (m == 0 or (i, m - 1) in starts):
-                reserved.pop((i, m), None)
-                continue
             block = template.blocks[i]
-            ready = all(ends.get((template.index[name], m), time + 1) <= time for name in block.after)
-            in_order = True
             free = all(device_free[d] <= time for d in block.devices)
             admitted = started[m] or max_in_flight is None or in_flight < max_in_flight
             phase = not (rule.forwards_first_per_device and block.kind == BACKWARD
@@ -123,16 +132,18 @@ def list_schedule(template: BlockTemplate, micro_batches: int, rule_name: str, m
             held = all(started_on[d][m] or sum(1 for k in range(micro_batches) if started_on[d][k]
                                                and ended_on[d][k] < on_device[d]) < stage_cap[d]
                        for d in block.devices) if stage_cap else True
-            eligible = ready and in_order and admitted and phase and fits and held
+            eligible = admitted and phase and fits and held
             if eligible and not free and len(block.devices) > 1:
                 reserved[(i, m)] = max(device_free[d] for d in block.devices)
             else:
                 reserved.pop((i, m), None)
             if not (eligible and free) or _crosses_reservation(template, reserved, (i, m), time):
+                index += 1
                 continue
-            pending.remove(entry)
+            del ready[index]
+            unstarted -= 1
             starts[(i, m)] = time
-            ends[(i, m)] = time + block.span
+            heapq.heappush(running, (time + block.span, i, m))
             if not started[m]:
                 in_flight += 1
             started[m] += 1
@@ -142,21 +153,25 @@ def list_schedule(template: BlockTemplate, micro_batches: int, rule_name: str, m
                 started_on[d][m] += 1
                 if block.kind == FORWARD:
                     forwards_left[d] -= 1
-            started_any = True
-        later = [end for end in ends.values() if end > time]
-        if not later:
-            if pending and not started_any:
+            if m + 1 < micro_batches and not waiting_for[i][m + 1]:  # the same block of the next micro-batch
+                index += _insert(ready, key(i, m + 1), index)
+        if not running:
+            if unstarted:
                 raise ScheduleInfeasibleError(
                     f"{rule_name} got stuck under the memory limit of {limit} units: every waiting block would "
                     f"overflow a device (one micro-batch alone needs {max(template.single_micro_batch_peak().values())} "
                     "in dependency order); raise the limit")
-            continue
-        time = min(later)
-        for (i, m), end in ends.items():
-            if end == time:
-                finished[m] += 1
-                for d in template.blocks[i].devices:
-                    ended_on[d][m] += 1
+            break
+        time = running[0][0]
+        while running and running[0][0] == time:
+            _, j, m = heapq.heappop(running)
+            finished[m] += 1
+            for d in template.blocks[j].devices:
+                ended_on[d][m] += 1
+            for i in dependents[j]:
+                waiting_for[i][m] -= 1
+                if not waiting_for[i][m] and (m == 0 or (i, m - 1) in starts):
+                    _insert(ready, key(i, m), len(ready))
     blocks = tuple(ScheduledBlock(template.blocks[i], m, start) for (i, m), start in starts.items())
     return SchedulePlan(template, micro_batches, blocks, rule_name, limit, "heuristic")
 
@@ -179,6 +194,14 @@ def _stage_caps(template: BlockTemplate, rule: str) -> dict[str, int]:
     if any(forwards.count(d) > 1 for d in order):  # data comes back to a device: no stage has a depth
         return {d: p for d in template.devices}
     return {d: p - order.index(d) if rule == "depth" and d in order else p for d in template.devices}
+
+
+def _insert(ready: list, entry: tuple, index: int) -> int:
+    """Insert `entry` into the sorted `ready` list; 1 if it went before `index` (the pass already went past its
+    place, so it waits for the next time step, as it would have had it been ready when the pass began), else 0."""
+    at = bisect.bisect(ready, entry)
+    ready.insert(at, entry)
+    return int(at < index)
 
 
 def _crosses_reservation(template: BlockTemplate, reserved: dict[tuple[int, int], int], key: tuple[int, int],

@@ -65,6 +65,14 @@ def test_the_table_says_simulated_and_shows_each_plan_against_the_bound_the_lear
     assert data["gap_closed"] == pytest.approx(0.5)
 
 
+def test_the_gap_is_measured_from_the_best_heuristic_never_from_the_planner_the_refinement_started_from():
+    planner_ahead = _result([_candidate("metis", 6), _candidate("planner", 5.5), _candidate("learned", 5)], [])
+    assert planner_ahead.search.gap_closed == pytest.approx(0.5)  # 6 -> 5 of the way to 4
+    nothing_found = _result([_candidate("metis", 6), _candidate("metis = learned", 6, placement_name="metis = learned")],
+                            [])
+    assert nothing_found.search.gap_closed == pytest.approx(0.0)
+
+
 def test_the_recommended_plan_is_shown_against_the_expert_s_placement_unscheduled_and_scheduled():
     expert, scheduled = _candidate("expert", 8), _candidate("expert + 1f1b x4", 7, "1f1b", "expert")
     faster = _result([_candidate("metis", 6), expert], [scheduled])

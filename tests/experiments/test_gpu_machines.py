@@ -27,6 +27,13 @@ def test_each_column_is_the_decision_it_names():
     assert row["learned_vs_expert_pct"] == pytest.approx(100 * (1 - 5.5 / 7))
 
 
+def test_the_planner_s_own_placement_is_neither_the_best_heuristic_nor_the_learned_one():
+    row = summarize({"metis": 6 * MS, "planner": 5.5 * MS, "learned": 5 * MS}, {}, bound=4 * MS)
+    assert (row["placement"], row["placement_ms"]) == ("metis", pytest.approx(6.0))
+    assert row["planner_ms"] == pytest.approx(5.5) and row["planner_gap_closed_pct"] == pytest.approx(25.0)
+    assert row["learned_gap_closed_pct"] == pytest.approx(50.0)
+
+
 def test_without_a_learned_placement_its_columns_are_empty_and_a_slower_schedule_is_none():
     row = summarize({"single-device": 10 * MS, "expert": 7 * MS}, {})
     assert row["learned_ms"] is None and row["learned_schedule"] is None and row["learned_vs_expert_pct"] is None

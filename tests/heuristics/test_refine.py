@@ -1,0 +1,65 @@
+"""Refining a placement on the simulator: hand-built graphs whose best placement is known."""
+
+import time
+
+import numpy as np
+import pytest
+
+from placer.heuristics.refine import piece_levels, refine_placement
+
+TOWER_MS = 10
+
+
+def everything_on(graph, device):
+    return np.full(len(graph.groups), device, np.int64)
+
+
+def test_two_towers_on_one_device_are_spread_to_the_optimum(hand_built):
+    graph = hand_built.towers_graph(towers=2, depth=3)
+    machine = hand_built.devices()
+    costs = {f"t{t}/op{i}": TOWER_MS for t in range(2) for i in range(3)}
+    simulator = hand_built.simulator(graph, machine, costs)
+    refined = refine_placement(graph, simulator, everything_on(graph, 0), deadline=time.monotonic() + 60)
+    busy = simulator.simulate(refined.group_devices).device_busy
+    assert sorted(busy.values()) == pytest.approx([30 * hand_built.MS] * 2)  # three 10 ms ops on each device
+    assert refined.start_seconds == pytest.approx(60 * hand_built.MS, rel=0.05)  # both towers, one after the other
+    assert refined.seconds == pytest.approx(30 * hand_built.MS, rel=0.05)  # 3 ops, plus a 1 MB transfer
+    assert refined.seconds == simulator.simulate(refined.group_devices).step_time
+    assert refined.moves >= 1 and refined.gain == pytest.approx(0.5, abs=0.03)
+
+
+def test_a_chain_stays_whole_on_its_device(hand_built):
+    graph = hand_built.towers_graph(towers=1, depth=3)  # any cut makes its ops wait for a 1 MB transfer
+    machine = hand_built.devices()
+    costs = {f"t0/op{i}": TOWER_MS for i in range(3)}
+    simulator = hand_built.simulator(graph, machine, costs)
+    start = everything_on(graph, 1)
+    refined = refine_placement(graph, simulator, start, deadline=time.monotonic() + 60)
+    assert refined.group_devices.tolist() == start.tolist()
+    assert refined.moves == 0 and refined.gain == 0.0 and refined.seconds == refined.start_seconds
+
+
+def test_a_start_that_runs_out_of_memory_is_refined_into_one_that_fits(hand_built):
+    graph = hand_built.towers_graph(towers=2, depth=3)
+    machine = hand_built.devices(memory="2.5MB")  # both towers at once hold 3 MB of tensors at their peak
+    simulator = hand_built.simulator(graph, machine, {f"t{t}/op{i}": TOWER_MS for t in range(2) for i in range(3)})
+    start = everything_on(graph, 0)
+    assert not simulator.simulate(start).ok
+    refined = refine_placement(graph, simulator, start, deadline=time.monotonic() + 60)
+    assert refined.start_seconds == np.inf
+    assert simulator.simulate(refined.group_devices).ok and np.isfinite(refined.seconds)
+
+
+def test_refining_stops_at_its_deadline_with_the_start(hand_built):
+    graph = hand_built.towers_graph(towers=2, depth=3)
+    machine = hand_built.devices()
+    simulator = hand_built.simulator(graph, machine, {f"t{t}/op{i}": TOWER_MS for t in range(2) for i in range(3)})
+    start = everything_on(graph, 0)
+    refined = refine_placement(graph, simulator, start, deadline=time.monotonic() - 1)
+    assert refined.group_devices.tolist() == start.tolist() and refined.evaluations == 1 and refined.finest_pieces == 0
+
+
+def test_levels_go_from_a_piece_per_device_to_single_units():
+    assert piece_levels(20_000, 4) == [4, 16, 64, 256, 1024, 4096, 16384, 20_000]
+    assert piece_levels(10, 2) == [2, 8, 10]
+    assert piece_levels(1, 1) == [1]
