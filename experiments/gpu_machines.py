@@ -146,6 +146,32 @@ def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float], 
     }
 
 
+def _searched(setups: list[tuple[str, str, str]], args):
+    """Each setup's row as its search ends: one after another, or --jobs at a time in processes pinned to a core
+    each (spawned: TensorFlow's threads do not survive a fork)."""
+    if args.jobs == 1:
+        for model, size, spec in setups:
+            yield decide(model, size, spec, args.micro_batches, args.learn_updates, args.budget, args.schedule_top)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    context = multiprocessing.get_context("spawn")
+    cores = context.Queue()
+    for core in sorted(os.sched_getaffinity(0))[:args.jobs]:
+        cores.put(core)
+    with ProcessPoolExecutor(args.jobs, mp_context=context, initializer=_pin_to_a_core, initargs=(cores,)) as pool:
+        futures = [pool.submit(decide, model, size, spec, args.micro_batches, args.learn_updates, args.budget,
+                               args.schedule_top) for model, size, spec in setups]
+        for future in as_completed(futures):
+            yield future.result()
+
+
+def _pin_to_a_core(cores) -> None:
+    os.sched_setaffinity(0, {cores.get()})
+    tf_logs.configure()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--setups", nargs="+", default=[*PAPER_SETUPS, *GPU_SETUPS],
@@ -158,6 +184,9 @@ def main(argv=None) -> int:
                              "leaves; 0: no learned placement)")
     parser.add_argument("--schedule-top", type=int, default=3,
                         help="schedule the K placements predicted fastest unscheduled (and the expert's and one GPU's)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="setups searched at once, each in its own process pinned to one core of its own (at most "
+                             "this machine's cores); each setup's budget is then wall time on one core")
     parser.add_argument("--out", default="results/gpu_machines.json")
     args = parser.parse_args(argv)
     if args.micro_batches < 2:
@@ -166,6 +195,8 @@ def main(argv=None) -> int:
         parser.error("--schedule-top must be 0 or more")
     if not args.budget > 0:
         parser.error(f"--budget must be positive, got {args.budget}")
+    if not 1 <= args.jobs <= len(os.sched_getaffinity(0)):
+        parser.error(f"--jobs must be 1 to {len(os.sched_getaffinity(0))} (this machine's cores), got {args.jobs}")
     from placer.cost import parse_target_spec
     from placer.errors import PlacerError
     from placer.models import MODELS
@@ -184,20 +215,22 @@ def main(argv=None) -> int:
         require_size(model, size)
         setups.append((model, size, spec))
 
+    order = {f"{m}:{z}@{t.split(':', 1)[1]}": k for k, (m, z, t) in enumerate(setups)}
     command = "python experiments/gpu_machines.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    rows = []
-    for model, size, spec in setups:
-        row = decide(model, size, spec, args.micro_batches, args.learn_updates, args.budget, args.schedule_top)
+    rows: list[dict] = []
+    for row in _searched(setups, args):
         rows.append(row)
         learned = ("no learned placement" if row["learned_ms"] is None else
                    f"learned {row['learned_ms']:.2f} ms, {row['learned_gap_closed_pct'] or 0:.0f} % of the gap closed")
         print(f"{row['setup']}: bound {row['bound_ms']:.2f} ms, best heuristic {row['placement_ms']:.2f} ms "
               f"({row['placement']}), {learned}; joint {row['joint_ms']:.2f} ms ({row['joint']}); "
               f"{row['search_s']:.0f} s", flush=True)
+        done = {r["setup"] for r in rows}
         # Written after every setup: a run of an hour stopped part way keeps the setups it finished.
-        write_report("gpu_machines", COLUMNS, rows, args.out, command=command.strip(), budget=args.budget,
+        write_report("gpu_machines", COLUMNS, sorted(rows, key=lambda r: order[r["setup"]]), args.out,
+                     command=command.strip(), budget=args.budget, jobs=args.jobs,
                      micro_batches=args.micro_batches, learn_updates=args.learn_updates,
-                     setups_left=[f"{m}:{z}@{t.split(':', 1)[1]}" for m, z, t in setups[len(rows):]],
+                     setups_left=[name for name in order if name not in done],
                      caveat="predictions of the simulator on modeled machines, not measurements; the bound is "
                             "simulated too, and bounds unscheduled placements of the whole batch: a micro-batch "
                             "schedule may go below it")

@@ -213,6 +213,9 @@ def _search_completion(template: BlockTemplate, repetend: Repetend, micro_batche
     for device in template.devices:
         members = [key for key in start if device in blocks[key[0]].devices]
         for i, p in enumerate(members):
+            if budget.expired:  # the pairs grow with the square of the blocks: thousands take minutes to state
+                budget.incomplete = True
+                return None
             for q in members[i + 1:]:
                 if p in rigid and q in rigid or p[0] == q[0]:
                     continue  # the repetend keeps them apart; a sub-graph's order does too
@@ -221,6 +224,9 @@ def _search_completion(template: BlockTemplate, repetend: Repetend, micro_batche
             for q in members:
                 if blocks[q[0]].memory <= 0:
                     continue
+                if budget.expired:
+                    budget.incomplete = True
+                    return None
                 terms = []
                 for p in members:
                     if p in rigid and q in rigid:

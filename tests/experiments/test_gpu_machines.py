@@ -1,6 +1,7 @@
 """The GPU machines benchmark: which decision each column reports, the setups it takes, and one small run end to end."""
 
 import json
+import os
 
 import pytest
 
@@ -121,3 +122,21 @@ def test_a_small_run_prices_every_heuristic_and_schedule(tmp_path):
     bound = row["bound"]["seconds"] * 1e3
     assert row["bound_ms"] == pytest.approx(bound)
     assert all(bound <= ms * (1 + 1e-9) for name, ms in row["predicted_ms"].items() if "+" not in name)
+
+
+def test_more_jobs_than_cores_is_refused_before_any_search():
+    with pytest.raises(SystemExit):
+        main(["--jobs", str(len(os.sched_getaffinity(0)) + 1)])
+    with pytest.raises(SystemExit):
+        main(["--jobs", "0"])
+
+
+@pytest.mark.slow
+def test_setups_searched_side_by_side_come_back_in_the_order_asked(tmp_path):
+    out = tmp_path / "gpu_machines.json"
+    setups = ["two-tower:tiny@2xH100", "nmt-2:tiny@2xV100"]
+    assert main(["--setups", *setups, "--jobs", "2", "--learn-updates", "0", "--micro-batches", "2",
+                 "--budget", "120", "--out", str(out)]) == 0
+    written = json.loads(out.read_text())
+    assert [row["setup"] for row in written["rows"]] == setups
+    assert written["jobs"] == 2 and written["setups_left"] == []

@@ -57,3 +57,20 @@ def test_a_search_out_of_time_returns_the_best_plan_so_far_marked_as_such():
 def test_no_micro_batches_is_refused():
     with pytest.raises(MicroBatchError):
         tessel(shape_template("pipeline", 2), 0)
+
+
+def test_stating_the_completion_of_a_template_of_hundreds_of_blocks_stops_at_the_time_limit():
+    """A placement cut into fragments makes templates of a thousand blocks: stating every pair of blocks that
+    share a device took minutes of a budget of seconds."""
+    from placer.schedule.blocks import BACKWARD, FORWARD, BlockSpec, BlockTemplate
+
+    stages, devices = 300, ("d0", "d1")
+    forwards = [BlockSpec(f"f{k}", FORWARD, 1, 1, (devices[k % 2],), (f"f{k - 1}",) if k else ())
+                for k in range(stages)]
+    backwards = [BlockSpec(f"b{k}", BACKWARD, 2, -1, (devices[k % 2],),
+                           (f"b{k + 1}",) if k + 1 < stages else (f"f{stages - 1}",)) for k in range(stages)]
+    template = BlockTemplate("fragments", devices, tuple(forwards + backwards))
+    began = time.monotonic()
+    plan = tessel_fast(template, 4, time_limit=1.0)
+    assert time.monotonic() - began < 10
+    assert plan.search_status == "best-so-far" and len(plan.blocks) == 4 * 2 * stages
