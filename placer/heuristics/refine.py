@@ -13,8 +13,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable
-
 import numpy as np
 
 from placer.graph.opgraph import OpGraph
@@ -25,7 +23,8 @@ LEVEL_FACTOR = 4
 pieces, the finest one unit each."""
 LEVEL_GAIN = 0.01
 """A level is left for the next, finer one after a pass over its pieces shortened the step by less than this
-share: coarse moves stop paying long before they stop finding anything."""
+share: coarse moves stop paying long before they stop finding anything. The finest level goes on while any
+single unit moves."""
 
 
 @dataclass(frozen=True)
@@ -61,14 +60,11 @@ def piece_levels(units: int, devices: int) -> list[int]:
     return levels + [units]
 
 
-def refine_placement(graph: OpGraph, simulator, start: np.ndarray, *, deadline: float, seed: int = 0,
-                     on_level: Callable[[int, float], None] | None = None) -> Refinement:
+def refine_placement(graph: OpGraph, simulator, start: np.ndarray, *, deadline: float, seed: int = 0) -> Refinement:
     """Refine `start` ([U] device index per unit of `graph`) on `simulator` until `deadline` (a
     `time.monotonic()`) or until no move of a single unit shortens the step. Only devices the unit has kernels for
     are tried, and a placement that runs out of memory never replaces one that fits (from a start that does not
-    fit, moves that overflow the devices' memory by less are kept first).
-
-    on_level(pieces, seconds): called as each level starts, with the step time so far."""
+    fit, moves that overflow the devices' memory by less are kept first)."""
     started = time.monotonic()
     current = np.asarray(start, np.int64).copy()
     units, devices = len(current), len(simulator.devices)
@@ -96,8 +92,6 @@ def refine_placement(graph: OpGraph, simulator, start: np.ndarray, *, deadline: 
         if time.monotonic() >= deadline:
             break
         finest = pieces
-        if on_level is not None:
-            on_level(pieces, best[1] if not best[0] else math.inf)
         part = unit_partition(graph, pieces, seed=seed) if pieces < units else np.arange(units, dtype=np.int64)
         while time.monotonic() < deadline:
             before = best
@@ -121,8 +115,9 @@ def refine_placement(graph: OpGraph, simulator, start: np.ndarray, *, deadline: 
                     current[members] = choice
                     best = choice_score
                     moves += 1
-            if best == before or (not best[0] and before[1] - best[1] < LEVEL_GAIN * before[1]):
+            if best == before:
+                break  # no piece of this size moves: on to finer ones, or a local optimum at single units
+            if pieces < units and not best[0] and before[1] - best[1] < LEVEL_GAIN * before[1]:
                 break  # on to finer pieces
-        if pieces == units and best == before:
-            break  # no single unit moves: a local optimum at the finest grain
-    return Refinement(current, start_seconds, best[1] if not best[0] else math.inf, evaluations, moves, finest, time.monotonic() - started)
+    return Refinement(current, start_seconds, best[1] if not best[0] else math.inf, evaluations, moves, finest,
+                      time.monotonic() - started)
