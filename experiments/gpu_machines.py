@@ -168,6 +168,9 @@ def _searched(setups: list[tuple[str, str, str]], args):
 
 
 def _pin_to_a_core(cores) -> None:
+    from placer.testbed import die_with_parent
+
+    die_with_parent()  # a benchmark stopped part way must not leave its searches running beside the next one
     os.sched_setaffinity(0, {cores.get()})
     tf_logs.configure()
 
