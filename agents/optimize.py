@@ -722,7 +722,7 @@ def _heuristic_candidates(args: OptimizeArgs, target, twin, notes: list[str]) ->
     from placer.models import is_builtin_model
 
     builtin = is_builtin_model(args.model)
-    names = applicable_heuristics(builtin_model=builtin, simulator=True)
+    names = applicable_heuristics(builtin_model=builtin, simulator=True, model=args.model if builtin else None)
     timings = time_heuristics(twin, names, model=args.model if builtin else None, seed=args.seed,
                               progress=_progress(args, "heuristics", "placement"))
     candidates = []

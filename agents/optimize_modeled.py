@@ -6,13 +6,14 @@ TensorFlow runs no GPU here, so the search is one pass of predictions (`search_m
 experiments/gpu_machines.py):
 
 1. Every heuristic of the registry (the expert's placement among them: a stage of decoder blocks per GPU for the
-   language models), priced on the simulator.
+   language models, and for them the balanced stages too: blocks per GPU cut where the stages' compute is even),
+   priced on the simulator.
 2. The hierarchical planner trained for --learn-updates on the same simulator (`agents.loop.train`), cut to
    PLANNER_SHARE of learning's seconds ("planner"); then the fastest placement found so far, the planner's among
    them, refined on the simulator coarse to fine (`placer.heuristics.refine`) for the rest ("learned").
-3. With schedules (on by default when the model can be built at the micro-batch size): the expert's placement
-   (the one pipeline schedules were made for: scheduled before learning, so that learning cannot spend the
-   budget it needs), the `schedule_top` other placements priced fastest and one GPU's, each under GPipe, 1F1B,
+3. With schedules (on by default when the model can be built at the micro-batch size): the expert's and the
+   balanced stages' placements (the ones pipeline schedules were made for: scheduled before learning, so that
+   learning cannot spend the budget they need), the `schedule_top` other placements priced fastest and one GPU's, each under GPipe, 1F1B,
    Tessel's fast search and ZB-H1 over the micro-batches, priced op by op (`placer.schedule.predict`): seconds to
    a minute per placement, so the next placement is scheduled only while the budget left holds what the last
    one took.
@@ -142,8 +143,8 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
     with open_target(graph, spec) as target:
         bound = step_time_bound(target.simulator, simulated_on=spec)
         say(f"pricing every heuristic placement on {spec}")
-        timings = time_heuristics(target, applicable_heuristics(builtin_model=builtin, simulator=True),
-                                  model=model if builtin else None, seed=seed,
+        names = applicable_heuristics(builtin_model=builtin, simulator=True, model=model if builtin else None)
+        timings = time_heuristics(target, names, model=model if builtin else None, seed=seed,
                                   progress=progress_bar(progress, "heuristics", "placement"))
         found = []
         for name, timing in timings.items():
@@ -159,8 +160,9 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
         scheduling = _Scheduling(graph, build_micro_batch_graph(model, size, micro_batches), target, micro_batches,
                                  deadline, notes, say) if micro_batches else None
         heuristic_placements = merge_same_placements(found, ("name", "placement_name"))
-        first = _to_schedule(heuristic_placements, 0)[:1]  # the expert's (or one GPU's): before learning can
-        if scheduling is not None:                          # spend the budget, as it is the pipelines' own
+        # The pipelines' own placements (else one GPU's) are scheduled before learning can spend the budget.
+        first = _pipeline_placements(heuristic_placements) or _to_schedule(heuristic_placements, 0)[:1]
+        if scheduling is not None:
             scheduling.schedule(first)
             phase_done("schedules")
         if learn_updates:
@@ -305,14 +307,23 @@ def _named_as(scheduled: list[SimulatedCandidate], placements: list[SimulatedCan
     return renamed
 
 
+PIPELINE_PLACEMENTS = ("expert", "balanced-stages")
+"""The heuristics that place a stage per GPU, what pipeline schedules were made for: scheduled first."""
+
+
+def _pipeline_placements(placements: list[SimulatedCandidate]) -> list[SimulatedCandidate]:
+    """The expert's and the balanced stages' placements, in that order (one entry where they are the same)."""
+    return [c for c in placements if any(c.made_of(name) for name in PIPELINE_PLACEMENTS)]
+
+
 def _to_schedule(placements: list[SimulatedCandidate], top: int) -> list[SimulatedCandidate]:
-    """In the order they are scheduled while the budget lasts: the expert's placement (what pipeline schedules
-    were made for), the `top` others priced fastest, then one GPU's (the schedule alone: micro-batches on one
+    """In the order they are scheduled while the budget lasts: the pipelines' placements (the expert's, the
+    balanced stages'), the `top` others priced fastest, then one GPU's (the schedule alone: micro-batches on one
     device)."""
-    expert = [c for c in placements if c.made_of("expert")]
-    single = [c for c in placements if c.made_of("single-device") and c not in expert]
-    others = sorted((c for c in placements if c not in expert and c not in single), key=lambda c: c.seconds)
-    return expert + others[:top] + single
+    pipelines = _pipeline_placements(placements)
+    single = [c for c in placements if c.made_of("single-device") and c not in pipelines]
+    others = sorted((c for c in placements if c not in pipelines and c not in single), key=lambda c: c.seconds)
+    return pipelines + others[:top] + single
 
 
 # -- the command -----------------------------------------------------------------------------------------

@@ -75,7 +75,8 @@ SAMPLES_PER_UPDATE = 4
 
 def best_baseline(env, model: str | None) -> tuple[str, float]:
     """The fastest heuristic on `env`'s simulator that can place the graph, and its step time."""
-    names = applicable_heuristics(builtin_model=model in MODELS, simulator=True, include_trivial=True)
+    names = applicable_heuristics(builtin_model=model in MODELS, simulator=True, include_trivial=True,
+                                 model=model if model in MODELS else None)
     times = {name: timing.seconds for name, timing in time_heuristics(env.target, names, model=model).items()
              if timing.ok}  # left out: one that cannot be made (a library missing) or fails (out of memory)
     name = min(times, key=times.get)

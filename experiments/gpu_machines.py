@@ -45,7 +45,7 @@ from experiments._report import write_report  # noqa: E402
 
 COLUMNS = ["setup", "bound_ms", "single_ms", "placement", "placement_ms", "planner_ms", "planner_gap_closed_pct", "learned_ms", "learned_schedule",
            "learned_scheduled_ms", "learned_gap_closed_pct", "learned_vs_expert_pct", "expert_ms", "expert_schedule",
-           "expert_scheduled_ms", "sequential", "sequential_ms", "joint", "joint_ms", "joint_vs_best_one_dim_pct",
+           "expert_scheduled_ms", "stages_ms", "pipeline_best", "pipeline_speedup", "bubble_arithmetic", "sequential", "sequential_ms", "joint", "joint_ms", "joint_vs_best_one_dim_pct",
            "placement_x_bound", "learned_x_bound", "joint_x_bound", "search_s"]
 
 PAPER_SETUPS = ("nmt-2:paper@2xV100", "nmt-2:paper@4xV100", "nmt-4:paper@2xV100", "nmt-4:paper@4xV100",
@@ -70,6 +70,7 @@ def decide(model: str, size: str, spec: str, micro_batches: int, learn_updates: 
            schedule_top: int = 3) -> dict:
     """One row: every decision's predicted step time for `model` on the modeled machine `spec`, from the search
     `placer optimize --target modeled:NxGPU --budget B` makes (`agents.optimize_modeled.search_modeled`)."""
+    from placer.cost import parse_target_spec
     from placer.models import model_spec
 
     from agents.optimize_modeled import search_modeled
@@ -87,6 +88,8 @@ def decide(model: str, size: str, spec: str, micro_batches: int, learn_updates: 
     scheduled = {(name, c.schedule.method): c.seconds for c in search.scheduled if c.step_time.ok
                  for name in c.placement_name.split(" = ")}
     row = summarize(alone, scheduled, search.bound.value)
+    gpus = sum(1 for device in parse_target_spec(spec).devices.devices if device.kind == "GPU")
+    row.update(pipeline_speedups(alone, scheduled, gpus, micro_batches if schedulable else None))
     return {"setup": f"{model}:{size}@{spec.split(':', 1)[1]}", "model": f"{model} {size}", "machine": spec, **row,
             "bound": search.bound.to_dict(), "search_s": time.monotonic() - started,
             "phase_seconds": dict(search.phase_seconds), "notes": notes}
@@ -144,6 +147,30 @@ def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float], 
         "planner_gap_closed_pct": None if planner_closed is None else 100 * planner_closed,
         "x_bound": {name: times_bound(s, bound) for name, s in everything.items()},
     }
+
+
+def bubble_arithmetic(stages: int, micro_batches: int) -> float:
+    """What GPipe and 1F1B gain over running the stages one after another, on `stages` equal stages with
+    `micro_batches`: the step of M micro-batches takes (M + p - 1) micro-batch stage times against p M."""
+    return stages * micro_batches / (micro_batches + stages - 1)
+
+
+def pipeline_speedups(alone: dict[str, float], scheduled: dict[tuple[str, str], float], stages: int,
+                      micro_batches: int | None) -> dict:
+    """For the placements a stage per GPU (the expert's, the balanced stages'): each schedule's step over the
+    same placement's unscheduled one (x faster), beside the bubble arithmetic of `stages` equal stages."""
+    from agents.optimize_modeled import PIPELINE_PLACEMENTS
+
+    speedups = {name: {method: alone[name] / s for (placement, method), s in scheduled.items() if placement == name}
+                for name in PIPELINE_PLACEMENTS if name in alone}
+    speedups = {name: methods for name, methods in speedups.items() if methods}
+    best = max(((name, method, x) for name, methods in speedups.items() for method, x in methods.items()),
+               key=lambda item: item[2], default=None)
+    return {"stages_ms": alone["balanced-stages"] * 1e3 if "balanced-stages" in alone else None,
+            "pipeline_speedups": speedups,
+            "pipeline_speedup": None if best is None else round(best[2], 3),
+            "pipeline_best": None if best is None else f"{best[0]} + {best[1]}",
+            "bubble_arithmetic": None if micro_batches is None else round(bubble_arithmetic(stages, micro_batches), 3)}
 
 
 def _searched(setups: list[tuple[str, str, str]], args):

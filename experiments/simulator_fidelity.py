@@ -127,7 +127,8 @@ def fidelity_placements(graph: OpGraph, devices: DeviceSet, *, model: str | None
     add("round-robin", "extreme", lambda: Placement.round_robin(graph, devices))
     for share in SPLIT_SHARES:
         add(f"split {share:.2f}", "split", assignment(split_assignment(groups, share)))
-    for name in applicable_heuristics(builtin_model=model is not None, simulator=simulator is not None):
+    for name in applicable_heuristics(builtin_model=model is not None, simulator=simulator is not None,
+                                      model=model):
         add(name, "baseline", lambda name=name: make_heuristic(name, graph, devices, model=model, simulator=simulator,
                                                                seed=seed))
     candidates += learned_placements(graph, devices, placement_files, note)

@@ -231,7 +231,7 @@ def _load_or_time_baselines(config: ExperimentConfig, env, run_dir: Path, log,
         return timings
     model = config.model if is_builtin_model(config.model) else None
     wanted = list(config.baselines) if config.baselines is not None else applicable_heuristics(
-        builtin_model=model is not None, simulator=config.has_simulator)
+        builtin_model=model is not None, simulator=config.has_simulator, model=model)
     with open_target(env.graph, f"{PREFIX}{calibration}") if calibration is not None else nullcontext() as twin:
         if twin is not None:
             log.info("baselines that read op costs are placed with the calibrated simulator of %s (%s)",

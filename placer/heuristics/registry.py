@@ -43,6 +43,17 @@ class Heuristic:
     """Only built-in models have one (the expert placement)."""
     trivial: bool = False
     """A reference a learned placement is not meant to be judged by (random, CPU only)."""
+    needs_layer_stack: bool = False
+    """Only built-in models that are a stack of layers a pipeline splits have one (`ModelSpec.balanced_stages`)."""
+
+    def applies_to(self, model: str | None) -> bool:
+        """Whether it can be made for `model` (a built-in model's name; None: a user's model)."""
+        from placer.models import MODELS
+
+        builtin = model in MODELS
+        if self.needs_builtin_model and not builtin:
+            return False
+        return not self.needs_layer_stack or (builtin and MODELS[model].balanced_stages is not None)
 
 
 ALIASES = {"single": "single-device"}
@@ -75,6 +86,17 @@ def _random(inputs: HeuristicInputs) -> Placement:
     from placer.heuristics.trivial import random_placement
 
     return random_placement(inputs.graph, inputs.devices, seed=inputs.seed)
+
+
+def _balanced_stages(inputs: HeuristicInputs) -> Placement:
+    from placer.models import model_spec
+    from placer.models.expert import compute_devices
+
+    # A stage's seconds are its ops' on the first compute device: the stages are cut for a machine of equal GPUs.
+    device = compute_devices(inputs.devices)[0]
+    simulator = inputs.simulator
+    op_seconds = dict(zip((op.name for op in inputs.graph.step_ops), simulator.op_cost[:, device].tolist()))
+    return model_spec(inputs.model).balanced_stages(inputs.graph, inputs.devices, op_seconds)
 
 
 def _metis(inputs: HeuristicInputs) -> Placement:
@@ -120,6 +142,9 @@ HEURISTICS: dict[str, Heuristic] = {
         Heuristic("round-robin", "colocation groups dealt over the devices in topological order", _round_robin),
         Heuristic("expert", "the papers' human-expert placement (built-in models only)", _expert,
                   needs_builtin_model=True),
+        Heuristic("balanced-stages", "a stage of layers per GPU as the expert's, cut where the stages' compute is "
+                  "even (language models; simulator op costs)", _balanced_stages, needs_simulator=True,
+                  needs_builtin_model=True, needs_layer_stack=True),
         Heuristic("cpu-only", "every op on the first CPU", _cpu_only, trivial=True),
         Heuristic("random", "every colocation group on a device drawn uniformly (seeded)", _random, trivial=True),
         Heuristic("m-etf", "Baechi's memory-constrained earliest-task-first placement (simulator op costs)", _m_etf,
@@ -157,11 +182,14 @@ def is_heuristic_name(name: str) -> bool:
     return name in HEURISTICS or name in ALIASES
 
 
-def applicable_heuristics(*, builtin_model: bool, simulator: bool, include_trivial: bool = False) -> list[str]:
-    """Names of the heuristics that can be made for a (built-in or user) model on a (simulated or real) target."""
+def applicable_heuristics(*, builtin_model: bool, simulator: bool, include_trivial: bool = False,
+                          model: str | None = None) -> list[str]:
+    """Names of the heuristics that can be made for a (built-in or user) model on a (simulated or real) target;
+    given the built-in `model`, only those that apply to it (balanced-stages splits only a stack of layers)."""
     return [name for name, heuristic in HEURISTICS.items()
             if (builtin_model or not heuristic.needs_builtin_model) and (simulator or not heuristic.needs_simulator)
-            and (include_trivial or not heuristic.trivial)]
+            and (include_trivial or not heuristic.trivial)
+            and (model is None or not heuristic.needs_layer_stack or heuristic.applies_to(model))]
 
 
 def check_heuristic(name: str, *, builtin_model: bool, simulator: bool) -> str:
@@ -184,6 +212,10 @@ def make_heuristic(name: str, graph: OpGraph, devices: DeviceSet, *, model: str 
     from placer.models import MODELS
 
     name = check_heuristic(name, builtin_model=model in MODELS, simulator=simulator is not None)
+    if not HEURISTICS[name].applies_to(model):
+        splits = ", ".join(m for m in MODELS if HEURISTICS[name].applies_to(m))
+        raise HeuristicError(f"the {name} baseline splits a stack of layers into pipeline stages, which {model!r} "
+                             f"is not; it splits: {splits}")
     try:
         placement = HEURISTICS[name].make(HeuristicInputs(graph, devices, model, simulator, seed))
     except ImportError as error:  # a heuristic's library (pyscotch, highspy, numba) is missing

@@ -82,6 +82,53 @@ def placement_by_stage(
     )
 
 
+def balanced_stage_placement(graph: OpGraph, devices: DeviceSet, stage_of: StageOf, order: Sequence[str],
+                             op_seconds: Mapping[str, float]) -> Placement:
+    """A stage per compute device, as a pipeline splits a stack of layers, cut where the stages' compute is most
+    even: `order`'s stages (the model's layers, first to last) in contiguous runs, one per device in order,
+    the slowest run as short as it can be. `op_seconds`: each op's compute seconds on a compute device.
+
+    An expert counts layers (the same number per device), so a stage with more than layers in it (a language
+    model's vocabulary projection) paces every micro-batch of a pipeline; this split weighs each layer by its
+    ops' seconds, forward, backward and update alike."""
+    stages = op_stages(graph, stage_of)
+    stage_seconds = dict.fromkeys(order, 0.0)
+    for name, stage in stages.items():
+        if stage in stage_seconds:
+            stage_seconds[stage] += op_seconds.get(name, 0.0)
+    compute = compute_devices(devices)
+    runs = contiguous_split([stage_seconds[stage] for stage in order], len(compute))
+    return placement_by_stage(graph, devices, stages.get,
+                              {stage: compute[run] for stage, run in zip(order, runs)}, method="balanced-stages")
+
+
+def contiguous_split(costs: Sequence[float], parts: int) -> list[int]:
+    """The run (0 .. parts - 1) of each item when `costs` are cut into `parts` contiguous runs whose largest
+    sum is the smallest possible (each run non-empty when there are at least `parts` items; fewer runs when
+    there are fewer items). Dynamic programming over the cut points: items are a model's layers, a few dozen."""
+    n = len(costs)
+    parts = max(1, min(parts, n))
+    prefix = [0.0]
+    for cost in costs:
+        prefix.append(prefix[-1] + cost)
+    # worst[k][i]: the smallest largest run when the first i items make k runs; cut[k][i]: where the last starts
+    worst = [[float("inf")] * (n + 1) for _ in range(parts + 1)]
+    cut = [[0] * (n + 1) for _ in range(parts + 1)]
+    worst[0][0] = 0.0
+    for k in range(1, parts + 1):
+        for i in range(k, n + 1):
+            for j in range(k - 1, i):
+                value = max(worst[k - 1][j], prefix[i] - prefix[j])
+                if value < worst[k][i]:
+                    worst[k][i], cut[k][i] = value, j
+    runs, end = [0] * n, n
+    for k in range(parts, 0, -1):
+        start = cut[k][end]
+        runs[start:end] = [k - 1] * (end - start)
+        end = start
+    return runs
+
+
 def whole_model_on_one_device(graph: OpGraph, devices: DeviceSet, *, method: str = "expert") -> Placement:
     """Every op where TensorFlow's default placement puts it, the first compute device (the first GPU when
     there is one); ops without a kernel there go to the first device that has one. The experts' placement

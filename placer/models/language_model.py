@@ -28,6 +28,7 @@ import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass
+from typing import Mapping
 
 import keras
 import tensorflow as tf
@@ -35,7 +36,7 @@ import tensorflow as tf
 from placer.devices import DeviceSet
 from placer.graph.build import graph_from_tf_function
 from placer.graph.opgraph import OpGraph
-from placer.models.expert import compute_devices, op_stages, placement_by_stage, spread
+from placer.models.expert import balanced_stage_placement, compute_devices, op_stages, placement_by_stage, spread
 from placer.models.fused_adam import FusedAdam
 from placer.placement import Placement
 
@@ -200,6 +201,16 @@ def expert_placement(graph: OpGraph, devices: DeviceSet) -> Placement:
     stage_devices.update(embedding=layer_devices[0], head=layer_devices[-1])
     stages = _residual_gradients_with_their_block(graph, op_stages(graph, stage_of))
     return placement_by_stage(graph, devices, stages.get, stage_devices)
+
+
+def balanced_stages(graph: OpGraph, devices: DeviceSet, op_seconds: Mapping[str, float]) -> Placement:
+    """A stage per device as the expert's, cut where the stages' compute is even rather than at equal block
+    counts: the head (GPT-2's vocabulary projection costs about four decoder blocks) gets fewer blocks beside it."""
+    layers = 1 + max(int(stage.split("_")[1]) for op in graph.ops
+                     if (stage := stage_of(op.name)) and stage.startswith("block_"))
+    order = ["embedding", *(f"block_{i}" for i in range(layers)), "head"]
+    stages = _residual_gradients_with_their_block(graph, op_stages(graph, stage_of))
+    return balanced_stage_placement(graph, devices, stages.get, order, op_seconds)
 
 
 def _residual_gradients_with_their_block(graph: OpGraph, stages: dict[str, str | None]) -> dict[str, str | None]:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from placer.errors import GraphBuildError
 
@@ -28,6 +28,9 @@ class ModelSpec:
     batch_of: Callable[[str], int] | None = None
     """The batch of the model at a size, for models whose builder also takes `batch` (to build one
     micro-batch of the step); None: the batch is fixed by the size."""
+    balanced_stages: Callable[["OpGraph", "DeviceSet", Mapping[str, float]], "Placement"] | None = None
+    """A stage per device cut where the stages' compute (op seconds by op name) is even, for a model that is a
+    stack of layers a pipeline splits; None: the model is not one."""
 
 
 def _lazy(module: str, function: str, *bound) -> Callable:
@@ -80,7 +83,8 @@ MODELS: dict[str, ModelSpec] = {
         *(
             ModelSpec(family, f"decoder-only language model, {shape}, Keras 3 via tf.function; paper: {paper}",
                       _lazy("language_model", "language_model_graph", family),
-                      _lazy("language_model", "expert_placement"), batch_of=_lazy("language_model", "batch_of", family))
+                      _lazy("language_model", "expert_placement"), batch_of=_lazy("language_model", "batch_of", family),
+                      balanced_stages=_lazy("language_model", "balanced_stages"))
             for family, shape, paper in (
                 ("gpt2", "GPT-2-shaped (LayerNorm, GELU)", "12 layers, d_model 768, 64x1024 tokens (180 GB: over one "
                  "80 GB GPU)"),

@@ -7,8 +7,9 @@ from placer.heuristics import (
     HeuristicError, applicable_heuristics, check_heuristic, heuristics, make_heuristic, single_device_placement,
 )
 
-EVERY_HEURISTIC = ("single-device", "round-robin", "expert", "cpu-only", "random",
+EVERY_HEURISTIC = ("single-device", "round-robin", "expert", "balanced-stages", "cpu-only", "random",
                    "m-etf", "m-sct", "m-topo", "metis", "scotch", "exact")
+LAYER_STACKS_ONLY = ("balanced-stages",)
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +24,7 @@ def test_every_heuristic_is_registered_without_installed_entry_points():
     assert tuple(heuristics()) == EVERY_HEURISTIC
 
 
-@pytest.mark.parametrize("name", EVERY_HEURISTIC)
+@pytest.mark.parametrize("name", [name for name in EVERY_HEURISTIC if name not in LAYER_STACKS_ONLY])
 def test_every_heuristic_places_a_built_in_model_on_a_modeled_gpu_machine(name, two_tower, modeled_target):
     if name == "scotch":
         pytest.importorskip("pyscotch")
@@ -40,6 +41,14 @@ def test_heuristics_that_read_no_costs_place_on_in_process_cpus(two_tower, cpus2
     for name in names:
         placement = make_heuristic(name, two_tower, cpus2, model="two-tower")
         assert placement.devices == cpus2.names and placement.metadata["method"] == name
+
+
+def test_balanced_stages_are_offered_and_made_only_for_a_stack_of_layers(two_tower, modeled_target):
+    assert "balanced-stages" in applicable_heuristics(builtin_model=True, simulator=True, model="gpt2")
+    assert "balanced-stages" not in applicable_heuristics(builtin_model=True, simulator=True, model="two-tower")
+    with pytest.raises(HeuristicError, match="splits a stack of layers into pipeline stages.*it splits: gpt2, llama"):
+        make_heuristic("balanced-stages", two_tower, modeled_target.devices, model="two-tower",
+                       simulator=modeled_target.simulator)
 
 
 def test_a_heuristic_that_reads_costs_is_refused_without_a_simulator(two_tower, cpus2):
