@@ -224,10 +224,22 @@ def block_dependencies(graph: OpGraph, membership: dict[str, str],
     return after
 
 
+def update_ops(graph: OpGraph) -> frozenset[str]:
+    """The optimizer's update: its assignments (`UPDATE_OP_PREFIXES`) and every step op that runs after one of
+    them (reads it or waits for it). An optimizer written in plain ops (tf-keras RMSprop) assigns a slot, reads it
+    back and computes the variable's step from it: that arithmetic runs once per step, after every micro-batch's
+    gradient, so it is the update's, not the backward's."""
+    updates: set[str] = set()
+    for op in graph.step_ops:  # topological order
+        if op.type.startswith(UPDATE_OP_PREFIXES) or any(src in updates for src in (*op.producers, *op.control_inputs)):
+            updates.add(op.name)
+    return frozenset(updates)
+
+
 def op_kinds(graph: OpGraph) -> dict[str, str]:
     """forward: the loss and what it is computed from; backward: the other step ops that depend on the batch,
     and those that feed them (gradients need not descend from the loss: TensorFlow seeds them with a constant of its
-    shape). The optimizer's updates, the train op, and what feeds only them are neither."""
+    shape). The optimizer's updates (`update_ops`), the train op, and what feeds only them are neither."""
     if graph.loss is None:
         raise PlacementError(f"graph {graph.name!r} does not name its loss, so its forward and backward ops cannot be "
                              "told apart: build it with loss=")
@@ -241,8 +253,8 @@ def op_kinds(graph: OpGraph) -> dict[str, str]:
         forward.add(name)
         stack.extend((*step[name].producers, *step[name].control_inputs))
     kinds = {name: FORWARD for name in forward}
-    rest = [op for op in graph.step_ops
-            if op.name not in forward and op.name != graph.train_op and not op.type.startswith(UPDATE_OP_PREFIXES)]
+    updates = update_ops(graph)
+    rest = [op for op in graph.step_ops if op.name not in forward and op.name != graph.train_op and op.name not in updates]
     # The backward depends on the batch (through the forward's activations and loss), or feeds an op that does
     # (a shape, the gradient's seed). What does neither only feeds the update (the optimizer's constants, its
     # slots' handles, the powers of its betas, a variable's shape): it runs once per step with the update, in

@@ -3,12 +3,12 @@ copied once per micro-batch, feeding one optimizer update with the mean of the c
 
 Works on the GraphDef, so any model of the zoo can be micro-batched. Shared by all copies: the variables,
 what only the initializer needs, and every op that does not depend on the batch (variable reads, constants,
-the learning rate). Copied: every forward or backward op that descends from a batch input. The update ops
-(`UPDATE_OP_PREFIXES`) stay single and read the mean of the copies' inputs; sparse updates read the
-copies' rows concatenated (each scaled by 1/M), so a scatter-add sums to the mean. Deviations from one
-full-batch step, stated once: each micro-batch clips its own gradients (NMT's global-norm clipping), and a
-sparse Adam update's second moment averages the squares of the micro-batches' gradients rather than squaring
-their mean. With identical micro-batches both agree with the full-batch step.
+the learning rate). Copied: every forward or backward op that descends from a batch input. The update
+(`update_ops`: the assignments and what runs after one) stays single and reads the mean of the copies'
+inputs; sparse updates read the copies' rows concatenated (each scaled by 1/M), so a scatter-add sums to the
+mean. Deviations from one full-batch step, stated once: each micro-batch clips its own gradients (NMT's
+global-norm clipping), and a sparse Adam update's second moment, like the mean square tf-keras RMSprop assigns
+before its step, averages the squares of the micro-batches' gradients rather than squaring their mean. With identical micro-batches both agree with the full-batch step.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from placer.errors import MicroBatchError
 from placer.graph.build import op_graph_from_tf_graph
 from placer.graph.opgraph import OpGraph
 from placer.placement import Placement
-from placer.schedule.from_placement import INPUT_OP_TYPES, SPARSE_UPDATE_PREFIXES, UPDATE_OP_PREFIXES, op_kinds
+from placer.schedule.from_placement import INPUT_OP_TYPES, SPARSE_UPDATE_PREFIXES, op_kinds, update_ops
 
 MERGE_SCOPE = "micro_batch_merge/"
 """Where the ops that merge the copies (means, concatenations) live."""
@@ -100,6 +100,7 @@ def _micro_batched_step(graph: OpGraph, micro_batches: int,
     if not isinstance(micro_batches, int) or isinstance(micro_batches, bool) or micro_batches < 1:
         raise MicroBatchError(f"micro-batches must be a positive whole number, got {micro_batches!r}")
     kinds = op_kinds(graph)
+    updates = update_ops(graph)
     copied: set[str] = set()
     for op in graph.ops:  # topological order: producers first
         if op.name in kinds and (op.type in INPUT_OP_TYPES
@@ -136,7 +137,7 @@ def _micro_batched_step(graph: OpGraph, micro_batches: int,
         kept.CopyFrom(node)
         kept.input[:] = [i for i in node.input if not (i.startswith("^") and (node.name, i[1:]) in dropped_control_edges)]
         if any(_op_of(i) in copied for i in node.input):
-            if node.name != graph.train_op and not node.op.startswith(UPDATE_OP_PREFIXES):
+            if node.name != graph.train_op and node.name not in updates:
                 raise MicroBatchError(f"op {node.name!r} ({node.op}) of {graph.name!r} reads batch-dependent ops but is "
                                       "neither an optimizer update nor the train op: cannot tell how to merge micro-batches")
             sparse = node.op.startswith(SPARSE_UPDATE_PREFIXES)

@@ -109,3 +109,30 @@ def test_the_same_step_asked_again_is_not_built_again(micro_batch_graph):
     two = micro_batched_step(micro_batch_graph, 2)
     assert two is not four and two.micro_batches == 2
     assert micro_batched_step(micro_batch_graph, 2) is two and micro_batched_step(micro_batch_graph, 4) is four
+
+
+def test_an_optimizer_written_in_plain_ops_updates_once_after_every_micro_batch():
+    # tf-keras RMSprop (Inception-V3's) assigns its mean square, reads it back and divides the gradient by its
+    # root. That arithmetic runs once, after every micro-batch's gradient: taken for backward ops copied per
+    # micro-batch, it waited for the update, which waits for every copy, a cycle no schedule could order.
+    from placer.cost import open_target
+    from placer.heuristics import make_heuristic
+    from placer.models import build_model
+    from placer.schedule import gpipe
+    from placer.schedule.from_placement import blocks_from_placement, op_kinds, update_ops
+    from placer.schedule.micro_batch import placement_at_micro_batch
+    from placer.schedule.predict import predict_plans
+
+    graph, at_micro_batch = build_model("inception-v3", "small"), build_micro_batch_graph("inception-v3", "small", 2)
+    updates = update_ops(at_micro_batch)
+    read_back = [op.name for op in at_micro_batch.step_ops
+                 if op.type == "ReadVariableOp" and op.name in updates and "RMSprop" in op.name]
+    assert read_back and not updates & set(op_kinds(at_micro_batch))
+    step = micro_batched_step(at_micro_batch, 2)
+    assert not any(original in updates for _, original in step.copies.values())
+    with open_target(graph, "modeled:2xV100") as target:
+        placement = make_heuristic("single-device", graph, target.devices)
+        plan = gpipe(blocks_from_placement(target.simulator, placement, 2), 2)
+        placed = placement_at_micro_batch(placement, graph, at_micro_batch, target.devices)
+        prediction = predict_plans({"gpipe": plan}, at_micro_batch, placed, target.spec)["gpipe"]
+    assert prediction.step_time.ok
