@@ -10,7 +10,8 @@ experiments/gpu_machines.py):
    priced on the simulator.
 2. The hierarchical planner trained for --learn-updates on the same simulator (`agents.loop.train`), cut to
    PLANNER_SHARE of learning's seconds ("planner"); then the fastest placement found so far, the planner's among
-   them, refined on the simulator coarse to fine (`placer.heuristics.refine`) for the rest ("learned").
+   them, refined on the simulator coarse to fine (`placer.heuristics.refine`) for the rest ("learned"); when
+   it ends at a local optimum with time left, the next fastest is refined, and the fastest result kept.
 3. With schedules (on by default when the model can be built at the micro-batch size): the expert's and the
    balanced stages' placements (the ones pipeline schedules were made for: scheduled before learning, so that
    learning cannot spend the budget they need), the `schedule_top` other placements priced fastest and one GPU's, each under GPipe, 1F1B,
@@ -187,8 +188,8 @@ def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate],
              seed: int, notes: list[str], progress: bool, say: Callable[[str], None]) -> list[SimulatedCandidate]:
     """The planner's placement ("planner": trained for `learn_updates` updates, at most PLANNER_SHARE of `seconds`)
     and the learned one ("learned": the fastest placement found so far, the planner's among them, refined on the
-    simulator for the rest of `seconds`)."""
-    from placer.heuristics.refine import refine_placement
+    simulator for the rest of `seconds`, then the next fastest while time is left; the fastest refined)."""
+    from placer.heuristics.refine import refine_starts
     from placer.placement import Placement
 
     from agents.optimize import learned_placement
@@ -204,16 +205,28 @@ def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate],
     if planner is not None:
         made.append(SimulatedCandidate("planner", "planner", planner, target.evaluate(planner),
                                        made_by=planner.metadata.get("method", "hierarchical planner")))
-    start = min(found + made, key=lambda c: c.seconds)
-    say(f"refining {start.name}'s placement ({start.seconds * 1e3:.2f} ms) on the simulator, at most "
-        f"{until - time.monotonic():.0f} s")
-    refined = refine_placement(graph, target.simulator, start.placement.group_device_array, deadline=until, seed=seed)
+    # Fastest first, each placement once: a refinement that ends at its local optimum early leaves the rest of
+    # the time to the next start.
+    starts, seen = [], set()
+    for candidate in sorted(found + made, key=lambda c: c.seconds):
+        if tuple(candidate.placement.group_devices) not in seen:
+            seen.add(tuple(candidate.placement.group_devices))
+            starts.append(candidate)
+    say(f"refining {starts[0].name}'s placement ({starts[0].seconds * 1e3:.2f} ms) on the simulator, then the next "
+        f"fastest while time is left, at most {until - time.monotonic():.0f} s")
+    refinements = refine_starts(graph, target.simulator, [c.placement.group_device_array for c in starts],
+                                deadline=until, seed=seed)
+    best = min(range(len(refinements)), key=lambda k: refinements[k].seconds)
+    refined, start = refinements[best], starts[best]
     placement = Placement.from_assignment(graph, target.devices, refined.group_devices)
+    others = "" if len(refinements) == 1 else (
+        f"; the fastest of {len(refinements)} starts refined, the others ended at "
+        + ", ".join(f"{r.seconds * 1e3:.2f} ms" for k, r in enumerate(refinements) if k != best))
     made.append(SimulatedCandidate(
         "learned", "learned", placement, target.evaluate(placement),
         made_by=f"{start.name}'s placement refined on the simulator ({refined.moves} moves kept of "
                 f"{refined.evaluations} placements simulated in {refined.wall_seconds:.0f} s, down to "
-                f"{refined.finest_pieces} pieces)"))
+                f"{refined.finest_pieces} pieces{others})"))
     return made
 
 

@@ -205,7 +205,8 @@ def expert_placement(graph: OpGraph, devices: DeviceSet) -> Placement:
 
 def balanced_stages(graph: OpGraph, devices: DeviceSet, op_seconds: Mapping[str, float]) -> Placement:
     """A stage per device as the expert's, cut where the stages' compute is even rather than at equal block
-    counts: the head (GPT-2's vocabulary projection costs about four decoder blocks) gets fewer blocks beside it."""
+    counts: the head (final norm, vocabulary projection and loss: about one more decoder block's compute for
+    GPT-2 at paper size) gets fewer blocks beside it."""
     layers = 1 + max(int(stage.split("_")[1]) for op in graph.ops
                      if (stage := stage_of(op.name)) and stage.startswith("block_"))
     order = ["embedding", *(f"block_{i}" for i in range(layers)), "head"]

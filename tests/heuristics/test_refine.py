@@ -63,3 +63,18 @@ def test_levels_go_from_a_piece_per_device_to_single_units():
     assert piece_levels(20_000, 4) == [4, 16, 64, 256, 1024, 4096, 16384, 20_000]
     assert piece_levels(10, 2) == [2, 8, 10]
     assert piece_levels(1, 1) == [1]
+
+
+def test_time_a_refinement_leaves_goes_to_the_next_start_and_none_is_started_after_the_deadline(hand_built):
+    from placer.heuristics.refine import refine_starts
+
+    graph = hand_built.towers_graph(towers=2, depth=3)
+    simulator = hand_built.simulator(graph, hand_built.devices(),
+                                     {f"t{t}/op{i}": TOWER_MS for t in range(2) for i in range(3)})
+    starts = [everything_on(graph, 0), everything_on(graph, 1)]
+    both = refine_starts(graph, simulator, starts, deadline=time.monotonic() + 60)
+    assert len(both) == 2  # the first ended at its optimum long before the deadline
+    assert [r.start_seconds for r in both] == pytest.approx([60 * hand_built.MS] * 2, rel=0.05)
+    assert all(r.seconds == pytest.approx(30 * hand_built.MS, rel=0.05) for r in both)
+    late = refine_starts(graph, simulator, starts, deadline=time.monotonic() - 1)
+    assert len(late) == 1 and late[0].group_devices.tolist() == starts[0].tolist()
