@@ -111,8 +111,8 @@ class OptimizeArgs:
     schedules: bool | None = None
     """Also micro-batch schedules over --micro-batches: on a real target GPipe, 1F1B and Tessel's fast search for
     the placement predicted fastest and the expert's (off unless given); on a modeled machine those and ZB-H1 for
-    the expert's placement, the fastest others and one GPU's (on unless --no-schedules, for models that can be
-    built at the micro-batch size)."""
+    the expert's placement (and a language model's balanced stages), the fastest others and one GPU's (on unless
+    --no-schedules, for models that can be built at the micro-batch size)."""
     micro_batches: int | None = setting(None, metavar="M")
     """Micro-batches per step of the schedules (must divide the batch); default 2 on a real target, and on a
     modeled machine one per GPU (a pipeline stage each) when that divides the batch, else 2."""

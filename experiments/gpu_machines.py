@@ -20,6 +20,10 @@ schedule. Each setup is the search of `placer optimize MODEL --target modeled:Nx
 - expert scheduled: the expert's placement under its fastest micro-batch schedule (GPipe, 1F1B, ZB-H1, Tessel's fast
   search over --micro-batches), or unscheduled if none is faster (models that cannot be built at another batch
   get no schedules);
+- pipelines: for the placements a stage per GPU (the expert's, and the language models' balanced stages: layers
+  per GPU cut where the stages' compute is even), the fastest schedule's speedup over the same placement
+  unscheduled, beside the bubble arithmetic p M / (M + p - 1) of p equal stages (`pipeline_speedups` per method
+  in the JSON);
 - one after another: the fastest placement alone, then the fastest schedule for it;
 - joint: the fastest pair of a placement above and a schedule (or none); the --schedule-top placements predicted
   fastest unscheduled are scheduled, and the expert's and one GPU's.
