@@ -239,7 +239,7 @@ def test_optimize_measures_one_process_every_heuristic_and_tuned_pools_side_by_s
 
     names = " = ".join(m.candidate.name for m in optimized.measured)
     assert "one process, default" in names and "one process, intra 1 / inter 1" in names
-    for heuristic in applicable_heuristics(builtin_model=True, simulator=True):  # measured, or said why not
+    for heuristic in applicable_heuristics(builtin_model=True, simulator=True, model="mlp"):  # measured, or said why not
         assert heuristic in names or any(note.startswith(f"heuristic {heuristic} ") for note in optimized.notes)
     assert any(m.candidate.dimensions == ("placement", "pools") for m in optimized.measured)
     assert all(len(m.compared.timings) == 2 for m in optimized.measured if m.ok)
