@@ -14,10 +14,10 @@ experiments/gpu_machines.py):
    it ends at a local optimum with time left, the next fastest is refined, and the fastest result kept.
 3. With schedules (on by default when the model can be built at the micro-batch size): the expert's and the
    balanced stages' placements (the ones pipeline schedules were made for: scheduled before learning, so that
-   learning cannot spend the budget they need), the `schedule_top` other placements priced fastest and one GPU's, each under GPipe, 1F1B,
-   Tessel's fast search and ZB-H1 over the micro-batches, priced op by op (`placer.schedule.predict`): seconds to
-   a minute per placement, so the next placement is scheduled only while the budget left holds what the last
-   one took.
+   learning cannot spend the budget they need), the `schedule_top` other placements priced fastest and one
+   GPU's, each under GPipe, 1F1B, Tessel's fast search and ZB-H1 over the micro-batches, priced op by op
+   (`placer.schedule.predict`): seconds to a minute per placement, so the next placement is scheduled only
+   while the budget left holds what the last one took.
 
 Thread pools and one process are a host CPU's choices, and a GPU machine's ops run on its GPUs: neither is searched.
 """

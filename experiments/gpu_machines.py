@@ -49,7 +49,8 @@ from experiments._report import write_report  # noqa: E402
 
 COLUMNS = ["setup", "bound_ms", "single_ms", "placement", "placement_ms", "planner_ms", "planner_gap_closed_pct", "learned_ms", "learned_schedule",
            "learned_scheduled_ms", "learned_gap_closed_pct", "learned_vs_expert_pct", "expert_ms", "expert_schedule",
-           "expert_scheduled_ms", "stages_ms", "pipeline_best", "pipeline_speedup", "bubble_arithmetic", "sequential", "sequential_ms", "joint", "joint_ms", "joint_vs_best_one_dim_pct",
+           "expert_scheduled_ms", "stages_ms", "pipeline_best", "pipeline_speedup", "bubble_arithmetic", "sequential",
+           "sequential_ms", "joint", "joint_ms", "joint_vs_best_one_dim_pct",
            "placement_x_bound", "learned_x_bound", "joint_x_bound", "search_s"]
 
 PAPER_SETUPS = ("nmt-2:paper@2xV100", "nmt-2:paper@4xV100", "nmt-4:paper@2xV100", "nmt-4:paper@4xV100",

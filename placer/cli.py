@@ -41,7 +41,8 @@ def add_placer_commands(sub: argparse._SubParsersAction) -> None:
     measure.add_argument("--size", default="tiny", help="size of a built-in model: tiny, small or paper (default tiny)")
     measure.add_argument("--placement", action="append", help="a placement file, or a baseline: single-device (the "
                          "default), round-robin, expert, cpu-only, random, and on a simulated target metis, scotch, "
-                         "m-topo, m-etf, m-sct, exact, balanced-stages (language models); give it several times to compare placements side by side")
+                         "m-topo, m-etf, m-sct, exact, balanced-stages (language models); give it several times to "
+                         "compare placements side by side")
     measure.add_argument("--rounds", type=int, default=1, help="with several placements: interleaved rounds, each timing "
                          "every placement once; each one's step time is the median over rounds (default 1)")
     add_target_argument(measure, f"where to cost the placement; {TARGET_HELP} (default inprocess:1)",

@@ -88,9 +88,9 @@ def balanced_stage_placement(graph: OpGraph, devices: DeviceSet, stage_of: Stage
     even: `order`'s stages (the model's layers, first to last) in contiguous runs, one per device in order,
     the slowest run as short as it can be. `op_seconds`: each op's compute seconds on a compute device.
 
-    An expert counts layers (the same number per device), so a stage with more than layers in it (a language
-    model's vocabulary projection) paces every micro-batch of a pipeline; this split weighs each layer by its
-    ops' seconds, forward, backward and update alike."""
+    An expert counts layers (the same number per device), so the stage that also holds a language model's head
+    paces every micro-batch of a pipeline; this split weighs each layer by its ops' seconds, forward, backward
+    and update alike."""
     stages = op_stages(graph, stage_of)
     stage_seconds = dict.fromkeys(order, 0.0)
     for name, stage in stages.items():

@@ -254,7 +254,8 @@ def op_kinds(graph: OpGraph) -> dict[str, str]:
         stack.extend((*step[name].producers, *step[name].control_inputs))
     kinds = {name: FORWARD for name in forward}
     updates = update_ops(graph)
-    rest = [op for op in graph.step_ops if op.name not in forward and op.name != graph.train_op and op.name not in updates]
+    rest = [op for op in graph.step_ops
+            if op.name not in forward and op.name != graph.train_op and op.name not in updates]
     # The backward depends on the batch (through the forward's activations and loss), or feeds an op that does
     # (a shape, the gradient's seed). What does neither only feeds the update (the optimizer's constants, its
     # slots' handles, the powers of its betas, a variable's shape): it runs once per step with the update, in

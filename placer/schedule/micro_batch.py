@@ -8,7 +8,8 @@ the learning rate). Copied: every forward or backward op that descends from a ba
 inputs; sparse updates read the copies' rows concatenated (each scaled by 1/M), so a scatter-add sums to the
 mean. Deviations from one full-batch step, stated once: each micro-batch clips its own gradients (NMT's
 global-norm clipping), and a sparse Adam update's second moment, like the mean square tf-keras RMSprop assigns
-before its step, averages the squares of the micro-batches' gradients rather than squaring their mean. With identical micro-batches both agree with the full-batch step.
+before its step, averages the squares of the micro-batches' gradients rather than squaring their mean. With
+identical micro-batches both agree with the full-batch step.
 """
 
 from __future__ import annotations
