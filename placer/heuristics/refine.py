@@ -130,7 +130,7 @@ def refine_starts(graph: OpGraph, simulator, starts: Sequence[np.ndarray], *, de
     """Refine `starts` one after another, each from where the last left the time: the next is started only when
     the one before ended at its local optimum before `deadline`, so time a refinement cannot use goes to another
     start. Local optima differ by start: on NMT-2 at paper size on 2 modeled V100s, 140 s from each heuristic's
-    placement ended between 234.5 and 247.2 ms. Returns a refinement per start tried, in order; at least the
+    placement ended between 234.5 and 247.2 ms (docs/results/learned-placement.md). Returns a refinement per start tried, in order; at least the
     first is (with its start's own step time when the deadline has passed)."""
     if not len(starts):
         raise ValueError("refine_starts needs at least one start")
