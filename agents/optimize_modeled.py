@@ -9,9 +9,9 @@ experiments/gpu_machines.py):
    language models, and for them the balanced stages too: blocks per GPU cut where the stages' compute is even),
    priced on the simulator.
 2. The hierarchical planner trained for --learn-updates on the same simulator (`agents.loop.train`), cut to
-   PLANNER_SHARE of learning's seconds ("planner"); then the fastest placement found so far, the planner's among
-   them, refined on the simulator coarse to fine (`placer.heuristics.refine`) for the rest ("learned"); when
-   it ends at a local optimum with time left, the next fastest is refined, and the fastest result kept.
+   PLANNER_SHARE of learning's seconds ("planner"); then the fastest few placements found so far, the planner's
+   among them, refined on the simulator coarse to fine (`placer.heuristics.refine`) for the rest, by successive
+   halving: after each round the faster half goes on ("learned": the fastest refined).
 3. With schedules (on by default when the model can be built at the micro-batch size): the expert's and the
    balanced stages' placements (the ones pipeline schedules were made for: scheduled before learning, so that
    learning cannot spend the budget they need), the `schedule_top` other placements priced fastest and one
@@ -187,9 +187,9 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
 def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate], *, learn_updates: int, seconds: float,
              seed: int, notes: list[str], progress: bool, say: Callable[[str], None]) -> list[SimulatedCandidate]:
     """The planner's placement ("planner": trained for `learn_updates` updates, at most PLANNER_SHARE of `seconds`)
-    and the learned one ("learned": the fastest placement found so far, the planner's among them, refined on the
-    simulator for the rest of `seconds`, then the next fastest while time is left; the fastest refined)."""
-    from placer.heuristics.refine import refine_starts
+    and the learned one ("learned": the fastest placements found so far, the planner's among them, refined on the
+    simulator for the rest of `seconds` by successive halving, `placer.heuristics.refine.refine_starts`)."""
+    from placer.heuristics.refine import TOURNAMENT_STARTS, refine_starts
     from placer.placement import Placement
 
     from agents.optimize import learned_placement
@@ -205,28 +205,28 @@ def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate],
     if planner is not None:
         made.append(SimulatedCandidate("planner", "planner", planner, target.evaluate(planner),
                                        made_by=planner.metadata.get("method", "hierarchical planner")))
-    # Fastest first, each placement once: a refinement that ends at its local optimum early leaves the rest of
-    # the time to the next start.
+    # Fastest first, each placement once: the refinements' tournament takes the first few.
     starts, seen = [], set()
     for candidate in sorted(found + made, key=lambda c: c.seconds):
         if tuple(candidate.placement.group_devices) not in seen:
             seen.add(tuple(candidate.placement.group_devices))
             starts.append(candidate)
-    say(f"refining {starts[0].name}'s placement ({starts[0].seconds * 1e3:.2f} ms) on the simulator, then the next "
-        f"fastest while time is left, at most {until - time.monotonic():.0f} s")
+    entrants = ", ".join(c.name for c in starts[:TOURNAMENT_STARTS])
+    say(f"refining the placements of {entrants} on the simulator, the faster half going on after each round, "
+        f"at most {until - time.monotonic():.0f} s")
     refinements = refine_starts(graph, target.simulator, [c.placement.group_device_array for c in starts],
                                 deadline=until, seed=seed)
     best = min(range(len(refinements)), key=lambda k: refinements[k].seconds)
     refined, start = refinements[best], starts[best]
     placement = Placement.from_assignment(graph, target.devices, refined.group_devices)
-    others = "" if len(refinements) == 1 else (
-        f"; the fastest of {len(refinements)} starts refined, the others ended at "
-        + ", ".join(f"{r.seconds * 1e3:.2f} ms" for k, r in enumerate(refinements) if k != best))
+    others = [f"{starts[k].name}'s {r.seconds * 1e3:.2f} ms after {r.wall_seconds:.0f} s"
+              for k, r in enumerate(refinements) if k != best and r.wall_seconds > 0]
     made.append(SimulatedCandidate(
         "learned", "learned", placement, target.evaluate(placement),
         made_by=f"{start.name}'s placement refined on the simulator ({refined.moves} moves kept of "
                 f"{refined.evaluations} placements simulated in {refined.wall_seconds:.0f} s, down to "
-                f"{refined.finest_pieces} pieces{others})"))
+                f"{refined.finest_pieces} pieces" + (f"; fastest of {len(others) + 1} starts refined, the others "
+                                                     f"ended at {', '.join(others)})" if others else ")")))
     return made
 
 

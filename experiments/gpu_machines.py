@@ -95,8 +95,9 @@ def decide(model: str, size: str, spec: str, micro_batches: int, learn_updates: 
     row = summarize(alone, scheduled, search.bound.value)
     gpus = sum(1 for device in parse_target_spec(spec).devices.devices if device.kind == "GPU")
     row.update(pipeline_speedups(alone, scheduled, gpus, micro_batches if schedulable else None))
+    learned = next((c for c in search.placements if "learned" in c.name.split(" = ")), None)
     return {"setup": f"{model}:{size}@{spec.split(':', 1)[1]}", "model": f"{model} {size}", "machine": spec, **row,
-            "bound": search.bound.to_dict(), "search_s": time.monotonic() - started,
+            "learned_made_by": None if learned is None else learned.made_by, "bound": search.bound.to_dict(), "search_s": time.monotonic() - started,
             "phase_seconds": dict(search.phase_seconds), "notes": notes}
 
 

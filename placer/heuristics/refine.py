@@ -23,6 +23,10 @@ from placer.heuristics.partitioners import unit_partition
 LEVEL_FACTOR = 4
 """The coarsest level has a piece per device (a k-way cut of the graph); each next one `LEVEL_FACTOR` times more
 pieces, the finest one unit each."""
+TOURNAMENT_STARTS = 4
+"""The starts `refine_starts` deals its time out to (the first given: callers order them fastest first). Each
+halving costs a round of the time, so more starts would leave each one a few seconds of a budget of minutes,
+too few to rank them by: on NMT at paper size, refinements reordered after their first 10-20 s."""
 LEVEL_GAIN = 0.01
 """A level is left for the next, finer one after a pass over its pieces shortened the step by less than this
 share: coarse moves stop paying long before they stop finding anything. The finest level goes on while any
@@ -67,76 +71,144 @@ def refine_placement(graph: OpGraph, simulator, start: np.ndarray, *, deadline: 
     `time.monotonic()`) or until no move of a single unit shortens the step. Only devices the unit has kernels for
     are tried, and a placement that runs out of memory never replaces one that fits (from a start that does not
     fit, moves that overflow the devices' memory by less are kept first)."""
-    started = time.monotonic()
-    current = np.asarray(start, np.int64).copy()
-    units, devices = len(current), len(simulator.devices)
-    if units != len(graph.groups):
-        raise ValueError(f"the start places {units} units, but graph {graph.name!r} has {len(graph.groups)}")
-    allowed = np.stack([~graph.groups_without_kernel(device.kind) for device in simulator.devices], axis=1)
-    rng = np.random.default_rng(seed)
-    evaluations = 0
+    return Refiner(graph, simulator, start, seed=seed).run(deadline)
 
-    def score(group_devices: np.ndarray) -> tuple[float, float]:
-        """(bytes over the devices' memory, step time): a placement that fits beats one that does not, and
-        one that overflows by less is nearer to fitting."""
-        nonlocal evaluations
-        evaluations += 1
-        result = simulator.simulate(group_devices)
+
+class Refiner:
+    """One refinement of a placement, resumable: each `run(until)` goes on where the last one stopped, so time
+    can be dealt out to several starts in turns (`refine_starts`)."""
+
+    def __init__(self, graph: OpGraph, simulator, start: np.ndarray, *, seed: int = 0):
+        self.graph, self.simulator, self.seed = graph, simulator, seed
+        self.current = np.asarray(start, np.int64).copy()
+        units, self.devices = len(self.current), len(simulator.devices)
+        if units != len(graph.groups):
+            raise ValueError(f"the start places {units} units, but graph {graph.name!r} has {len(graph.groups)}")
+        self.allowed = np.stack([~graph.groups_without_kernel(device.kind) for device in simulator.devices], axis=1)
+        self.rng = np.random.default_rng(seed)
+        self.levels = piece_levels(units, self.devices)
+        self.evaluations = self.moves = self.finest_pieces = 0
+        self.wall_seconds = 0.0
+        self.best = self._score(self.current)
+        self.start_seconds = self.best[1] if not self.best[0] else math.inf
+        self.at_optimum = False
+        """True once no move of a single unit shortens the step: more time finds nothing."""
+        self._level = -1  # index into `levels`; the first pass starts the first level
+        self._part: np.ndarray | None = None
+        self._keys = np.zeros(0, np.int64)  # this pass's piece per unit (part * devices + device at its start)
+        self._queue: list[int] = []  # the pieces this pass has yet to try
+        self._pass_before = self.best
+
+    @property
+    def seconds(self) -> float:
+        """Simulated step time of the placement so far (inf while none tried fits in memory)."""
+        return self.best[1] if not self.best[0] else math.inf
+
+    def refinement(self) -> Refinement:
+        return Refinement(self.current.copy(), self.start_seconds, self.seconds, self.evaluations, self.moves,
+                          self.finest_pieces, self.wall_seconds)
+
+    def run(self, until: float) -> Refinement:
+        """Refine until `until` (a `time.monotonic()`) or the local optimum, whichever comes first."""
+        started = time.monotonic()
+        try:
+            while not self.at_optimum and time.monotonic() < until:
+                if not self._queue and not self._next_pass():
+                    self.at_optimum = True
+                    break
+                self._try_piece(self._queue.pop())
+        finally:
+            self.wall_seconds += time.monotonic() - started
+        return self.refinement()
+
+    def _next_pass(self) -> bool:
+        """Starts the next pass over the pieces of this level, or of the next finer one; False at the optimum."""
+        units = len(self.current)
+        if self._level >= 0:
+            passed, self._pass_before = self._pass_before, self.best
+            finest = self.levels[self._level] == units
+            if self.best == passed:  # no piece of this size moves: on to finer ones, or the optimum at units
+                if finest:
+                    return False
+                self._start_level(self._level + 1)
+            elif not finest and not self.best[0] and passed[1] - self.best[1] < LEVEL_GAIN * passed[1]:
+                self._start_level(self._level + 1)  # on to finer pieces
+        else:
+            self._start_level(0)
+        # A piece is a part on one device: the placement's own cut is never blurred by a level's parts.
+        self._keys = self._part * self.devices + self.current
+        self._queue = self.rng.permutation(np.unique(self._keys)).tolist()[::-1]
+        return True
+
+    def _start_level(self, level: int) -> None:
+        self._level = level
+        pieces = self.finest_pieces = self.levels[level]
+        units = len(self.current)
+        self._part = (unit_partition(self.graph, pieces, seed=self.seed) if pieces < units
+                      else np.arange(units, dtype=np.int64))
+
+    def _try_piece(self, key: int) -> None:
+        """Moves the piece to the device that shortens the step most, if any does."""
+        members = np.flatnonzero(self._keys == key)
+        here = int(self.current[members[0]])
+        choice, choice_score = None, self.best
+        for device in np.flatnonzero(self.allowed[members].all(axis=0)):
+            if device == here:
+                continue
+            trial = self.current.copy()
+            trial[members] = device
+            trial_score = self._score(trial)
+            if trial_score < choice_score:
+                choice, choice_score = int(device), trial_score
+        if choice is not None:
+            self.current[members] = choice
+            self.best = choice_score
+            self.moves += 1
+
+    def _score(self, group_devices: np.ndarray) -> tuple[float, float]:
+        """(bytes over the devices' memory, step time): a placement that fits beats one that does not, and one
+        that overflows by less is nearer to fitting."""
+        self.evaluations += 1
+        result = self.simulator.simulate(group_devices)
         if result.ok:
             return 0.0, result.step_time
-        over = sum(max(0.0, peak - capacity) for peak, capacity in zip(result.peak_memory.values(), simulator.capacity))
+        over = sum(max(0.0, peak - capacity)
+                   for peak, capacity in zip(result.peak_memory.values(), self.simulator.capacity))
         return float(over), result.step_time
-
-    best = score(current)
-    start_seconds = best[1] if not best[0] else math.inf
-    moves, finest = 0, 0
-    for pieces in piece_levels(units, devices):
-        if time.monotonic() >= deadline:
-            break
-        finest = pieces
-        part = unit_partition(graph, pieces, seed=seed) if pieces < units else np.arange(units, dtype=np.int64)
-        while time.monotonic() < deadline:
-            before = best
-            # A piece is a part on one device: the placement's own cut is never blurred by a level's parts.
-            keys = part * devices + current
-            for key in rng.permutation(np.unique(keys)):
-                if time.monotonic() >= deadline:
-                    break
-                members = np.flatnonzero(keys == key)
-                here = int(current[members[0]])
-                choice, choice_score = None, best
-                for device in np.flatnonzero(allowed[members].all(axis=0)):
-                    if device == here:
-                        continue
-                    trial = current.copy()
-                    trial[members] = device
-                    trial_score = score(trial)
-                    if trial_score < choice_score:
-                        choice, choice_score = int(device), trial_score
-                if choice is not None:
-                    current[members] = choice
-                    best = choice_score
-                    moves += 1
-            if best == before:
-                break  # no piece of this size moves: on to finer ones, or a local optimum at single units
-            if pieces < units and not best[0] and before[1] - best[1] < LEVEL_GAIN * before[1]:
-                break  # on to finer pieces
-    return Refinement(current, start_seconds, best[1] if not best[0] else math.inf, evaluations, moves, finest,
-                      time.monotonic() - started)
 
 
 def refine_starts(graph: OpGraph, simulator, starts: Sequence[np.ndarray], *, deadline: float,
                   seed: int = 0) -> list[Refinement]:
-    """Refine `starts` one after another, each from where the last left the time: the next is started only when
-    the one before ended at its local optimum before `deadline`, so time a refinement cannot use goes to another
-    start. Local optima differ by start: on NMT-2 at paper size on 2 modeled V100s, 140 s from each heuristic's
-    placement ended between 234.5 and 247.2 ms (docs/results/learned-placement.md). Returns a refinement per start tried, in order; at least the
-    first is (with its start's own step time when the deadline has passed)."""
+    """Refine the first `TOURNAMENT_STARTS` of `starts` by successive halving until `deadline`: the time left is
+    cut into a round per halving, each round's time split evenly over the starts still in it, and after a round
+    the faster half goes on from where it stopped; in the last round the fastest goes on alone. A refinement that
+    reaches its local optimum leaves the rest of its turn to the others, and one still in the last round with time
+    left hands it to the next fastest. Local optima differ by start and are not ranked by the starts' own step
+    times: on NMT-2 at paper size on 2 modeled V100s, 140 s from each heuristic's placement ended between 234.5 and
+    247.2 ms, the fastest start among the worst ends (docs/results/learned-placement.md).
+
+    Returns a refinement per start in the tournament, in the order of `starts`: one never run (the deadline had
+    passed) is its start, with no wall time."""
     if not len(starts):
         raise ValueError("refine_starts needs at least one start")
-    refinements = []
-    for start in starts:
-        if refinements and time.monotonic() >= deadline:
-            break
-        refinements.append(refine_placement(graph, simulator, start, deadline=deadline, seed=seed))
-    return refinements
+    refiners = [Refiner(graph, simulator, start, seed=seed) for start in starts[:TOURNAMENT_STARTS]]
+
+    def fastest_first(indices) -> list[int]:
+        return sorted(indices, key=lambda k: refiners[k].best)
+
+    alive = list(range(len(refiners)))
+    while time.monotonic() < deadline:
+        running = [k for k in alive if not refiners[k].at_optimum]
+        if not running:  # those left ended at their optimum with time left: the fastest halved away goes on
+            waiting = fastest_first(k for k in range(len(refiners)) if k not in alive and not refiners[k].at_optimum)
+            if not waiting:
+                break
+            alive = waiting[:1]
+            continue
+        rounds = math.ceil(math.log2(len(alive))) + 1
+        round_end = time.monotonic() + (deadline - time.monotonic()) / rounds
+        for turn, k in enumerate(running):
+            # Even shares of what is left: one that reaches its optimum early leaves its time to those after it.
+            refiners[k].run(time.monotonic() + (round_end - time.monotonic()) / (len(running) - turn))
+        alive = fastest_first(alive)[:math.ceil(len(alive) / 2)]
+    return [refiner.refinement() for refiner in refiners]

@@ -73,8 +73,41 @@ def test_time_a_refinement_leaves_goes_to_the_next_start_and_none_is_started_aft
                                      {f"t{t}/op{i}": TOWER_MS for t in range(2) for i in range(3)})
     starts = [everything_on(graph, 0), everything_on(graph, 1)]
     both = refine_starts(graph, simulator, starts, deadline=time.monotonic() + 60)
-    assert len(both) == 2  # the first ended at its optimum long before the deadline
+    assert len(both) == 2 and all(r.wall_seconds > 0 for r in both)  # both ended at their optimum in no time
     assert [r.start_seconds for r in both] == pytest.approx([60 * hand_built.MS] * 2, rel=0.05)
     assert all(r.seconds == pytest.approx(30 * hand_built.MS, rel=0.05) for r in both)
     late = refine_starts(graph, simulator, starts, deadline=time.monotonic() - 1)
-    assert len(late) == 1 and late[0].group_devices.tolist() == starts[0].tolist()
+    assert [r.group_devices.tolist() for r in late] == [s.tolist() for s in starts]
+    assert all(r.wall_seconds == 0 and r.evaluations == 1 for r in late)
+
+
+def test_a_refinement_resumed_in_turns_ends_where_one_run_ends(hand_built):
+    from placer.heuristics.refine import Refiner
+
+    graph = hand_built.towers_graph(towers=4, depth=3)
+    costs = {f"t{t}/op{i}": TOWER_MS * (t + 1) for t in range(4) for i in range(3)}
+    simulator = hand_built.simulator(graph, hand_built.devices(), costs)
+    whole = Refiner(graph, simulator, everything_on(graph, 0)).run(time.monotonic() + 60)
+    refiner, turns = Refiner(graph, simulator, everything_on(graph, 0)), 0
+    while not refiner.at_optimum and turns < 10_000:
+        refiner.run(time.monotonic() + 2e-4)  # a piece or two per turn
+        turns += 1
+    assert refiner.at_optimum and turns > 1
+    resumed = refiner.refinement()
+    assert resumed.group_devices.tolist() == whole.group_devices.tolist()
+    assert (resumed.seconds, resumed.moves, resumed.evaluations) == (whole.seconds, whole.moves, whole.evaluations)
+    # Towers of 3 ops of 10, 20, 30 and 40 ms: 30 + 120 ms on one device, 60 + 90 on the other.
+    assert whole.seconds == pytest.approx(150 * hand_built.MS, rel=0.01)
+
+
+def test_the_tournament_refines_its_first_starts_and_keeps_each_result(hand_built):
+    from placer.heuristics.refine import TOURNAMENT_STARTS, refine_starts
+
+    graph = hand_built.towers_graph(towers=2, depth=3)
+    simulator = hand_built.simulator(graph, hand_built.devices(),
+                                     {f"t{t}/op{i}": TOWER_MS for t in range(2) for i in range(3)})
+    starts = [everything_on(graph, k % 2) for k in range(TOURNAMENT_STARTS + 2)]
+    refinements = refine_starts(graph, simulator, starts, deadline=time.monotonic() + 60)
+    assert len(refinements) == TOURNAMENT_STARTS
+    # Each reached the optimum in its first round, so none was halved away before it got there.
+    assert all(r.seconds == pytest.approx(30 * hand_built.MS, rel=0.05) for r in refinements)
