@@ -11,7 +11,9 @@ experiments/gpu_machines.py):
 2. The hierarchical planner trained for --learn-updates on the same simulator (`agents.loop.train`), cut to
    PLANNER_SHARE of learning's seconds ("planner"); then the fastest few placements found so far, the planner's
    among them, refined on the simulator coarse to fine (`placer.heuristics.refine`) for the rest, by successive
-   halving: after each round the faster half goes on ("learned": the fastest refined).
+   halving: after each round the faster half goes on ("learned": the fastest refined). Learning takes the budget
+   left less what scheduling one more placement over several GPUs needs, judged by the schedules before it, and
+   at least half of it.
 3. With schedules (on by default when the model can be built at the micro-batch size): the expert's and the
    balanced stages' placements (the ones pipeline schedules were made for: scheduled before learning, so that
    learning cannot spend the budget they need), the `schedule_top` other placements priced fastest and one
@@ -51,7 +53,8 @@ SCHEDULE_TOP = 2
 TESSEL_SECONDS = 10.0
 """The most one Tessel search may take: a fraction of a budget of minutes, enough for a 4-stage template."""
 LEARNING_SHARE = 0.5
-"""Of the budget left when learning starts, the share it may take when schedules follow it."""
+"""Of the budget left when learning starts, the least share it takes when schedules follow it; it takes more when
+the schedules before it showed that scheduling one more placement needs less (`_Scheduling.reserve`)."""
 LEARNERS = {"planner", "learned"}
 """The candidates placer's learning proposes; every other placement is a heuristic's."""
 PLANNER_SHARE = 0.4
@@ -167,8 +170,10 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
             scheduling.schedule(first)
             phase_done("schedules")
         if learn_updates:
-            found += _learned(graph, spec, target, found, learn_updates=learn_updates, seed=seed,
-                              seconds=(deadline - time.monotonic()) * (LEARNING_SHARE if micro_batches else 1.0),
+            left = deadline - time.monotonic()
+            # What learning leaves is what scheduling its placement takes: more would leave the budget idle.
+            seconds = left if scheduling is None else max(left * LEARNING_SHARE, left - scheduling.reserve())
+            found += _learned(graph, spec, target, found, learn_updates=learn_updates, seed=seed, seconds=seconds,
                               notes=notes, progress=progress, say=say)
         phase_done("learning")
         placements = merge_same_placements(found, ("name", "placement_name"))
@@ -287,6 +292,9 @@ class _Scheduling:
         self.scheduled: list[SimulatedCandidate] = []
         self.skipped: list[str] = []
         self.took = 0.0
+        self.template_seconds = 0.0
+        """The longest one template's schedules took: a placement on several GPUs has two (the whole backward
+        and the split one), one GPU's one."""
 
     def schedule(self, candidates: list[SimulatedCandidate]) -> None:
         for candidate in candidates:
@@ -301,6 +309,13 @@ class _Scheduling:
                                                   self.micro_batches, self.notes, deadline=self.deadline,
                                                   time_limit=min(TESSEL_SECONDS, max(1.0, left / 4)))
             self.took = time.monotonic() - started
+            templates = 2 if len(set(candidate.placement.group_devices)) > 1 else 1
+            self.template_seconds = max(self.template_seconds, self.took / templates)
+
+    def reserve(self) -> float:
+        """Seconds to keep for scheduling one more placement over several GPUs (the learned one): its two
+        templates, each as long as the longest so far; the whole budget left where nothing was scheduled yet."""
+        return 2 * self.template_seconds if self.template_seconds else math.inf
 
     def note_skipped(self) -> None:
         if self.skipped:

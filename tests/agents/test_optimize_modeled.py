@@ -199,3 +199,29 @@ def test_gpt2_on_four_modeled_gpus_searches_the_stage_split_with_its_schedules_b
               if row["schedule"] and "expert" in row["placement"].split(" = ") and row["ok"]}
     assert {"gpipe", "1f1b", "zb-h1", "tessel-fast"} <= expert
     assert all(row["x_bound"] >= 1 - 1e-9 for row in result["candidates"] if row["ok"] and not row["schedule"])
+
+
+def test_learning_leaves_the_time_one_more_placement_s_two_schedule_templates_took(monkeypatch):
+    import types
+
+    import agents.optimize_modeled as modeled
+
+    clock = types.SimpleNamespace(now=0.0)
+    monkeypatch.setattr(modeled.time, "monotonic", lambda: clock.now)
+    seconds_by_devices = {1: 10.0, 2: 30.0}  # what scheduling a placement on one GPU and on two takes
+
+    def schedule_candidates(graph, micro_batch_graph, target, candidate, *args, **kwargs):
+        clock.now += seconds_by_devices[len(set(candidate.placement.group_devices))]
+        return []
+
+    monkeypatch.setattr(modeled, "schedule_candidates", schedule_candidates)
+    scheduling = modeled._Scheduling(None, None, None, 4, deadline=600.0, notes=[], say=lambda line: None)
+    assert scheduling.reserve() == float("inf")  # nothing scheduled yet: learning takes its least share
+
+    def on(*devices):
+        return types.SimpleNamespace(name=f"on {devices}", placement=types.SimpleNamespace(group_devices=devices))
+
+    scheduling.schedule([on(0, 0, 0)])  # one template: the split one needs two GPUs
+    assert scheduling.reserve() == pytest.approx(20.0)
+    scheduling.schedule([on(0, 1, 1)])  # two templates of 15 s
+    assert scheduling.reserve() == pytest.approx(30.0)
