@@ -19,7 +19,7 @@ experiments/gpu_machines.py):
    learning cannot spend the budget they need), the `schedule_top` other placements priced fastest and one
    GPU's, each under GPipe, 1F1B, Tessel's fast search and ZB-H1 over the micro-batches, priced op by op
    (`placer.schedule.predict`): seconds to a minute per placement, so the next placement is scheduled only
-   while the budget left holds what the last one took.
+   while the budget left holds one of its templates (the longest so far).
 
 Thread pools and one process are a host CPU's choices, and a GPU machine's ops run on its GPUs: neither is searched.
 """
@@ -282,8 +282,8 @@ def schedule_candidates(graph: OpGraph, micro_batch_graph: OpGraph, target, cand
 
 
 class _Scheduling:
-    """Placements scheduled while the budget lasts: the next is started only if what is left holds what the last
-    one's schedules took (seconds to a minute each at paper size)."""
+    """Placements scheduled while the budget lasts: the next is started only if what is left holds the longest
+    a template's schedules took (seconds to a minute each at paper size)."""
 
     def __init__(self, graph: OpGraph, micro_batch_graph: OpGraph, target, micro_batches: int, deadline: float,
                  notes: list[str], say: Callable[[str], None]):
@@ -299,7 +299,9 @@ class _Scheduling:
     def schedule(self, candidates: list[SimulatedCandidate]) -> None:
         for candidate in candidates:
             left = self.deadline - time.monotonic()
-            if left < max(1.0, self.took):
+            # One template's time starts a placement: the split template is then started only if what is left
+            # holds what the whole one took (`schedule_candidates`), and learning left about two (`reserve`).
+            if left < max(1.0, self.template_seconds):
                 self.skipped.append(candidate.name)
                 continue
             self.say(f"pricing {', '.join(SCHEDULE_METHODS + SPLIT_SCHEDULE_METHODS)} over {self.micro_batches} "

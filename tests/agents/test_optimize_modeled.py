@@ -225,3 +225,6 @@ def test_learning_leaves_the_time_one_more_placement_s_two_schedule_templates_to
     assert scheduling.reserve() == pytest.approx(20.0)
     scheduling.schedule([on(0, 1, 1)])  # two templates of 15 s
     assert scheduling.reserve() == pytest.approx(30.0)
+    clock.now = scheduling.deadline - scheduling.reserve() + 1  # learning ran a second over what it was left
+    scheduling.schedule([on(1, 0, 0), on(1, 1, 0)])
+    assert scheduling.skipped == ["on (1, 1, 0)"]  # the learned placement is scheduled, the next is not
