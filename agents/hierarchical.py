@@ -37,8 +37,16 @@ class Args:
     """Groups the grouper forms; None: min(256, 20 x devices)."""
     grouping_hidden_size: int = 64
     """Width of the grouper's hidden layer."""
-    hidden_size: int = 512
-    """Width of the placer's LSTMs and attention."""
+    hidden_size: int = 256
+    """Width of the placer's LSTMs and attention. The reference's 512 costs 2.1x more per sample (its LSTMs'
+    and attention's work grows with it) and, in the same minutes on the simulator, learned less: at NMT paper
+    size 256 wide with 32 samples an update, 4.5x the samples, ended ahead on every paper setup
+    (docs/results/learned-placement.md, "The planner's own speed")."""
+    attention: str = "additive"
+    """How the decoder scores the groups at each step. "additive" (Bahdanau et al., as the reference planner):
+    v . tanh(key + query), an elementwise [samples, groups, hidden] tensor per step, most of an update's time
+    on a CPU (experiments/probes/planner_speed.py). "dot": key . query / sqrt(hidden) (Luong et al.), one
+    matrix product per step."""
 
     # -- sampling --
     tanh_constant: float = 2.5
@@ -109,6 +117,8 @@ class Args:
 
     def __post_init__(self):
         check_loss_settings(self)
+        if self.attention not in ("additive", "dot"):
+            raise ValueError(f"unknown attention {self.attention!r}: 'additive' or 'dot'")
         if self.grouping_prior not in ("none", "partition"):
             raise ValueError(f"unknown grouping_prior {self.grouping_prior!r}: 'none' or 'partition'")
         if self.placement_prior_weight and self.grouping_prior == "none":
@@ -127,7 +137,7 @@ REFERENCE = Args(
     # baseline decay 0.9, no entropy term; min(256, 20 x devices) groups, hidden size 512, grouping hidden
     # size 64. With it the grouper collapses to one group and loses to the partitioners on every NMT setup
     # (docs/results/learned-placement.md).
-    tanh_constant=1.0, temperature=1.0, grouping_prior="none", placement_prior_weight=0.0,
+    hidden_size=512, tanh_constant=1.0, temperature=1.0, grouping_prior="none", placement_prior_weight=0.0,
     learning_rate=0.1, grouper_learning_rate=None, normalize_advantages=False, entropy_weight=0.0,
     imitation_weight=0.0,
 )
@@ -169,7 +179,7 @@ SCORING_SIGNATURE = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None,
 
 class HierarchicalPolicy(tf.Module):
     def __init__(self, features: UnitFeatures, device_mask: np.ndarray, *, num_groups: int, grouping_hidden_size: int = 64,
-                 hidden_size: int = 512, tanh_constant: float = 1.0, seed: int = 0,
+                 hidden_size: int = 512, attention: str = "additive", tanh_constant: float = 1.0, seed: int = 0,
                  prior_groups: np.ndarray | None = None, prior_weight: float = 0.0,
                  prior_devices: np.ndarray | None = None, placement_prior_weight: float = 0.0):
         """device_mask: [U, D] 1 where a unit can run on a device. prior_groups: [U] a starting group per
@@ -181,6 +191,7 @@ class HierarchicalPolicy(tf.Module):
         self.num_groups = num_groups
         self.num_devices = device_mask.shape[1]
         self.tanh_constant = tanh_constant
+        self.attention = attention
         self.unit_inputs = tf.constant(features.dense())
         self.unit_types = tf.constant(features.op_types.astype(np.float32))
         self.unit_sizes = tf.constant(features.sizes[:, :3])
@@ -207,7 +218,9 @@ class HierarchicalPolicy(tf.Module):
                                             name="placer/device_embedding")
         self.attention_memory = dense("placer/attention_memory", hidden, hidden, seed + 7)[0]
         self.attention_query = dense("placer/attention_query", hidden, hidden, seed + 8)[0]
-        self.attention_vector = tf.Variable(tf.zeros([hidden]), name="placer/attention_vector")
+        # Dot-product attention has no vector: a variable no loss reaches would get no gradient to apply.
+        self.attention_vector = (tf.Variable(tf.zeros([hidden]), name="placer/attention_vector")
+                                 if attention == "additive" else None)
         self.output = dense("placer/logits", 2 * hidden, d, seed + 9)
 
     # -- grouper -----------------------------------------------------------------------------------
@@ -264,7 +277,10 @@ class HierarchicalPolicy(tf.Module):
 
     def _attend(self, query: tf.Tensor, keys: tf.Tensor, memory: tf.Tensor) -> tf.Tensor:
         """[B, H] attention context for one step's query [B, H] over keys and memory [B, G, H]."""
-        scores = tf.reduce_sum(self.attention_vector * tf.tanh(keys + query[:, None, :]), 2)  # [B, G]
+        if self.attention == "dot":
+            scores = tf.einsum("bgh,bh->bg", keys, query) * float(keys.shape[-1]) ** -0.5
+        else:
+            scores = tf.reduce_sum(self.attention_vector * tf.tanh(keys + query[:, None, :]), 2)  # [B, G]
         return tf.reduce_sum(tf.nn.softmax(scores)[:, :, None] * memory, 1)
 
     def _device_logits(self, out, context, prior, noise, mask, temperature):
@@ -399,7 +415,8 @@ class HierarchicalPlanner(ReinforceAgent):
             prior_devices = np.asarray(spread(num_groups, compute_devices(devices)), np.int64)
         policy = HierarchicalPolicy(
             unit_features(graph), device_mask[: len(graph.groups)], num_groups=num_groups,
-            grouping_hidden_size=c.grouping_hidden_size, hidden_size=c.hidden_size, tanh_constant=c.tanh_constant,
+            grouping_hidden_size=c.grouping_hidden_size, hidden_size=c.hidden_size, attention=c.attention,
+            tanh_constant=c.tanh_constant,
             seed=c.seed, prior_groups=prior_groups, prior_weight=c.grouping_prior_weight,
             prior_devices=prior_devices, placement_prior_weight=c.placement_prior_weight,
         )

@@ -104,8 +104,8 @@ class OptimizeArgs:
     rounds: int = 3
     """Real targets: interleaved rounds of the measured comparison; each candidate's step time is its median."""
     learn_updates: int = setting(10, metavar="N")
-    """Updates of 4 placements the hierarchical planner trains on the calibrated twin, or on the modeled machine's
-    simulator (0: no learned placement)."""
+    """Updates of 32 placements (SIMULATED_SAMPLES_PER_UPDATE) the hierarchical planner trains on the calibrated
+    twin, or on the modeled machine's simulator (0: no learned placement)."""
     from_run: str | None = setting(None, metavar="RUN_DIR")
     """Real targets: also a run's learned placement (`placer train MODEL --target TARGET`): the best it kept."""
     schedules: bool | None = None
@@ -753,11 +753,17 @@ def merge_same_placements(candidates: Sequence[Any], name_fields: tuple[str, ...
             for same in merged.values()]
 
 
+SIMULATED_SAMPLES_PER_UPDATE = 32
+"""Placements per planner update on a simulator, where one is priced in milliseconds and the policy is the cost:
+an update of 32 costs the policy half as much per sample as an update of 4 (experiments/probes/planner_speed.py),
+and in the same minutes the planner learned more from them (docs/results/learned-placement.md)."""
+
+
 def learned_placement(graph: OpGraph, spec: str, *, updates: int, seconds: float | None = None, seed: int = 0,
                       progress: bool = False) -> Placement | None:
-    """The best placement the hierarchical planner finds in `updates` updates (at most `seconds`) on the
-    simulated target `spec` (the calibrated twin, a modeled machine), through the one training loop; None when
-    no update completed."""
+    """The best placement the hierarchical planner finds in `updates` updates of `SIMULATED_SAMPLES_PER_UPDATE`
+    placements (at most `seconds`) on the simulated target `spec` (the calibrated twin, a modeled machine),
+    through the one training loop; None when no update completed."""
     from envs.placement import PlacementEnv
     from placer.placement import Placement
 
@@ -769,7 +775,8 @@ def learned_placement(graph: OpGraph, spec: str, *, updates: int, seconds: float
         env.reset(seed=seed)
         agent = make_agent("hierarchical", graph, env.device_mask, env.devices, seed=seed)
         with tempfile.TemporaryDirectory(prefix="placer-optimize-") as run_dir:
-            state = train(agent, env, run_dir, TrainingConfig(updates=updates, time_budget=seconds, progress=progress))
+            state = train(agent, env, run_dir, TrainingConfig(updates=updates, time_budget=seconds, progress=progress,
+                                                              samples_per_update=SIMULATED_SAMPLES_PER_UPDATE))
         if state.best_assignment is None:
             return None
         simulator = "the calibrated simulator" if spec.startswith("calibrated:") else f"the simulator of {spec}"

@@ -2,7 +2,7 @@
 and the cross-entropy method under the same budget of sampled placements.
 
     python experiments/agents_simulated.py [--setups nmt-2:2 nmt-2:4 nmt-4:2 nmt-4:4 inception-v3:2]
-                                           [--size paper] [--updates 200] [--samples-per-update 4]
+                                           [--size paper] [--updates 200 | --seconds S] [--samples-per-update 4]
                                            [--agents hierarchical random cem] [--out FILE]
                                            [planner hyper-parameters: --learning-rate, --entropy-weight, ...]
 
@@ -100,7 +100,11 @@ def main() -> None:
     parser.add_argument("--size", default="paper")
     parser.add_argument("--agents", nargs="+", default=["hierarchical", "random", "cem"],
                         choices=["hierarchical", "random", "cem"])
-    parser.add_argument("--updates", type=int, default=200, help="updates for every agent")
+    parser.add_argument("--updates", type=int, help="updates for every agent (default 200; none with --seconds)")
+    parser.add_argument("--seconds", type=float,
+                        help="wall time for every agent instead (with --updates: whichever ends first): compares "
+                             "settings that sample at different speeds, e.g. a narrower planner or more samples "
+                             "per update")
     parser.add_argument("--samples-per-update", type=int, default=4, help="placements per update, for every agent")
     # Every field of the planner's Args is a flag (--learning-rate, --num-groups, ...), defaulting to its value.
     parser.add_argument("--preset", default=DEFAULT_PRESET, choices=PRESETS,
@@ -122,7 +126,9 @@ def main() -> None:
         config = check_agent_options("hierarchical", planner_options, seed=args.seed)
     except PlacerError as error:
         parser.error(str(error))
-    training = TrainingConfig(updates=args.updates, samples_per_update=args.samples_per_update)
+    if args.updates is None and args.seconds is None:
+        args.updates = 200
+    training = TrainingConfig(updates=args.updates, time_budget=args.seconds, samples_per_update=args.samples_per_update)
     # Random search's best guess is a placement it has already evaluated; the planner's greedy decoding is new.
     planner_training = replace(training, greedy_every=args.greedy_every)
     rows = []
@@ -162,7 +168,7 @@ def main() -> None:
             print({key: value for key, value in rows[-1].items() if key not in ("baseline_placement_s", "bound")},
                   flush=True)
         env.close()
-    write_report("agents_simulated", COLUMNS, rows, args.out, size=args.size, updates=args.updates,
+    write_report("agents_simulated", COLUMNS, rows, args.out, size=args.size, updates=args.updates, seconds=args.seconds,
                  samples_per_update=args.samples_per_update, greedy_every=args.greedy_every, agents=args.agents,
                  baselines=list(BASELINES),
                  machine="host CPU + N x V100 (modeled), roofline costs", hierarchical_config=asdict(config),

@@ -19,7 +19,7 @@ GRAPPLER = {
     "learning_rate": 0.1, "lr_decay_rate": 0.95, "lr_decay_updates": 50, "lr_decay_start": 400,
     "logits_noise_std": 0.5, "noise_updates": 750, "tanh_constant": 1.0, "temperature": 1.0, "grad_bound": 1.0,
     "reward_baseline_decay": 0.9, "entropy_weight": 0.0, "num_groups": None, "hidden_size": 512,
-    "grouping_hidden_size": 64,
+    "grouping_hidden_size": 64, "attention": "additive",
     # and none of what the tuned setting adds
     "grouping_prior": "none", "placement_prior_weight": 0.0, "grouper_learning_rate": None,
     "normalize_advantages": False, "imitation_weight": 0.0,

@@ -43,22 +43,32 @@ def test_traced_sampling_draws_what_sampling_op_by_op_draws_for_the_same_seed(en
         assert np.array_equal(eager_groups, groups) and np.array_equal(eager_devices, devices)
 
 
-def _weights_after_updates(env, compiled: bool) -> tuple[list[np.ndarray], list[dict]]:
-    planner = HierarchicalPlanner(env.graph, env.device_mask, CONFIG, compiled_update=compiled)
+def _weights_after_updates(env, compiled: bool, config=CONFIG) -> tuple[list[np.ndarray], list[dict]]:
+    planner = HierarchicalPlanner(env.graph, env.device_mask, config, compiled_update=compiled)
     metrics = [planner.learn(planner.propose(count), rewards)
                for count, rewards in ((3, [-1.0, -2.0, -3.0]), (2, [-0.5, -4.0]), (4, [-2.0, -1.0, -1.5, -3.0]))]
     return [v.numpy() for v in planner.policy.trainable_variables], metrics
 
 
-def test_the_traced_update_steps_the_weights_as_the_taped_update_does(env):
-    traced_weights, traced_metrics = _weights_after_updates(env, compiled=True)
-    taped_weights, taped_metrics = _weights_after_updates(env, compiled=False)
-    for traced, taped in zip(traced_weights, taped_weights):
+@pytest.mark.parametrize("attention", ["additive", "dot"])
+def test_the_traced_update_steps_the_weights_as_the_taped_update_does(env, attention):
+    config = replace(CONFIG, attention=attention)
+    start = [v.numpy() for v in HierarchicalPlanner(env.graph, env.device_mask, config).policy.trainable_variables]
+    traced_weights, traced_metrics = _weights_after_updates(env, compiled=True, config=config)
+    taped_weights, taped_metrics = _weights_after_updates(env, compiled=False, config=config)
+    assert len(start) == len(traced_weights)
+    for before, traced, taped in zip(start, traced_weights, taped_weights):
+        assert not np.array_equal(before, traced)  # every weight learns: none is left out of the loss
         np.testing.assert_allclose(traced, taped, atol=1e-5)
     for traced, taped in zip(traced_metrics, taped_metrics):
         assert traced.keys() == taped.keys()
         for key in traced:
             assert traced[key] == pytest.approx(taped[key], rel=1e-4, abs=1e-4), key
+
+
+def test_an_unknown_attention_is_refused():
+    with pytest.raises(ValueError, match="unknown attention 'luong'"):
+        replace(CONFIG, attention="luong")
 
 
 def test_updates_and_samples_are_traced_once_whatever_the_number_of_samples(env):
