@@ -39,9 +39,9 @@ class Args:
     """Width of the grouper's hidden layer."""
     hidden_size: int = 256
     """Width of the placer's LSTMs and attention. The reference's 512 costs 2.1x more per sample (its LSTMs'
-    and attention's work grows with it) and, in the same minutes on the simulator, learned less: at NMT paper
-    size 256 wide with 32 samples an update, 4.5x the samples, ended ahead on every paper setup
-    (docs/results/learned-placement.md, "The planner's own speed")."""
+    and attention's work grows with it) and, in the same minutes on the simulator, learned no more: 256 wide with
+    32 samples an update (4-6x the samples) ended 4.5-6.9 % ahead on two of the papers' five setups and within
+    0.4 % on the other three (docs/results/learned-placement.md, "The planner's own speed")."""
     attention: str = "additive"
     """How the decoder scores the groups at each step. "additive" (Bahdanau et al., as the reference planner):
     v . tanh(key + query), an elementwise [samples, groups, hidden] tensor per step, most of an update's time
