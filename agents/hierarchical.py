@@ -44,9 +44,9 @@ class Args:
     0.4 % on the other three (docs/results/learned-placement.md, "The planner's own speed")."""
     attention: str = "additive"
     """How the decoder scores the groups at each step. "additive" (Bahdanau et al., as the reference planner):
-    v . tanh(key + query), an elementwise [samples, groups, hidden] tensor per step, most of an update's time
-    on a CPU (experiments/probes/planner_speed.py). "dot": key . query / sqrt(hidden) (Luong et al.), one
-    matrix product per step."""
+    v . tanh(key + query), an elementwise [samples, groups, hidden] tensor per step. "dot": key . query /
+    sqrt(hidden) (Luong et al.), one matrix product per step: 1.2x the samples per second at NMT-4 paper size
+    (experiments/probes/planner_speed.py), its learning not yet compared."""
 
     # -- sampling --
     tanh_constant: float = 2.5

@@ -756,7 +756,7 @@ def merge_same_placements(candidates: Sequence[Any], name_fields: tuple[str, ...
 SIMULATED_SAMPLES_PER_UPDATE = 32
 """Placements per planner update on a simulator, where one is priced in milliseconds and the policy is the cost:
 an update of 32 costs the policy half as much per sample as an update of 4 (experiments/probes/planner_speed.py),
-and in the same minutes the planner learned more from them (docs/results/learned-placement.md)."""
+and in the same minutes the planner learned as much or more from them (docs/results/learned-placement.md)."""
 
 
 def learned_placement(graph: OpGraph, spec: str, *, updates: int, seconds: float | None = None, seed: int = 0,
