@@ -112,9 +112,11 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
 
         measured_start = _measured_start(config, env, run_dir, simulator, baselines, log)
         state = train(agent, evaluated_on, run_dir, training, callbacks=[measured, on_update],
-                      start_from=None if measured_start is None else measured_start[1])
+                      start_from=None if measured_start is None else measured_start.assignment)
         workers.close()  # the baselines' final comparison and the timeline are this process's own
         final = _final_comparison(config, env, run_dir, state.best_assignment, baselines, log, start, simulator)
+        if measured_start is not None and measured_start.best_baseline is not None:
+            best_baseline = (baselines[measured_start.best_baseline].seconds, measured_start.best_baseline)
         summary = summarize(config, run_dir, state, baselines, best_baseline, agent.name, final,
                             _step_time_bound(env, calibration, log))
         summary = replace(
@@ -125,9 +127,9 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
             timeline=_save_timeline(env, run_dir, state.best_assignment, log),
             batch_size=graph.batch.size if graph.batch is not None else None, batch_note=graph.batch_note,
             calibration_poor_fit=_poor_fit(calibration),
-            measured_start=None if measured_start is None else measured_start[0],
+            measured_start=None if measured_start is None else measured_start.name,
             learned_is_start=measured_start is not None and state.best_assignment is not None
-            and [int(a) for a in state.best_assignment] == measured_start[1])
+            and [int(a) for a in state.best_assignment] == measured_start.assignment)
         run_files.write_summary(run_dir, summary)
         best_file = run_dir / run_files.BEST_PLACEMENT
         trackers.finish(summary.to_dict(), best_file if best_file.exists() else None,
@@ -276,42 +278,61 @@ def _start_placement(agent, env, run_dir: Path, log) -> StartPlacement | None:
     return run_files.write_start(run_dir, placement, env.graph, result)
 
 
+@dataclass(frozen=True)
+class MeasuredStart:
+    """Where the measured phase of a simulator-first run starts, and what the comparison that chose it found."""
+
+    name: str
+    """"simulator-best", or the baseline that measured fastest."""
+    assignment: list[int]
+    best_baseline: str | None
+    """The baseline that measured fastest in that comparison: the run's best baseline, judged by the final
+    comparison's timings but not chosen by them (`summarize`)."""
+
+
 def _measured_start(config: ExperimentConfig, env, run_dir: Path, simulator: SimulatorResult | None,
-                    baselines: Mapping[str, BaselineTiming], log) -> tuple[str, list[int]] | None:
-    """Where the measured phase of a simulator-first run starts, and its name: the fastest, measured side by side,
-    of the simulator phase's best and every baseline. Started from a heuristic that beats what the simulator
-    found, training keeps that heuristic unless it confirms something faster, so the learned placement ends no
-    slower than it. Every baseline, not only those fastest when the run timed them once: baselines within the
-    noise of each other swap places from one timing to the next. None without a simulator phase, or when
-    resuming (the run kept its best)."""
+                    baselines: Mapping[str, BaselineTiming], log) -> MeasuredStart | None:
+    """Where the measured phase of a simulator-first run starts: the fastest, measured side by side, of the
+    simulator phase's best and every baseline, those close to the fastest timed again (`compare_and_retime_leaders`).
+    Started from a heuristic that beats what the simulator found, training keeps that heuristic unless it confirms
+    something faster, so the learned placement ends no slower than it. Every baseline, not only those fastest when
+    the run timed them once: baselines within the noise of each other swap places from one timing to the next.
+    None without a simulator phase, or when resuming (the run kept its best)."""
     if simulator is None or simulator.best_assignment is None or (run_dir / run_files.TRAINER_STATE).exists():
         return None
     contenders = {"simulator-best": [int(a) for a in simulator.best_assignment]}
     for timing in sorted((timing for timing in baselines.values() if timing.ok), key=lambda timing: timing.seconds):
         contenders.setdefault(timing.name, run_files.baseline_assignment(run_dir, timing, env.graph, env.devices))
+    from placer.cost.compare import LEADERS_WITHIN
+
     if len(contenders) == 1:
-        return "simulator-best", contenders["simulator-best"]
+        return MeasuredStart("simulator-best", contenders["simulator-best"], None)
     rounds = max(config.final_rounds, 1)
-    compared = _compare_distinct(env.target.evaluate, contenders, rounds)
-    name = min((contender for contender in compared if compared[contender].ok),
-               key=lambda contender: compared[contender].median, default="simulator-best")
-    log.info("the measured phase starts from %s, the fastest of %s measured side by side (%d rounds)", name,
+    compared = _compare_distinct(env.target.evaluate, contenders, rounds, retime_leaders=True)
+    ran = [contender for contender in compared if compared[contender].ok]
+    name = min(ran, key=lambda contender: compared[contender].median, default="simulator-best")
+    best_baseline = min((contender for contender in ran if contender in baselines),
+                        key=lambda contender: compared[contender].median, default=None)
+    log.info("the measured phase starts from %s, the fastest of %s measured side by side (%d rounds, %d for those "
+             "within %.0f%% of the fastest)", name,
              ", ".join(f"{other} {compared[other].median * 1e3:.3f} ms" for other in contenders
-                       if compared[other].ok), rounds)
-    return name, contenders[name]
+                       if compared[other].ok), rounds, 2 * rounds, 100 * LEADERS_WITHIN)
+    return MeasuredStart(name, contenders[name], best_baseline)
 
 
-def _compare_distinct(evaluate, contenders: Mapping[str, Sequence[int]], rounds: int, progress=None) -> dict:
-    """`placer.cost.compare` of named assignments, each distinct assignment measured once: names that share one
-    (the learned placement that kept a heuristic's, two heuristics that agree) get the same timings, so that
-    no placement is reported faster or slower than itself by the noise of two timings."""
-    from placer.cost import compare
+def _compare_distinct(evaluate, contenders: Mapping[str, Sequence[int]], rounds: int, progress=None, *,
+                      retime_leaders: bool = False) -> dict:
+    """`placer.cost.compare` of named assignments (`compare_and_retime_leaders` with `retime_leaders`), each
+    distinct assignment measured once: names that share one (the learned placement that kept a heuristic's, two
+    heuristics that agree) get the same timings, so that no placement is reported faster or slower than itself
+    by the noise of two timings."""
+    from placer.cost import compare, compare_and_retime_leaders
 
     first_of: dict[tuple[int, ...], str] = {}
     same_as = {name: first_of.setdefault(tuple(int(a) for a in assignment), name)
                for name, assignment in contenders.items()}
     distinct = {name: contenders[name] for name in contenders if same_as[name] == name}
-    compared = compare(evaluate, distinct, rounds, progress=progress)
+    compared = (compare_and_retime_leaders if retime_leaders else compare)(evaluate, distinct, rounds, progress=progress)
     return {name: replace(compared[same_as[name]], name=name) for name in contenders}
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from placer.cost.compare import Compared, compare
+from placer.cost.compare import Compared, compare, compare_and_retime_leaders
 from placer.cost.record import BACKENDS, StepTime
 from placer.cost.spec import DEFAULT_TARGETS, TargetSpec, parse_target_spec
 from placer.cost.targets import CostTarget, MeasuredCost, SimulatedCost, roofline_tables, target_cost_tables
@@ -20,7 +20,8 @@ from placer.graph.opgraph import OpGraph
 
 __all__ = [
     "BACKENDS", "DEFAULT_TARGETS", "Compared", "CostTarget", "MeasuredCost", "SimulatedCost", "StepTime",
-    "TargetSpec", "compare", "open_target", "parse_target_spec", "roofline_tables", "target_cost_tables",
+    "TargetSpec", "compare", "compare_and_retime_leaders", "open_target", "parse_target_spec", "roofline_tables",
+    "target_cost_tables",
 ]
 
 

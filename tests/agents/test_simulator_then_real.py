@@ -146,14 +146,17 @@ def test_the_measured_phase_starts_from_a_baseline_that_measures_faster_than_the
                  "round-robin": BaselineTiming("round-robin", 0.0090, assignment=(1, 0, 1)),
                  "expert": BaselineTiming("expert", None, failure="oom", assignment=(1, 1, 0))}
     config = _config(tmp_path, final_rounds=2)
-    assert _measured_start(config, env, tmp_path, simulator, baselines, logging.getLogger("test")) == ("metis", [1, 1, 1])
-    # the simulator's best wins where it measures fastest; no simulator phase, no choice to make
+    start = _measured_start(config, env, tmp_path, simulator, baselines, logging.getLogger("test"))
+    assert (start.name, start.assignment, start.best_baseline) == ("metis", [1, 1, 1], "metis")
+    # the simulator's best wins where it measures fastest, and the fastest baseline is still named: the one the
+    # learned placement is judged against; no simulator phase, no choice to make
     seconds[(0, 1, 0)] = 0.001
-    assert _measured_start(config, env, tmp_path, simulator, baselines, logging.getLogger("test"))[0] == "simulator-best"
+    start = _measured_start(config, env, tmp_path, simulator, baselines, logging.getLogger("test"))
+    assert (start.name, start.best_baseline) == ("simulator-best", "metis")
     assert _measured_start(config, env, tmp_path, None, baselines, logging.getLogger("test")) is None
     # every baseline is a contender, not only those fastest when the run timed them once
     seconds[(0, 1, 0)], seconds[(1, 0, 1)] = 0.004, 0.0015
-    assert _measured_start(config, env, tmp_path, simulator, baselines, logging.getLogger("test"))[0] == "round-robin"
+    assert _measured_start(config, env, tmp_path, simulator, baselines, logging.getLogger("test")).name == "round-robin"
 
 
 def test_a_placement_that_two_contenders_share_is_measured_once_and_reports_one_time():
@@ -197,3 +200,27 @@ def test_a_run_that_confirms_nothing_faster_than_its_start_says_that_the_learned
         tmp_path)
     assert "after 20 simulated updates; UNRELIABLE)" in poor
     assert "the calibration fits its probes poorly (worst probes: free 1000x16 +40%)" in poor
+
+
+def test_the_best_baseline_is_chosen_before_the_final_comparison_and_judged_by_it(tmp_path):
+    """Of baselines as fast as each other, the one whose final timings came out lowest is the luckiest: the
+    learned placement is judged against the baseline chosen before, timed again there."""
+    from agents.experiment.results import describe, summarize
+    from agents.run_files import BaselineTiming, TrainerState
+
+    config = _config(tmp_path)
+    state = TrainerState(updates=10, samples=40, best_step_time=0.0033, best_assignment=(1, 0, 1))
+    baselines = {"scotch": BaselineTiming("scotch", 0.0041), "single-device": BaselineTiming("single-device", 0.0049),
+                 "round-robin": BaselineTiming("round-robin", 0.0120)}
+    final = {"learned": 0.00503, "scotch": 0.00503, "single-device": 0.00469, "round-robin": 0.0125}
+    summary = summarize(config, tmp_path, state, baselines, (0.0041, "scotch"), "hierarchical", final)
+    assert (summary.best_baseline, summary.best_baseline_step_time) == ("scotch", 0.00503)
+    assert summary.improvement_over_best_baseline == 0.0
+    assert summary.fastest == "single-device"  # still named: export writes the fastest measured
+    text = describe(summary, tmp_path)
+    assert "learned: as fast as the best baseline (scotch)" in text
+    assert "scotch: the fastest baseline before the final comparison, timed again there, not chosen there" in text
+    # a chosen baseline that failed in the final comparison leaves the judgement to the fastest there
+    failed = summarize(config, tmp_path, state, baselines, (0.0041, "scotch"), "hierarchical",
+                       {**final, "scotch": float("inf")})
+    assert (failed.best_baseline, failed.best_baseline_step_time) == ("single-device", 0.00469)

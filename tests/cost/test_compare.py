@@ -1,0 +1,34 @@
+"""Placements timed side by side: the leaders of a comparison are timed again before it decides."""
+
+from placer.cost import StepTime, compare_and_retime_leaders
+
+
+def _timed_by(seconds):
+    """An evaluate whose placements (names) give their timings in turn, and the order it was called in."""
+    queues = {name: iter(values) for name, values in seconds.items()}
+    calls = []
+
+    def evaluate(name):
+        calls.append(name)
+        value = next(queues[name])
+        return StepTime(value, "measured", "fake") if value is not None else StepTime.failed("oom", "out of memory", "measured", "fake")
+
+    return evaluate, calls
+
+
+def test_placements_close_to_the_fastest_are_timed_again_and_judged_on_all_their_rounds():
+    evaluate, calls = _timed_by({"a": [5.0, 5.2, 4.4, 4.4, 4.4, 4.4],  # first rounds' median 5.0, then lower
+                                 "b": [4.8, 4.9, 4.7, 5.0, 5.0, 5.0],  # fastest of the first rounds
+                                 "far": [9.0, 9.1, 8.9]})
+    compared = compare_and_retime_leaders(evaluate, {"a": "a", "b": "b", "far": "far"}, rounds=3, within=0.10)
+    assert calls == ["a", "b", "far"] * 3 + ["a", "b"] * 3  # side by side again, never the one far behind
+    assert len(compared["a"].timings) == 6 and len(compared["far"].timings) == 3
+    # over six rounds a is the faster: three rounds alone had ranked b first
+    assert compared["a"].median < compared["b"].median and compared["far"].median == 9.0
+
+
+def test_a_clear_winner_or_a_failure_is_not_timed_again():
+    evaluate, calls = _timed_by({"fast": [1.0, 1.0], "slow": [2.0, 2.0], "broken": [None]})
+    compared = compare_and_retime_leaders(evaluate, {"fast": "fast", "slow": "slow", "broken": "broken"}, rounds=2)
+    assert calls == ["fast", "slow", "broken", "fast", "slow"]
+    assert not compared["broken"].ok and compared["fast"].median == 1.0
