@@ -41,12 +41,12 @@ class TrainingConfig:
     keep it as the best placement when it is; it counts as a sample. 0: never."""
     confirm_repeats: int = 0
     """When a placement would become the best, time it this many more times, and the best as many times,
-    in alternation: it becomes the best only if its median beats the best's, and the best's time is the
-    fresh median either way (the first best: the median of all its timings). Measured step times are noisy
-    and drift with the machine over minutes, so the fastest of a thousand single timings is mostly a lucky
-    one (on the testbed a placement timed 52.4 ms once and 55.7 ms side by side), and it would block real
-    improvements for the rest of the run. Each timing counts as a sample. 0: trust one evaluation (a
-    deterministic simulator)."""
+    in alternation: it becomes the best only if it is faster in every round (and so its median), and the
+    best's time is the fresh median either way (the first best: the median of all its timings). Measured step
+    times are noisy and drift with the machine over minutes, so the fastest of a thousand single timings is
+    mostly a lucky one (on the testbed a placement timed 52.4 ms once and 55.7 ms side by side), and it would
+    block real improvements for the rest of the run. Each timing counts as a sample. 0: trust one evaluation
+    (a deterministic simulator)."""
 
 
 MEASURED_ON = "measured_on"
@@ -255,10 +255,15 @@ def _keep_if_best(env, config: TrainingConfig, state: TrainerState, candidate: E
             # Side by side: the machine's speed drifts over minutes, so the best's old timings are no bar.
             # Both are timed again in alternation, and the candidate must win those.
             state = replace(state, best_retimings=state.best_retimings + 1)
+            # It must win every round, not only the medians: for two placements as fast as each other the
+            # medians pick one by a coin toss, and a run would end with a placement no faster than its start
+            # that then loses to the start's own timings as often as not.
             state, compared = _timings(env, state, [candidate.assignment, state.best_assignment],
                                        config.confirm_repeats, made)
+            won_every_round = all(mine.reward > theirs.reward
+                                  for mine, theirs in zip(compared[0].timings, compared[1].timings))
             candidate, incumbent = (c.median_timing for c in compared)
-            if candidate.reward <= incumbent.reward:
+            if not won_every_round or candidate.reward <= incumbent.reward:
                 return replace(state, best_reward=incumbent.reward, best_step_time=incumbent.step_time), True
     return replace(state, best_reward=candidate.reward, best_step_time=candidate.step_time,
                    best_assignment=candidate.assignment), True

@@ -90,9 +90,9 @@ class ExperimentConfig:
     cross-entropy method's mode) is evaluated too, counted as a sample, and kept if it is the best. 0: never."""
     confirm_repeats: int | None = setting(None, metavar="N")
     """A placement that would become the best is timed this many more times, side by side with the best,
-    and becomes the best only if its median wins (the fastest of many noisy single timings is mostly
-    luck). Each timing counts as a sample. None: 2 on the measured backend, 0 on the simulator, whose step
-    times do not vary."""
+    and becomes the best only if it is faster in every round (the fastest of many noisy single timings is
+    mostly luck, and of two equally fast placements the faster median is a coin toss). Each timing counts as
+    a sample. None: 3 on the measured backend, 0 on the simulator, whose step times do not vary."""
     seed: int = setting(0)
     """Seeds the agent and the random baseline."""
     reward: str = setting("neg_sqrt", choices=("neg_sqrt", "neg_time", "improvement"))
@@ -290,7 +290,7 @@ class ExperimentConfig:
     def repeats_to_confirm(self) -> int:
         if self.confirm_repeats is not None:
             return self.confirm_repeats
-        return 2 if self.backend == "measured" else 0
+        return 3 if self.backend == "measured" else 0
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

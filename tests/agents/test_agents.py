@@ -449,3 +449,15 @@ def test_the_grouper_learns_at_its_own_rate_or_not_at_all(env, grouper_learning_
         assert grouper_step == 0.0 and "grouper_optimizer" not in planner.checkpoint_objects()
     else:
         assert 0 < grouper_step < 0.003 and "grouper_optimizer" in planner.checkpoint_objects()
+
+
+def test_a_would_be_best_must_win_every_round_side_by_side_not_only_the_median(env, tmp_path):
+    """Of two placements as fast as each other, the faster median is a coin toss: a would-be best that loses one
+    round of its confirmation stays behind the best."""
+    first, close, clear = np.zeros(env.num_units, int), np.arange(env.num_units) % 2, 1 - np.arange(env.num_units) % 2
+    noisy = _ScriptedTimes(env, {tuple(first): [2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0],
+                                 tuple(close): [1.0, 1.9, 2.1],  # faster median of its two rounds, one round lost
+                                 tuple(clear): [1.0, 1.5, 1.5]})
+    state = train(_GuessingAgent([first, close, clear], first), noisy, tmp_path,
+                  TrainingConfig(updates=3, samples_per_update=1, confirm_repeats=2, progress=False))
+    assert list(state.best_assignment) == clear.tolist() and state.best_step_time == 1.5

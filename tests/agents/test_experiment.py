@@ -60,7 +60,7 @@ def test_bad_settings_are_refused_with_the_reason(tmp_path):
     with pytest.raises(ExperimentError, match="confirm_repeats must be a whole number of at least 0"):
         config_from_args(_args("two-tower", "--confirm-repeats", "-1"))
     # measured timings are noisy, so a would-be best is re-timed by default; simulated ones are not
-    assert config_from_args(_args("two-tower", "--backend", "measured"))[0].repeats_to_confirm == 2
+    assert config_from_args(_args("two-tower", "--backend", "measured"))[0].repeats_to_confirm == 3
     assert config_from_args(_args("two-tower"))[0].repeats_to_confirm == 0
     assert config_from_args(_args("two-tower", "--backend", "measured", "--confirm-repeats", "0"))[0].repeats_to_confirm == 0
 
