@@ -760,10 +760,10 @@ and in the same minutes the planner learned as much or more from them (docs/resu
 
 
 def learned_placement(graph: OpGraph, spec: str, *, updates: int, seconds: float | None = None, seed: int = 0,
-                      progress: bool = False) -> Placement | None:
+                      progress: bool = False, stop_rules: Sequence = ()) -> Placement | None:
     """The best placement the hierarchical planner finds in `updates` updates of `SIMULATED_SAMPLES_PER_UPDATE`
-    placements (at most `seconds`) on the simulated target `spec` (the calibrated twin, a modeled machine),
-    through the one training loop; None when no update completed."""
+    placements (at most `seconds`, or until one of `stop_rules` holds) on the simulated target `spec` (the
+    calibrated twin, a modeled machine), through the one training loop; None when no update completed."""
     from envs.placement import PlacementEnv
     from placer.placement import Placement
 
@@ -776,7 +776,8 @@ def learned_placement(graph: OpGraph, spec: str, *, updates: int, seconds: float
         agent = make_agent("hierarchical", graph, env.device_mask, env.devices, seed=seed)
         with tempfile.TemporaryDirectory(prefix="placer-optimize-") as run_dir:
             state = train(agent, env, run_dir, TrainingConfig(updates=updates, time_budget=seconds, progress=progress,
-                                                              samples_per_update=SIMULATED_SAMPLES_PER_UPDATE))
+                                                              samples_per_update=SIMULATED_SAMPLES_PER_UPDATE),
+                          stop_rules=stop_rules)
         if state.best_assignment is None:
             return None
         simulator = "the calibrated simulator" if spec.startswith("calibrated:") else f"the simulator of {spec}"

@@ -31,7 +31,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from placer.simulate.bound import StepTimeBound, gap_closed, times_bound
 
@@ -59,7 +59,9 @@ LEARNERS = {"planner", "learned"}
 """The candidates placer's learning proposes; every other placement is a heuristic's."""
 PLANNER_SHARE = 0.4
 """Of learning's seconds, the most the hierarchical planner may take; refining the fastest placement found on
-the simulator takes the rest: thousands of moves priced in the time the planner samples a few hundred."""
+the simulator takes the rest: thousands of moves priced in the time the planner samples a few hundred. Half way
+through its share, a planner whose best is slower than every placement of the refinement's tournament stops
+(`out_of_the_tournament`)."""
 
 
 @dataclass(frozen=True)
@@ -93,10 +95,19 @@ class ModeledSearch:
     """One per distinct placement, unscheduled."""
     scheduled: tuple[SimulatedCandidate, ...]
     bound: StepTimeBound
+    """What no placement of the whole batch, unscheduled, can beat."""
     micro_batches: int | None
     """None: no schedules were asked for."""
     notes: tuple[str, ...] = ()
     phase_seconds: Mapping[str, float] = field(default_factory=dict)
+    schedule_bound: StepTimeBound | None = None
+    """What no schedule of `micro_batches` micro-batches can beat (`placer.schedule.predict.schedule_bound`):
+    micro-batches shorten the chain of dependent ops, so `bound` does not hold for a scheduled plan. None where
+    nothing was scheduled."""
+
+    def bound_of(self, candidate: SimulatedCandidate) -> StepTimeBound | None:
+        """The bound `candidate` is read against: the schedules' for a scheduled plan, else the placements'."""
+        return self.bound if candidate.schedule is None else self.schedule_bound
 
     @property
     def candidates(self) -> list[SimulatedCandidate]:
@@ -184,9 +195,14 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
                                  if tuple(c.placement.group_devices) not in done])
             scheduled = _named_as(scheduling.scheduled, placements)
             scheduling.note_skipped()
+        scheduled_bound = None
+        if scheduled:
+            from placer.schedule.predict import schedule_bound
+
+            scheduled_bound = schedule_bound(scheduling.micro_batch_graph, micro_batches, spec)
         phase_done("schedules")
     return ModeledSearch(spec, tuple(placements), tuple(scheduled), bound, micro_batches, tuple(notes),
-                         clock.seconds)
+                         clock.seconds, scheduled_bound)
 
 
 def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate], *, learn_updates: int, seconds: float,
@@ -204,8 +220,14 @@ def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate],
         return []
     until = time.monotonic() + seconds
     say(f"training the hierarchical planner on {spec} ({learn_updates} updates, at most {seconds * PLANNER_SHARE:.0f} s)")
+    stopped: list[float] = []
     planner = learned_placement(graph, spec, updates=learn_updates, seconds=seconds * PLANNER_SHARE, seed=seed,
-                                progress=progress)
+                                progress=progress,
+                                stop_rules=[out_of_the_tournament(found, seconds * PLANNER_SHARE / 2, stopped)])
+    if stopped:
+        notes.append(f"the planner stopped after {stopped[0]:.0f} s of its {seconds * PLANNER_SHARE:.0f}: its best was "
+                     f"slower than the {TOURNAMENT_STARTS} fastest placements found, so it would not be refined; the "
+                     "refinement took the rest")
     made = []
     if planner is not None:
         made.append(SimulatedCandidate("planner", "planner", planner, target.evaluate(planner),
@@ -233,6 +255,26 @@ def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate],
                 f"{refined.finest_pieces} pieces" + (f"; fastest of {len(others) + 1} starts refined, the others "
                                                      f"ended at {', '.join(others)})" if others else ")")))
     return made
+
+
+def out_of_the_tournament(found: Sequence[SimulatedCandidate], after: float, stopped: list[float]):
+    """A stop rule for the planner (`agents.loop.StopRule`): true once it has trained `after` seconds and its best is
+    slower than the `TOURNAMENT_STARTS` fastest distinct placements `found`, so that the refinement's tournament
+    would leave it out and its time is better spent refining those (on the language models and the Transformer on
+    H100s the planner ended 1.0-1.9x the fastest heuristic's step, 2026-11-28). Appends the seconds it stopped
+    after to `stopped`."""
+    from placer.heuristics.refine import TOURNAMENT_STARTS
+
+    seconds = sorted({tuple(c.placement.group_devices): c.seconds for c in found if c.step_time.ok}.values())
+    bar = seconds[TOURNAMENT_STARTS - 1] if len(seconds) >= TOURNAMENT_STARTS else math.inf
+
+    def rule(state) -> bool:
+        if state.elapsed >= after and state.best_step_time > bar:
+            stopped.append(state.elapsed)
+            return True
+        return False
+
+    return rule
 
 
 def schedule_candidates(graph: OpGraph, micro_batch_graph: OpGraph, target, candidate: SimulatedCandidate,
@@ -461,11 +503,13 @@ class ModeledOptimizeResult:
                 simulated, ratio = f"{c.seconds * 1e3:7.2f} ms", f"{c.seconds / winner:.2f}x"
             else:
                 simulated, ratio = c.step_time.failure or "failed", f"({c.step_time.message[:60]})"
-            against = times_bound(c.seconds if c.step_time.ok else None, search.bound)
+            against = times_bound(c.seconds if c.step_time.ok else None, search.bound_of(c))
             lines.append(f"  {mark} {c.name:<{width}}  {schedule:<16} {simulated:>10}  "
                          f"{'-' if against is None else f'{against:.2f}x':>7}  {ratio}")
-        lines.append(f"  x bound: over the {search.bound.describe()}; it bounds placements of the whole batch, so a "
-                     "micro-batch schedule can go below it")
+        lines.append(f"  x bound: a placement unscheduled over the {search.bound.describe()}")
+        if search.schedule_bound is not None:
+            lines.append(f"  {'':9}a scheduled plan over the schedules' {search.schedule_bound.describe()}: the step in "
+                         f"{search.micro_batches} micro-batches, gradient gates left out")
         if search.gap_closed is not None:
             lines.append(f"  gap closed: the learned placement closed {100 * search.gap_closed:+.1f}% of the best "
                          "heuristic's distance to the bound")
@@ -497,13 +541,15 @@ class ModeledOptimizeResult:
                     "simulated": c.step_time.to_dict(), "ok": c.step_time.ok,
                     "seconds": c.seconds if c.step_time.ok else None,
                     "vs_fastest": c.seconds / self.recommended.seconds if c.step_time.ok else None,
-                    "x_bound": times_bound(c.seconds if c.step_time.ok else None, search.bound)}
+                    "x_bound": times_bound(c.seconds if c.step_time.ok else None, search.bound_of(c))}
 
         expert = search.unscheduled("expert")
         return {"model": self.model, "size": self.size, "graph": self.graph, "target": self.target,
                 "simulated": True, "measured": False, "recommended": self.recommended.name, "plan": self.plan_path,
                 "candidates": [row(c) for c in search.candidates], "micro_batches": search.micro_batches,
                 "bound": {**search.bound.to_dict(), "simulated": True}, "gap_closed": search.gap_closed,
+                "schedule_bound": None if search.schedule_bound is None else {**search.schedule_bound.to_dict(),
+                                                                              "simulated": True},
                 "expert": None if expert is None else expert.seconds, "notes": list(search.notes),
                 "seconds": self.seconds, "ops": self.ops, "phase_seconds": dict(search.phase_seconds)}
 

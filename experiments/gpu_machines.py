@@ -11,7 +11,8 @@ step time on `modeled:NxGPU` (the H100's op costs rest on kernels measured on an
 ops do). Thread pools are a host CPU's setting, so the decisions are two: where the ops run, and the micro-batch
 schedule. Each setup is the search of `placer optimize MODEL --target modeled:NxGPU --budget B`
 (`agents.optimize_modeled.search_modeled`), reported per setup as (ms per step):
-- bound: the step time no placement of the whole batch can beat (`placer.simulate.bound`);
+- bound: the step time no placement of the whole batch can beat (`placer.simulate.bound`); schedule bound: what no
+  schedule of --micro-batches micro-batches can beat (`placer.schedule.predict.schedule_bound`);
 - single: every op on one GPU; best heuristic: the fastest heuristic placement (the exact baseline included);
 - learned: what learning found in what the budget leaves it: the hierarchical planner trained on the simulator
   (at most --learn-updates), then the fastest placement so far refined there (`placer.heuristics.refine`); its
@@ -28,8 +29,8 @@ schedule. Each setup is the search of `placer optimize MODEL --target modeled:Nx
 - joint: the fastest pair of a placement above and a schedule (or none); the --schedule-top placements predicted
   fastest unscheduled are scheduled, and the expert's and one GPU's.
 A schedule is priced op by op (`placer.schedule.predict`): its micro-batched step with transfers, the merge of the
-micro-batches' gradients and the update. Each decision is shown over the bound (simulated; it bounds unscheduled
-placements, so a schedule may go below it), with the wall time the setup's search took.
+micro-batches' gradients and the update. Each decision is shown over its bound (simulated): a placement unscheduled
+over the bound, a scheduled plan over the schedule bound; with the wall time the setup's search took.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ tf_logs.configure()
 
 from experiments._report import write_report  # noqa: E402
 
-COLUMNS = ["setup", "bound_ms", "single_ms", "placement", "placement_ms", "planner_ms", "planner_gap_closed_pct", "learned_ms", "learned_schedule",
+COLUMNS = ["setup", "bound_ms", "schedule_bound_ms", "single_ms", "placement", "placement_ms", "planner_ms", "planner_gap_closed_pct", "learned_ms", "learned_schedule",
            "learned_scheduled_ms", "learned_gap_closed_pct", "learned_vs_expert_pct", "expert_ms", "expert_schedule",
            "expert_scheduled_ms", "stages_ms", "pipeline_best", "pipeline_speedup", "bubble_arithmetic", "sequential",
            "sequential_ms", "joint", "joint_ms", "joint_vs_best_one_dim_pct",
@@ -92,20 +93,25 @@ def decide(model: str, size: str, spec: str, micro_batches: int, learn_updates: 
     alone = {name: c.seconds for c in search.placements if c.step_time.ok for name in c.placement_name.split(" = ")}
     scheduled = {(name, c.schedule.method): c.seconds for c in search.scheduled if c.step_time.ok
                  for name in c.placement_name.split(" = ")}
-    row = summarize(alone, scheduled, search.bound.value)
+    row = summarize(alone, scheduled, search.bound.value,
+                    None if search.schedule_bound is None else search.schedule_bound.value)
     gpus = sum(1 for device in parse_target_spec(spec).devices.devices if device.kind == "GPU")
     row.update(pipeline_speedups(alone, scheduled, gpus, micro_batches if schedulable else None))
     learned = next((c for c in search.placements if "learned" in c.name.split(" = ")), None)
     return {"setup": f"{model}:{size}@{spec.split(':', 1)[1]}", "model": f"{model} {size}", "machine": spec, **row,
-            "learned_made_by": None if learned is None else learned.made_by, "bound": search.bound.to_dict(), "search_s": time.monotonic() - started,
+            "learned_made_by": None if learned is None else learned.made_by, "bound": search.bound.to_dict(),
+            "schedule_bound": None if search.schedule_bound is None else search.schedule_bound.to_dict(),
+            "search_s": time.monotonic() - started,
             "phase_seconds": dict(search.phase_seconds), "notes": notes}
 
 
-def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float], bound: float | None = None) -> dict:
+def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float], bound: float | None = None,
+              schedule_bound: float | None = None) -> dict:
     """The row's decisions from every placement's predicted seconds unscheduled (`alone`, by name; "learned" is
     the planner's, "single-device" one GPU) and under each schedule (`scheduled`, by (placement, method)); with
-    the step time `bound` of unscheduled placements, each decision over it and the share of the best heuristic
-    placement's gap to it that the learned placement closed."""
+    the step time `bound` of unscheduled placements, each placement over it and the share of the best heuristic
+    placement's gap to it that the learned placement closed; each scheduled plan over `schedule_bound`, what no
+    schedule can beat."""
     from placer.simulate.bound import gap_closed, times_bound
 
     heuristics = {name: s for name, s in alone.items() if name not in ("learned", "planner")}
@@ -146,12 +152,14 @@ def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float], 
         "sequential_ms": ms(sequential[1]), "sequential": sequential[0], "joint_ms": ms(everything[joint]),
         "joint": joint, "joint_vs_best_one_dim_pct": 100 * (1 - everything[joint] / one_dimension[best_one_dim]),
         "best_one_dim": best_one_dim, "predicted_ms": {name: ms(s) for name, s in everything.items()},
-        "bound_ms": ms(bound), "placement_x_bound": times_bound(heuristics[best_placement], bound),
-        "learned_x_bound": times_bound(alone.get("learned"), bound), "joint_x_bound": times_bound(everything[joint], bound),
+        "bound_ms": ms(bound), "schedule_bound_ms": ms(schedule_bound),
+        "placement_x_bound": times_bound(heuristics[best_placement], bound),
+        "learned_x_bound": times_bound(alone.get("learned"), bound),
+        "joint_x_bound": times_bound(everything[joint], bound if joint in alone else schedule_bound),
         "learned_gap_closed_pct": None if closed is None else 100 * closed,
         "planner_ms": ms(alone.get("planner")),
         "planner_gap_closed_pct": None if planner_closed is None else 100 * planner_closed,
-        "x_bound": {name: times_bound(s, bound) for name, s in everything.items()},
+        "x_bound": {name: times_bound(s, bound if name in alone else schedule_bound) for name, s in everything.items()},
     }
 
 
@@ -267,9 +275,9 @@ def main(argv=None) -> int:
                      command=command.strip(), budget=args.budget, jobs=args.jobs,
                      micro_batches=args.micro_batches, learn_updates=args.learn_updates,
                      setups_left=[name for name in order if name not in done],
-                     caveat="predictions of the simulator on modeled machines, not measurements; the bound is "
-                            "simulated too, and bounds unscheduled placements of the whole batch: a micro-batch "
-                            "schedule may go below it")
+                     caveat="predictions of the simulator on modeled machines, not measurements; the bounds are "
+                            "simulated too: bound_ms bounds unscheduled placements of the whole batch, "
+                            "schedule_bound_ms every schedule of --micro-batches micro-batches")
     return 0
 
 

@@ -327,6 +327,17 @@ def weight_gradient_split(graph: OpGraph, op_device: dict[str, str]) -> WeightGr
     return WeightGradientSplit(split, gates)
 
 
+def gradient_gates(graph: OpGraph) -> frozenset[tuple[str, str]]:
+    """Every gradient gate of the step, as control edges (backward op, NoOp): TensorFlow's `tuple/group_deps`,
+    which order ops without passing values. `weight_gradient_split` drops those between its input-gradient
+    chain and its weight gradients; without every one of them, the step waits for nothing any split of its
+    backward does not wait for."""
+    kinds = op_kinds(graph)
+    step = {op.name: op for op in graph.step_ops}
+    return frozenset((name, control) for name, kind in kinds.items() if kind == BACKWARD and name in step
+                     for control in step[name].control_inputs if control in step and step[control].type == "NoOp")
+
+
 _BLOCK_PREFIXES = "fbw"
 _BLOCK_KINDS = {"f": FORWARD, "b": BACKWARD, "w": WEIGHT_GRADIENT}
 

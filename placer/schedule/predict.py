@@ -21,6 +21,7 @@ from placer.schedule.from_placement import DEFAULT_RESOLUTION
 from placer.schedule.origin import PlanPrediction, check_plan_calibration
 from placer.schedule.plan import SchedulePlan
 from placer.schedule.standard import sequential
+from placer.simulate.bound import StepTimeBound, step_time_bound
 from placer.simulate.result import SimResult
 
 
@@ -51,6 +52,23 @@ def predict_scheduled_step(scheduled: ScheduledStep, target: str | TargetSpec, *
     tables = costs_of_ordered_step(target_cost_tables(scheduled.step.graph, spec, costs), scheduled)
     with open_target(scheduled.graph, spec, costs=tables, simulator_config=simulator_config) as simulated:
         return simulated.evaluate(scheduled.placement)
+
+
+def schedule_bound(micro_batch_graph: OpGraph, micro_batches: int, target: str | TargetSpec, *,
+                   costs: Any = "roofline") -> StepTimeBound:
+    """The step time no schedule of `micro_batches` copies of `micro_batch_graph` can beat on the simulated
+    `target`, whatever the placement: the bound (`placer.simulate.bound`) of the micro-batched step with every
+    gradient gate left out (`gradient_gates`). A schedule only adds order to that step, and a split backward
+    (ZB-H1) drops some of those gates, never more; the whole batch's bound does not hold here, as micro-batches
+    shorten the chain of dependent ops."""
+    from placer.schedule.from_placement import gradient_gates
+    from placer.schedule.micro_batch import micro_batched_step
+
+    spec = parse_target_spec(target, "simulated")
+    step = micro_batched_step(micro_batch_graph, micro_batches,
+                              dropped_control_edges=gradient_gates(micro_batch_graph))
+    with open_target(step.graph, spec, costs=target_cost_tables(step.graph, spec, costs)) as simulated:
+        return step_time_bound(simulated.simulator, simulated_on=str(spec))
 
 
 def simulated_timeline(scheduled: ScheduledStep, target: str | TargetSpec, *, costs: Any = "roofline") -> SimResult:

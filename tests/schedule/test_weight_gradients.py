@@ -10,7 +10,7 @@ from placer.placement import Placement
 from placer.profile import CostTable
 from placer.schedule import BlockSpec, BlockTemplate, one_f_one_b, tessel, zero_bubble_h1
 from placer.schedule.blocks import BACKWARD, WEIGHT_GRADIENT
-from placer.schedule.from_placement import blocks_from_placement, weight_gradient_split
+from placer.schedule.from_placement import blocks_from_placement, gradient_gates, weight_gradient_split
 from placer.schedule.methods import make_schedule, methods_for
 from placer.simulate import Simulator
 
@@ -209,3 +209,15 @@ def test_a_zb_h1_plan_of_two_tower_runs_in_its_order_and_computes_the_unschedule
     for value, reference in zip(actual, expected):
         assert np.abs(reference).max() > 0
         np.testing.assert_allclose(value, reference, rtol=1e-6, atol=1e-9 * np.abs(reference).max())
+
+
+def test_every_gradient_gate_is_found_and_the_split_drops_only_some_of_them(two_stages, cpus2):
+    """The schedules' bound leaves out every gate: the split of any placement drops a subset of them."""
+    gates = gradient_gates(two_stages)
+    step = {op.name: op for op in two_stages.step_ops}
+    assert gates and all(step[gate].type == "NoOp" and gate in step[op].control_inputs for op, gate in gates)
+    # the two matmuls' gradients each gate their two outputs (the input and the weight gradient)
+    assert {gate for _, gate in gates} == {"gradients/stage1/y_grad/tuple/group_deps",
+                                           "gradients/stage0/MatMul_grad/tuple/group_deps"}
+    placement = placed(two_stages, cpus2, lambda name: "stage0" in name)
+    assert weight_gradient_split(two_stages, placement.op_devices(two_stages)).gates <= gates
