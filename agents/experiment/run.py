@@ -298,13 +298,13 @@ def _measured_start(config: ExperimentConfig, env, run_dir: Path, simulator: Sim
     something faster, so the learned placement ends no slower than it. Every baseline, not only those fastest when
     the run timed them once: baselines within the noise of each other swap places from one timing to the next.
     None without a simulator phase, or when resuming (the run kept its best)."""
+    from placer.cost.compare import LEADERS_WITHIN
+
     if simulator is None or simulator.best_assignment is None or (run_dir / run_files.TRAINER_STATE).exists():
         return None
     contenders = {"simulator-best": [int(a) for a in simulator.best_assignment]}
     for timing in sorted((timing for timing in baselines.values() if timing.ok), key=lambda timing: timing.seconds):
         contenders.setdefault(timing.name, run_files.baseline_assignment(run_dir, timing, env.graph, env.devices))
-    from placer.cost.compare import LEADERS_WITHIN
-
     if len(contenders) == 1:
         return MeasuredStart("simulator-best", contenders["simulator-best"], None)
     rounds = max(config.final_rounds, 1)
