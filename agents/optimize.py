@@ -325,6 +325,14 @@ class OptimizeResult:
     poor_fit: str | None = None
     """Set when the calibration fits its probes poorly (its worst probes): the predictions are then unreliable, and
     the table marks them so."""
+    schedule_bound: StepTimeBound | None = None
+    """What no schedule of the measured scheduled plans can beat, predicted on the calibrated twin
+    (`placer.schedule.predict.schedule_bound`): `bound` does not hold for a micro-batch schedule. None where no
+    schedule was measured."""
+
+    def bound_of(self, candidate: Candidate) -> StepTimeBound | None:
+        """The bound `candidate` is read against: the schedules' for a scheduled plan, else the placements'."""
+        return self.bound if candidate.schedule is None else self.schedule_bound
 
     @property
     def gap_closed(self) -> float | None:
@@ -363,7 +371,7 @@ class OptimizeResult:
                 measured, ratio = "-", f"(not measured: {m.not_measured or '--budget ran out'})"
             else:
                 measured, ratio = "failed", f"({m.compared.failure.failure}: {m.compared.failure.message[:60]})"
-            against = times_bound(m.median if m.ok else None, self.bound)
+            against = times_bound(m.median if m.ok else None, self.bound_of(c))
             against = "-" if against is None else f"{against:.2f}x"
             lines.append(f"  {mark} {c.name:<{name_width}}  {str(c.machine):<{machine_width}}  {schedule:<16} "
                          f"{predicted:>10} {measured:>10}  {against:>7}  {ratio}")
@@ -373,6 +381,9 @@ class OptimizeResult:
         if self.bound is not None:
             lines.append(f"  x bound: measured over the {self.bound.describe()}; predicted, for placements on "
                          f"{self.target}'s devices (another machine use, or the twin's error, can go below it)")
+            if self.schedule_bound is not None:
+                lines.append(f"  {'':9}a scheduled plan over the schedules' {self.schedule_bound.describe()}: the step "
+                             "in micro-batches, gradient gates left out")
             if self.gap_closed is not None:
                 lines.append(f"  gap closed: the learned placement closed {100 * self.gap_closed:+.1f}% of the best "
                              "heuristic's measured distance to the bound")
@@ -402,7 +413,7 @@ class OptimizeResult:
                     "median": m.median if m.ok else None,
                     "rounds": m.compared.rounds,
                     "vs_fastest": m.median / self.recommended.median if m.ok else None,
-                    "x_bound": times_bound(m.median if m.ok else None, self.bound),
+                    "x_bound": times_bound(m.median if m.ok else None, self.bound_of(c)),
                     "step_time": m.compared.median_timing.to_dict() if m.compared.timings else None}
 
         return {"model": self.model, "size": self.size, "graph": self.graph, "target": self.target,
@@ -411,6 +422,8 @@ class OptimizeResult:
                 "priced_only": [{"name": c.name, "predicted": c.predicted.to_dict()} for c in self.priced_only],
                 "notes": list(self.notes), "seconds": self.seconds,
                 "bound": None if self.bound is None else {**self.bound.to_dict(), "predicted": True},
+                "schedule_bound": None if self.schedule_bound is None else {**self.schedule_bound.to_dict(),
+                                                                            "predicted": True},
                 "gap_closed": self.gap_closed, "ops": self.ops, "phase_seconds": dict(self.phase_seconds)}
 
 
@@ -638,13 +651,20 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
             notes.append(f"--budget ran out while measuring: {len(cut_short)} of {len(measured)} candidates have fewer "
                          f"than {args.rounds} rounds (those not measured at all are marked); raise --budget for all")
     phase_done("measuring")
+    scheduled_bound = None
+    if any(m.candidate.schedule is not None and m.ok for m in measured):
+        from placer.schedule.micro_batch import build_micro_batch_graph
+        from placer.schedule.predict import schedule_bound
+
+        scheduled_bound = schedule_bound(build_micro_batch_graph(args.model, args.size, args.micro_batches),
+                                         args.micro_batches, twin_spec)
     winner = recommend(measured)
     plan = plan_of(args, graph, winner, measured, target, twin_spec, command)
     plan.save(args.out)
     return OptimizeResult(args.model, args.size, graph.name, str(target), str(calibration_path), args.rounds,
                           tuple(measured), winner, plan, str(args.out), priced_only, tuple(notes),
                           time.monotonic() - started, bound, len(graph.ops), phases,
-                          calibration.describe_residuals() if calibration.poor_fit else None)
+                          calibration.describe_residuals() if calibration.poor_fit else None, scheduled_bound)
 
 
 class PhaseClock:

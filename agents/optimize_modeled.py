@@ -261,7 +261,7 @@ def out_of_the_tournament(found: Sequence[SimulatedCandidate], after: float, sto
     """A stop rule for the planner (`agents.loop.StopRule`): true once it has trained `after` seconds and its best is
     slower than the `TOURNAMENT_STARTS` fastest distinct placements `found`, so that the refinement's tournament
     would leave it out and its time is better spent refining those (on the language models and the Transformer on
-    H100s the planner ended 1.0-1.9x the fastest heuristic's step, 2026-11-28). Appends the seconds it stopped
+    H100s the planner ended 1.2-1.9x the fastest heuristic's step, 2026-11-28). Appends the seconds it stopped
     after to `stopped`."""
     from placer.heuristics.refine import TOURNAMENT_STARTS
 

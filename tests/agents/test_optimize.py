@@ -327,6 +327,13 @@ def test_schedules_are_priced_for_the_best_placement_and_the_expert_s_and_measur
     assert any("expert" in name.split(" = ") for name in placements), [m.candidate.name for m in result.measured]
     assert all(m.compared.timings for m in scheduled)
     assert result.recommended.median == min(m.median for m in result.measured if m.ok)
+    # a scheduled plan is read against what no schedule can beat, not the whole batch's placements' bound
+    assert result.schedule_bound is not None and result.schedule_bound.simulated_on.startswith("calibrated:")
+    rows = {row["name"]: row for row in result.to_json_dict()["measured"]}
+    for m in scheduled:
+        if m.ok:
+            assert rows[m.candidate.name]["x_bound"] == pytest.approx(m.median / result.schedule_bound.value)
+    assert "a scheduled plan over the schedules' bound" in result.describe()
 
 
 def test_the_loops_a_profile_priced_are_named_with_their_iterations():
