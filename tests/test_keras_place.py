@@ -298,7 +298,8 @@ def _testbed_or_skip(target: str) -> None:
         pytest.skip("local:2 needs a private network namespace and two cores")
 
 
-@pytest.mark.parametrize("target", ["inprocess:2", "local:2"])
+# In-process devices are the lighter path, and model.fit on them is covered by the train-to-fit test above.
+@pytest.mark.parametrize("target", [pytest.param("inprocess:2", marks=pytest.mark.slow), "local:2"])
 def test_a_keras_lstm_placed_on_a_target_goes_onto_the_users_model_in_a_fresh_process_through_the_device_map(
         target, tmp_path):
     _testbed_or_skip(target)
