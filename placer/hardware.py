@@ -4,7 +4,7 @@ Peaks are the vendors' (FP32 without tensor cores, TF32 on tensor cores, HBM ban
 bandwidth). How close kernels come to them is each model's `KernelModel` (`placer.kernel_model`): for the A100 and
 H100 it is fitted from kernels measured on a real H200 (`H200_KERNELS`), with TensorFloat-32 on as TensorFlow
 runs them; for the K80, P100 and V100 it is the roofline's default efficiency, never checked on those GPUs.
-`modeled_machine(gpus=4, gpu="V100", link="nvlink2")` builds a `DeviceSet` from them.
+`modeled_machine(gpus=4, gpu="V100")` builds a `DeviceSet` from them, with the links such a machine has.
 """
 
 from __future__ import annotations
@@ -108,15 +108,22 @@ def link_model(name: str) -> LinkModel:
     return LINKS[name]
 
 
-HOST_LINKS = {"H100": "pcie5"}
+GPU_LINKS = {"A100": "nvlink3", "H100": "nvlink4"}
+"""The link between two GPUs of a modeled machine of these, where it is not NVLink 2 (the papers' V100 machines):
+the NVSwitch of the 4- and 8-GPU servers these GPUs come in. An H100 joined by NVLink 2 has a ninth of its
+interconnect, and placements priced there pay for transfers no such server has (`modeled:4xH100-nvlink2` still
+names that machine)."""
+HOST_LINKS = {"A100": "pcie4", "H100": "pcie5"}
 """The host link a modeled machine of these GPUs has, where it is not PCIe 3 (the papers' machines)."""
 
 
-def modeled_machine(gpus: int = 2, gpu: str = "V100", link: str = "nvlink2", host_link: str | None = None) -> DeviceSet:
+def modeled_machine(gpus: int = 2, gpu: str = "V100", link: str | None = None,
+                    host_link: str | None = None) -> DeviceSet:
     """A host CPU and `gpus` GPUs: every GPU pair joined by `link`, the CPU to each GPU by `host_link` (by default
-    the GPU's own: `HOST_LINKS`, else PCIe 3)."""
+    the GPU's own: `GPU_LINKS`, else NVLink 2, and `HOST_LINKS`, else PCIe 3)."""
     if gpus < 1:
         raise DeviceSpecError(f"a modeled GPU machine needs at least one GPU, got {gpus}")
+    link = link or GPU_LINKS.get(gpu, "nvlink2")
     host_link = host_link or HOST_LINKS.get(gpu, "pcie3")
     gpu_model, between, to_host = device_model(gpu), link_model(link), link_model(host_link)
     cpu = _device("CPU:0", HOST_CPU)

@@ -72,3 +72,21 @@ def test_malformed_machine_files_say_what_is_wrong(tmp_path, text, message):
 def test_empty_device_set_is_refused():
     with pytest.raises(DeviceSpecError, match="empty"):
         DeviceSet(())
+
+
+@pytest.mark.parametrize("spec, between_gpus, to_host", [
+    ("modeled:4xH100", 450e9, 53e9),          # NVSwitch of an HGX H100; PCIe 5
+    ("modeled:8xA100", 300e9, 24e9),          # NVSwitch of an HGX A100; PCIe 4
+    ("modeled:2xV100", 50e9, 12e9),           # the papers' machines: NVLink 2, PCIe 3
+    ("modeled:4xH100-nvlink2", 50e9, 53e9),   # a link named in the spec replaces the GPU's own
+])
+def test_a_modeled_machine_joins_its_gpus_by_the_link_its_servers_have(spec, between_gpus, to_host):
+    from placer.cost.spec import parse_target_spec
+
+    machine = parse_target_spec(spec).devices
+    bandwidth = {(link.source, link.target): link.bandwidth for link in machine.links}
+    gpus = [device.name for device in machine if device.kind == "GPU"]
+    cpu = next(device.name for device in machine if device.kind == "CPU")
+    assert bandwidth[(gpus[0], gpus[1])] == pytest.approx(between_gpus)
+    assert bandwidth[(gpus[-1], gpus[0])] == pytest.approx(between_gpus)
+    assert bandwidth[(cpu, gpus[0])] == pytest.approx(to_host)

@@ -88,7 +88,7 @@ def _parse_text(text: str, allow_exposed_ports: bool) -> TargetSpec:
                                   "'modeled:4xA100-nvlink3' (GPU count x GPU model, then an optional link)")
         from placer.hardware import modeled_machine
 
-        gpus, gpu, link = int(match.group(1)), match.group(2), match.group(3) or "nvlink2"
+        gpus, gpu, link = int(match.group(1)), match.group(2), match.group(3)
         return TargetSpec(text, "simulated", devices=modeled_machine(gpus, gpu, link))
     if _is_machine_file(text):
         return TargetSpec(text, "simulated", devices=load_machine(text))
