@@ -12,9 +12,11 @@ a measured target's placement takes seconds, all of it in the evaluate step.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
@@ -23,6 +25,8 @@ import numpy as np
 from agents.loop import MEASURED_ON
 from agents.workers import Task, worker_state
 from placer.cost.kind import TargetKind, TargetKindError, target_kind
+
+log = logging.getLogger("placer.workers")
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,71 @@ class EnvOnWorkers:
         if local is None:
             raise AttributeError(f"{name}: this environment lives on workers only")
         return getattr(local, name)
+
+
+class FasterOfHereAndWorkers:
+    """A simulated placement environment whose evaluate step runs where it is faster: in this process, or on
+    workers (`on_workers`, an `EnvOnWorkers` with a local copy). Every copy of a simulator prices a placement
+    alike, so the evaluations are the same either way and only the wall time differs; on the simulator a
+    placement takes milliseconds, and shipping an update's placements to workers and back can cost more than
+    pricing them here (a simulated training run on 2 local workers ran at 0.63x, docs/results/scale-out.md).
+    Each way is timed on `FIRST_TIMINGS` batches after a first (which builds the workers' copies), then the
+    faster one goes on, the other timed again every `RETIME_EVERY` batches in case that changes (a larger graph,
+    a busier machine)."""
+
+    RETIME_EVERY = 20
+    FIRST_TIMINGS = 2
+    """Batches each way is timed on before the faster is chosen."""
+    TIMINGS_KEPT = 5
+    """Batches per way its seconds per placement are the median of."""
+
+    def __init__(self, on_workers: EnvOnWorkers):
+        if on_workers.local is None:
+            raise ValueError("FasterOfHereAndWorkers needs the environment's copy in this process")
+        self.on_workers, self.local = on_workers, on_workers.local
+        self._per_placement: dict[str, list[float]] = {"here": [], "workers": []}
+        self._warmed: set[str] = set()
+        self._batches = 0
+        self._chosen: str | None = None
+
+    def evaluate_batch(self, assignments: Sequence[Sequence[int]]) -> list:
+        from agents import loop
+
+        way = self._way()
+        started = time.perf_counter()
+        evaluations = (self.on_workers.evaluate_batch(assignments) if way == "workers"
+                       else loop.evaluate(self.local, assignments))
+        if way in self._warmed:
+            timings = self._per_placement[way]
+            timings.append((time.perf_counter() - started) / max(len(assignments), 1))
+            del timings[:-self.TIMINGS_KEPT]
+        else:  # its first batch builds each worker's copy of the environment: seconds, paid once
+            self._warmed.add(way)
+        self._batches += 1
+        return evaluations
+
+    def seconds_per_placement(self, way: str) -> float | None:
+        """The median of the last timings of `way` ("here" or "workers"); None before it was timed."""
+        timings = self._per_placement[way]
+        return float(np.median(timings)) if timings else None
+
+    def _way(self) -> str:
+        untimed = [way for way, timings in self._per_placement.items() if len(timings) < self.FIRST_TIMINGS]
+        if untimed:
+            return untimed[0]
+        here, workers = self.seconds_per_placement("here"), self.seconds_per_placement("workers")
+        faster = "here" if here <= workers else "workers"
+        if faster != self._chosen:
+            log.info("evaluating placements %s: %.2f ms a placement in this process, %.2f ms on %d workers",
+                     "in this process" if faster == "here" else "on the workers", here * 1e3, workers * 1e3,
+                     len(self.on_workers.workers))
+            self._chosen = faster
+        if self._batches % self.RETIME_EVERY == 0:
+            return "workers" if faster == "here" else "here"
+        return faster
+
+    def __getattr__(self, name: str):
+        return getattr(self.__dict__["local"], name)
 
 
 class RecordedEnv:

@@ -22,7 +22,8 @@ from agents.experiment.results import summarize
 from agents.run_files import (
     BaselineTiming, MeasuredTargets, RunSummary, SimulatorPhase, StartPlacement, new_run_dir,
 )
-from agents.worker_envs import EnvOnWorkers, EnvRecipe, RecordedEnv, describe_target, target_owned
+from agents.worker_envs import (EnvOnWorkers, EnvRecipe, FasterOfHereAndWorkers, RecordedEnv, describe_target,
+                                target_owned)
 from placer.errors import PlacerError
 
 
@@ -201,7 +202,9 @@ def _evaluated_on(config: ExperimentConfig, env, engine) -> tuple[Any, MeasuredT
     from placer.cost.kind import check_same_kind
 
     if config.backend != "measured":
-        return (env if engine is None else EnvOnWorkers(_recipe(config), engine, local=env)), None
+        if engine is None:
+            return env, None
+        return FasterOfHereAndWorkers(EnvOnWorkers(_recipe(config), engine, local=env)), None
     here = describe_target(env)
     if engine is None:
         return RecordedEnv(env, here), MeasuredTargets(here.kind, here.origin)

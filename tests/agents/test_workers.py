@@ -131,6 +131,40 @@ def test_simulated_training_on_workers_gives_the_serial_run(tmp_path):
         [{k: v for k, v in h.items() if k != "wall_time"} for h in serial_state.history]
 
 
+class _TimedEnv:
+    """An environment whose evaluate step takes `fixed` seconds a batch plus `each` a placement, and prices a
+    placement as the sum of its devices (as every copy of a simulator prices it alike)."""
+
+    def __init__(self, fixed: float, each: float, local=None):
+        self.fixed, self.each, self.local, self.workers, self.batches = fixed, each, local, [0, 1], 0
+
+    def evaluate_batch(self, assignments):
+        self.batches += 1
+        time.sleep(self.fixed + self.each * len(assignments))
+        return [sum(assignment) for assignment in assignments]
+
+
+@pytest.mark.parametrize("here_each, workers_fixed, faster", [(0.001, 0.02, "here"), (0.02, 0.001, "workers")])
+def test_the_evaluate_step_runs_where_it_is_faster_and_the_slower_way_is_timed_again_now_and_then(
+        here_each, workers_fixed, faster, caplog):
+    from agents.worker_envs import FasterOfHereAndWorkers
+
+    here = _TimedEnv(0.0, here_each)
+    workers = _TimedEnv(workers_fixed, 0.0, local=here)
+    env = FasterOfHereAndWorkers(workers)
+    batches = 44
+    with caplog.at_level(logging.INFO, logger="placer.workers"):
+        evaluations = [env.evaluate_batch([[k, 1], [k, 2]]) for k in range(batches)]
+    assert evaluations == [[k + 1, k + 2] for k in range(batches)]  # the same answers whichever way ran
+    slower = workers if faster == "here" else here
+    # a warm-up and FIRST_TIMINGS batches each to time both ways, then the slower every RETIME_EVERY-th batch
+    retimed = len(range(FasterOfHereAndWorkers.RETIME_EVERY, batches, FasterOfHereAndWorkers.RETIME_EVERY))
+    assert slower.batches == 1 + FasterOfHereAndWorkers.FIRST_TIMINGS + retimed
+    assert here.batches + workers.batches == batches
+    chosen = "in this process" if faster == "here" else "on the workers"
+    assert any(f"evaluating placements {chosen}" in record.getMessage() for record in caplog.records)
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--workers", "0"], "workers must be a whole number of at least 1"),
     (["--ray", "somewhere"], "--ray takes 'auto' or a Ray cluster's ADDRESS as host:port"),
