@@ -26,7 +26,10 @@ from agents.loop import MEASURED_ON
 from agents.workers import Task, worker_state
 from placer.cost.kind import TargetKind, TargetKindError, target_kind
 
-log = logging.getLogger("placer.workers")
+evaluation_log = logging.getLogger("placer.evaluation")
+"""Where the evaluate step runs and why: a run's log.txt (`agents.experiment.run`), not the console."""
+evaluation_log.setLevel(logging.INFO)
+evaluation_log.propagate = False
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,9 @@ class FasterOfHereAndWorkers:
     RETIME_EVERY = 20
     FIRST_TIMINGS = 2
     """Batches each way is timed on before the faster is chosen."""
+    SWITCH_BELOW = 0.9
+    """Once chosen, the other way takes over only when it is this much faster: ways as fast as each other (a
+    small graph) would otherwise swap at every timing's noise."""
     TIMINGS_KEPT = 5
     """Batches per way its seconds per placement are the median of."""
 
@@ -248,16 +254,16 @@ class FasterOfHereAndWorkers:
         untimed = [way for way, timings in self._per_placement.items() if len(timings) < self.FIRST_TIMINGS]
         if untimed:
             return untimed[0]
-        here, workers = self.seconds_per_placement("here"), self.seconds_per_placement("workers")
-        faster = "here" if here <= workers else "workers"
-        if faster != self._chosen:
-            log.info("evaluating placements %s: %.2f ms a placement in this process, %.2f ms on %d workers",
-                     "in this process" if faster == "here" else "on the workers", here * 1e3, workers * 1e3,
-                     len(self.on_workers.workers))
+        seconds = {way: self.seconds_per_placement(way) for way in self._per_placement}
+        faster = min(seconds, key=seconds.get)
+        if self._chosen is None or seconds[faster] < self.SWITCH_BELOW * seconds[self._chosen]:
+            evaluation_log.info("evaluating placements %s: %.2f ms a placement in this process, %.2f ms on %d workers",
+                                "in this process" if faster == "here" else "on the workers", seconds["here"] * 1e3,
+                                seconds["workers"] * 1e3, len(self.on_workers.workers))
             self._chosen = faster
         if self._batches % self.RETIME_EVERY == 0:
-            return "workers" if faster == "here" else "here"
-        return faster
+            return "workers" if self._chosen == "here" else "here"
+        return self._chosen
 
     def __getattr__(self, name: str):
         return getattr(self.__dict__["local"], name)

@@ -23,7 +23,7 @@ from agents.run_files import (
     BaselineTiming, MeasuredTargets, RunSummary, SimulatorPhase, StartPlacement, new_run_dir,
 )
 from agents.worker_envs import (EnvOnWorkers, EnvRecipe, FasterOfHereAndWorkers, RecordedEnv, describe_target,
-                                target_owned)
+                                evaluation_log, target_owned)
 from placer.errors import PlacerError
 
 
@@ -181,8 +181,9 @@ def _evaluation_engine(config: ExperimentConfig):
 @contextmanager
 def _workers_logged_to(log):
     """A worker's death and the work sent again (an evaluation worker's, or a measurement worker's), in the run's
-    log too; and Ray's own log lines (a Ray engine keeps them off the console)."""
-    loggers = [logging.getLogger("placer.workers"), logging.getLogger("placer.measure"), logging.getLogger("ray")]
+    log too; where the evaluate step runs; and Ray's own log lines (a Ray engine keeps them off the console)."""
+    loggers = [logging.getLogger("placer.workers"), logging.getLogger("placer.measure"), logging.getLogger("ray"),
+               evaluation_log]
     for logger in loggers:
         for handler in log.handlers:
             logger.addHandler(handler)

@@ -131,6 +131,15 @@ def test_simulated_training_on_workers_gives_the_serial_run(tmp_path):
         [{k: v for k, v in h.items() if k != "wall_time"} for h in serial_state.history]
 
 
+class _Recorded(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
 class _TimedEnv:
     """An environment whose evaluate step takes `fixed` seconds a batch plus `each` a placement, and prices a
     placement as the sum of its devices (as every copy of a simulator prices it alike)."""
@@ -146,15 +155,19 @@ class _TimedEnv:
 
 @pytest.mark.parametrize("here_each, workers_fixed, faster", [(0.001, 0.02, "here"), (0.02, 0.001, "workers")])
 def test_the_evaluate_step_runs_where_it_is_faster_and_the_slower_way_is_timed_again_now_and_then(
-        here_each, workers_fixed, faster, caplog):
-    from agents.worker_envs import FasterOfHereAndWorkers
+        here_each, workers_fixed, faster):
+    from agents.worker_envs import FasterOfHereAndWorkers, evaluation_log
 
     here = _TimedEnv(0.0, here_each)
     workers = _TimedEnv(workers_fixed, 0.0, local=here)
     env = FasterOfHereAndWorkers(workers)
     batches = 44
-    with caplog.at_level(logging.INFO, logger="placer.workers"):
+    said = _Recorded()
+    evaluation_log.addHandler(said)
+    try:
         evaluations = [env.evaluate_batch([[k, 1], [k, 2]]) for k in range(batches)]
+    finally:
+        evaluation_log.removeHandler(said)
     assert evaluations == [[k + 1, k + 2] for k in range(batches)]  # the same answers whichever way ran
     slower = workers if faster == "here" else here
     # a warm-up and FIRST_TIMINGS batches each to time both ways, then the slower every RETIME_EVERY-th batch
@@ -162,7 +175,7 @@ def test_the_evaluate_step_runs_where_it_is_faster_and_the_slower_way_is_timed_a
     assert slower.batches == 1 + FasterOfHereAndWorkers.FIRST_TIMINGS + retimed
     assert here.batches + workers.batches == batches
     chosen = "in this process" if faster == "here" else "on the workers"
-    assert any(f"evaluating placements {chosen}" in record.getMessage() for record in caplog.records)
+    assert any(f"evaluating placements {chosen}" in record.getMessage() for record in said.records)
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -677,3 +690,18 @@ def test_a_killed_driver_leaves_no_worker_behind_and_resume_finishes_its_run(tmp
     assert [h["update"] for h in state["history"]] == list(range(1, 61))
     assert state["history"][:killed["updates"]] == killed["history"]  # it continues the killed run's history
     assert state["samples"] >= killed["samples"] + 4 * (60 - killed["updates"])
+
+
+def test_ways_as_fast_as_each_other_do_not_swap_at_every_timing():
+    from agents.worker_envs import FasterOfHereAndWorkers, evaluation_log
+
+    here = _TimedEnv(0.0, 0.004)
+    env = FasterOfHereAndWorkers(_TimedEnv(0.008, 0.0, local=here))  # 4 ms a placement either way
+    said = _Recorded()
+    evaluation_log.addHandler(said)
+    try:
+        for k in range(44):
+            env.evaluate_batch([[k, 1], [k, 2]])
+    finally:
+        evaluation_log.removeHandler(said)
+    assert len(said.records) == 1
