@@ -266,6 +266,8 @@ class FasterOfHereAndWorkers:
         return self._chosen
 
     def __getattr__(self, name: str):
+        if "local" not in self.__dict__:  # asked before __init__ set it (copy, pickle): not the local env's
+            raise AttributeError(name)
         return getattr(self.__dict__["local"], name)
 
 
