@@ -123,8 +123,8 @@ class ExperimentConfig:
     """Simulated backend: evaluate each update's placements on N local worker processes, each with its own
     simulator, where that is faster than in this process (both are timed; the log says which ran); the policy's
     updates stay in this process, so the results are the same as with 1 (this process, no workers); refused on
-    a measured target, where N testbeds on one machine's cores would skew
-    each other's timings (docs/scale-out.md)."""
+    a measured target, where N testbeds on one machine's cores would skew each other's timings
+    (docs/scale-out.md)."""
     ray: str | None = setting(None, metavar="auto|ADDRESS")
     """Evaluate on Ray actors instead of local processes: "auto" (a private Ray of this machine's CPUs, in a
     loopback-only network namespace) or a cluster's ADDRESS (host:port of its head); simulated: --workers N
