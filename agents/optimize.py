@@ -116,6 +116,10 @@ class OptimizeArgs:
     micro_batches: int | None = setting(None, metavar="M")
     """Micro-batches per step of the schedules (must divide the batch); default 2 on a real target, and on a
     modeled machine one per GPU (a pipeline stage each) when that divides the batch, else 2."""
+    replicas: int | None = setting(None, metavar="D")
+    """Modeled machines: data parallelism of D replicas only (1: none), each on GPUs / D GPUs and batch / D samples,
+    its gradients all-reduced; default: every D above 1 that divides both the GPUs and the batch, each replica
+    placed by every heuristic. Real targets do not search replicas yet."""
     keep: int = setting(2, metavar="K")
     """Real targets: of each joint family (a placement with tuned pools, with a schedule), the K predicted fastest
     are measured."""
@@ -454,6 +458,9 @@ def check_optimize_args(args: OptimizeArgs, *, allow_exposed_ports: bool = False
         args = dataclasses.replace(args, micro_batches=TESTBED_MICRO_BATCHES)
     if not args.model:
         raise OptimizeError("which model? give MODEL (see `placer models`)")
+    if args.replicas not in (None, 1):
+        raise OptimizeError(f"--replicas {args.replicas}: data parallelism is searched on modeled machines "
+                            "(--target modeled:NxGPU); on a real target it is not searched yet (leave out --replicas)")
     check_model_spec(args.model, args.size)
     target = parse_target(args.target, allow_exposed_ports=allow_exposed_ports)  # refuses cores this machine lacks
     devices = target.logical_cpus if isinstance(target, InProcess) else (

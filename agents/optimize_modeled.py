@@ -8,20 +8,25 @@ experiments/gpu_machines.py):
 1. Every heuristic of the registry (the expert's placement among them: a stage of decoder blocks per GPU for the
    language models, and for them the balanced stages too: blocks per GPU cut where the stages' compute is even),
    priced on the simulator.
-2. The hierarchical planner trained for --learn-updates on the same simulator (`agents.loop.train`), cut to
+2. Data parallelism (`replicated_candidates`), each degree D above 1 that divides the GPUs and the batch: the step
+   built at batch / D, one replica placed on GPUs / D GPUs (every op on its GPU where it has one; else by every
+   heuristic, the fastest kept: a hybrid), its gradients all-reduced over the machine's links
+   (`placer.cost.replicated`). Priced before learning, so that the plan practitioners start from is always a row.
+3. The hierarchical planner trained for --learn-updates on the same simulator (`agents.loop.train`), cut to
    PLANNER_SHARE of learning's seconds ("planner"); then the fastest few placements found so far, the planner's
    among them, refined on the simulator coarse to fine (`placer.heuristics.refine`) for the rest, by successive
    halving: after each round the faster half goes on ("learned": the fastest refined). Learning takes the budget
    left less what scheduling one more placement over several GPUs needs, judged by the schedules before it, and
    at least half of it.
-3. With schedules (on by default when the model can be built at the micro-batch size): the expert's and the
+4. With schedules (on by default when the model can be built at the micro-batch size): the expert's and the
    balanced stages' placements (the ones pipeline schedules were made for: scheduled before learning, so that
    learning cannot spend the budget they need), the `schedule_top` other placements priced fastest and one
    GPU's, each under GPipe, 1F1B, Tessel's fast search and ZB-H1 over the micro-batches, priced op by op
    (`placer.schedule.predict`): seconds to a minute per placement, so the next placement is scheduled only
    while the budget left holds one of its templates (the longest so far).
 
-Thread pools and one process are a host CPU's choices, and a GPU machine's ops run on its GPUs: neither is searched.
+Every plan is read against the machine's bound (`placer.simulate.bound.machine_bound`), which no plan searched,
+replicated, scheduled or placed, can beat. Thread pools and one process are a host CPU's choices, and a GPU machine's ops run on its GPUs: neither is searched.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from placer.simulate.bound import StepTimeBound, gap_closed, times_bound
 
 if TYPE_CHECKING:
     from placer.cost import StepTime
+    from placer.replicas import Replicas
     from placer.graph.opgraph import OpGraph
     from placer.placement import Placement
     from placer.plan import Plan
@@ -76,6 +82,10 @@ class SimulatedCandidate:
     step_time: StepTime
     schedule: SchedulePlan | None = None
     made_by: str = ""
+    replicas: Replicas | None = None
+    """Data parallelism: `placement` places one replica, on the first group of devices; None: the whole batch."""
+    replica_graph: OpGraph | None = field(default=None, compare=False, repr=False)
+    """With replicas: the step built at one replica's slice of the batch, the graph `placement` places."""
 
     @property
     def seconds(self) -> float:
@@ -104,15 +114,35 @@ class ModeledSearch:
     """What no schedule of `micro_batches` micro-batches can beat (`placer.schedule.predict.schedule_bound`):
     micro-batches shorten the chain of dependent ops, so `bound` does not hold for a scheduled plan. None where
     nothing was scheduled."""
+    replicated: tuple[SimulatedCandidate, ...] = ()
+    """Data parallelism: each degree searched, its replicas placed as fast as the heuristics place one."""
+    machine_bound: StepTimeBound | None = None
+    """What no plan searched can beat, replicated, scheduled or placed (`placer.simulate.bound.machine_bound`);
+    None where nothing was sliced (no replicas, no micro-batches): then `bound` is the machine's."""
 
     def bound_of(self, candidate: SimulatedCandidate) -> StepTimeBound | None:
-        """The bound `candidate` is read against: the schedules' for a scheduled plan, else the placements'."""
+        """The bound `candidate` is read against: the machine's, which every plan's step time is at or above;
+        without one, its kind's."""
+        return self.machine_bound or self.kind_bound_of(candidate)
+
+    def kind_bound_of(self, candidate: SimulatedCandidate) -> StepTimeBound | None:
+        """The bound of `candidate`'s own kind of plan: the placements' for a placement of the whole batch, the
+        schedules' for a scheduled plan, the machine's for replicas."""
+        if candidate.replicas is not None:
+            return self.bound_of(candidate)
         return self.bound if candidate.schedule is None else self.schedule_bound
 
     @property
     def candidates(self) -> list[SimulatedCandidate]:
-        """Fastest first; between equal step times, a placement unscheduled before one under a schedule."""
-        return sorted(self.placements + self.scheduled, key=lambda c: (c.seconds, c.schedule is not None))
+        """Fastest first; between equal step times, the simpler plan first: a placement unscheduled before one
+        under a schedule, and either before replicas."""
+        return sorted(self.placements + self.scheduled + self.replicated,
+                      key=lambda c: (c.seconds, c.replicas is not None, c.schedule is not None))
+
+    def data_parallel(self) -> SimulatedCandidate | None:
+        """Plain data parallelism: the most replicas searched, each on one GPU."""
+        plain = [c for c in self.replicated if c.replicas is not None and c.name == c.replicas.name]
+        return max(plain, key=lambda c: c.replicas.degree) if plain else None
 
     @property
     def fastest(self) -> SimulatedCandidate:
@@ -134,11 +164,12 @@ class ModeledSearch:
 
 def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = None, learn_updates: int = 0,
                    micro_batches: int | None = None, schedule_top: int = SCHEDULE_TOP, seed: int = 0,
-                   deadline: float = math.inf, progress: bool = False,
+                   replica_degrees: Sequence[int] = (), deadline: float = math.inf, progress: bool = False,
                    say: Callable[[str], None] = lambda line: None) -> ModeledSearch:
     """Every heuristic placement of `model` at `size` on the modeled machine `spec`, the learned one (with
-    `learn_updates`), and with `micro_batches` the schedules of the expert's, the `schedule_top` fastest and one
-    GPU's placements; nothing learned or scheduled is started after `deadline` (a `time.monotonic()`).
+    `learn_updates`), with `micro_batches` the schedules of the expert's, the `schedule_top` fastest and one
+    GPU's placements, and data parallelism of each of `replica_degrees` (`replicated_candidates`); nothing
+    learned, scheduled or replicated is started after `deadline` (a `time.monotonic()`).
 
     graph: the model's graph at its full batch, if already built."""
     from placer.cost import open_target
@@ -180,6 +211,11 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
         if scheduling is not None:
             scheduling.schedule(first)
             phase_done("schedules")
+        # Data parallelism before learning can spend the budget: plain data parallelism is the plan practitioners
+        # start from, and each degree costs one graph build and one heuristic pass.
+        replication = _Replication(model, size, spec, replica_degrees, deadline, notes, say)
+        replication.price(replica_degrees)
+        phase_done("data parallel")
         if learn_updates:
             left = deadline - time.monotonic()
             # What learning leaves is what scheduling its placement takes: more would leave the budget idle.
@@ -201,8 +237,13 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
 
             scheduled_bound = schedule_bound(scheduling.micro_batch_graph, micro_batches, spec)
         phase_done("schedules")
+        slices = dict(replication.graphs)
+        if scheduled:
+            slices.setdefault(micro_batches, scheduling.micro_batch_graph)
+        machine = _machine_bound(bound, slices, spec)
+        phase_done("machine bound")
     return ModeledSearch(spec, tuple(placements), tuple(scheduled), bound, micro_batches, tuple(notes),
-                         clock.seconds, scheduled_bound)
+                         clock.seconds, scheduled_bound, tuple(replication.candidates), machine)
 
 
 def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate], *, learn_updates: int, seconds: float,
@@ -368,6 +409,107 @@ class _Scheduling:
                               + ": raise --budget")
 
 
+class _Replication:
+    """Data parallelism of each degree asked for, priced while the budget lasts: the step built at the degree's
+    slice of the batch, placed on one replica's GPUs by every heuristic (one GPU's placement alone where a replica
+    has one GPU: plain data parallelism), each replicated over the machine with its gradients all-reduced; the
+    fastest placement of each degree is its row."""
+
+    def __init__(self, model: str, size: str, spec: str, degrees: Sequence[int], deadline: float, notes: list[str],
+                 say: Callable[[str], None]):
+        self.model, self.size, self.spec, self.degrees = model, size, spec, tuple(degrees)
+        self.deadline, self.notes, self.say = deadline, notes, say
+        self.candidates: list[SimulatedCandidate] = []
+        self.graphs: dict[int, OpGraph] = {}
+        """Degree -> the step built at its slice of the batch."""
+        self.took = 0.0
+        """The longest one degree took to price."""
+
+    def price(self, degrees: Sequence[int]) -> None:
+        skipped = []
+        for degree in degrees:
+            if self.deadline - time.monotonic() < max(1.0, self.took):
+                skipped.append(degree)
+                continue
+            started = time.monotonic()
+            self.candidates += replicated_candidates(self.model, self.size, self.spec, degree, self.notes, self.say,
+                                                     graphs=self.graphs)
+            self.took = max(self.took, time.monotonic() - started)
+        if skipped:
+            self.notes.append(f"--budget was spent before data parallelism of {', '.join(f'x{d}' for d in skipped)} "
+                              f"replicas (a degree took {self.took:.0f} s): raise --budget")
+
+
+def replica_degrees(gpus: int, batch: int | None) -> tuple[int, ...]:
+    """The data-parallel degrees searched on a machine of `gpus` GPUs: every divisor of the GPUs above 1 that
+    divides the batch too, the most replicas (plain data parallelism, a GPU each) first; none where the model
+    cannot be built at another batch (`batch` None)."""
+    if batch is None:
+        return ()
+    return tuple(d for d in range(gpus, 1, -1) if gpus % d == 0 and batch % d == 0)
+
+
+def replicated_candidates(model: str, size: str, spec: str, degree: int, notes: list[str],
+                          say: Callable[[str], None] = lambda line: None, *,
+                          graphs: dict[int, OpGraph] | None = None) -> list[SimulatedCandidate]:
+    """`degree` replicas of `model` on the modeled machine `spec`, each on its share of the GPUs and of the batch:
+    the fastest heuristic placement of one replica (every op on its GPU where it has one), priced with the
+    all-reduce of its gradients (`placer.cost.replicated`). Adds the replica's graph to `graphs` (by degree)."""
+    from placer.cost import open_target
+    from placer.cost.replicated import price_replicated, replica_spec
+    from placer.errors import PlacerError
+    from placer.heuristics import applicable_heuristics, time_heuristics
+    from placer.models import build_model, model_batch
+    from placer.replicas import Replicas
+
+    replicas = Replicas.of_batch(model_batch(model, size), degree)
+    group = replica_spec(spec, degree)
+    say(f"pricing {replicas.name}: the step at {replicas.batch} samples on each replica's {group.split(':')[1]}, "
+        "its gradients all-reduced")
+    graph = build_model(model, size, batch=replicas.batch)
+    if graphs is not None:
+        graphs[degree] = graph
+    with open_target(graph, group) as target:
+        gpus = sum(1 for device in target.devices.devices if device.kind == "GPU")
+        names = ["single-device"] if gpus == 1 else applicable_heuristics(builtin_model=True, simulator=True,
+                                                                          model=model)
+        timings = time_heuristics(target, names, model=model)
+        best = None
+        for name, timing in timings.items():
+            if timing.placement is None or not timing.ok:
+                continue
+            try:
+                step_time, step = price_replicated(target, timing.placement, spec, degree)
+            except PlacerError as error:
+                notes.append(f"{replicas.name} over {name}: {error}")
+                continue
+            if best is None or step_time.seconds < best[1].seconds or not best[1].ok:
+                best = (name, step_time, step, timing.placement)
+    if best is None:
+        notes.append(f"{replicas.name}: no heuristic could place one replica on {group}")
+        return []
+    name, step_time, step, placement = best
+    row = replicas.name if gpus == 1 else f"{replicas.name} over {name}"
+    made_by = (f"{degree} replicas of {replicas.batch} samples, one replica placed by heuristic {name} on {group}, "
+               f"gradients ({step.gradient_bytes / 1e6:.0f} MB) all-reduced in a ring: {step.exchange * 1e3:.2f} ms, "
+               f"{step.exposed * 1e3:.2f} ms of it not hidden by the backward")
+    return [SimulatedCandidate(row, row, placement, step_time, made_by=made_by, replicas=replicas,
+                               replica_graph=graph)]
+
+
+def _machine_bound(bound: StepTimeBound, slices: Mapping[int, OpGraph], spec: str) -> StepTimeBound | None:
+    """The machine's bound (`placer.simulate.bound.machine_bound`) from the whole batch's `bound` and the step
+    at the smallest slice searched (`slices`: how many slices the batch was cut into -> the step at one); None
+    where nothing was sliced."""
+    if not slices:
+        return None
+    from placer.cost import open_target
+    from placer.simulate.bound import machine_bound, step_time_bound
+
+    with open_target(slices[max(slices)], spec) as target:
+        return machine_bound(bound, step_time_bound(target.simulator, simulated_on=spec))
+
+
 def _named_as(scheduled: list[SimulatedCandidate], placements: list[SimulatedCandidate]) -> list[SimulatedCandidate]:
     """`scheduled` named after the placements they schedule as finally merged: one scheduled before learning
     ("expert + 1f1b x4") takes the learned placement's name too when that is the same ("expert = learned + ...")."""
@@ -431,7 +573,8 @@ def check_modeled_args(args: OptimizeArgs):
         if given:
             raise OptimizeError(f"{flag} is for a real target: on {args.target} nothing is calibrated or measured, "
                                 "the simulator prices every plan")
-    for name, value, least in (("--learn-updates", args.learn_updates, 0), ("--micro-batches", args.micro_batches, 2)):
+    for name, value, least in (("--learn-updates", args.learn_updates, 0), ("--micro-batches", args.micro_batches, 2),
+                               ("--replicas", args.replicas, 1)):
         if value is not None and value < least:
             raise OptimizeError(f"{name} must be at least {least}, got {value}")
     if not (math.isfinite(args.budget) and args.budget > 0):
@@ -446,8 +589,24 @@ def check_modeled_args(args: OptimizeArgs):
     micro_batches = modeled_micro_batches(args, gpus, batch)
     if micro_batches is not None:
         check_micro_batches(batch, micro_batches)
+    degrees = modeled_replica_degrees(args, str(spec), gpus, batch)
     check_output_file(args.out, "--out")
-    return spec, micro_batches
+    return spec, micro_batches, degrees
+
+
+def modeled_replica_degrees(args: OptimizeArgs, spec: str, gpus: int, batch: int | None) -> tuple[int, ...]:
+    """The data-parallel degrees searched: --replicas alone (checked against the batch and the GPUs; 1: none),
+    else `replica_degrees`."""
+    from placer.cost.replicated import replica_spec
+    from placer.replicas import Replicas
+
+    if args.replicas is None:
+        return replica_degrees(gpus, batch)
+    if args.replicas == 1:
+        return ()
+    Replicas.of_batch(batch, args.replicas)  # refuses a degree that does not divide the batch
+    replica_spec(spec, args.replicas)  # ... or the GPUs
+    return (args.replicas,)
 
 
 @dataclass(frozen=True)
@@ -495,21 +654,37 @@ class ModeledOptimizeResult:
         width = max(len(c.name) for c in rows)
         lines = [f"{self.model} ({self.size}, graph {self.graph!r}): {len(rows)} ways to run its step on {self.target}, "
                  "SIMULATED (nothing was measured: every step time is the simulator's)",
-                 f"  {'':1} {'plan':<{width}}  {'schedule':<16} {'simulated':>10}  {'x bound':>7}  vs fastest"]
+                 f"  {'':1} {'plan':<{width}}  {'replicas':<8} {'schedule':<16} {'simulated':>10}  {'x bound':>7}  "
+                 "vs fastest"]
         for c in rows:
             mark = "*" if c is self.recommended else " "
             schedule = "none" if c.schedule is None else f"{c.schedule.method} x{c.schedule.micro_batches}"
+            replicas = "1" if c.replicas is None else f"{c.replicas.degree} x {c.replicas.batch}"
             if c.step_time.ok:
                 simulated, ratio = f"{c.seconds * 1e3:7.2f} ms", f"{c.seconds / winner:.2f}x"
             else:
                 simulated, ratio = c.step_time.failure or "failed", f"({c.step_time.message[:60]})"
             against = times_bound(c.seconds if c.step_time.ok else None, search.bound_of(c))
-            lines.append(f"  {mark} {c.name:<{width}}  {schedule:<16} {simulated:>10}  "
+            lines.append(f"  {mark} {c.name:<{width}}  {replicas:<8} {schedule:<16} {simulated:>10}  "
                          f"{'-' if against is None else f'{against:.2f}x':>7}  {ratio}")
-        lines.append(f"  x bound: a placement unscheduled over the {search.bound.describe()}")
+        if search.machine_bound is not None:
+            lines.append(f"  x bound: every plan over the machine's {search.machine_bound.describe()}: what no plan "
+                         "searched beats, whole batch, micro-batches or replicas")
+            lines.append(f"  {'':9}placements of the whole batch alone: {search.bound.describe()}")
+        else:
+            lines.append(f"  x bound: a placement unscheduled over the {search.bound.describe()}")
         if search.schedule_bound is not None:
-            lines.append(f"  {'':9}a scheduled plan over the schedules' {search.schedule_bound.describe()}: the step in "
+            alone = "scheduled plans alone: " if search.machine_bound is not None else "a scheduled plan over "
+            lines.append(f"  {'':9}{alone}the schedules' {search.schedule_bound.describe()}: the step in "
                          f"{search.micro_batches} micro-batches, gradient gates left out")
+        plain = search.data_parallel()
+        if plain is not None and plain.step_time.ok:
+            verdict = ("data parallelism is the fastest plan" if plain is self.recommended else
+                       f"the recommended plan is {plain.seconds / winner:.2f}x faster than data parallelism")
+            lines.append(f"  replicas: {plain.name} ({plain.replicas.batch} samples a GPU): "
+                         f"{plain.seconds * 1e3:.2f} ms; {verdict}")
+        for c in search.replicated:
+            lines.append(f"  {c.name}: {c.made_by}")
         if search.gap_closed is not None:
             lines.append(f"  gap closed: the learned placement closed {100 * search.gap_closed:+.1f}% of the best "
                          "heuristic's distance to the bound")
@@ -541,7 +716,8 @@ class ModeledOptimizeResult:
                     "simulated": c.step_time.to_dict(), "ok": c.step_time.ok,
                     "seconds": c.seconds if c.step_time.ok else None,
                     "vs_fastest": c.seconds / self.recommended.seconds if c.step_time.ok else None,
-                    "x_bound": times_bound(c.seconds if c.step_time.ok else None, search.bound_of(c))}
+                    "x_bound": times_bound(c.seconds if c.step_time.ok else None, search.bound_of(c)),
+                    "replicas": None if c.replicas is None else c.replicas.to_json_dict()}
 
         expert = search.unscheduled("expert")
         return {"model": self.model, "size": self.size, "graph": self.graph, "target": self.target,
@@ -550,6 +726,9 @@ class ModeledOptimizeResult:
                 "bound": {**search.bound.to_dict(), "simulated": True}, "gap_closed": search.gap_closed,
                 "schedule_bound": None if search.schedule_bound is None else {**search.schedule_bound.to_dict(),
                                                                               "simulated": True},
+                "machine_bound": None if search.machine_bound is None else {**search.machine_bound.to_dict(),
+                                                                            "simulated": True},
+                "data_parallel": None if search.data_parallel() is None else search.data_parallel().seconds,
                 "expert": None if expert is None else expert.seconds, "notes": list(search.notes),
                 "seconds": self.seconds, "ops": self.ops, "phase_seconds": dict(search.phase_seconds)}
 
@@ -564,7 +743,7 @@ def optimize_modeled(args: OptimizeArgs, *, command: str | None = None,
     from agents.optimize import _command_line
 
     started = time.monotonic()
-    spec, micro_batches = check_modeled_args(args)
+    spec, micro_batches, degrees = check_modeled_args(args)
     tell = say or (lambda line: print(line, file=sys.stderr, flush=True))
 
     def say_when(line: str) -> None:
@@ -573,11 +752,13 @@ def optimize_modeled(args: OptimizeArgs, *, command: str | None = None,
     graph = load_model(args.model, args.size)
     say_when(graph.summary())
     search = search_modeled(args.model, args.size, str(spec), graph=graph, learn_updates=args.learn_updates,
-                            micro_batches=micro_batches, seed=args.seed, deadline=started + args.budget,
+                            micro_batches=micro_batches, seed=args.seed, replica_degrees=degrees,
+                            deadline=started + args.budget,
                             progress=args.progress, say=say_when)
     best = search.fastest
-    plan = Plan.made_for(args.model, args.size, graph, best.placement, str(spec), schedule=best.schedule,
-                         predicted=best.step_time, made_by="placer optimize",
+    plan = Plan.made_for(args.model, args.size, best.replica_graph or graph, best.placement, str(spec),
+                         schedule=best.schedule, predicted=best.step_time, replicas=best.replicas,
+                         made_by="placer optimize",
                          command=command or _command_line(args))
     plan = dataclasses.replace(plan, provenance={
         **plan.provenance, "simulated": True, "candidate": best.name, "made_from": best.made_by,

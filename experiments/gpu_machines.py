@@ -27,7 +27,12 @@ schedule. Each setup is the search of `placer optimize MODEL --target modeled:Nx
   in the JSON);
 - one after another: the fastest placement alone, then the fastest schedule for it;
 - joint: the fastest pair of a placement above and a schedule (or none); the --schedule-top placements predicted
-  fastest unscheduled are scheduled, and the expert's and one GPU's.
+  fastest unscheduled are scheduled, and the expert's and one GPU's;
+- data parallel: one replica a GPU, each on its slice of the batch, the gradients all-reduced on the machine's
+  links (`placer.simulate.replicas`); hybrid: the fastest of fewer replicas, each over a group of GPUs placed by
+  the heuristics; best: the fastest plan of any kind, and data parallel over it (vs data parallel, x: above 1 the
+  best plan is faster), and it over the machine's bound (what no plan searched beats:
+  `placer.simulate.bound.machine_bound`).
 A schedule is priced op by op (`placer.schedule.predict`): its micro-batched step with transfers, the merge of the
 micro-batches' gradients and the update. Each decision is shown over its bound (simulated): a placement unscheduled
 over the bound, a scheduled plan over the schedule bound; with the wall time the setup's search took.
@@ -52,7 +57,8 @@ COLUMNS = ["setup", "bound_ms", "schedule_bound_ms", "single_ms", "placement", "
            "learned_scheduled_ms", "learned_gap_closed_pct", "learned_vs_expert_pct", "expert_ms", "expert_schedule",
            "expert_scheduled_ms", "stages_ms", "pipeline_best", "pipeline_speedup", "bubble_arithmetic", "sequential",
            "sequential_ms", "joint", "joint_ms", "joint_vs_best_one_dim_pct",
-           "placement_x_bound", "learned_x_bound", "joint_x_bound", "search_s"]
+           "placement_x_bound", "learned_x_bound", "joint_x_bound", "machine_bound_ms", "data_parallel_ms",
+           "hybrid", "hybrid_ms", "best", "best_ms", "vs_data_parallel", "best_x_machine_bound", "search_s"]
 
 PAPER_SETUPS = ("nmt-2:paper@2xV100", "nmt-2:paper@4xV100", "nmt-4:paper@2xV100", "nmt-4:paper@4xV100",
                 "inception-v3:paper@2xV100")
@@ -79,12 +85,16 @@ def decide(model: str, size: str, spec: str, micro_batches: int, learn_updates: 
     from placer.cost import parse_target_spec
     from placer.models import model_spec
 
-    from agents.optimize_modeled import search_modeled
+    from placer.models import model_batch
+
+    from agents.optimize_modeled import replica_degrees, search_modeled
 
     started = time.monotonic()
     schedulable = model_spec(model).batch_of is not None
+    gpus = sum(1 for device in parse_target_spec(spec).devices.devices if device.kind == "GPU")
     search = search_modeled(model, size, spec, learn_updates=learn_updates,
                             micro_batches=micro_batches if schedulable else None, schedule_top=schedule_top,
+                            replica_degrees=replica_degrees(gpus, model_batch(model, size) if schedulable else None),
                             deadline=started + budget)
     notes = list(search.notes)
     if not schedulable:
@@ -95,7 +105,7 @@ def decide(model: str, size: str, spec: str, micro_batches: int, learn_updates: 
                  for name in c.placement_name.split(" = ")}
     row = summarize(alone, scheduled, search.bound.value,
                     None if search.schedule_bound is None else search.schedule_bound.value)
-    gpus = sum(1 for device in parse_target_spec(spec).devices.devices if device.kind == "GPU")
+    row.update(replicated_columns(search))
     row.update(pipeline_speedups(alone, scheduled, gpus, micro_batches if schedulable else None))
     learned = next((c for c in search.placements if "learned" in c.name.split(" = ")), None)
     return {"setup": f"{model}:{size}@{spec.split(':', 1)[1]}", "model": f"{model} {size}", "machine": spec, **row,
@@ -103,6 +113,25 @@ def decide(model: str, size: str, spec: str, micro_batches: int, learn_updates: 
             "schedule_bound": None if search.schedule_bound is None else search.schedule_bound.to_dict(),
             "search_s": time.monotonic() - started,
             "phase_seconds": dict(search.phase_seconds), "notes": notes}
+
+
+def replicated_columns(search) -> dict:
+    """Data parallelism's columns of a setup's search (`agents.optimize_modeled.ModeledSearch`)."""
+    from placer.simulate.bound import times_bound
+
+    plain = search.data_parallel()
+    hybrids = [c for c in search.replicated if c is not plain and c.step_time.ok]
+    hybrid = min(hybrids, key=lambda c: c.seconds) if hybrids else None
+    best = search.fastest
+    machine = search.machine_bound or search.bound
+    data_parallel = plain.seconds if plain is not None and plain.step_time.ok else None
+    return {"machine_bound_ms": machine.value * 1e3, "machine_bound": machine.to_dict(),
+            "data_parallel_ms": None if data_parallel is None else data_parallel * 1e3,
+            "data_parallel_made_by": None if plain is None else plain.made_by,
+            "hybrid": None if hybrid is None else hybrid.name, "hybrid_ms": None if hybrid is None else hybrid.seconds * 1e3,
+            "best": best.name, "best_ms": best.seconds * 1e3,
+            "vs_data_parallel": None if data_parallel is None else data_parallel / best.seconds,
+            "best_x_machine_bound": times_bound(best.seconds, machine)}
 
 
 def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float], bound: float | None = None,
@@ -268,6 +297,9 @@ def main(argv=None) -> int:
                    f"learned {row['learned_ms']:.2f} ms, {row['learned_gap_closed_pct'] or 0:.0f} % of the gap closed")
         print(f"{row['setup']}: bound {row['bound_ms']:.2f} ms, best heuristic {row['placement_ms']:.2f} ms "
               f"({row['placement']}), {learned}; joint {row['joint_ms']:.2f} ms ({row['joint']}); "
+              + ("" if row["data_parallel_ms"] is None else f"data parallel {row['data_parallel_ms']:.2f} ms; ")
+              + f"best {row['best_ms']:.2f} ms ({row['best']}, {row['best_x_machine_bound']:.2f}x the machine's bound "
+              f"{row['machine_bound_ms']:.2f}); "
               f"{row['search_s']:.0f} s", flush=True)
         done = {r["setup"] for r in rows}
         # Written after every setup: a run of an hour stopped part way keeps the setups it finished.
@@ -277,7 +309,8 @@ def main(argv=None) -> int:
                      setups_left=[name for name in order if name not in done],
                      caveat="predictions of the simulator on modeled machines, not measurements; the bounds are "
                             "simulated too: bound_ms bounds unscheduled placements of the whole batch, "
-                            "schedule_bound_ms every schedule of --micro-batches micro-batches")
+                            "schedule_bound_ms every schedule of --micro-batches micro-batches, machine_bound_ms "
+                            "every plan searched (replicas too)")
     return 0
 
 

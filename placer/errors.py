@@ -93,3 +93,8 @@ class PlanFileError(PlacerError):
 class OutputPathError(PlacerError):
     """A file or directory a command would write cannot be written where it was asked to be (a directory above it
     is a file or cannot be written, or the file is a directory): refused before any work."""
+
+
+class ReplicaError(PlacerError):
+    """A data-parallel plan that cannot be made: a degree that does not divide the batch or the devices, or
+    replicas that do not fit a device's memory."""

@@ -1,6 +1,7 @@
 """A plan: how the machine runs one training step (one process, or testbed workers with their cores and thread
-pools, or a modeled GPU machine), where its ops run (a placement) and its micro-batch schedule (or none); THE plan
-file's reader and writer.
+pools, or a modeled GPU machine), its replicas (data parallelism: how many, each on its slice of the batch, or
+none), where one replica's ops run (a placement) and its micro-batch schedule (or none); THE plan file's reader
+and writer.
 
 A plan names the graph and the target it was made for; `read_plan_file` refuses one that does not fit this
 machine, and `Plan.check_graph` / `Plan.check_target` refuse one made for another graph, target or calibration,
@@ -18,10 +19,11 @@ from typing import TYPE_CHECKING, Any, Mapping, Union
 from placer.cost.record import StepTime
 from placer.cost.spec import MODELED
 from placer.devices import short_name
-from placer.errors import DeviceSpecError, PlacementFileError, PlanFileError, ScheduleError
+from placer.errors import DeviceSpecError, PlacementFileError, PlanFileError, ReplicaError, ScheduleError
 from placer.files import write_json
 from placer.measure.targets import InProcess, LocalTestbed, parse_target
 from placer.placement import Placement, PlacementFile, check_same_graph, placement_file_from_json_dict
+from placer.replicas import Replicas
 from placer.schedule.origin import PlanOrigin, check_plan_fits, plan_origin, with_origin
 from placer.schedule.plan import SchedulePlan
 from placer.schedule.plan import plan_from_json_dict as schedule_from_json_dict
@@ -78,7 +80,8 @@ class Plan:
     size: str
     graph_name: str
     fingerprint: str
-    """Of the model's training-step graph at its full batch: the one its placement places."""
+    """Of the training-step graph its placement places: the model's at its full batch, or with replicas the
+    model's built at one replica's slice of the batch."""
     target: str
     """The target spec it was made for: a real one (inprocess:2, local:widths=2+1), calibrated:FILE, the
     simulated twin of the real one that `machine` runs, or a modeled machine (modeled:4xH100, simulated only)."""
@@ -91,6 +94,10 @@ class Plan:
     calibration_digest: str | None = None
     predicted: StepTime | None = None
     """The step time predicted when the plan was made (with a schedule: its makespan)."""
+    replicas: Replicas | None = None
+    """Data parallelism: `replicas.degree` copies of the step at `replicas.batch` samples each, every one placed
+    as `placement` on its own group of devices (`placer.replicas.replica_devices`); None: one copy, the whole
+    batch."""
     provenance: Mapping[str, Any] = field(default_factory=dict, compare=False)
     """What made it: "made_by" (a command's name) and "command" (the command line that makes it again)."""
     source: str = field(default="the plan", compare=False)
@@ -119,10 +126,11 @@ class Plan:
     @classmethod
     def made_for(cls, model: str, size: str, graph: OpGraph, placement: Placement | PlacementFile,
                  target: str | TargetSpec, *, schedule: SchedulePlan | None = None, predicted: StepTime | None = None,
-                 made_by: str = "", command: str = "") -> Plan:
+                 replicas: Replicas | None = None, made_by: str = "", command: str = "") -> Plan:
         """The plan of `graph` (built-in `model` at `size`, or a model function) placed by `placement` on `target`
         (a real one; calibrated:FILE: then the real target it was calibrated on runs the plan; or a modeled
-        machine, which nothing here runs), with `schedule`.
+        machine, which nothing here runs), with `schedule`; with `replicas`, `graph` is the step built at one
+        replica's slice of the batch and `placement` places one replica on the first group of devices.
         `command` is the command line that makes the plan again, quoted in refusals."""
         from placer.cost.spec import parse_target_spec
 
@@ -135,7 +143,7 @@ class Plan:
         calibration = spec.calibration_path
         return cls(model, size, graph.name, graph.fingerprint, str(spec), machine, placement_file, schedule,
                    calibration, None if calibration is None else _calibration_digest(calibration), predicted,
-                   {"made_by": made_by, "command": command})
+                   replicas, {"made_by": made_by, "command": command})
 
     # -- checks ---------------------------------------------------------------------------------------
 
@@ -169,6 +177,10 @@ class Plan:
                 f"{self.source} was made for {self.machine}, a modeled machine: its step time is simulated and this "
                 f"machine has no such GPUs to run it; `placer apply` runs plans made for a real target (`placer "
                 f"optimize {self.model} --size {self.size} --target local:2` makes one)")
+        if self.replicas is not None:
+            raise PlanFileError(
+                f"{self.source} runs {self.replicas.degree} replicas (data parallelism), which `placer apply` does not "
+                f"run on {self.run_target}: make a plan without replicas (`placer optimize ... --replicas 1`)")
         self._check_calibration_unchanged()
         machine = self.machine
         if isinstance(machine, LocalTestbed):
@@ -213,6 +225,9 @@ class Plan:
         lines = [f"plan for {self.model} ({self.size}, graph {self.graph_name!r}), made for {self.target}"
                  + (f" by {self.provenance['made_by']}" if self.provenance.get("made_by") else "")]
         lines.append(f"  machine: {describe_machine(self.machine)}")
+        if self.replicas is not None:
+            lines.append(f"  replicas: {self.replicas.degree}, {self.replicas.batch} samples each, gradients combined "
+                         f"by {self.replicas.gradients}; the placement is one replica's")
         per_device = self.placement.groups_and_ops_per_device()
         lines.append("  placement: " + ", ".join(f"{short_name(device)} {ops} ops" for device, (_, ops) in per_device.items())
                      + (f" ({self.placement.metadata['method']})" if self.placement.metadata.get("method") else ""))
@@ -233,6 +248,7 @@ class Plan:
             "machine": _machine_to_json(self.machine),
             "placement": self.placement.to_json_dict(),
             "schedule": None if self.schedule is None else self.schedule.to_json_dict(),
+            "replicas": None if self.replicas is None else self.replicas.to_json_dict(),
             "predicted": None if self.predicted is None else self.predicted.to_dict(),
             "provenance": dict(self.provenance),
         }
@@ -293,6 +309,12 @@ def plan_from_json_dict(data: Any, *, source: str = "the plan") -> Plan:
         except ScheduleError as error:
             raise PlanFileError(f"{error}; {remake}") from None
     machine = _machine_from_json(data.get("machine"), source, remake)
+    replicas = None
+    if data.get("replicas") is not None:
+        try:
+            replicas = Replicas.from_json_dict(data["replicas"], source=f"{source}'s replicas")
+        except ReplicaError as error:
+            raise PlanFileError(f"{error}; {remake}") from None
     calibration = data.get("calibration") or {}
     predicted = None
     if data.get("predicted") is not None:
@@ -302,7 +324,7 @@ def plan_from_json_dict(data: Any, *, source: str = "the plan") -> Plan:
             raise PlanFileError(f"{source}'s predicted step time is malformed ({error!r}); {remake}") from None
     return Plan(model["spec"], model["size"], str(model.get("graph", "")), model["fingerprint"], data["target"],
                 machine, placement, schedule, calibration.get("path"), calibration.get("digest"), predicted,
-                dict(provenance), source)
+                replicas, dict(provenance), source)
 
 
 def _remake(command: str | None) -> str:

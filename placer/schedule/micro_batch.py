@@ -100,13 +100,8 @@ def _micro_batched_step(graph: OpGraph, micro_batches: int,
                         dropped_control_edges: frozenset[tuple[str, str]]) -> MicroBatchedStep:
     if not isinstance(micro_batches, int) or isinstance(micro_batches, bool) or micro_batches < 1:
         raise MicroBatchError(f"micro-batches must be a positive whole number, got {micro_batches!r}")
-    kinds = op_kinds(graph)
     updates = update_ops(graph)
-    copied: set[str] = set()
-    for op in graph.ops:  # topological order: producers first
-        if op.name in kinds and (op.type in INPUT_OP_TYPES
-                                 or any(src in copied for src in (*op.producers, *op.control_inputs))):
-            copied.add(op.name)
+    copied = batch_dependent_ops(graph)
     loss_op = graph.loss.rsplit(":", 1)[0]
     if loss_op not in copied:
         raise MicroBatchError(f"the loss of {graph.name!r} does not depend on any batch input ({', '.join(sorted(INPUT_OP_TYPES))}), "
@@ -159,6 +154,46 @@ def _micro_batched_step(graph: OpGraph, micro_batches: int,
     batched = op_graph_from_tf_graph(imported, graph.train_op, graph.init_op, loss=loss,
                                      name=f"{graph.name}-x{micro_batches}mb")
     return MicroBatchedStep(batched, graph, micro_batches, copies, dict(merger.merged), frozenset(dropped_control_edges))
+
+
+def batch_dependent_ops(graph: OpGraph) -> set[str]:
+    """The forward and backward ops that descend from a batch input: what each micro-batch, or each replica of a
+    data-parallel step, runs on its own slice of the batch."""
+    kinds = op_kinds(graph)
+    dependent: set[str] = set()
+    for op in graph.ops:  # topological order: producers first
+        if op.name in kinds and (op.type in INPUT_OP_TYPES
+                                 or any(src in dependent for src in (*op.producers, *op.control_inputs))):
+            dependent.add(op.name)
+    return dependent
+
+
+@dataclass(frozen=True)
+class Gradient:
+    """A batch-dependent tensor the optimizer's update reads: what micro-batches average and replicas all-reduce."""
+
+    tensor: str
+    """"op:port"."""
+    bytes: int
+    update: str
+    """The first update op (in the graph's order) that reads it."""
+
+
+def gradients(graph: OpGraph) -> tuple[Gradient, ...]:
+    """Every batch-dependent tensor an optimizer update reads, once each, in the graph's order: the tensors
+    `micro_batched_step` merges."""
+    dependent = batch_dependent_ops(graph)
+    updates = update_ops(graph)
+    found: dict[str, Gradient] = {}
+    for op in graph.ops:
+        if op.name not in updates:
+            continue
+        for ref in op.data_inputs:
+            ref = _canonical(ref)
+            producer, port = ref.rsplit(":", 1)
+            if producer in dependent and ref not in found:
+                found[ref] = Gradient(ref, int(graph.op(producer).output_bytes[int(port)]), op.name)
+    return tuple(found.values())
 
 
 class _Merger:
@@ -263,15 +298,47 @@ def placement_at_micro_batch(placement: Placement, graph: OpGraph, micro_batch_g
                              devices: DeviceSet) -> Placement:
     """`placement` of `graph` (the model at its full batch) as a placement of `micro_batch_graph` (the same
     model built at the micro-batch size): each op on its device, by name. Ops the micro-batch graph lacks
-    (a forward-only graph has no gradients) are left out; ops it has beyond the placement are refused."""
+    (a forward-only graph has no gradients) are left out. Ops only it has (TensorFlow builds a few more for a
+    dimension of one sample, such as the reduction indices of a broadcast's gradient) go where their colocation
+    group went, else with the ops they feed or read; one with no placed neighbour at all is refused."""
     op_devices = placement.op_devices(graph)
-    extra = [op.name for op in micro_batch_graph.ops if op.name not in op_devices]
+    carried = {op.name: op_devices[op.name] for op in micro_batch_graph.ops if op.name in op_devices}
+    extra = [op.name for op in micro_batch_graph.ops if op.name not in carried]
     if extra:
-        raise MicroBatchError(
-            f"{micro_batch_graph.name!r} has {len(extra)} ops that {graph.name!r} does not (e.g. {extra[:3]}), so its "
-            "placement cannot be carried over by op name: build both graphs from the same model")
-    return Placement.from_op_devices(micro_batch_graph, devices, {op.name: op_devices[op.name] for op in micro_batch_graph.ops},
+        carried.update(_with_neighbours(micro_batch_graph, carried, extra, graph.name))
+    return Placement.from_op_devices(micro_batch_graph, devices, {op.name: carried[op.name] for op in micro_batch_graph.ops},
                                      placement.metadata)
+
+
+def _with_neighbours(graph: OpGraph, placed: Mapping[str, str], extra: list[str], other: str) -> dict[str, str]:
+    """A device for each of `extra`, ops of `graph` that `placed` lacks: its colocation group's, else that of the
+    first op it feeds, else of the first op it reads, repeated until nothing more can be placed."""
+    devices = dict(placed)
+    consumers: dict[str, list[str]] = {}
+    for op in graph.ops:
+        for producer in (*op.producers, *op.control_inputs):
+            consumers.setdefault(producer, []).append(op.name)
+    for name in extra:
+        group_devices = [devices[op] for op in graph.group_of(name).ops if op in devices]
+        if group_devices:
+            devices[name] = group_devices[0]
+    left = [name for name in extra if name not in devices]
+    while left:
+        still = []
+        for name in left:
+            op = graph.op(name)
+            near = [n for n in (*consumers.get(name, ()), *op.producers, *op.control_inputs) if n in devices]
+            if near:
+                devices[name] = devices[near[0]]
+            else:
+                still.append(name)
+        if len(still) == len(left):
+            raise MicroBatchError(
+                f"{graph.name!r} has {len(still)} ops that {other!r} does not (e.g. {still[:3]}) and that neither "
+                "share a colocation group with nor feed or read a placed op, so its placement cannot be carried "
+                "over: build both graphs from the same model")
+        left = still
+    return {name: devices[name] for name in extra}
 
 
 def build_micro_batch_graph(model: str, size: str, micro_batches: int) -> OpGraph:

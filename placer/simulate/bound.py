@@ -307,3 +307,19 @@ def _forced_cut(simulator: Simulator, finish: np.ndarray, tail: np.ndarray) -> f
     transfer = (latency[linked][None, :] + sizes[:, None] / bandwidth[linked][None, :]).min(axis=1)
     through = finish[simulator.edge_src[in_part]] + transfer + tail[simulator.out_dst[in_part]]
     return float(through.min())
+
+
+def machine_bound(whole_batch: StepTimeBound, smallest_slice: StepTimeBound) -> StepTimeBound:
+    """What no plan of the search can beat on one machine, whatever it runs: a placement of the whole batch,
+    micro-batches under a schedule, replicas on slices of the batch, or any mix, none of whose ops runs at fewer
+    samples than the smallest slice searched. `whole_batch` is the bound of the step at its full batch,
+    `smallest_slice` the bound of the step built at that smallest slice, both on the same machine.
+
+    The work part is the whole batch's: under the simulator's op costs (a launch floor, then time growing with
+    the samples) k ops of B/k samples take at least as long as one of B, so no slicing does less work. The
+    critical path is the smallest slice's: a chain at fewer samples is never longer. The memory part is left
+    out: replicas each hold the weights, and pipelines split them, so no one cut is forced."""
+    return StepTimeBound(critical_path=min(whole_batch.critical_path, smallest_slice.critical_path),
+                         work=whole_batch.work, memory=0.0, overhead=min(whole_batch.overhead, smallest_slice.overhead),
+                         devices_needed=whole_batch.devices_needed if whole_batch.feasible else smallest_slice.devices_needed,
+                         simulated_on=whole_batch.simulated_on)

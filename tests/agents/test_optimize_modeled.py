@@ -12,7 +12,7 @@ import pytest
 from agents.optimize import OptimizeArgs
 from agents.optimize_modeled import ModeledOptimizeResult, ModeledSearch, SimulatedCandidate, modeled_micro_batches
 from placer.cost import StepTime
-from placer.plan import ModeledMachine, read_plan_file
+from placer.plan import ModeledMachine, Plan, read_plan_file
 from placer.simulate.bound import StepTimeBound
 
 MS = 1e-3
@@ -57,8 +57,8 @@ def test_the_table_says_simulated_and_shows_each_plan_against_the_bound_the_lear
     text = result.describe()
     assert "on modeled:4xH100, SIMULATED (nothing was measured" in text
     # a scheduled plan over what no schedule beats, a placement over what no placement of the whole batch beats
-    assert re.search(r"\* expert \+ 1f1b x4\s+1f1b x4\s+4\.50 ms\s+1\.50x\s+1\.00x", text)
-    assert re.search(r"  learned\s+none\s+5\.00 ms\s+1\.25x", text)
+    assert re.search(r"\* expert \+ 1f1b x4\s+1\s+1f1b x4\s+4\.50 ms\s+1\.50x\s+1\.00x", text)
+    assert re.search(r"  learned\s+1\s+none\s+5\.00 ms\s+1\.25x", text)
     assert "a placement unscheduled over the bound 4.000 ms (simulated on modeled:4xH100)" in text
     assert "a scheduled plan over the schedules' bound 3.000 ms" in text
     assert "the learned placement closed +50.0% of the best heuristic's distance to the bound" in text  # 6 -> 5, bound 4
@@ -119,6 +119,10 @@ def test_schedules_are_searched_by_default_one_micro_batch_per_gpu(schedules, mi
      "rebuilds the model at the micro-batch size"),
     (["two-tower", "--target", "modeled:2xH100", "--calibration", "c.json"], "--calibration is for a real target"),
     (["two-tower", "--target", "modeled:2xH100", "--budget", "0"], "--budget"),
+    (["two-tower", "--target", "modeled:2xH100", "--replicas", "3"], "3 replicas do not divide the batch of 64"),
+    (["gpt2", "--target", "modeled:4xH100", "--replicas", "8"], "8 replicas do not divide the 4 GPUs of modeled:4xH100"),
+    (["gpt2", "--target", "modeled:4xH100", "--replicas", "0"], "--replicas must be at least 1"),
+    (["two-tower", "--target", "local:2", "--replicas", "2"], "data parallelism is searched on modeled machines"),
 ])
 def test_bad_input_on_a_modeled_machine_is_refused_before_any_work(flags, refusal, nothing_may_run, tmp_path):
     status, _, err = _run(["optimize", *flags, "--out", str(tmp_path / "plan.json"), "--no-progress"])
@@ -263,3 +267,52 @@ def test_the_planner_stops_half_way_when_its_best_would_not_enter_the_refinement
     assert rule(state(61.0, 9.5)) and stopped == [61.0]  # slower than the fourth fastest: it would not
     # with fewer placements than the tournament takes, the planner always enters it
     assert not out_of_the_tournament(found(6, 7, 8), after=60.0, stopped=[])(state(100.0, 1000))
+
+
+# -- data parallelism ------------------------------------------------------------------------------------
+
+
+def test_every_kind_of_plan_is_at_or_above_the_machine_s_bound_and_data_parallelism_is_a_row():
+    """Two-tower (tiny, batch 64) on 2 modeled H100s: placements, schedules over 2 micro-batches and 2 replicas of
+    32 samples, each read against one bound that none beats."""
+    from agents.optimize_modeled import search_modeled
+
+    search = search_modeled("two-tower", "tiny", "modeled:2xH100", micro_batches=2, replica_degrees=(2,))
+    plain = search.data_parallel()
+    assert plain is not None and plain.name == "data parallel x2" and plain.replicas.batch == 32
+    assert plain.step_time.ok and len(plain.placement.group_devices) == len(plain.replica_graph.groups)
+    bound = search.machine_bound
+    assert bound is not None and bound.value <= search.bound.value and bound.value <= search.schedule_bound.value
+    kinds = {"placement": search.placements, "scheduled": search.scheduled, "replicated": search.replicated}
+    assert all(kinds.values())
+    for kind, candidates in kinds.items():
+        for candidate in candidates:
+            if candidate.step_time.ok:
+                assert candidate.seconds >= bound.value * (1 - 1e-9), (kind, candidate.name)
+    assert all(search.bound_of(c) is bound for c in search.candidates)
+
+
+def test_a_data_parallel_plan_is_written_with_its_replicas_and_read_back(tmp_path):
+    from agents.optimize import OptimizeArgs
+    from agents.optimize_modeled import optimize_modeled
+    from placer.plan import read_plan_file
+
+    args = OptimizeArgs("two-tower", size="tiny", target="modeled:2xH100", replicas=2, schedules=False,
+                        learn_updates=0, out=str(tmp_path / "plan.json"), progress=False)
+    result = optimize_modeled(args, say=lambda line: None)
+    text = result.describe()
+    assert re.search(r"data parallel x2\s+2 x 32\s+none\s+[\d.]+ ms", text)
+    assert "x bound: every plan over the machine's bound" in text
+    assert "replicas: data parallel x2 (32 samples a GPU)" in text
+    plan = read_plan_file(tmp_path / "plan.json")
+    assert plan.provenance["candidate"] == result.recommended.name
+    assert (plan.replicas is None) == (result.recommended.replicas is None)
+    plain = result.search.data_parallel()
+    replicated = Plan.made_for("two-tower", "tiny", plain.replica_graph, plain.placement, "modeled:2xH100",
+                               replicas=plain.replicas, predicted=plain.step_time)
+    replicated.save(tmp_path / "replicated.json")
+    again = read_plan_file(tmp_path / "replicated.json")
+    assert again.replicas == plain.replicas and again.fingerprint == plain.replica_graph.fingerprint
+    assert "replicas: 2, 32 samples each, gradients combined by all-reduce" in again.describe()
+    row = next(r for r in result.to_json_dict()["candidates"] if r["name"] == "data parallel x2")
+    assert row["replicas"] == {"degree": 2, "batch": 32, "gradients": "all-reduce"}

@@ -93,7 +93,8 @@ def test_each_finished_setup_is_written_before_the_next_starts(tmp_path, monkeyp
     import experiments.gpu_machines as benchmark
 
     row = {"setup": "nmt-2:tiny@2xV100", "bound_ms": 1.0, "placement_ms": 2.0, "placement": "expert",
-           "learned_ms": None, "joint_ms": 2.0, "joint": "expert", "search_s": 3.0}
+           "learned_ms": None, "joint_ms": 2.0, "joint": "expert", "search_s": 3.0, "data_parallel_ms": 2.5,
+           "best": "expert", "best_ms": 2.0, "best_x_machine_bound": 2.0, "machine_bound_ms": 1.0}
     calls = []
 
     def decide(model, size, spec, *rest):
@@ -123,6 +124,10 @@ def test_a_small_run_prices_every_heuristic_and_schedule(tmp_path):
     bound = row["bound"]["seconds"] * 1e3
     assert row["bound_ms"] == pytest.approx(bound)
     assert all(bound <= ms * (1 + 1e-9) for name, ms in row["predicted_ms"].items() if "+" not in name)
+    # data parallelism is a column, and the best plan of any kind is read against the machine's bound
+    assert row["data_parallel_ms"] is not None and row["best_ms"] <= row["data_parallel_ms"]
+    assert row["vs_data_parallel"] == pytest.approx(row["data_parallel_ms"] / row["best_ms"])
+    assert row["machine_bound_ms"] <= min(row["best_ms"], row["bound_ms"]) * (1 + 1e-9)
 
 
 def test_more_jobs_than_cores_is_refused_before_any_search():

@@ -136,3 +136,27 @@ def test_an_optimizer_written_in_plain_ops_updates_once_after_every_micro_batch(
         placed = placement_at_micro_batch(placement, graph, at_micro_batch, target.devices)
         prediction = predict_plans({"gpipe": plan}, at_micro_batch, placed, target.spec)["gpipe"]
     assert prediction.step_time.ok
+
+
+def test_a_placement_carries_over_to_slices_of_one_sample_whose_graph_has_ops_the_whole_batch_lacks():
+    """GPT-2 (tiny, batch 8) at one sample a micro-batch: TensorFlow adds the reduction indices of a broadcast's
+    gradient, which go with the op they feed; every other op stays where the expert put it."""
+    from placer.hardware import modeled_machine
+    from placer.heuristics import make_heuristic
+    from placer.models import build_model
+    from placer.schedule.micro_batch import gradients, placement_at_micro_batch
+
+    devices = modeled_machine(4, "H100")
+    graph = build_model("gpt2", "tiny")
+    expert = make_heuristic("expert", graph, devices, model="gpt2")
+    one_sample = build_micro_batch_graph("gpt2", "tiny", 8)
+    carried = placement_at_micro_batch(expert, graph, one_sample, devices).op_devices(one_sample)
+    whole = expert.op_devices(graph)
+    extra = [op for op in one_sample.ops if op.name not in whole]
+    assert extra, "the one-sample graph has ops the whole batch's lacks (else this test checks nothing)"
+    for op in extra:
+        consumers = [o.name for o in one_sample.ops if op.name in (*o.producers, *o.control_inputs)]
+        assert carried[op.name] in {carried[c] for c in consumers} | {carried[p] for p in op.producers}
+    assert all(carried[name] == device for name, device in whole.items() if name in carried)
+    # replicas and micro-batches of one sample exchange what the whole batch's step updates with
+    assert sum(g.bytes for g in gradients(one_sample)) == sum(g.bytes for g in gradients(graph))

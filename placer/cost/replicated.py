@@ -1,0 +1,52 @@
+"""A data-parallel plan's step time on a simulated target: a replica's placement priced on the group of devices
+one replica runs on, and its gradients' exchange on the whole machine (`placer.simulate.replicas`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from placer.cost.record import StepTime
+from placer.cost.spec import MODELED, TargetSpec, parse_target_spec
+from placer.errors import ReplicaError
+from placer.replicas import replica_devices
+from placer.simulate.replicas import ReplicatedStep, replicated_step
+
+if TYPE_CHECKING:
+    from placer.cost.targets import SimulatedCost
+    from placer.placement import Placement
+
+
+def replica_spec(spec: str | TargetSpec, degree: int) -> str:
+    """The modeled machine one of `degree` replicas runs on: "modeled:8xH100" over 4 replicas -> "modeled:2xH100"
+    (the same GPUs and links, a host CPU shared). Refuses a degree that does not divide the GPUs."""
+    text = str(spec)
+    match = MODELED.fullmatch(text)
+    if not match:
+        raise ReplicaError(f"replicas are priced on modeled machines (modeled:NxGPU), not on {text!r}")
+    gpus, gpu, link = int(match.group(1)), match.group(2), match.group(3)
+    if not isinstance(degree, int) or degree < 1 or gpus % degree:
+        raise ReplicaError(f"{degree} replicas do not divide the {gpus} GPUs of {text}: give a divisor of {gpus} "
+                           f"({', '.join(str(d) for d in range(1, gpus + 1) if gpus % d == 0)})")
+    return f"modeled:{gpus // degree}x{gpu}" + (f"-{link}" if link else "")
+
+
+def price_replicated(replica_target: SimulatedCost, placement: Placement, machine: str | TargetSpec,
+                     degree: int) -> tuple[StepTime, ReplicatedStep]:
+    """`degree` replicas of `replica_target`'s graph (the step at its slice of the batch), each placed as
+    `placement` on its own group of `machine`'s devices, their gradients all-reduced: the simulated step."""
+    from placer.schedule.micro_batch import gradients
+
+    spec = parse_target_spec(machine, "simulated")
+    simulator = replica_target.simulator
+    timeline = simulator.simulate(replica_target.placement(placement).group_device_array, timeline=True)
+    step = replicated_step(timeline, gradients(simulator.graph), spec.devices,
+                           replica_devices(spec.devices, simulator.devices, degree),
+                           default_link=simulator.config.default_link)
+    details = {"samples": (step.step_time,), "peak_memory": step.peak_memory,
+               "busy": dict(timeline.device_busy)}
+    if not timeline.ok or not step.ok:
+        full = step.out_of_memory or timeline.out_of_memory
+        return StepTime.failed("oom", f"{degree} replicas do not fit: out of memory on {', '.join(full)} ("
+                               + ", ".join(f"{step.peak_memory.get(d, 0) / 1e9:.1f} GB" for d in full) + ")",
+                               "simulated", str(spec), **details), step
+    return StepTime(step.step_time, "simulated", str(spec), **details), step
