@@ -213,7 +213,7 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
             phase_done("schedules")
         # Data parallelism before learning can spend the budget: plain data parallelism is the plan practitioners
         # start from, and each degree costs one graph build and one heuristic pass.
-        replication = _Replication(model, size, spec, replica_degrees, deadline, notes, say)
+        replication = _Replication(model, size, spec, replica_degrees, deadline, notes, say, seed)
         replication.price(replica_degrees)
         phase_done("data parallel")
         if learn_updates:
@@ -416,8 +416,8 @@ class _Replication:
     fastest placement of each degree is its row."""
 
     def __init__(self, model: str, size: str, spec: str, degrees: Sequence[int], deadline: float, notes: list[str],
-                 say: Callable[[str], None]):
-        self.model, self.size, self.spec, self.degrees = model, size, spec, tuple(degrees)
+                 say: Callable[[str], None], seed: int = 0):
+        self.model, self.size, self.spec, self.degrees, self.seed = model, size, spec, tuple(degrees), seed
         self.deadline, self.notes, self.say = deadline, notes, say
         self.candidates: list[SimulatedCandidate] = []
         self.graphs: dict[int, OpGraph] = {}
@@ -433,7 +433,7 @@ class _Replication:
                 continue
             started = time.monotonic()
             self.candidates += replicated_candidates(self.model, self.size, self.spec, degree, self.notes, self.say,
-                                                     graphs=self.graphs)
+                                                     graphs=self.graphs, deadline=self.deadline, seed=self.seed)
             self.took = max(self.took, time.monotonic() - started)
         if skipped:
             self.notes.append(f"--budget was spent before data parallelism of {', '.join(f'x{d}' for d in skipped)} "
@@ -449,12 +449,21 @@ def replica_degrees(gpus: int, batch: int | None) -> tuple[int, ...]:
     return tuple(d for d in range(gpus, 1, -1) if gpus % d == 0 and batch % d == 0)
 
 
+HYBRID_REFINE_SECONDS = 30.0
+"""The most a hybrid (replicas of several GPUs each) spends refining its replica's placement on the simulator,
+after the heuristics placed it: the replica is another, smaller placement problem, and the heuristics alone leave
+it as far from its bound as they leave the whole machine."""
+
+
 def replicated_candidates(model: str, size: str, spec: str, degree: int, notes: list[str],
                           say: Callable[[str], None] = lambda line: None, *,
-                          graphs: dict[int, OpGraph] | None = None) -> list[SimulatedCandidate]:
-    """`degree` replicas of `model` on the modeled machine `spec`, each on its share of the GPUs and of the batch:
-    the fastest heuristic placement of one replica (every op on its GPU where it has one), priced with the
-    all-reduce of its gradients (`placer.cost.replicated`). Adds the replica's graph to `graphs` (by degree)."""
+                          graphs: dict[int, OpGraph] | None = None, deadline: float = math.inf,
+                          seed: int = 0) -> list[SimulatedCandidate]:
+    """`degree` replicas of `model` on the modeled machine `spec`, each on its share of the GPUs and of the batch,
+    priced with the all-reduce of their gradients (`placer.cost.replicated`): one replica a GPU holds every op on it
+    (plain data parallelism); a replica of several GPUs is placed by every heuristic, then the fastest few are
+    refined on the simulator for at most HYBRID_REFINE_SECONDS (and not past `deadline`), and the fastest kept.
+    Adds the replica's graph to `graphs` (by degree)."""
     from placer.cost import open_target
     from placer.cost.replicated import price_replicated, replica_spec
     from placer.errors import PlacerError
@@ -485,16 +494,48 @@ def replicated_candidates(model: str, size: str, spec: str, degree: int, notes: 
                 continue
             if best is None or step_time.seconds < best[1].seconds or not best[1].ok:
                 best = (name, step_time, step, timing.placement)
-    if best is None:
-        notes.append(f"{replicas.name}: no heuristic could place one replica on {group}")
-        return []
+        if best is None:
+            notes.append(f"{replicas.name}: no heuristic could place one replica on {group}")
+            return []
+        if gpus > 1 and deadline - time.monotonic() > 1:
+            refined = _refined_replica(graph, target, timings, min(deadline, time.monotonic() + HYBRID_REFINE_SECONDS),
+                                       seed)
+            if refined is not None:
+                start, placement = refined
+                step_time, step = price_replicated(target, placement, spec, degree)
+                if step_time.ok and step_time.seconds < best[1].seconds:
+                    best = (f"{start}, refined", step_time, step, placement)
     name, step_time, step, placement = best
     row = replicas.name if gpus == 1 else f"{replicas.name} over {name}"
-    made_by = (f"{degree} replicas of {replicas.batch} samples, one replica placed by heuristic {name} on {group}, "
+    made_by = (f"{degree} replicas of {replicas.batch} samples, one replica placed by heuristic {name.replace(', refined', ', then refined on the simulator')} on {group}, "
                f"gradients ({step.gradient_bytes / 1e6:.0f} MB) all-reduced in a ring: {step.exchange * 1e3:.2f} ms, "
                f"{step.exposed * 1e3:.2f} ms of it not hidden by the backward")
     return [SimulatedCandidate(row, row, placement, step_time, made_by=made_by, replicas=replicas,
                                replica_graph=graph)]
+
+
+def _refined_replica(graph: OpGraph, target, timings, deadline: float, seed: int):
+    """The heuristics' fastest placements of one replica refined on its group's simulator until `deadline`
+    (`placer.heuristics.refine.refine_starts`): (the start's name, the placement), or None when nothing ran."""
+    from placer.heuristics.refine import refine_starts
+    from placer.placement import Placement
+
+    starts = sorted(((name, t) for name, t in timings.items() if t.placement is not None and t.ok),
+                    key=lambda item: item[1].step_time.seconds)
+    distinct, seen = [], set()
+    for name, timing in starts:
+        key = tuple(timing.placement.group_devices)
+        if key not in seen:
+            seen.add(key)
+            distinct.append((name, timing.placement))
+    if not distinct:
+        return None
+    refinements = refine_starts(graph, target.simulator, [p.group_device_array for _, p in distinct],
+                                deadline=deadline, seed=seed)
+    best = min(range(len(refinements)), key=lambda k: refinements[k].seconds)
+    if refinements[best].wall_seconds <= 0:
+        return None
+    return distinct[best][0], Placement.from_assignment(graph, target.devices, refinements[best].group_devices)
 
 
 def _machine_bound(bound: StepTimeBound, slices: Mapping[int, OpGraph], spec: str) -> StepTimeBound | None:

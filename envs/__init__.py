@@ -5,7 +5,8 @@
     env = gym.make("placer/MeasuredPlacement-v0", model="nmt-2", devices="local:2")  # real execution
 
 `placer/<model>-v0` (e.g. `placer/nmt-2-v0`) is the simulated one-shot environment of a benchmark model;
-`placer/SequentialPlacement-v0` places one unit per step. Measured environments are registered
+`placer/SequentialPlacement-v0` places one unit per step; `placer/ReplicatedPlacement-v0` adds data
+parallelism to the action (how many replicas, each on its share of the GPUs and of the batch). Measured environments are registered
 nondeterministic: their reward is a wall-clock measurement.
 """
 
@@ -23,6 +24,8 @@ def _register(env_id: str, entry_point: str, nondeterministic: bool = False, **k
 
 _register("placer/Placement-v0", "envs.placement:PlacementEnv", backend="simulated")
 _register("placer/MeasuredPlacement-v0", "envs.placement:PlacementEnv", nondeterministic=True, backend="measured")
+_register("placer/ReplicatedPlacement-v0", "envs.replicated:ReplicatedPlacementEnv", backend="simulated",
+          devices="modeled:4xH100", model="gpt2")
 _register("placer/SequentialPlacement-v0", "envs.sequential:SequentialPlacementEnv", backend="simulated")
 _register("placer/MeasuredSequentialPlacement-v0", "envs.sequential:SequentialPlacementEnv", nondeterministic=True,
           backend="measured", shaping=False)

@@ -55,6 +55,7 @@ class PlacementProblemEnv(gym.Env):
         if reference not in REFERENCES:
             raise ValueError(f"unknown reference placement {reference!r}: {' or '.join(map(repr, REFERENCES))}")
         self.graph = load_model(model, size)
+        self.size = size
         self.model_name = model if isinstance(model, str) else self.graph.name
         self.target = open_target(self.graph, devices, backend=backend, costs=costs, measure_config=measure_config,
                                   simulator_config=simulator_config)

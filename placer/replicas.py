@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from placer.devices import DeviceSet
 from placer.errors import ReplicaError
+
+if TYPE_CHECKING:
+    from placer.graph.opgraph import OpGraph
+    from placer.placement import Placement
 
 GRADIENT_EXCHANGES = ("all-reduce", "one-device")
 """How replicas combine their gradients: a ring all-reduce over the devices that hold a gradient in each replica
@@ -91,3 +95,71 @@ def replica_devices(machine: DeviceSet, replica_machine: DeviceSet, degree: int)
         for replica in range(degree):
             mapping[replica][device.name] = have[index if shared else replica * wanted[kind] + index]
     return mapping
+
+
+def first_group(machine: DeviceSet, degree: int) -> DeviceSet:
+    """The devices replica 0 runs on, when `degree` replicas share `machine`: of each kind, the first 1 / degree
+    (a kind too few for a share each, the host CPU of a GPU server, is shared whole: its first device)."""
+    by_kind: dict[str, list] = {}
+    for device in machine.devices:
+        by_kind.setdefault(device.kind, []).append(device)
+    chosen = []
+    for kind, devices in by_kind.items():
+        share = len(devices) // degree
+        if share == 0 and kind != "CPU":
+            raise ReplicaError(f"{degree} replicas need a {kind} each, and {machine.name} has {len(devices)}")
+        chosen += devices[:max(share, 1)]
+    names = {d.name for d in chosen}
+    order = tuple(d for d in machine.devices if d.name in names)
+    return DeviceSet(order, tuple(l for l in machine.links if l.source in names and l.target in names),
+                     f"{machine.name}, replica 0 of {degree}")
+
+
+def data_parallel_step(replica_graph: OpGraph, replica_placement: Placement, machine: DeviceSet,
+                       degree: int) -> tuple[OpGraph, Placement]:
+    """The data-parallel step as TensorFlow runs it on one machine or cluster: `degree` in-graph copies of
+    `replica_graph` (the step at one replica's slice of the batch) in one graph, copy r on replica r's devices
+    (`replica_devices`), each placed as `replica_placement` places replica 0 (on `first_group`), the copies'
+    gradients averaged where replica 0 holds each variable and applied there once ("one-device" exchange: the
+    variables live with replica 0, the other replicas read them and send their gradients there).
+
+    The copies are the micro-batched step's (`placer.schedule.micro_batch`): one builder of copies for pipelines
+    and replicas."""
+    from placer.schedule.micro_batch import micro_batched_step
+
+    group = first_group(machine, degree)
+    outside = sorted(set(replica_placement.devices) - set(group.names))
+    if outside:
+        raise ReplicaError(f"replica 0's placement uses {', '.join(outside)}, outside its group of {machine.name} "
+                           f"({', '.join(d.short_name for d in group.devices)})")
+    step = micro_batched_step(replica_graph, degree)
+    mapping = replica_devices(machine, group, degree)
+    return step.graph, step.replicate_placement(replica_placement, machine, mapping)
+
+
+def fold_onto_group(placement: Placement, graph: OpGraph, group: DeviceSet) -> Placement:
+    """`placement` (of `graph` over a whole machine) folded onto one replica's `group`: a device that is the p-th of
+    its kind goes to the group's (p mod n)-th device of that kind, n the group's count of it (on 8 GPUs, a group of
+    2: GPU:5 -> GPU:1). How a placement of the whole machine names one replica's placement."""
+    from placer.placement import Placement
+
+    kinds: dict[str, list[str]] = {}
+    for device in group.devices:
+        kinds.setdefault(device.kind, []).append(device.name)
+    seen: dict[str, int] = {}
+    folded: dict[str, str] = {}
+    for name in placement.devices:
+        kind = _kind_of(name)
+        if kind not in kinds:
+            raise ReplicaError(f"one replica's group ({', '.join(d.short_name for d in group.devices)}) has no {kind}")
+        position = seen.get(kind, 0)
+        seen[kind] = position + 1
+        folded[name] = kinds[kind][position % len(kinds[kind])]
+    op_devices = {op: folded[device] for op, device in placement.op_devices(graph).items()}
+    return Placement.from_op_devices(graph, group, op_devices, placement.metadata)
+
+
+def _kind_of(name: str) -> str:
+    from placer.devices import name_parts
+
+    return name_parts(name)[2]

@@ -50,3 +50,44 @@ def price_replicated(replica_target: SimulatedCost, placement: Placement, machin
                                + ", ".join(f"{step.peak_memory.get(d, 0) / 1e9:.1f} GB" for d in full) + ")",
                                "simulated", str(spec), **details), step
     return StepTime(step.step_time, "simulated", str(spec), **details), step
+
+
+class ReplicaPricer:
+    """Data-parallel plans of one built-in model on one modeled machine, priced a degree at a time: the step at
+    each degree's slice is built once, and its replica's machine opened once. A plan is a degree and a placement of
+    the whole step over the machine, folded onto one replica's group (`placer.replicas.fold_onto_group`) and
+    carried over to the slice's step by op name."""
+
+    def __init__(self, model: str, size: str, spec: str | TargetSpec, graph):
+        from placer.models import model_batch
+
+        self.model, self.size, self.spec, self.graph = model, size, str(spec), graph
+        self.batch = model_batch(model, size)
+        self._targets: dict[int, SimulatedCost] = {}
+
+    def replica_target(self, degree: int) -> SimulatedCost:
+        """The simulated machine of one of `degree` replicas, over the step at its slice of the batch."""
+        from placer.cost import open_target
+        from placer.models import build_model
+        from placer.replicas import Replicas
+
+        if degree not in self._targets:
+            replicas = Replicas.of_batch(self.batch, degree)
+            group = replica_spec(self.spec, degree)
+            self._targets[degree] = open_target(build_model(self.model, self.size, batch=replicas.batch), group)
+        return self._targets[degree]
+
+    def price(self, degree: int, placement: Placement) -> StepTime:
+        """`degree` replicas, each placed as `placement` (of the whole step over the machine) folds onto its group."""
+        from placer.replicas import fold_onto_group
+        from placer.schedule.micro_batch import placement_at_micro_batch
+
+        target = self.replica_target(degree)
+        folded = fold_onto_group(placement, self.graph, target.devices)
+        at_slice = placement_at_micro_batch(folded, self.graph, target.graph, target.devices)
+        return price_replicated(target, at_slice, self.spec, degree)[0]
+
+    def close(self) -> None:
+        for target in self._targets.values():
+            target.close()
+        self._targets.clear()

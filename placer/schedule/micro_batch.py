@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2, node_def_pb2
@@ -69,6 +69,36 @@ class MicroBatchedStep:
                 op_devices[op.name] = original[op.name]
         return Placement.from_op_devices(self.graph, devices, op_devices,
                                          {**placement.metadata, "micro_batches": self.micro_batches})
+
+
+    def replicate_placement(self, placement: Placement, devices: DeviceSet,
+                            replica_devices: Sequence[Mapping[str, str]]) -> Placement:
+        """`placement` of the micro-batch graph as a data-parallel placement of the micro-batched step on
+        `devices`: copy m is replica m, each of its ops on `replica_devices[m]` of the device its original went to;
+        what the copies share (the variables, the update) and the merges of their gradients stay where replica 0
+        puts them: the gradients are summed on the device that holds each variable."""
+        if len(replica_devices) != self.micro_batches:
+            raise MicroBatchError(f"{len(replica_devices)} replicas' devices for a step of {self.micro_batches} copies")
+        original = placement.op_devices(self.micro_batch_graph)
+        first = replica_devices[0]
+        op_devices = {}
+        for op in self.graph.ops:
+            if op.name in self.copies:
+                replica, name = self.copies[op.name]
+                op_devices[op.name] = replica_devices[replica][original[name]]
+            elif op.name in self.merged:
+                op_devices[op.name] = first[original[self.merged[op.name]]]
+            else:
+                op_devices[op.name] = first[original[op.name]]
+        # A copy colocated with a shared op (a Keras metric's running total, assigned by every copy) runs where
+        # that op does: TensorFlow keeps a colocation group on one device.
+        for group in self.graph.groups:
+            shared = next((name for name in group.ops if name not in self.copies), None)
+            if shared is not None:
+                for name in group.ops:
+                    op_devices[name] = op_devices[shared]
+        return Placement.from_op_devices(self.graph, devices, op_devices,
+                                         {**placement.metadata, "replicas": self.micro_batches})
 
 
 STEPS_KEPT = 2

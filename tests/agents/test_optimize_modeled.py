@@ -316,3 +316,17 @@ def test_a_data_parallel_plan_is_written_with_its_replicas_and_read_back(tmp_pat
     assert "replicas: 2, 32 samples each, gradients combined by all-reduce" in again.describe()
     row = next(r for r in result.to_json_dict()["candidates"] if r["name"] == "data parallel x2")
     assert row["replicas"] == {"degree": 2, "batch": 32, "gradients": "all-reduce"}
+
+
+def test_a_hybrid_s_replica_is_placed_by_the_heuristics_then_refined_and_never_slower_for_it():
+    """Two replicas of two GPUs each on 4 modeled H100s: each replica is a placement problem of its own."""
+    from agents.optimize_modeled import replicated_candidates
+
+    notes = []
+    hybrid, = replicated_candidates("two-tower", "tiny", "modeled:4xH100", 2, notes)
+    assert hybrid.name.startswith("data parallel x2 over ") and hybrid.replicas.batch == 32
+    assert hybrid.step_time.ok and "all-reduced in a ring" in hybrid.made_by
+    unrefined, = replicated_candidates("two-tower", "tiny", "modeled:4xH100", 2, [], deadline=0.0)
+    assert "refined" not in unrefined.name
+    assert hybrid.seconds <= unrefined.seconds
+    assert hybrid.name.endswith(", refined") == (hybrid.seconds < unrefined.seconds)

@@ -1,0 +1,97 @@
+"""`ReplicatedPlacementEnv`: one-shot placement with data parallelism in the action: how many replicas run the step,
+each on its share of the GPUs and of the batch, and where one replica's ops run.
+
+The action is a degree (an index into `replica_degrees`) and a device per unit of the whole step over the machine;
+with D replicas the placement is folded onto one replica's group of GPUs (GPU j of the machine is GPU j mod k of
+a group of k) and priced as the search prices replicas (`placer.cost.replicated.ReplicaPricer`): the step at
+batch / D on the group, its gradients all-reduced over the machine's links. Degree 1 is the plain placement.
+Simulated on modeled machines, for built-in models that can be built at another batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from gymnasium import spaces
+
+from envs.placement import PlacementProblemEnv
+
+
+class ReplicatedPlacementEnv(PlacementProblemEnv):
+    def __init__(self, *args, replica_degrees: Sequence[int] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        from placer.cost.replicated import ReplicaPricer, replica_spec
+        from placer.models import is_builtin_model, model_spec
+        from placer.replicas import Replicas
+
+        spec = str(self.target.spec)
+        if self.backend != "simulated" or not spec.startswith("modeled:"):
+            raise ValueError(f"replicas are priced on modeled machines (devices='modeled:8xH100'), not on {spec!r}")
+        if not isinstance(self.model_name, str) or not is_builtin_model(self.model_name) \
+                or model_spec(self.model_name).batch_of is None:
+            raise ValueError(f"replicas slice the batch: {self.model_name!r} is not a built-in model that can be built "
+                             "at another batch (placer models)")
+        self._pricer = ReplicaPricer(self.model_name, self.size, spec, self.graph)
+        gpus = sum(1 for device in self.devices if device.kind == "GPU")
+        degrees = tuple(replica_degrees) if replica_degrees is not None else tuple(
+            d for d in range(1, gpus + 1) if gpus % d == 0 and self._pricer.batch % d == 0)
+        for degree in degrees:  # refuses a degree that divides neither the batch nor the GPUs, before any step
+            if degree != 1:
+                Replicas.of_batch(self._pricer.batch, degree)
+                replica_spec(spec, degree)
+        self.replica_degrees = degrees
+        gradient_bytes = _gradient_bytes(self.graph)
+        self.observation_space = spaces.Dict({
+            **self._graph_space.spaces,
+            "replica_degrees": spaces.Box(1, gpus, (len(degrees),), np.int64),
+            "replica_batch": spaces.Box(1, self._pricer.batch, (len(degrees),), np.int64),
+            "gradient_bytes": spaces.Box(0, float(np.finfo(np.float32).max), (1,), np.float32),
+        })
+        self._replica_obs = {
+            "replica_degrees": np.array(degrees, np.int64),
+            "replica_batch": np.array([self._pricer.batch // d for d in degrees], np.int64),
+            "gradient_bytes": np.array([gradient_bytes], np.float32),
+        }
+        self.action_space = spaces.Dict({
+            "replicas": spaces.Discrete(len(degrees)),
+            "placement": spaces.MultiDiscrete([len(self.devices)] * self.num_units),
+        })
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.action_space.seed(int(self.np_random.integers(2**31)))
+        return self._observation(), {"backend": self.backend, "units": self.num_units,
+                                     "replica_degrees": self.replica_degrees}
+
+    def step(self, action: dict[str, Any]):
+        from placer.placement import Placement
+
+        degree = self.replica_degrees[int(action["replicas"])]
+        assignment = np.asarray(action["placement"], dtype=np.int64).reshape(self.num_units)
+        if degree == 1:
+            reward_value, info = self._evaluate(assignment)
+        else:
+            placement = Placement.from_assignment(self.graph, self.devices, assignment)
+            result = self._pricer.price(degree, placement)
+            info = {"step_time": result.seconds, "ok": result.ok, "failure": result.failure,
+                    "failure_message": result.message, "peak_memory": result.peak_memory, "moved_ops": 0,
+                    "tensorflow_moved_ops": False, "samples": list(result.samples), "backend": result.backend}
+            self._last = {"assignment": assignment, **info}
+            reward_value = self._reward(result.seconds)
+        info["replicas"] = degree
+        return self._observation(), reward_value, True, False, info
+
+    def _observation(self) -> dict[str, np.ndarray]:
+        return {**{key: value.copy() for key, value in self._graph_obs.items()},
+                **{key: value.copy() for key, value in self._replica_obs.items()}}
+
+    def close(self) -> None:
+        self._pricer.close()
+        super().close()
+
+
+def _gradient_bytes(graph) -> float:
+    from placer.schedule.micro_batch import gradients
+
+    return float(sum(g.bytes for g in gradients(graph)))
