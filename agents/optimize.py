@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from placer.graph.opgraph import OpGraph
     from placer.placement import Placement
     from placer.plan import MachineUse, Plan
+    from placer.replicas import Replicas
     from placer.schedule.plan import SchedulePlan
 
 SCHEDULE_METHODS = ("gpipe", "1f1b", "tessel-fast")
@@ -117,9 +118,10 @@ class OptimizeArgs:
     """Micro-batches per step of the schedules (must divide the batch); default 2 on a real target, and on a
     modeled machine one per GPU (a pipeline stage each) when that divides the batch, else 2."""
     replicas: int | None = setting(None, metavar="D")
-    """Modeled machines: data parallelism of D replicas only (1: none), each on GPUs / D GPUs and batch / D samples,
-    its gradients all-reduced; default: every D above 1 that divides both the GPUs and the batch, each replica
-    placed by every heuristic. Real targets do not search replicas yet."""
+    """Data parallelism: D replicas only (1: none). Modeled machines: each on GPUs / D GPUs and batch / D samples,
+    its gradients all-reduced; default every D above 1 that divides both the GPUs and the batch, each replica
+    placed by every heuristic. Real targets: one replica a device (D = the target's devices), the variables and
+    the update on the first; default: that, when the devices divide the batch of a built-in model."""
     keep: int = setting(2, metavar="K")
     """Real targets: of each joint family (a placement with tuned pools, with a schedule), the K predicted fastest
     are measured."""
@@ -148,7 +150,8 @@ class Candidate:
     name: str
     dimensions: tuple[str, ...]
     """What it changes from one process under TensorFlow's default pools: () for that, else some of "pools",
-    "placement" (the target's workers, and where the ops run there) and "schedule"."""
+    "placement" (the target's workers, and where the ops run there), "schedule" and "replicas" (the target's workers
+    each running a slice of the batch)."""
     machine: MachineUse
     placement: Placement | None
     """On the machine's devices; None: every op on its first device (made once the machine is open)."""
@@ -159,6 +162,11 @@ class Candidate:
     """What proposed it: a thread setting, heuristics, the learned planner, a schedule method."""
     scheduled: Any = field(default=None, compare=False, repr=False)
     """With a schedule: the `placer.schedule.execute.ScheduledStep` a measurer runs."""
+    replicas: Replicas | None = None
+    """Data parallelism: `placement` places one replica (the step at its slice of the batch) on its group."""
+    replicated: Any = field(default=None, compare=False, repr=False)
+    """With replicas: (the data-parallel step, its placement over the machine), what a measurer runs
+    (`placer.replicas.data_parallel_step`), and the replica's graph."""
 
     @property
     def one_dimension(self) -> bool:
@@ -335,7 +343,10 @@ class OptimizeResult:
     schedule was measured."""
 
     def bound_of(self, candidate: Candidate) -> StepTimeBound | None:
-        """The bound `candidate` is read against: the schedules' for a scheduled plan, else the placements'."""
+        """The bound `candidate` is read against: the schedules' for a scheduled plan, the placements' for a
+        placement of the whole batch; none for replicas, whose slices the twin's bound does not cover."""
+        if candidate.replicas is not None:
+            return None
         return self.bound if candidate.schedule is None else self.schedule_bound
 
     @property
@@ -458,9 +469,6 @@ def check_optimize_args(args: OptimizeArgs, *, allow_exposed_ports: bool = False
         args = dataclasses.replace(args, micro_batches=TESTBED_MICRO_BATCHES)
     if not args.model:
         raise OptimizeError("which model? give MODEL (see `placer models`)")
-    if args.replicas not in (None, 1):
-        raise OptimizeError(f"--replicas {args.replicas}: data parallelism is searched on modeled machines "
-                            "(--target modeled:NxGPU); on a real target it is not searched yet (leave out --replicas)")
     check_model_spec(args.model, args.size)
     target = parse_target(args.target, allow_exposed_ports=allow_exposed_ports)  # refuses cores this machine lacks
     devices = target.logical_cpus if isinstance(target, InProcess) else (
@@ -474,6 +482,18 @@ def check_optimize_args(args: OptimizeArgs, *, allow_exposed_ports: bool = False
                                ("--keep", args.keep, 1), ("--micro-batches", args.micro_batches, 1)):
         if value < least:
             raise OptimizeError(f"{name} must be at least {least}, got {value}")
+    if args.replicas is not None and args.replicas not in (1, devices):
+        raise OptimizeError(f"--replicas {args.replicas}: on {args.target} a replica is one of its {devices} devices, "
+                            f"so give --replicas {devices} (or 1: no data parallelism)")
+    if args.replicas == devices:
+        from placer.models import model_spec
+        from placer.models.registry import model_batch
+        from placer.replicas import Replicas
+
+        if not is_builtin_model(args.model) or model_spec(args.model).batch_of is None:
+            raise OptimizeError(f"--replicas {devices} rebuilds the model at a slice of its batch, which needs a built-in "
+                                f"model that can be built at another batch (placer models), not {args.model!r}")
+        Replicas.of_batch(model_batch(args.model, args.size), devices)  # refuses a degree that does not divide it
     if not (math.isfinite(args.budget) and args.budget > 0):
         raise OptimizeError(f"--budget must be a positive number of seconds, got {args.budget}")
     if not calibration_file(args).exists() and args.budget < CALIBRATION_SECONDS + MEASURING_MINIMUM:
@@ -598,9 +618,12 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
                     say(f"pricing the same schedules of {expert.name}")
                     joint += _schedule_candidates(args, graph, expert, real, twin, calibration, calibration_path,
                                                   notes, time_limit=min(10.0, max(1.0, left() - MEASURING_RESERVE)))
+        replicated = [] if args.replicas == 1 else _data_parallel_candidates(args, target, real, notes)
         phase_done("pools and schedules")
         # Measured in this order each round: when --budget runs out, the untimed are the ones predicted slowest.
-        candidates = [*_one_process_candidates(settings), *sorted(placements, key=lambda c: c.predicted_seconds),
+        # Data parallelism beside one process: the plan practitioners start from, one dimension changed.
+        candidates = [*_one_process_candidates(settings), *replicated,
+                      *sorted(placements, key=lambda c: c.predicted_seconds),
                       *sorted(joint, key=lambda c: c.predicted_seconds)]
         measured_candidates = to_measure(candidates, args.keep)
         measured_names = {c.name for c in measured_candidates}
@@ -637,6 +660,10 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
                 refused.add(candidate.name)
                 return []  # untimed this round; weighed again in the next
             on = targets[key]
+            if candidate.replicated is not None:  # the data-parallel step, as `placer apply` runs a replicated plan
+                step_graph, placement, _ = candidate.replicated
+                return memory.first_run(key, lambda: StepTime.from_measurement(
+                    on.measurer.measure(step_graph, placement), str(on.spec)))
             if candidate.scheduled is None:
                 return memory.first_run(key, lambda: on.evaluate(candidate.placement))
             scheduled = candidate.scheduled  # the micro-batched step in the schedule's order, as `placer apply` runs it
@@ -762,6 +789,35 @@ def _heuristic_candidates(args: OptimizeArgs, target, twin, notes: list[str]) ->
     if not candidates:
         raise OptimizeError(f"no heuristic could place {args.model} on {args.target}: {'; '.join(notes)}")
     return candidates
+
+
+def _data_parallel_candidates(args: OptimizeArgs, target, real, notes: list[str]) -> list[Candidate]:
+    """Data parallelism over the target's devices (a built-in model whose batch they divide): each device a replica
+    running the step at batch / devices, the variables and the update on the first, measured as
+    `placer.replicas.data_parallel_step` builds it. The twin does not price it (it would profile another graph),
+    so it is measured whatever its prediction."""
+    from placer.models import build_model, is_builtin_model, model_spec
+    from placer.models.registry import model_batch
+    from placer.placement import Placement
+    from placer.replicas import Replicas, data_parallel_step, first_group
+
+    if not is_builtin_model(args.model) or model_spec(args.model).batch_of is None:
+        notes.append("no data parallelism: it rebuilds the model at a slice of its batch, which needs a built-in "
+                     "model that can be built at another batch")
+        return []
+    machine = real.devices
+    degree, batch = len(machine), model_batch(args.model, args.size)
+    if batch % degree:
+        notes.append(f"no data parallelism: {degree} replicas do not divide the batch of {batch}")
+        return []
+    replicas = Replicas.of_batch(batch, degree)
+    replica_graph = build_model(args.model, args.size, batch=replicas.batch)
+    replica = Placement.on_device(replica_graph, first_group(machine, degree), 0)
+    step_graph, placement = data_parallel_step(replica_graph, replica, machine, degree)
+    return [Candidate(replicas.name, ("replicas",), target, replica, replicas=replicas,
+                      replicated=(step_graph, placement, replica_graph),
+                      made_by=f"{degree} replicas of {replicas.batch} samples, one a device, the variables and the "
+                              "update on the first")]
 
 
 def _placement_candidate(name: str, placement: Placement, target, twin, made_by: str) -> Candidate:
@@ -944,8 +1000,10 @@ def plan_of(args: OptimizeArgs, graph: OpGraph, winner: Measured, measured: Sequ
 
     candidate = winner.candidate
     made_for = twin_spec if str(candidate.machine) == str(target) else str(candidate.machine)
-    plan = Plan.made_for(args.model, args.size, graph, candidate.placement, made_for, schedule=candidate.schedule,
-                         predicted=candidate.predicted, made_by="placer optimize", command=command)
+    placed = graph if candidate.replicated is None else candidate.replicated[2]  # a replica's graph: its slice
+    plan = Plan.made_for(args.model, args.size, placed, candidate.placement, made_for, schedule=candidate.schedule,
+                         predicted=candidate.predicted, replicas=candidate.replicas, made_by="placer optimize",
+                         command=command)
     provenance = {
         **plan.provenance, "candidate": candidate.name, "dimensions": list(candidate.dimensions),
         "made_from": candidate.made_by,

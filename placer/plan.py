@@ -177,10 +177,6 @@ class Plan:
                 f"{self.source} was made for {self.machine}, a modeled machine: its step time is simulated and this "
                 f"machine has no such GPUs to run it; `placer apply` runs plans made for a real target (`placer "
                 f"optimize {self.model} --size {self.size} --target local:2` makes one)")
-        if self.replicas is not None:
-            raise PlanFileError(
-                f"{self.source} runs {self.replicas.degree} replicas (data parallelism), which `placer apply` does not "
-                f"run on {self.run_target}: make a plan without replicas (`placer optimize ... --replicas 1`)")
         self._check_calibration_unchanged()
         machine = self.machine
         if isinstance(machine, LocalTestbed):

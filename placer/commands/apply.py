@@ -75,7 +75,12 @@ def _apply_plan(args, config) -> int:
                             f"or {plan.remake}")
     plan.check_model(args.model, args.size)
     target = plan.check_target(args.target, allow_exposed_ports=args.allow_exposed_ports)
-    graph = load_model(plan.model, plan.size)
+    if plan.replicas is not None:  # the plan places one replica: the step built at its slice of the batch
+        from placer.models import build_model
+
+        graph = build_model(plan.model, plan.size, batch=plan.replicas.batch)
+    else:
+        graph = load_model(plan.model, plan.size)
     plan.check_graph(graph)
     identity = {"plan": str(args.placement), "machine": describe_machine(target),
                 "predicted": None if plan.predicted is None else plan.predicted.to_dict()}
@@ -94,15 +99,28 @@ def _apply_plan(args, config) -> int:
         # carries what its maker measured: the number to hold this run against.
         compared = (float(measured["median"]), "step time measured when the plan was made",
                     f" (by {plan.provenance.get('made_by', 'its maker')} on {measured.get('target', plan.target)})")
-    return _apply_placement(args, graph, plan.placement, target, config,
-                            f"plan {args.placement} ({describe_machine(target)})", identity, compared,
-                            "the plan records no predicted or measured step time to compare with")
+    what = f"plan {args.placement} ({describe_machine(target)})"
+    nothing = "the plan records no predicted or measured step time to compare with"
+    if plan.replicas is None:
+        return _apply_placement(args, graph, plan.placement, target, config, what, identity, compared, nothing)
+    from placer.measure import Measurer
+    from placer.replicas import data_parallel_step, first_group
+
+    degree = plan.replicas.degree
+    with Measurer(target, config) as measurer:
+        machine = measurer.devices
+        replica = plan.placement.to_placement(graph, first_group(machine, degree))
+        step_graph, placement = data_parallel_step(graph, replica, machine, degree)
+        return _apply_placement(args, step_graph, placement, target, config,
+                                f"plan {args.placement} ({degree} replicas of {plan.replicas.batch} samples, "
+                                f"{describe_machine(target)})", identity, compared, nothing, run_on=measurer)
 
 
 def _apply_placement(args, graph, placement_file, target, config, what: str, identity: dict,
-                     compared: tuple[float, str, str] | None, nothing_to_compare: str) -> int:
-    """Run the placement; print its step time against `compared` (seconds, what they are, where they came from)."""
-    result = run_training(graph, placement_file, target, config)
+                     compared: tuple[float, str, str] | None, nothing_to_compare: str, run_on=None) -> int:
+    """Run the placement (on `run_on`, a Measurer already started, else on `target`); print its step time against
+    `compared` (seconds, what they are, where they came from)."""
+    result = run_training(graph, placement_file, run_on or target, config)
     steps_run = config.warmup_steps + len(result.samples) if result.ok else 0
     if args.json:
         print(json.dumps({"graph": graph.name, "fingerprint": graph.fingerprint, **identity, "target": str(target),

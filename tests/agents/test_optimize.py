@@ -193,6 +193,9 @@ def _calibration_of(target, devices, path):
     (["mlp", "--rounds", "0"], "--rounds"),
     (["two-tower", "--schedules", "--micro-batches", "3"], "do not divide the batch"),
     (["placer.models.heldout:branchy_0_graph", "--schedules"], "needs a built-in model"),
+    (["mlp", "--target", "inprocess:2", "--replicas", "3"], "give --replicas 2 (or 1: no data parallelism)"),
+    (["placer.models.heldout:branchy_0_graph", "--target", "inprocess:2", "--replicas", "2"],
+     "rebuilds the model at a slice of its batch"),
 ])
 def test_bad_input_is_refused_before_anything_runs(flags, refusal, nothing_may_run, tmp_path, capsys):
     from agents.cli import main
@@ -242,6 +245,10 @@ def test_optimize_measures_one_process_every_heuristic_and_tuned_pools_side_by_s
     for heuristic in applicable_heuristics(builtin_model=True, simulator=True, model="mlp"):  # measured, or said why not
         assert heuristic in names or any(note.startswith(f"heuristic {heuristic} ") for note in optimized.notes)
     assert any(m.candidate.dimensions == ("placement", "pools") for m in optimized.measured)
+    # data parallelism beside them: a replica a device, each on half the batch
+    replicated = next(m for m in optimized.measured if m.candidate.replicas is not None)
+    assert replicated.candidate.name == "data parallel x2" and replicated.candidate.replicas.batch == 16
+    assert replicated.ok and replicated.candidate.dimensions == ("replicas",)
     assert all(len(m.compared.timings) == 2 for m in optimized.measured if m.ok)
     ran = [m.median for m in optimized.measured if m.ok]
     assert optimized.recommended.median == min(ran)
@@ -287,9 +294,24 @@ def test_every_measured_alternative_makes_a_plan_that_runs_on_its_own_machine_us
         read = read_plan_file(plan.save(tmp_path / f"plan-{index}.json"))
         assert read.machine == alternative.candidate.machine
         assert read.provenance["candidate"] == alternative.candidate.name
-        read.check_graph(mlp)
+        assert read.replicas == alternative.candidate.replicas
+        # a replicated plan places one replica: the step at its slice of the batch
+        read.check_graph(mlp if read.replicas is None else alternative.candidate.replicated[2])
         if alternative.candidate.machine == InProcess(2):  # on the calibrated target: made for its twin
             assert read.check_target(twin) == InProcess(2)
+
+
+def test_a_data_parallel_plan_runs_with_placer_apply_on_its_replicas(optimized, mlp, tmp_path, capsys):
+    from agents.cli import main
+    from agents.optimize import plan_of
+
+    replicated = next(m for m in optimized.measured if m.candidate.replicas is not None)
+    twin = f"calibrated:{optimized.calibration}"
+    plan = plan_of(OptimizeArgs("mlp", target="inprocess:2"), mlp, replicated, optimized.measured, InProcess(2), twin,
+                   "placer optimize mlp").save(tmp_path / "replicated.json")
+    assert main(["apply", str(plan)]) == 0
+    out = capsys.readouterr().out
+    assert "2 replicas of 16 samples" in out and "step time measured when the plan was made" in out
 
 
 def test_past_the_limit_one_process_keeps_the_default_the_recommended_and_the_settings_priced_fastest():

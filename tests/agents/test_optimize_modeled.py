@@ -122,7 +122,6 @@ def test_schedules_are_searched_by_default_one_micro_batch_per_gpu(schedules, mi
     (["two-tower", "--target", "modeled:2xH100", "--replicas", "3"], "3 replicas do not divide the batch of 64"),
     (["gpt2", "--target", "modeled:4xH100", "--replicas", "8"], "8 replicas do not divide the 4 GPUs of modeled:4xH100"),
     (["gpt2", "--target", "modeled:4xH100", "--replicas", "0"], "--replicas must be at least 1"),
-    (["two-tower", "--target", "local:2", "--replicas", "2"], "data parallelism is searched on modeled machines"),
 ])
 def test_bad_input_on_a_modeled_machine_is_refused_before_any_work(flags, refusal, nothing_may_run, tmp_path):
     status, _, err = _run(["optimize", *flags, "--out", str(tmp_path / "plan.json"), "--no-progress"])

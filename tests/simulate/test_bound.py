@@ -164,3 +164,31 @@ def test_times_bound_and_gap_closed_arithmetic():
     assert gap_closed(10 * MS, 12 * MS, 4 * MS) == pytest.approx(-1 / 3)  # slower than the heuristic: negative
     assert gap_closed(4 * MS, 4 * MS, bound) is None  # the heuristic is at the bound: no gap to close
     assert gap_closed(math.inf, 7 * MS, bound) is None and times_bound(None, bound) is None
+
+
+@pytest.mark.parametrize("model, size, machine_spec", [("gpt2", "tiny", "modeled:2xH100"),
+                                                       ("two-tower", "tiny", "modeled:2xV100")])
+def test_slices_of_the_batch_never_do_less_work_than_the_whole_batch_so_the_machine_s_bound_holds(model, size,
+                                                                                                   machine_spec):
+    """The machine's bound takes the whole batch's work for every slicing of it: under the modeled op costs, k ops
+    of B/k samples take at least one op of B. Checked op by op, at half the batch and at one sample."""
+    from placer.cost import open_target
+    from placer.models import build_model, model_batch
+    from placer.simulate.bound import machine_bound
+
+    whole = build_model(model, size)
+    batch = model_batch(model, size)
+    with open_target(whole, machine_spec) as target:
+        whole_cost = dict(zip((op.name for op in whole.step_ops), target.op_cost))
+        whole_bound = step_time_bound(target.simulator)
+    for slices in (2, batch):
+        sliced = build_model(model, size, batch=batch // slices)
+        with open_target(sliced, machine_spec) as target:
+            cost = dict(zip((op.name for op in sliced.step_ops), target.op_cost))
+            sliced_bound = step_time_bound(target.simulator)
+        for name, seconds in whole_cost.items():
+            if name in cost:
+                assert np.all(slices * cost[name] >= seconds * (1 - 1e-9)), (name, slices)
+        bound = machine_bound(whole_bound, sliced_bound)
+        assert bound.value <= whole_bound.value and bound.critical_path <= sliced_bound.critical_path
+        assert bound.work == whole_bound.work
