@@ -421,7 +421,7 @@ class _Replication:
         self.deadline, self.notes, self.say = deadline, notes, say
         self.candidates: list[SimulatedCandidate] = []
         self.graphs: dict[int, OpGraph] = {}
-        """Degree -> the step built at its slice of the batch."""
+        """The most replicas priced -> the step built at their slice of the batch (the smallest slice)."""
         self.took = 0.0
         """The longest one degree took to price."""
 
@@ -476,7 +476,8 @@ def replicated_candidates(model: str, size: str, spec: str, degree: int, notes: 
     say(f"pricing {replicas.name}: the step at {replicas.batch} samples on each replica's {group.split(':')[1]}, "
         "its gradients all-reduced")
     graph = build_model(model, size, batch=replicas.batch)
-    if graphs is not None:
+    if graphs is not None and degree > max(graphs, default=0):  # only the smallest slice's: the machine's bound
+        graphs.clear()                                            # reads it, and a paper-size step is GBs
         graphs[degree] = graph
     with open_target(graph, group) as target:
         gpus = sum(1 for device in target.devices.devices if device.kind == "GPU")
