@@ -166,8 +166,10 @@ def test_times_bound_and_gap_closed_arithmetic():
     assert gap_closed(math.inf, 7 * MS, bound) is None and times_bound(None, bound) is None
 
 
-@pytest.mark.parametrize("model, size, machine_spec", [("gpt2", "tiny", "modeled:2xH100"),
-                                                       ("two-tower", "tiny", "modeled:2xV100")])
+@pytest.mark.parametrize("model, size, machine_spec", [
+    pytest.param("gpt2", "tiny", "modeled:2xH100", marks=pytest.mark.slow),  # the H100's measured kernels
+    ("two-tower", "tiny", "modeled:2xV100"),
+])
 def test_slices_of_the_batch_never_do_less_work_than_the_whole_batch_so_the_machine_s_bound_holds(model, size,
                                                                                                    machine_spec):
     """The machine's bound takes the whole batch's work for every slicing of it: under the modeled op costs, k ops
