@@ -317,6 +317,7 @@ def test_a_data_parallel_plan_is_written_with_its_replicas_and_read_back(tmp_pat
     assert row["replicas"] == {"degree": 2, "batch": 32, "gradients": "all-reduce"}
 
 
+@pytest.mark.slow  # about 25 s: two searches of a replica's placement; plain data parallelism is tested by default
 def test_a_hybrid_s_replica_is_placed_by_the_heuristics_then_refined_and_never_slower_for_it():
     """Two replicas of two GPUs each on 4 modeled H100s: each replica is a placement problem of its own."""
     from agents.optimize_modeled import replicated_candidates
