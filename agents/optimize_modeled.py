@@ -440,15 +440,6 @@ class _Replication:
                               f"replicas (a degree took {self.took:.0f} s): raise --budget")
 
 
-def replica_degrees(gpus: int, batch: int | None) -> tuple[int, ...]:
-    """The data-parallel degrees searched on a machine of `gpus` GPUs: every divisor of the GPUs above 1 that
-    divides the batch too, the most replicas (plain data parallelism, a GPU each) first; none where the model
-    cannot be built at another batch (`batch` None)."""
-    if batch is None:
-        return ()
-    return tuple(d for d in range(gpus, 1, -1) if gpus % d == 0 and batch % d == 0)
-
-
 HYBRID_REFINE_SECONDS = 30.0
 """The most a hybrid (replicas of several GPUs each) spends refining its replica's placement on the simulator,
 after the heuristics placed it: the replica is another, smaller placement problem, and the heuristics alone leave
@@ -640,7 +631,7 @@ def modeled_replica_degrees(args: OptimizeArgs, spec: str, gpus: int, batch: int
     """The data-parallel degrees searched: --replicas alone (checked against the batch and the GPUs; 1: none),
     else `replica_degrees`."""
     from placer.cost.replicated import replica_spec
-    from placer.replicas import Replicas
+    from placer.replicas import Replicas, replica_degrees
 
     if args.replicas is None:
         return replica_degrees(gpus, batch)

@@ -24,6 +24,7 @@ class ReplicatedPlacementEnv(PlacementProblemEnv):
         from placer.cost.replicated import ReplicaPricer, replica_spec
         from placer.models import is_builtin_model, model_spec
         from placer.replicas import Replicas
+        from placer.replicas import replica_degrees as every_degree
 
         spec = str(self.target.spec)
         if self.backend != "simulated" or not spec.startswith("modeled:"):
@@ -35,7 +36,7 @@ class ReplicatedPlacementEnv(PlacementProblemEnv):
         self._pricer = ReplicaPricer(self.model_name, self.size, spec, self.graph)
         gpus = sum(1 for device in self.devices if device.kind == "GPU")
         degrees = tuple(replica_degrees) if replica_degrees is not None else tuple(
-            d for d in range(1, gpus + 1) if gpus % d == 0 and self._pricer.batch % d == 0)
+            sorted(every_degree(gpus, self._pricer.batch, least=1)))
         for degree in degrees:  # refuses a degree that divides neither the batch nor the GPUs, before any step
             if degree != 1:
                 Replicas.of_batch(self._pricer.batch, degree)

@@ -87,7 +87,9 @@ def decide(model: str, size: str, spec: str, micro_batches: int, learn_updates: 
 
     from placer.models import model_batch
 
-    from agents.optimize_modeled import replica_degrees, search_modeled
+    from placer.replicas import replica_degrees
+
+    from agents.optimize_modeled import search_modeled
 
     started = time.monotonic()
     schedulable = model_spec(model).batch_of is not None

@@ -69,6 +69,15 @@ class Replicas:
         return cls(data["degree"], data["batch"], data.get("gradients", "all-reduce"))
 
 
+def replica_degrees(gpus: int, batch: int | None, *, least: int = 2) -> tuple[int, ...]:
+    """The numbers of replicas a machine of `gpus` GPUs can run a step of `batch` samples in: every divisor of the
+    GPUs from `least` up that divides the batch too, the most replicas (one GPU each) first; none where the model
+    cannot be built at another batch (`batch` None)."""
+    if batch is None:
+        return ()
+    return tuple(d for d in range(gpus, least - 1, -1) if gpus % d == 0 and batch % d == 0)
+
+
 def replica_devices(machine: DeviceSet, replica_machine: DeviceSet, degree: int) -> list[dict[str, str]]:
     """For each replica, its devices' names on `replica_machine` (the group one replica is placed on) -> the device
     of `machine` it runs on. Devices of each kind are dealt out in order, a group after another (replica r's
