@@ -195,7 +195,7 @@ class _Saver:
     """Checkpoints the agent and writes the trainer state and the best placement after each update."""
 
     def __init__(self, agent: PlacementAgent, env, run_dir: Path, tf):
-        self.agent, self.run_dir = agent, run_dir
+        self.agent, self.env, self.run_dir = agent, env, run_dir
         self.checkpoint = tf.train.Checkpoint(**agent.checkpoint_objects())
         self.manager = tf.train.CheckpointManager(self.checkpoint, run_dir / CHECKPOINTS, max_to_keep=2)
         self.graph, self.devices, self.backend = _placement_context(env)
@@ -205,11 +205,17 @@ class _Saver:
                         checkpoint=(self.manager.save(checkpoint_number=state.updates)
                                     if self.agent.checkpoint_objects() else None))
         if improved and state.best_assignment is not None:
+            import gymnasium as gym
+
             from placer.placement import Placement
 
             record = {"method": self.agent.name, "update": state.updates, "samples": state.samples,
                       "step_time": state.best_step_time, "reward": state.best_reward, "backend": self.backend}
-            placement = Placement.from_assignment(self.graph, self.devices, list(state.best_assignment), record)
+            base = self.env if isinstance(self.env, gym.vector.VectorEnv) else self.env.unwrapped
+            if hasattr(base, "placement_of"):  # an action that is more than a device per unit (replicas)
+                placement = base.placement_of(state.best_assignment, record)
+            else:
+                placement = Placement.from_assignment(self.graph, self.devices, list(state.best_assignment), record)
             write_best_placement(self.run_dir, placement, self.graph)
         write_trainer_state(self.run_dir, state)  # last: a kill before this resumes from the previous update
         return state

@@ -843,20 +843,37 @@ and in the same minutes the planner learned as much or more from them (docs/resu
 
 
 def learned_placement(graph: OpGraph, spec: str, *, updates: int, seconds: float | None = None, seed: int = 0,
-                      progress: bool = False, stop_rules: Sequence = ()) -> Placement | None:
+                      progress: bool = False, stop_rules: Sequence = (), replica_degrees: Sequence[int] = (),
+                      model: str | None = None, size: str | None = None) -> Placement | None:
     """The best placement the hierarchical planner finds in `updates` updates of `SIMULATED_SAMPLES_PER_UPDATE`
     placements (at most `seconds`, or until one of `stop_rules` holds) on the simulated target `spec` (the
-    calibrated twin, a modeled machine), through the one training loop; None when no update completed."""
+    calibrated twin, a modeled machine), through the one training loop; None when no update completed.
+
+    replica_degrees: data parallelism in the planner's choice too (`agents.replicated.ReplicaChoosingAgent` on
+    `envs.replicated.ReplicatedPlacementEnv`), each degree's step rebuilt from the built-in `model` at `size`: the
+    placement returned is of the whole step, and its metadata's "replicas" says how many replicas run it, each
+    folded onto its share of the GPUs (1: none)."""
     from envs.placement import PlacementEnv
     from placer.placement import Placement
 
     from agents.factory import make_agent
     from agents.loop import TrainingConfig, train
 
-    env = PlacementEnv(model=graph, backend="simulated", devices=spec)
+    replicated = bool(set(replica_degrees) - {1})
+    if replicated:
+        from envs.replicated import ReplicatedPlacementEnv
+
+        env = ReplicatedPlacementEnv(model=graph, size=size, backend="simulated", devices=spec, slices_of=model,
+                                     replica_degrees=sorted({1, *replica_degrees}))
+    else:
+        env = PlacementEnv(model=graph, backend="simulated", devices=spec)
     try:
         env.reset(seed=seed)
         agent = make_agent("hierarchical", graph, env.device_mask, env.devices, seed=seed)
+        if replicated:
+            from agents.replicated import ReplicaChoosingAgent
+
+            agent = ReplicaChoosingAgent(agent, env.replica_degrees, seed=seed)
         with tempfile.TemporaryDirectory(prefix="placer-optimize-") as run_dir:
             state = train(agent, env, run_dir, TrainingConfig(updates=updates, time_budget=seconds, progress=progress,
                                                               samples_per_update=SIMULATED_SAMPLES_PER_UPDATE),
@@ -864,8 +881,11 @@ def learned_placement(graph: OpGraph, spec: str, *, updates: int, seconds: float
         if state.best_assignment is None:
             return None
         simulator = "the calibrated simulator" if spec.startswith("calibrated:") else f"the simulator of {spec}"
-        return Placement.from_assignment(graph, env.devices, list(state.best_assignment), {
-            "method": f"hierarchical planner, {state.updates} updates on {simulator}"})
+        record = {"method": f"hierarchical planner{' with replicas' if replicated else ''}, {state.updates} updates "
+                            f"on {simulator}"}
+        if replicated:
+            return env.placement_of(state.best_assignment, record)
+        return Placement.from_assignment(graph, env.devices, list(state.best_assignment), record)
     finally:
         env.close()
 

@@ -15,7 +15,8 @@ experiments/gpu_machines.py):
 3. The hierarchical planner trained for --learn-updates on the same simulator (`agents.loop.train`), cut to
    PLANNER_SHARE of learning's seconds ("planner"); then the fastest few placements found so far, the planner's
    among them, refined on the simulator coarse to fine (`placer.heuristics.refine`) for the rest, by successive
-   halving: after each round the faster half goes on ("learned": the fastest refined). Learning takes the budget
+   halving: after each round the faster half goes on (the fastest refined is named after its start: "metis,
+   refined", or "planner, refined" when the planner's placement won). Learning takes the budget
    left less what scheduling one more placement over several GPUs needs, judged by the schedules before it, and
    at least half of it.
 4. With schedules (on by default when the model can be built at the micro-batch size): the expert's and the
@@ -61,8 +62,10 @@ TESSEL_SECONDS = 10.0
 LEARNING_SHARE = 0.5
 """Of the budget left when learning starts, the least share it takes when schedules follow it; it takes more when
 the schedules before it showed that scheduling one more placement needs less (`_Scheduling.reserve`)."""
-LEARNERS = {"planner", "learned"}
-"""The candidates placer's learning proposes; every other placement is a heuristic's."""
+PLANNER = "planner"
+"""The name of the placement the hierarchical planner sampled: the only one a policy learned."""
+REFINED = ", refined"
+"""How a placement the refinement made is named: after the placement it started from ("metis, refined")."""
 PLANNER_SHARE = 0.4
 """Of learning's seconds, the most the hierarchical planner may take; refining the fastest placement found on
 the simulator takes the rest: thousands of moves priced in the time the planner samples a few hundred. Half way
@@ -92,8 +95,18 @@ class SimulatedCandidate:
         return self.step_time.seconds if self.step_time.ok else math.inf
 
     def made_of(self, name: str) -> bool:
-        """True when `name` ("expert", "learned") proposed its placement."""
+        """True when `name` ("expert", "planner", "metis, refined") proposed its placement."""
         return name in self.placement_name.split(" = ")
+
+    @property
+    def refined(self) -> bool:
+        """True when the refinement made its placement (from whichever start)."""
+        return any(name.endswith(REFINED) for name in self.placement_name.split(" = "))
+
+    @property
+    def heuristic(self) -> bool:
+        """True when a heuristic proposed its placement (whatever else made the same one)."""
+        return any(name != PLANNER and not name.endswith(REFINED) for name in self.placement_name.split(" = "))
 
 
 @dataclass(frozen=True)
@@ -149,17 +162,21 @@ class ModeledSearch:
         return self.candidates[0]
 
     def unscheduled(self, name: str) -> SimulatedCandidate | None:
-        """The placement `name` ("expert", "single-device", "learned") proposed, unscheduled."""
+        """The placement `name` ("expert", "single-device", "planner") proposed, unscheduled."""
         return next((c for c in self.placements if c.made_of(name)), None)
+
+    def refined(self) -> SimulatedCandidate | None:
+        """The refinement's placement, unscheduled."""
+        return next((c for c in self.placements if c.refined), None)
 
     @property
     def gap_closed(self) -> float | None:
-        """The share of the best heuristic placement's distance to the bound that the learned placement closed."""
-        learned = self.unscheduled("learned")
-        heuristics = [c.seconds for c in self.placements if set(c.placement_name.split(" = ")) - LEARNERS]
-        if learned is None or not heuristics:
+        """The share of the best heuristic placement's distance to the bound that the refined placement closed."""
+        refined = self.refined()
+        heuristics = [c.seconds for c in self.placements if c.heuristic]
+        if refined is None or not heuristics:
             return None
-        return gap_closed(min(heuristics), learned.seconds, self.bound)
+        return gap_closed(min(heuristics), refined.seconds, self.bound)
 
 
 def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = None, learn_updates: int = 0,
@@ -220,8 +237,12 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
             left = deadline - time.monotonic()
             # What learning leaves is what scheduling its placement takes: more would leave the budget idle.
             seconds = left if scheduling is None else max(left * LEARNING_SHARE, left - scheduling.reserve())
-            found += _learned(graph, spec, target, found, learn_updates=learn_updates, seed=seed, seconds=seconds,
-                              notes=notes, progress=progress, say=say)
+            # With data parallelism priced, the planner chooses replicas too: it may learn the plan the search found.
+            degrees = sorted({c.replicas.degree for c in replication.candidates}) if builtin else []
+            learned = _learned(graph, spec, target, found, learn_updates=learn_updates, seed=seed, seconds=seconds,
+                               notes=notes, progress=progress, say=say, replicas_of=(model, size, degrees))
+            found += [c for c in learned if c.replicas is None]
+            replication.candidates += [c for c in learned if c.replicas is not None]
         phase_done("learning")
         placements = merge_same_placements(found, ("name", "placement_name"))
         scheduled: list[SimulatedCandidate] = []
@@ -247,10 +268,16 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
 
 
 def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate], *, learn_updates: int, seconds: float,
-             seed: int, notes: list[str], progress: bool, say: Callable[[str], None]) -> list[SimulatedCandidate]:
-    """The planner's placement ("planner": trained for `learn_updates` updates, at most PLANNER_SHARE of `seconds`)
-    and the learned one ("learned": the fastest placements found so far, the planner's among them, refined on the
-    simulator for the rest of `seconds` by successive halving, `placer.heuristics.refine.refine_starts`)."""
+             seed: int, notes: list[str], progress: bool, say: Callable[[str], None],
+             replicas_of: tuple[str, str, Sequence[int]] | None = None) -> list[SimulatedCandidate]:
+    """The planner's plan ("planner": trained for `learn_updates` updates, at most PLANNER_SHARE of `seconds`)
+    and the refined one (the fastest placements found so far, the planner's among them, refined on the simulator for
+    the rest of `seconds` by successive halving, `placer.heuristics.refine.refine_starts`; named after the start
+    that won, "metis, refined").
+
+    replicas_of: (model, size, degrees): the planner chooses among those degrees of data parallelism too, and its
+    plan is replicated when it chose more than one replica (then it is not refined: the refinement places the whole
+    batch)."""
     from placer.heuristics.refine import TOURNAMENT_STARTS, refine_starts
     from placer.placement import Placement
 
@@ -262,20 +289,23 @@ def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate],
     until = time.monotonic() + seconds
     say(f"training the hierarchical planner on {spec} ({learn_updates} updates, at most {seconds * PLANNER_SHARE:.0f} s)")
     stopped: list[float] = []
+    model, size, degrees = replicas_of or (None, None, ())
     planner = learned_placement(graph, spec, updates=learn_updates, seconds=seconds * PLANNER_SHARE, seed=seed,
-                                progress=progress,
+                                progress=progress, replica_degrees=degrees, model=model, size=size,
                                 stop_rules=[out_of_the_tournament(found, seconds * PLANNER_SHARE / 2, stopped)])
     if stopped:
         notes.append(f"the planner stopped after {stopped[0]:.0f} s of its {seconds * PLANNER_SHARE:.0f}: its best was "
                      f"slower than the {TOURNAMENT_STARTS} fastest placements found, so it would not be refined; the "
                      "refinement took the rest")
     made = []
-    if planner is not None:
-        made.append(SimulatedCandidate("planner", "planner", planner, target.evaluate(planner),
+    if planner is not None and planner.metadata.get("replicas", 1) > 1:
+        made.append(_replicated_planner(model, size, spec, graph, planner))
+    elif planner is not None:
+        made.append(SimulatedCandidate(PLANNER, PLANNER, planner, target.evaluate(planner),
                                        made_by=planner.metadata.get("method", "hierarchical planner")))
-    # Fastest first, each placement once: the refinements' tournament takes the first few.
+    # Fastest first, each placement of the whole batch once: the refinements' tournament takes the first few.
     starts, seen = [], set()
-    for candidate in sorted(found + made, key=lambda c: c.seconds):
+    for candidate in sorted(found + [c for c in made if c.replicas is None], key=lambda c: c.seconds):
         if tuple(candidate.placement.group_devices) not in seen:
             seen.add(tuple(candidate.placement.group_devices))
             starts.append(candidate)
@@ -289,13 +319,35 @@ def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate],
     placement = Placement.from_assignment(graph, target.devices, refined.group_devices)
     others = [f"{starts[k].name}'s {r.seconds * 1e3:.2f} ms after {r.wall_seconds:.0f} s"
               for k, r in enumerate(refinements) if k != best and r.wall_seconds > 0]
+    name = start.placement_name.split(" = ")[0] + REFINED
     made.append(SimulatedCandidate(
-        "learned", "learned", placement, target.evaluate(placement),
+        name, name, placement, target.evaluate(placement),
         made_by=f"{start.name}'s placement refined on the simulator ({refined.moves} moves kept of "
                 f"{refined.evaluations} placements simulated in {refined.wall_seconds:.0f} s, down to "
                 f"{refined.finest_pieces} pieces" + (f"; fastest of {len(others) + 1} starts refined, the others "
                                                      f"ended at {', '.join(others)})" if others else ")")))
     return made
+
+
+def _replicated_planner(model: str, size: str, spec: str, graph: OpGraph, planner) -> SimulatedCandidate:
+    """The planner's plan with replicas as a row of the search: one replica's placement on its group, at its slice."""
+    from placer.cost.replicated import ReplicaPricer, price_replicated
+    from placer.models import model_batch
+    from placer.replicas import Replicas
+
+    degree = int(planner.metadata["replicas"])
+    replicas = Replicas.of_batch(model_batch(model, size), degree)
+    pricer = ReplicaPricer(model, size, spec, graph)
+    try:
+        target = pricer.replica_target(degree)
+        placement = pricer.replica_placement(degree, planner)
+        step_time, step = price_replicated(target, placement, spec, degree)
+    finally:
+        pricer.close()
+    return SimulatedCandidate(
+        PLANNER, PLANNER, placement, step_time, replicas=replicas, replica_graph=target.graph,
+        made_by=f"{planner.metadata.get('method', 'hierarchical planner')}: {degree} replicas of {replicas.batch} "
+                f"samples, gradients ({step.gradient_bytes / 1e6:.0f} MB) all-reduced in a ring")
 
 
 def out_of_the_tournament(found: Sequence[SimulatedCandidate], after: float, stopped: list[float]):
@@ -545,7 +597,7 @@ def _machine_bound(bound: StepTimeBound, slices: Mapping[int, OpGraph], spec: st
 
 def _named_as(scheduled: list[SimulatedCandidate], placements: list[SimulatedCandidate]) -> list[SimulatedCandidate]:
     """`scheduled` named after the placements they schedule as finally merged: one scheduled before learning
-    ("expert + 1f1b x4") takes the learned placement's name too when that is the same ("expert = learned + ...")."""
+    ("expert + 1f1b x4") takes the refined placement's name too when that is the same ("expert = expert, refined + ...")."""
     names = {tuple(p.placement.group_devices): p.placement_name for p in placements}
     renamed = []
     for c in scheduled:
@@ -719,7 +771,8 @@ class ModeledOptimizeResult:
         for c in search.replicated:
             lines.append(f"  {c.name}: {c.made_by}")
         if search.gap_closed is not None:
-            lines.append(f"  gap closed: the learned placement closed {100 * search.gap_closed:+.1f}% of the best "
+            lines.append(f"  gap closed: the refined placement ({search.refined().name}) closed "
+                         f"{100 * search.gap_closed:+.1f}% of the best "
                          "heuristic's distance to the bound")
         versus = self.versus_expert()
         if versus:

@@ -1,11 +1,13 @@
 """`ReplicatedPlacementEnv`: one-shot placement with data parallelism in the action: how many replicas run the step,
 each on its share of the GPUs and of the batch, and where one replica's ops run.
 
-The action is a degree (an index into `replica_degrees`) and a device per unit of the whole step over the machine;
-with D replicas the placement is folded onto one replica's group of GPUs (GPU j of the machine is GPU j mod k of
-a group of k) and priced as the search prices replicas (`placer.cost.replicated.ReplicaPricer`): the step at
-batch / D on the group, its gradients all-reduced over the machine's links. Degree 1 is the plain placement.
-Simulated on modeled machines, for built-in models that can be built at another batch.
+The action is one flat vector: the degree (an index into `replica_degrees`), then a device per unit of the whole
+step over the machine. Flat, so that the agents of `agents.loop` and other RL libraries (most take no Dict actions)
+propose it as they propose placements. With D replicas the placement is folded onto one replica's group of GPUs
+(GPU j of the machine is GPU j mod k of a group of k) and priced as the search prices replicas
+(`placer.cost.replicated.ReplicaPricer`): the step at batch / D on the group, its gradients all-reduced over the
+machine's links. Degree 1 is the plain placement. Simulated on modeled machines, for built-in models that can be
+built at another batch.
 """
 
 from __future__ import annotations
@@ -19,8 +21,13 @@ from envs.placement import PlacementProblemEnv
 
 
 class ReplicatedPlacementEnv(PlacementProblemEnv):
-    def __init__(self, *args, replica_degrees: Sequence[int] | None = None, **kwargs):
+    def __init__(self, *args, replica_degrees: Sequence[int] | None = None, slices_of: str | None = None, **kwargs):
+        """replica_degrees: the degrees the action chooses from (default: every one the GPUs and the batch allow).
+        slices_of: the built-in model whose step is rebuilt at each replica's slice of the batch, where `model` is
+        its graph already built (default: `model`, a built-in model's name)."""
         super().__init__(*args, **kwargs)
+        if slices_of is not None:
+            self.model_name = slices_of
         from placer.cost.replicated import ReplicaPricer, replica_spec
         from placer.models import is_builtin_model, model_spec
         from placer.replicas import Replicas
@@ -54,10 +61,7 @@ class ReplicatedPlacementEnv(PlacementProblemEnv):
             "replica_batch": np.array([self._pricer.batch // d for d in degrees], np.int64),
             "gradient_bytes": np.array([gradient_bytes], np.float32),
         }
-        self.action_space = spaces.Dict({
-            "replicas": spaces.Discrete(len(degrees)),
-            "placement": spaces.MultiDiscrete([len(self.devices)] * self.num_units),
-        })
+        self.action_space = spaces.MultiDiscrete([len(degrees)] + [len(self.devices)] * self.num_units)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
@@ -65,11 +69,27 @@ class ReplicatedPlacementEnv(PlacementProblemEnv):
         return self._observation(), {"backend": self.backend, "units": self.num_units,
                                      "replica_degrees": self.replica_degrees}
 
-    def step(self, action: dict[str, Any]):
+    def split(self, action) -> tuple[int, np.ndarray]:
+        """(the degree, the device of each unit) of a flat action."""
+        action = np.asarray(action, dtype=np.int64).reshape(-1)
+        if action.shape != (1 + self.num_units,):
+            raise ValueError(f"an action is the degree's index then a device per unit: {1 + self.num_units} numbers, "
+                             f"got {action.shape[0]}")
+        return self.replica_degrees[int(action[0])], action[1:]
+
+    def placement_of(self, action, record: dict[str, Any] | None = None):
+        """The placement of one replica's units an action names, its degree in the record (`"replicas"`): what
+        `agents.loop.train` writes as the best placement."""
         from placer.placement import Placement
 
-        degree = self.replica_degrees[int(action["replicas"])]
-        assignment = np.asarray(action["placement"], dtype=np.int64).reshape(self.num_units)
+        degree, assignment = self.split(action)
+        return Placement.from_assignment(self.graph, self.devices, list(assignment), {**(record or {}),
+                                                                                     "replicas": degree})
+
+    def step(self, action):
+        from placer.placement import Placement
+
+        degree, assignment = self.split(action)
         if degree == 1:
             reward_value, info = self._evaluate(assignment)
         else:

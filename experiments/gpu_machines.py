@@ -14,10 +14,12 @@ schedule. Each setup is the search of `placer optimize MODEL --target modeled:Nx
 - bound: the step time no placement of the whole batch can beat (`placer.simulate.bound`); schedule bound: what no
   schedule of --micro-batches micro-batches can beat (`placer.schedule.predict.schedule_bound`);
 - single: every op on one GPU; best heuristic: the fastest heuristic placement (the exact baseline included);
-- learned: what learning found in what the budget leaves it: the hierarchical planner trained on the simulator
-  (at most --learn-updates), then the fastest placement so far refined there (`placer.heuristics.refine`); its
-  best schedule, its share of the best heuristic's gap to the bound closed, and against
-  the expert's placement (the seed papers' metric);
+- planner: what the policy learned in what the budget leaves it: the hierarchical planner's best sample, trained on
+  the simulator (at most --learn-updates), choosing data parallelism's degree too where replicas were priced; its
+  share of the best heuristic's gap to the bound closed (a placement of the whole batch), and it over the best plan;
+- refined: the fastest placements so far, the planner's among them, refined on the simulator by greedy moves
+  (`placer.heuristics.refine`; not learned: `refined_from` names the start that won); its best schedule, its share
+  of the best heuristic's gap to the bound closed, and against the expert's placement (the seed papers' metric);
 - expert scheduled: the expert's placement under its fastest micro-batch schedule (GPipe, 1F1B, ZB-H1, Tessel's fast
   search over --micro-batches), or unscheduled if none is faster (models that cannot be built at another batch
   get no schedules);
@@ -53,11 +55,11 @@ tf_logs.configure()
 
 from experiments._report import write_report  # noqa: E402
 
-COLUMNS = ["setup", "bound_ms", "schedule_bound_ms", "single_ms", "placement", "placement_ms", "planner_ms", "planner_gap_closed_pct", "learned_ms", "learned_schedule",
-           "learned_scheduled_ms", "learned_gap_closed_pct", "learned_vs_expert_pct", "expert_ms", "expert_schedule",
+COLUMNS = ["setup", "bound_ms", "schedule_bound_ms", "single_ms", "placement", "placement_ms", "planner_ms", "planner_replicas", "planner_x_best", "planner_gap_closed_pct", "refined_ms", "refined_from", "refined_schedule",
+           "refined_scheduled_ms", "refined_gap_closed_pct", "refined_vs_expert_pct", "expert_ms", "expert_schedule",
            "expert_scheduled_ms", "stages_ms", "pipeline_best", "pipeline_speedup", "bubble_arithmetic", "sequential",
            "sequential_ms", "joint", "joint_ms", "joint_vs_best_one_dim_pct",
-           "placement_x_bound", "learned_x_bound", "joint_x_bound", "machine_bound_ms", "data_parallel_ms",
+           "placement_x_bound", "refined_x_bound", "joint_x_bound", "machine_bound_ms", "data_parallel_ms",
            "hybrid", "hybrid_ms", "best", "best_ms", "vs_data_parallel", "best_x_machine_bound", "search_s"]
 
 PAPER_SETUPS = ("nmt-2:paper@2xV100", "nmt-2:paper@4xV100", "nmt-4:paper@2xV100", "nmt-4:paper@4xV100",
@@ -101,20 +103,36 @@ def decide(model: str, size: str, spec: str, micro_batches: int, learn_updates: 
     notes = list(search.notes)
     if not schedulable:
         notes.append(f"no schedules: {model} cannot be built at the micro-batch size")
-    # By every name that proposed a placement ("expert = metis" counts as both): the columns name heuristics.
-    alone = {name: c.seconds for c in search.placements if c.step_time.ok for name in c.placement_name.split(" = ")}
-    scheduled = {(name, c.schedule.method): c.seconds for c in search.scheduled if c.step_time.ok
+    # By every name that proposed a placement ("expert = metis" counts as both): the columns name heuristics, and the
+    # refinement's placement is "refined" whatever it started from.
+    alone = {_column_name(name): c.seconds for c in search.placements if c.step_time.ok
+             for name in c.placement_name.split(" = ")}
+    scheduled = {(_column_name(name), c.schedule.method): c.seconds for c in search.scheduled if c.step_time.ok
                  for name in c.placement_name.split(" = ")}
     row = summarize(alone, scheduled, search.bound.value,
                     None if search.schedule_bound is None else search.schedule_bound.value)
     row.update(replicated_columns(search))
+    row.update(planner_columns(search, row))
     row.update(pipeline_speedups(alone, scheduled, gpus, micro_batches if schedulable else None))
-    learned = next((c for c in search.placements if "learned" in c.name.split(" = ")), None)
+    refined = search.refined()
     return {"setup": f"{model}:{size}@{spec.split(':', 1)[1]}", "model": f"{model} {size}", "machine": spec, **row,
-            "learned_made_by": None if learned is None else learned.made_by, "bound": search.bound.to_dict(),
+            "refined_from": None if refined is None else _refined_from(refined),
+            "refined_made_by": None if refined is None else refined.made_by, "bound": search.bound.to_dict(),
             "schedule_bound": None if search.schedule_bound is None else search.schedule_bound.to_dict(),
             "search_s": time.monotonic() - started,
             "phase_seconds": dict(search.phase_seconds), "notes": notes}
+
+
+def _column_name(name: str) -> str:
+    from agents.optimize_modeled import REFINED
+
+    return "refined" if name.endswith(REFINED) else name
+
+
+def _refined_from(candidate) -> str:
+    from agents.optimize_modeled import REFINED
+
+    return next(n for n in candidate.placement_name.split(" = ") if n.endswith(REFINED))[:-len(REFINED)]
 
 
 def replicated_columns(search) -> dict:
@@ -122,7 +140,7 @@ def replicated_columns(search) -> dict:
     from placer.simulate.bound import times_bound
 
     plain = search.data_parallel()
-    hybrids = [c for c in search.replicated if c is not plain and c.step_time.ok]
+    hybrids = [c for c in search.replicated if c is not plain and c.step_time.ok and not c.made_of("planner")]
     hybrid = min(hybrids, key=lambda c: c.seconds) if hybrids else None
     best = search.fastest
     machine = search.machine_bound or search.bound
@@ -136,16 +154,30 @@ def replicated_columns(search) -> dict:
             "best_x_machine_bound": times_bound(best.seconds, machine)}
 
 
+def planner_columns(search, row: dict) -> dict:
+    """The hierarchical planner's plan beside the search's best: with data parallelism priced it chooses replicas
+    too, and a replicated plan is read against the fastest plan of any kind, not the placements' bound."""
+    planner = next((c for c in (*search.placements, *search.replicated) if c.made_of("planner") and c.step_time.ok),
+                   None)
+    if planner is None:
+        return {"planner_replicas": None, "planner_x_best": None}
+    columns = {"planner_replicas": 1 if planner.replicas is None else planner.replicas.degree,
+               "planner_x_best": planner.seconds / search.fastest.seconds}
+    if planner.replicas is not None:  # the placements' bound and gap do not hold for replicas
+        columns.update(planner_ms=planner.seconds * 1e3, planner_gap_closed_pct=None)
+    return columns
+
+
 def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float], bound: float | None = None,
               schedule_bound: float | None = None) -> dict:
-    """The row's decisions from every placement's predicted seconds unscheduled (`alone`, by name; "learned" is
-    the planner's, "single-device" one GPU) and under each schedule (`scheduled`, by (placement, method)); with
+    """The row's decisions from every placement's predicted seconds unscheduled (`alone`, by name; "refined" is
+    the refinement's, "planner" the policy's, "single-device" one GPU) and under each schedule (`scheduled`, by (placement, method)); with
     the step time `bound` of unscheduled placements, each placement over it and the share of the best heuristic
-    placement's gap to it that the learned placement closed; each scheduled plan over `schedule_bound`, what no
+    placement's gap to it that the refined placement closed; each scheduled plan over `schedule_bound`, what no
     schedule can beat."""
     from placer.simulate.bound import gap_closed, times_bound
 
-    heuristics = {name: s for name, s in alone.items() if name not in ("learned", "planner")}
+    heuristics = {name: s for name, s in alone.items() if name not in ("refined", "planner")}
     best_placement = min(heuristics, key=heuristics.get)
     everything = {**alone, **{f"{name} + {method}": s for (name, method), s in scheduled.items()}}
     # one decision made, the other left at its default: a placement unscheduled, or one GPU under a schedule
@@ -164,20 +196,20 @@ def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float], 
     def ms(seconds):
         return None if seconds is None else seconds * 1e3
 
-    closed = gap_closed(heuristics[best_placement], alone.get("learned"), bound)
+    closed = gap_closed(heuristics[best_placement], alone.get("refined"), bound)
     planner_closed = gap_closed(heuristics[best_placement], alone.get("planner"), bound)
-    learned_schedules = {method: s for (name, method), s in scheduled.items() if name == "learned"}
-    learned_schedule = min(learned_schedules, key=learned_schedules.get) if learned_schedules else None
-    if learned_schedule is not None and learned_schedules[learned_schedule] >= alone.get("learned", float("inf")):
-        learned_schedule = None
-    versus_expert = (100 * (1 - alone["learned"] / alone["expert"])
-                     if "learned" in alone and alone.get("expert") else None)
+    refined_schedules = {method: s for (name, method), s in scheduled.items() if name == "refined"}
+    refined_schedule = min(refined_schedules, key=refined_schedules.get) if refined_schedules else None
+    if refined_schedule is not None and refined_schedules[refined_schedule] >= alone.get("refined", float("inf")):
+        refined_schedule = None
+    versus_expert = (100 * (1 - alone["refined"] / alone["expert"])
+                     if "refined" in alone and alone.get("expert") else None)
     return {
-        "learned_schedule": learned_schedule or ("none" if "learned" in alone else None),
-        "learned_scheduled_ms": ms(learned_schedules[learned_schedule] if learned_schedule else alone.get("learned")),
-        "learned_vs_expert_pct": versus_expert,
+        "refined_schedule": refined_schedule or ("none" if "refined" in alone else None),
+        "refined_scheduled_ms": ms(refined_schedules[refined_schedule] if refined_schedule else alone.get("refined")),
+        "refined_vs_expert_pct": versus_expert,
         "single_ms": ms(alone.get("single-device")), "placement_ms": ms(heuristics[best_placement]),
-        "placement": best_placement, "learned_ms": ms(alone.get("learned")), "expert_ms": ms(alone.get("expert")),
+        "placement": best_placement, "refined_ms": ms(alone.get("refined")), "expert_ms": ms(alone.get("expert")),
         "expert_scheduled_ms": ms(expert_schedules[expert_schedule] if expert_schedule else alone.get("expert")),
         "expert_schedule": expert_schedule or "none",
         "sequential_ms": ms(sequential[1]), "sequential": sequential[0], "joint_ms": ms(everything[joint]),
@@ -185,9 +217,9 @@ def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float], 
         "best_one_dim": best_one_dim, "predicted_ms": {name: ms(s) for name, s in everything.items()},
         "bound_ms": ms(bound), "schedule_bound_ms": ms(schedule_bound),
         "placement_x_bound": times_bound(heuristics[best_placement], bound),
-        "learned_x_bound": times_bound(alone.get("learned"), bound),
+        "refined_x_bound": times_bound(alone.get("refined"), bound),
         "joint_x_bound": times_bound(everything[joint], bound if joint in alone else schedule_bound),
-        "learned_gap_closed_pct": None if closed is None else 100 * closed,
+        "refined_gap_closed_pct": None if closed is None else 100 * closed,
         "planner_ms": ms(alone.get("planner")),
         "planner_gap_closed_pct": None if planner_closed is None else 100 * planner_closed,
         "x_bound": {name: times_bound(s, bound if name in alone else schedule_bound) for name, s in everything.items()},
@@ -256,7 +288,7 @@ def main(argv=None) -> int:
     parser.add_argument("--micro-batches", type=int, default=4)
     parser.add_argument("--learn-updates", type=int, default=LEARN_UPDATES,
                         help="simulated updates of the hierarchical planner at most (default: as many as the budget "
-                             "leaves; 0: no learned placement)")
+                             "leaves; 0: neither the planner nor the refinement)")
     parser.add_argument("--schedule-top", type=int, default=3,
                         help="schedule the K placements predicted fastest unscheduled (and the expert's and one GPU's)")
     parser.add_argument("--jobs", type=int, default=1,
@@ -295,10 +327,14 @@ def main(argv=None) -> int:
     rows: list[dict] = []
     for row in _searched(setups, args):
         rows.append(row)
-        learned = ("no learned placement" if row["learned_ms"] is None else
-                   f"learned {row['learned_ms']:.2f} ms, {row['learned_gap_closed_pct'] or 0:.0f} % of the gap closed")
+        refined = ("no refined placement" if row["refined_ms"] is None else
+                   f"refined {row['refined_ms']:.2f} ms ({row['refined_from']}'s), "
+                   f"{row['refined_gap_closed_pct'] or 0:.0f} % of the gap closed")
+        planner = ("" if row.get("planner_ms") is None else
+                   f"planner {row['planner_ms']:.2f} ms ({row['planner_replicas']} replica(s), "
+                   f"{row['planner_x_best']:.2f}x the best); ")
         print(f"{row['setup']}: bound {row['bound_ms']:.2f} ms, best heuristic {row['placement_ms']:.2f} ms "
-              f"({row['placement']}), {learned}; joint {row['joint_ms']:.2f} ms ({row['joint']}); "
+              f"({row['placement']}), {planner}{refined}; joint {row['joint_ms']:.2f} ms ({row['joint']}); "
               + ("" if row["data_parallel_ms"] is None else f"data parallel {row['data_parallel_ms']:.2f} ms; ")
               + f"best {row['best_ms']:.2f} ms ({row['best']}, {row['best_x_machine_bound']:.2f}x the machine's bound "
               f"{row['machine_bound_ms']:.2f}); "

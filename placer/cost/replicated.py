@@ -77,15 +77,20 @@ class ReplicaPricer:
             self._targets[degree] = open_target(build_model(self.model, self.size, batch=replicas.batch), group)
         return self._targets[degree]
 
-    def price(self, degree: int, placement: Placement) -> StepTime:
-        """`degree` replicas, each placed as `placement` (of the whole step over the machine) folds onto its group."""
+    def replica_placement(self, degree: int, placement: Placement) -> Placement:
+        """One of `degree` replicas' placement: `placement` (of the whole step over the machine) folded onto its
+        group and carried over to the step at its slice (`replica_target(degree).graph`)."""
         from placer.replicas import fold_onto_group
         from placer.schedule.micro_batch import placement_at_micro_batch
 
         target = self.replica_target(degree)
         folded = fold_onto_group(placement, self.graph, target.devices)
-        at_slice = placement_at_micro_batch(folded, self.graph, target.graph, target.devices)
-        return price_replicated(target, at_slice, self.spec, degree)[0]
+        return placement_at_micro_batch(folded, self.graph, target.graph, target.devices)
+
+    def price(self, degree: int, placement: Placement) -> StepTime:
+        """`degree` replicas, each placed as `placement` (of the whole step over the machine) folds onto its group."""
+        return price_replicated(self.replica_target(degree), self.replica_placement(degree, placement), self.spec,
+                                degree)[0]
 
     def close(self) -> None:
         for target in self._targets.values():

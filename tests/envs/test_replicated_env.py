@@ -39,13 +39,13 @@ def test_an_action_with_replicas_is_priced_as_the_search_prices_the_same_plan(en
     env.reset(seed=0)
     gpu = env.devices.names.index(next(d.name for d in env.devices if d.kind == "GPU"))
     every_op_on_a_gpu = np.full(env.num_units, gpu, np.int64)
-    _, value, terminated, _, info = env.step({"replicas": 1, "placement": every_op_on_a_gpu})
+    _, value, terminated, _, info = env.step(np.concatenate([[1], every_op_on_a_gpu]))
     assert terminated and info["ok"] and info["replicas"] == 2
     searched = replicated_candidates("two-tower", "tiny", "modeled:2xH100", 2, [])
     assert searched[0].name == "data parallel x2"
     assert info["step_time"] == pytest.approx(searched[0].seconds, rel=1e-9)
     # degree 1 is the plain placement, priced on the whole machine
-    _, _, _, _, plain = env.step({"replicas": 0, "placement": every_op_on_a_gpu})
+    _, _, _, _, plain = env.step(np.concatenate([[0], every_op_on_a_gpu]))
     assert plain["replicas"] == 1 and plain["step_time"] == pytest.approx(env.target.evaluate(every_op_on_a_gpu).seconds)
 
 

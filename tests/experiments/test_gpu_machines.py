@@ -11,35 +11,35 @@ MS = 1e-3
 
 
 def test_each_column_is_the_decision_it_names():
-    alone = {"single-device": 10 * MS, "metis": 6 * MS, "expert": 7 * MS, "learned": 5.5 * MS}
+    alone = {"single-device": 10 * MS, "metis": 6 * MS, "expert": 7 * MS, "refined": 5.5 * MS}
     scheduled = {("single-device", "gpipe"): 9 * MS, ("metis", "1f1b"): 6.5 * MS, ("expert", "gpipe"): 8 * MS,
-                 ("expert", "1f1b"): 4 * MS, ("learned", "gpipe"): 5 * MS}
+                 ("expert", "1f1b"): 4 * MS, ("refined", "gpipe"): 5 * MS}
     row = summarize(alone, scheduled)
-    assert (row["placement"], row["placement_ms"]) == ("metis", pytest.approx(6.0))  # the learned one is its own column
-    assert row["learned_ms"] == pytest.approx(5.5)
+    assert (row["placement"], row["placement_ms"]) == ("metis", pytest.approx(6.0))  # the refined one is its own column
+    assert row["refined_ms"] == pytest.approx(5.5)
     assert (row["expert_schedule"], row["expert_scheduled_ms"]) == ("1f1b", pytest.approx(4.0))
-    # one after another: the fastest placement alone (learned), then the fastest schedule for it
-    assert (row["sequential"], row["sequential_ms"]) == ("learned + gpipe", pytest.approx(5.0))
+    # one after another: the fastest placement alone (refined), then the fastest schedule for it
+    assert (row["sequential"], row["sequential_ms"]) == ("refined + gpipe", pytest.approx(5.0))
     assert (row["joint"], row["joint_ms"]) == ("expert + 1f1b", pytest.approx(4.0))
-    assert row["best_one_dim"] == "learned"
+    assert row["best_one_dim"] == "refined"
     assert row["joint_vs_best_one_dim_pct"] == pytest.approx(100 * (1 - 4 / 5.5))
-    # the learned placement's own schedule, and the seed papers' metric: against the expert's placement
-    assert (row["learned_schedule"], row["learned_scheduled_ms"]) == ("gpipe", pytest.approx(5.0))
-    assert row["learned_vs_expert_pct"] == pytest.approx(100 * (1 - 5.5 / 7))
+    # the refined placement's own schedule, and the seed papers' metric: against the expert's placement
+    assert (row["refined_schedule"], row["refined_scheduled_ms"]) == ("gpipe", pytest.approx(5.0))
+    assert row["refined_vs_expert_pct"] == pytest.approx(100 * (1 - 5.5 / 7))
 
 
-def test_the_planner_s_own_placement_is_neither_the_best_heuristic_nor_the_learned_one():
-    row = summarize({"metis": 6 * MS, "planner": 5.5 * MS, "learned": 5 * MS}, {}, bound=4 * MS)
+def test_the_planner_s_own_placement_is_neither_the_best_heuristic_nor_the_refined_one():
+    row = summarize({"metis": 6 * MS, "planner": 5.5 * MS, "refined": 5 * MS}, {}, bound=4 * MS)
     assert (row["placement"], row["placement_ms"]) == ("metis", pytest.approx(6.0))
     assert row["planner_ms"] == pytest.approx(5.5) and row["planner_gap_closed_pct"] == pytest.approx(25.0)
-    assert row["learned_gap_closed_pct"] == pytest.approx(50.0)
+    assert row["refined_gap_closed_pct"] == pytest.approx(50.0)
 
 
-def test_without_a_learned_placement_its_columns_are_empty_and_a_slower_schedule_is_none():
+def test_without_a_refined_placement_its_columns_are_empty_and_a_slower_schedule_is_none():
     row = summarize({"single-device": 10 * MS, "expert": 7 * MS}, {})
-    assert row["learned_ms"] is None and row["learned_schedule"] is None and row["learned_vs_expert_pct"] is None
-    row = summarize({"single-device": 10 * MS, "expert": 7 * MS, "learned": 6 * MS}, {("learned", "1f1b"): 9 * MS})
-    assert (row["learned_schedule"], row["learned_scheduled_ms"]) == ("none", pytest.approx(6.0))
+    assert row["refined_ms"] is None and row["refined_schedule"] is None and row["refined_vs_expert_pct"] is None
+    row = summarize({"single-device": 10 * MS, "expert": 7 * MS, "refined": 6 * MS}, {("refined", "1f1b"): 9 * MS})
+    assert (row["refined_schedule"], row["refined_scheduled_ms"]) == ("none", pytest.approx(6.0))
 
 
 def test_setups_name_the_model_its_size_and_the_modeled_machine():
@@ -50,16 +50,16 @@ def test_setups_name_the_model_its_size_and_the_modeled_machine():
         parse_setup("nmt-4:paper")
 
 
-def test_each_decision_is_shown_against_the_bound_with_the_gap_the_learned_placement_closed():
-    alone = {"single-device": 10 * MS, "metis": 6 * MS, "learned": 5 * MS}
+def test_each_decision_is_shown_against_the_bound_with_the_gap_the_refined_placement_closed():
+    alone = {"single-device": 10 * MS, "metis": 6 * MS, "refined": 5 * MS}
     row = summarize(alone, {("metis", "gpipe"): 3 * MS}, bound=4 * MS, schedule_bound=2 * MS)
     assert (row["bound_ms"], row["schedule_bound_ms"]) == (pytest.approx(4.0), pytest.approx(2.0))
-    assert (row["placement_x_bound"], row["learned_x_bound"]) == (pytest.approx(1.5), pytest.approx(1.25))
+    assert (row["placement_x_bound"], row["refined_x_bound"]) == (pytest.approx(1.5), pytest.approx(1.25))
     # a schedule goes below the bound of unscheduled placements: it is read against what no schedule beats
     assert row["joint_x_bound"] == pytest.approx(1.5) and row["x_bound"]["metis + gpipe"] == pytest.approx(1.5)
-    assert row["learned_gap_closed_pct"] == pytest.approx(50.0)  # metis 6 ms, bound 4 ms, learned 5 ms
+    assert row["refined_gap_closed_pct"] == pytest.approx(50.0)  # metis 6 ms, bound 4 ms, refined 5 ms
     assert row["x_bound"]["single-device"] == pytest.approx(2.5)
-    assert summarize(alone, {})["bound_ms"] is None and summarize(alone, {})["learned_gap_closed_pct"] is None
+    assert summarize(alone, {})["bound_ms"] is None and summarize(alone, {})["refined_gap_closed_pct"] is None
 
 
 def test_a_schedule_that_slows_the_expert_down_is_not_reported_as_its_schedule():
@@ -93,7 +93,7 @@ def test_each_finished_setup_is_written_before_the_next_starts(tmp_path, monkeyp
     import experiments.gpu_machines as benchmark
 
     row = {"setup": "nmt-2:tiny@2xV100", "bound_ms": 1.0, "placement_ms": 2.0, "placement": "expert",
-           "learned_ms": None, "joint_ms": 2.0, "joint": "expert", "search_s": 3.0, "data_parallel_ms": 2.5,
+           "refined_ms": None, "joint_ms": 2.0, "joint": "expert", "search_s": 3.0, "data_parallel_ms": 2.5,
            "best": "expert", "best_ms": 2.0, "best_x_machine_bound": 2.0, "machine_bound_ms": 1.0}
     calls = []
 
