@@ -24,9 +24,12 @@ different means at very different costs:
 Then every one-dimension candidate (one process under each setting; each distinct placement under the target's
 default pools; the learned one) and the best `keep` predicted of each joint family (the same dimensions changed
 from the same placement) are measured side by side
-in interleaved rounds (`placer.cost.compare`), and the fastest measured is recommended. Because every
-one-dimension candidate is in that same comparison, the staging can miss a joint combination but never
-recommends a plan slower (measured) than the best one-dimension candidate: `recommend` checks it.
+in interleaved rounds (`placer.cost.compare`). Those within the noise of the fastest (a paired t-test over their
+rounds, `placer.cost.compare.tie_set`) are measured again until they separate or reach MOST_ROUNDS (`retime_ties`);
+the simplest plan of what is still tied is recommended (one process before workers, TensorFlow's default pools
+before tuned ones), and the table and the plan name the tie. Because every one-dimension candidate is in that same
+comparison, the staging can miss a joint combination but never recommends a plan slower, beyond the noise, than
+the best one-dimension candidate: `recommend` checks it.
 """
 
 from __future__ import annotations
@@ -103,7 +106,9 @@ class OptimizeArgs:
     """Real targets: the target's calibration (`placer calibrate --target TARGET --out FILE`): reused if FILE exists, else
     calibrated now (about a minute on local:2) into FILE. Default: --out's name with .calibration.json."""
     rounds: int = 3
-    """Real targets: interleaved rounds of the measured comparison; each candidate's step time is its median."""
+    """Real targets: interleaved rounds of the measured comparison; each candidate's step time is its median. Those
+    within the noise of the fastest (a paired t-test over rounds) are measured again, 2 rounds at a time up to 9,
+    until they separate; the simplest of a tie is recommended."""
     learn_updates: int = setting(10, metavar="N")
     """Updates of 32 placements (SIMULATED_SAMPLES_PER_UPDATE) the hierarchical planner trains on the calibrated
     twin, or on the modeled machine's simulator (0: no learned placement)."""
@@ -288,10 +293,62 @@ def confirm(candidates: Sequence[Candidate], measure: Callable[[Candidate], Step
     return [Measured(c, compared[c.name]) for c in candidates]
 
 
+TIE_ROUNDS = 2
+"""Rounds added at a time for the candidates tied with the fastest (`retime_ties`)."""
+MOST_ROUNDS = 9
+"""The most rounds a tied candidate is measured in before its tie is reported as one."""
+WORKER_DIMENSIONS = ("placement", "replicas", "schedule")
+"""What runs a step on the target's workers rather than in one process."""
+
+
+def simplicity(candidate: Candidate) -> tuple[int, bool]:
+    """How much a plan changes from one process under TensorFlow's default pools (lower is simpler): the dimensions
+    it changes, then whether it needs the target's workers."""
+    return len(candidate.dimensions), any(d in WORKER_DIMENSIONS for d in candidate.dimensions)
+
+
+def tied_with_fastest(measured: Sequence[Measured]) -> list[Measured]:
+    """The candidates within the noise of the fastest median (`placer.cost.compare.tie_set`: a paired test over
+    their rounds), fastest first."""
+    from placer.cost.compare import tie_set
+
+    by_name = {m.candidate.name: m for m in measured}
+    return [by_name[name] for name in tie_set({name: m.compared for name, m in by_name.items()})]
+
+
+def retime_ties(measured: Sequence[Measured], measure: Callable[[Candidate], StepTime], *,
+                most_rounds: int = MOST_ROUNDS, deadline: float | None = None,
+                say: Callable[[str], None] = lambda line: None) -> list[Measured]:
+    """The candidates tied with the fastest measured again, `TIE_ROUNDS` interleaved rounds at a time, until they
+    separate, any has `most_rounds` rounds, or `deadline` passes. The others keep their rounds."""
+    from placer.cost import compare
+    from placer.cost.compare import Compared
+
+    measured = list(measured)
+    while True:
+        tied = tied_with_fastest(measured)
+        if len(tied) < 2 or max(len(m.compared.timings) for m in tied) >= most_rounds:
+            return measured
+        if deadline is not None and time.monotonic() >= deadline:
+            return measured
+        rounds = min(TIE_ROUNDS, most_rounds - max(len(m.compared.timings) for m in tied))
+        say(f"{len(tied)} candidates within the noise of the fastest ({', '.join(m.candidate.name for m in tied)}): "
+            f"{rounds} more round{'s' if rounds > 1 else ''} of them")
+        again = compare(measure, {m.candidate.name: m.candidate for m in tied}, rounds, deadline=deadline)
+        if not any(c.timings for c in again.values()):
+            return measured
+        measured = [dataclasses.replace(m, compared=Compared(m.candidate.name, m.compared.timings
+                                                             + again[m.candidate.name].timings))
+                    if m.candidate.name in again else m for m in measured]
+
+
 def recommend(measured: Sequence[Measured]) -> Measured:
-    """The fastest measured candidate; between equal medians, the one changing fewer dimensions. Never slower
-    than the best one-dimension candidate of the same comparison (checked: one flag away, a user would have had
-    that one)."""
+    """The simplest of the candidates tied with the fastest measured (`tied_with_fastest`; `simplicity`: one process
+    before workers, TensorFlow's default pools before tuned ones), the faster median between equally simple ones.
+    Never slower, beyond the noise, than the best one-dimension candidate of the same comparison: one flag away, a
+    user would have had that one."""
+    from placer.cost.compare import separated
+
     ran = [m for m in measured if m.ok]
     if not ran:
         if not any(m.compared.timed for m in measured):
@@ -300,11 +357,12 @@ def recommend(measured: Sequence[Measured]) -> Measured:
         failures = "; ".join(f"{m.candidate.name}: {m.compared.failure.failure} ({m.compared.failure.message})"
                              for m in measured if m.compared.failure is not None)
         raise OptimizeError(f"every candidate failed when measured: {failures}")
-    best = min(ran, key=lambda m: (m.median, len(m.candidate.dimensions)))
-    simple = [m.median for m in ran if m.candidate.one_dimension]
-    if simple and best.median > min(simple):
-        raise AssertionError(f"{best.candidate.name} is recommended but a one-dimension candidate measured faster")
-    return best
+    tied = tied_with_fastest(ran)
+    simple = [m for m in ran if m.candidate.one_dimension]
+    best_simple = min(simple, key=lambda m: m.median) if simple else None
+    admissible = [m for m in tied if best_simple is None or m is best_simple
+                  or not separated(best_simple.compared, m.compared)] or tied[:1]
+    return min(admissible, key=lambda m: (simplicity(m.candidate), m.median))
 
 
 @dataclass(frozen=True)
@@ -362,6 +420,8 @@ class OptimizeResult:
         return gap_closed(min(heuristics), min(learned), self.bound)
 
     def describe(self) -> str:
+        from placer.cost.compare import spread as rounds_spread
+
         winner = self.recommended.median
         rows = sorted(self.measured, key=lambda m: m.median)
         name_width = max(len(m.candidate.name) for m in rows)
@@ -372,7 +432,8 @@ class OptimizeResult:
         lines = [f"{self.model} ({self.size}, graph {self.graph!r}): {len(rows)} ways to run its step, measured side by "
                  f"side in {rounds}; predicted on calibrated:{self.calibration}{unreliable}",
                  f"  {'':1} {'plan':<{name_width}}  {'machine use':<{machine_width}}  {'schedule':<16} "
-                 f"{'predicted':>10} {'measured':>10}  {'x bound':>7}  vs fastest"]
+                 f"{'predicted':>10} {'measured':>10} {'spread':>6}  {'x bound':>7}  vs fastest"]
+        tied = tied_with_fastest(self.measured)
         for m in rows:
             c = m.candidate
             mark = "*" if m is self.recommended else " "
@@ -382,14 +443,25 @@ class OptimizeResult:
                 predicted += "?"
             if m.ok:
                 measured, ratio = f"{m.median * 1e3:7.2f} ms", f"{m.median / winner:.2f}x"
+                if len(tied) > 1 and m in tied:
+                    ratio += " tie"
             elif not m.compared.timed:
                 measured, ratio = "-", f"(not measured: {m.not_measured or '--budget ran out'})"
             else:
                 measured, ratio = "failed", f"({m.compared.failure.failure}: {m.compared.failure.message[:60]})"
             against = times_bound(m.median if m.ok else None, self.bound_of(c))
             against = "-" if against is None else f"{against:.2f}x"
+            spread = rounds_spread(m.compared)
+            spread = "-" if spread is None else f"{100 * spread:.0f}%"
             lines.append(f"  {mark} {c.name:<{name_width}}  {str(c.machine):<{machine_width}}  {schedule:<16} "
-                         f"{predicted:>10} {measured:>10}  {against:>7}  {ratio}")
+                         f"{predicted:>10} {measured:>10} {spread:>6}  {against:>7}  {ratio}")
+        if len(tied) > 1:
+            rounds = max(len(m.compared.timings) for m in tied)
+            lines.append(f"  tie: {len(tied)} plans within the noise of the fastest (a paired t-test over up to "
+                         f"{rounds} rounds cannot tell them apart at 5 %): {', '.join(m.candidate.name for m in tied)}; "
+                         "the recommended is the simplest of them (one process before workers, TensorFlow's default "
+                         "pools before tuned ones)")
+        lines.append("  spread: (slowest - fastest round) / median, over each plan's rounds")
         for candidate in self.priced_only:
             lines.append(f"  priced only (not among the fastest predicted of its kind): {candidate.name}, "
                          f"{candidate.predicted_seconds * 1e3:.2f} ms predicted")
@@ -418,6 +490,10 @@ class OptimizeResult:
         return "\n".join(lines)
 
     def to_json_dict(self) -> dict[str, Any]:
+        from placer.cost.compare import spread as rounds_spread
+
+        tied = tied_with_fastest(self.measured)
+
         def row(m: Measured) -> dict[str, Any]:
             c = m.candidate
             return {"name": c.name, "dimensions": list(c.dimensions), "made_by": c.made_by, "machine": str(c.machine),
@@ -426,7 +502,8 @@ class OptimizeResult:
                     "predicted": None if c.predicted is None else c.predicted.to_dict(),
                     "ok": m.ok, "measured": m.compared.timed, "not_measured": m.not_measured or None,
                     "median": m.median if m.ok else None,
-                    "rounds": m.compared.rounds,
+                    "rounds": m.compared.rounds, "spread": rounds_spread(m.compared),
+                    "tied_with_fastest": any(m is t for t in tied),
                     "vs_fastest": m.median / self.recommended.median if m.ok else None,
                     "x_bound": times_bound(m.median if m.ok else None, self.bound_of(c)),
                     "step_time": m.compared.median_timing.to_dict() if m.compared.timings else None}
@@ -672,6 +749,8 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
 
         measured = confirm(measured_candidates, measure, args.rounds, progress=_progress(args, "measuring", "round"),
                            deadline=started + args.budget)
+        measured = retime_ties(measured, measure, most_rounds=max(MOST_ROUNDS, args.rounds),
+                               deadline=started + args.budget, say=say)
         short_of_memory = [m.candidate.name for m in measured if not m.compared.timed and m.candidate.name in refused]
         if short_of_memory:
             measured = [dataclasses.replace(m, not_measured="lack of memory") if m.candidate.name in short_of_memory
@@ -1029,6 +1108,7 @@ def plan_of(args: OptimizeArgs, graph: OpGraph, winner: Measured, measured: Sequ
         "made_from": candidate.made_by,
         "measured": {"median": winner.median, "rounds": winner.compared.rounds, "target": str(candidate.machine)},
         "alternatives": {m.candidate.name: (m.median if m.ok else None) for m in measured},
+        "tied_with": [m.candidate.name for m in tied_with_fastest(measured) if m is not winner],
     }
     return dataclasses.replace(plan, provenance=provenance)
 

@@ -109,3 +109,51 @@ def compare_and_retime_leaders(evaluate: Callable[[object], T | Sequence[T]], pl
     again = compare(evaluate, leaders, rounds, progress=progress)
     return {name: Compared(name, c.timings + again[name].timings) if name in again else c
             for name, c in compared.items()}
+
+
+
+T_CRITICAL_95 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771, 1.761,
+                 1.753, 1.746, 1.740, 1.734, 1.729, 1.725, 1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701,
+                 1.699, 1.697)
+"""Student's t at one-sided 95 % for 1 to 30 degrees of freedom; the normal's 1.645 past them."""
+
+
+def paired_rounds(first: Compared[T], second: Compared[T]) -> list[tuple[float, float]]:
+    """(first's, second's) step time of each round both were timed in and ran, in order: timings taken in the same
+    round ran minutes apart at most, so the machine's drift is shared within a pair."""
+    return [(a, b) for a, b in zip(first.rounds, second.rounds) if a is not None and b is not None]
+
+
+def separated(faster: Compared[T], slower: Compared[T]) -> bool:
+    """True when `slower` is slower than `faster` beyond the machine's noise: a one-sided paired t-test over their
+    rounds, on the log of each round's ratio (so a round the whole machine ran slow counts as any other), rejects
+    equal speed at 5 %. With one paired round no test can be made, and its ratio is taken at its word (a slower
+    round separates); a placement that failed is always separated from one that ran."""
+    if faster.ok and not slower.ok:
+        return True
+    logs = [math.log(b / a) for a, b in paired_rounds(faster, slower)]
+    if len(logs) < 2:
+        return bool(logs) and logs[0] > 0
+    mean = sum(logs) / len(logs)
+    deviation = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+    if deviation == 0:
+        return mean > 0
+    critical = T_CRITICAL_95[len(logs) - 2] if len(logs) - 1 <= len(T_CRITICAL_95) else 1.645
+    return mean / (deviation / math.sqrt(len(logs))) > critical
+
+
+def tie_set(compared: Mapping[str, Compared[T]]) -> list[str]:
+    """The names within the noise of the fastest median: the fastest, then every placement that ran and is not
+    `separated` from it, fastest median first."""
+    ran = sorted((c for c in compared.values() if c.ok), key=lambda c: c.median)
+    if not ran:
+        return []
+    return [c.name for c in ran if c is ran[0] or not separated(ran[0], c)]
+
+
+def spread(compared: Compared[T]) -> float | None:
+    """How far its rounds spread around their median: (slowest - fastest) / median, None with fewer than 2."""
+    values = [s for s in compared.rounds if s is not None]
+    if len(values) < 2 or not compared.ok:
+        return None
+    return (max(values) - min(values)) / compared.median
