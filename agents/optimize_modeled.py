@@ -511,14 +511,14 @@ def replicated_candidates(model: str, size: str, spec: str, degree: int, notes: 
     from placer.cost.replicated import price_replicated, replica_spec
     from placer.errors import PlacerError
     from placer.heuristics import applicable_heuristics, time_heuristics
-    from placer.models import build_model, model_batch
+    from placer.models import build_model_apart, model_batch
     from placer.replicas import Replicas
 
     replicas = Replicas.of_batch(model_batch(model, size), degree)
     group = replica_spec(spec, degree)
     say(f"pricing {replicas.name}: the step at {replicas.batch} samples on each replica's {group.split(':')[1]}, "
         "its gradients all-reduced")
-    graph = build_model(model, size, batch=replicas.batch)
+    graph = build_model_apart(model, size, batch=replicas.batch)
     if graphs is not None and degree > max(graphs, default=0):  # only the smallest slice's: the machine's bound
         graphs.clear()                                            # reads it, and a paper-size step is GBs
         graphs[degree] = graph

@@ -48,12 +48,30 @@ PLACEMENT_IMAGE_TAG, PLACEMENT_TABLE_TAG = "the_best_placement/devices", "the_be
 STEP_TIME_CHART = "step time (ms): best so far, sampled median, every baseline"
 
 
-def step_times_ms(metrics: Mapping[str, float], baselines: Mapping[str, float]) -> dict[str, float]:
-    """Series -> step time in milliseconds of one update: the learned series it reports, and every baseline's
-    (logged at every update, so that it is a level line across the chart); finite ones only."""
-    seconds = {series: metrics.get(metric) for metric, series in STEP_TIME_SERIES.items()}
-    seconds.update({layout.BASELINE_SERIES.format(name): value for name, value in baselines.items()})
-    return {series: 1e3 * float(value) for series, value in seconds.items() if _finite(value)}
+class StepTimeSeries:
+    """Series -> step time in milliseconds of each update, in order: the learned series the update reports, and every
+    baseline's (logged at every update, so that it is a level line across the chart); finite ones only.
+
+    The best so far never rises: it is the lowest best of its phase, and a best timed again side by side that came
+    out slower is its own series (`layout.BEST_RETIMED`). A simulator phase's best is a series of its own
+    (`layout.BEST_SIMULATED`): the measured phase's best, timed on the real target, does not continue it."""
+
+    def __init__(self, baselines: Mapping[str, float]):
+        self.baselines = dict(baselines)
+        self._lowest: dict[str, float] = {}
+
+    def of(self, metrics: Mapping[str, float]) -> dict[str, float]:
+        seconds = {series: metrics.get(metric) for metric, series in STEP_TIME_SERIES.items()}
+        best = seconds.pop(layout.BEST)
+        if _finite(best):
+            series = layout.BEST_SIMULATED if metrics.get("simulated") else layout.BEST
+            lowest = min(self._lowest.get(series, math.inf), float(best))
+            self._lowest[series] = lowest
+            seconds[series] = lowest
+            if best > lowest:
+                seconds[layout.BEST_RETIMED] = best
+        seconds.update({layout.BASELINE_SERIES.format(name): value for name, value in self.baselines.items()})
+        return {series: 1e3 * float(value) for series, value in seconds.items() if _finite(value)}
 
 
 def scalar_values(metrics: Mapping[str, float]) -> dict[str, float]:
@@ -167,7 +185,7 @@ class TensorBoardTracker:
         self._hparams = {key: _hparam_value(value) for key, value in hparams.items()}
         self._run_name = run_name
         self._hparams_written = False
-        self._baselines = dict(baselines or {})
+        self._series = StepTimeSeries(baselines or {})
         with self.writer.as_default(step=0):
             tf.summary.experimental.write_raw_pb(custom_scalar.pb(custom_scalars_layout()).SerializeToString())
             tf.summary.text(layout.RUN_NAME_TAG, run_name)
@@ -183,7 +201,7 @@ class TensorBoardTracker:
             for tag, value in scalar_values(metrics).items():
                 tf.summary.scalar(tag, value)
         self.writer.flush()
-        for series, milliseconds in step_times_ms(metrics, self._baselines).items():
+        for series, milliseconds in self._series.of(metrics).items():
             writer = self._series_writer(series)
             with writer.as_default(step=update):
                 tf.summary.scalar(layout.STEP_TIME_TAG, milliseconds)
@@ -217,14 +235,14 @@ class WandbTracker:
         import wandb
 
         self._wandb = wandb
-        self._baselines = dict(baselines or {})
+        self._series = StepTimeSeries(baselines or {})
         self.mode = wandb_mode(mode)
         self.run = wandb.init(project=project, name=run_name, dir=str(run_dir), config=dict(config), mode=self.mode,
                               sync_tensorboard=False, reinit="create_new")
 
     def log_update(self, update: int, metrics: Mapping[str, float]) -> None:
         step_times = {f"{layout.STEP_TIME_TAG}/{series}": ms
-                      for series, ms in step_times_ms(metrics, self._baselines).items()}
+                      for series, ms in self._series.of(metrics).items()}
         self.run.log({**step_times, **scalar_values(metrics)}, step=update)
 
     def log_placement(self, update: int, matrix: np.ndarray, device_names: Sequence[str], markdown: str) -> None:

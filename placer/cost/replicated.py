@@ -68,13 +68,13 @@ class ReplicaPricer:
     def replica_target(self, degree: int) -> SimulatedCost:
         """The simulated machine of one of `degree` replicas, over the step at its slice of the batch."""
         from placer.cost import open_target
-        from placer.models import build_model
+        from placer.models import build_model_apart
         from placer.replicas import Replicas
 
         if degree not in self._targets:
             replicas = Replicas.of_batch(self.batch, degree)
             group = replica_spec(self.spec, degree)
-            self._targets[degree] = open_target(build_model(self.model, self.size, batch=replicas.batch), group)
+            self._targets[degree] = open_target(build_model_apart(self.model, self.size, batch=replicas.batch), group)
         return self._targets[degree]
 
     def replica_placement(self, degree: int, placement: Placement) -> Placement:

@@ -13,6 +13,10 @@ STEP_TIME_TAG = "step_time_ms"
 """The one tag of every series directory: the step time in milliseconds, per update."""
 BEST, SAMPLED, GREEDY = "best", "sampled", "greedy"
 """Series names: the best so far, the median of each update's samples, the policy's greedy placement."""
+BEST_SIMULATED, BEST_RETIMED = "best_simulated", "best_retimed"
+"""The best so far of a run's simulator phase (simulated step times, which the measured best that follows does not
+continue), and the best's own latest timing where timing it again side by side made it slower than its best so far:
+a best so far never rises."""
 BASELINE_SERIES = "baseline/{}"
 """Each baseline's series, a level line at its step time."""
 RUN_NAME_TAG = "run/name"

@@ -22,12 +22,16 @@ PAGE_SCRIPT = Path(__file__).with_name("step_time.js")
 DOWNSAMPLE = 100_000
 """Points asked for per series: every update TensorBoard has loaded."""
 
-_SERIES_RUN = re.compile(rf"^(?:(?P<root>.*)/)?{layout.SERIES_DIR}/(?P<series>{layout.BEST}|{layout.SAMPLED}|"
-                         rf"{layout.GREEDY}|{layout.BASELINE_SERIES.format('[^/]+')})$")
+_LEARNED = (layout.BEST, layout.BEST_SIMULATED, layout.BEST_RETIMED, layout.SAMPLED, layout.GREEDY)
+_SERIES_RUN = re.compile(rf"^(?:(?P<root>.*)/)?{layout.SERIES_DIR}/(?P<series>{'|'.join(_LEARNED)}|"
+                         rf"{layout.BASELINE_SERIES.format('[^/]+')})$")
 _LEGACY_TAG = re.compile("^" + layout.LEGACY_SECONDS_TAG.format(
     f"(?P<series>{layout.BEST}|{layout.SAMPLED}|{layout.GREEDY}|{layout.BASELINE_SERIES.format('[^/]+')})") + "$")
-_LABELS = {layout.BEST: "best so far", layout.SAMPLED: "sampled median",
+_LABELS = {layout.BEST: "best so far", layout.BEST_SIMULATED: "best so far, simulated",
+           layout.BEST_RETIMED: "the best, timed again", layout.SAMPLED: "sampled median",
            layout.GREEDY: "greedy placement"}
+_KINDS = {layout.BEST_SIMULATED: layout.BEST}
+"""Series drawn as another's kind: a simulator phase's best as bold as the measured best."""
 _BASELINE_PREFIX = layout.BASELINE_SERIES.format("")
 
 
@@ -59,9 +63,10 @@ def _points(points: Sequence[tuple[int, float]], to_ms: float) -> list[list[floa
 
 
 def _ordered(series: Mapping[str, list[list[float]]]) -> list[dict[str, Any]]:
-    """Best, sampled, greedy, then the baselines fastest first (the order of `placer train`'s table)."""
-    learned = [{"name": name, "label": _LABELS[name], "kind": name, "points": series[name]}
-               for name in (layout.BEST, layout.SAMPLED, layout.GREEDY) if series.get(name)]
+    """Best (measured, then simulated, then timed again), sampled, greedy, then the baselines fastest first (the order
+    of `placer train`'s table)."""
+    learned = [{"name": name, "label": _LABELS[name], "kind": _KINDS.get(name, name), "points": series[name]}
+               for name in _LEARNED if series.get(name)]
     baselines = sorted((name for name, points in series.items() if name.startswith(_BASELINE_PREFIX) and points),
                        key=lambda name: series[name][-1][1])
     return learned + [{"name": name, "label": name[len(_BASELINE_PREFIX):], "kind": "baseline",

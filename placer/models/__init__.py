@@ -8,12 +8,14 @@ name: `placer.heuristics.make_heuristic("expert", graph, devices, model=name)`).
 `load_model(spec, size)` loads any model spec: a built-in name, `module:function` or `file.py:function`.
 """
 
+from placer.models.apart import build_model_apart
 from placer.models.loader import absolute_model_spec, check_model_spec, is_builtin_model, load_model
 from placer.models.registry import (
     MODELS, SIZES, ModelSpec, build_model, model_batch, model_names, model_spec, require_size,
 )
 
 __all__ = [
-    "MODELS", "SIZES", "ModelSpec", "absolute_model_spec", "build_model", "check_model_spec", "is_builtin_model",
+    "MODELS", "SIZES", "ModelSpec", "absolute_model_spec", "build_model", "build_model_apart", "check_model_spec",
+    "is_builtin_model",
     "load_model", "model_batch", "model_names", "model_spec", "require_size",
 ]

@@ -122,14 +122,19 @@ def build_model(name: str, size: str = "tiny", batch: int | None = None):
 
     spec = model_spec(name)
     require_size(name, size)
-    if batch is not None:
-        model_batch(name, size)  # refuses models with a fixed batch
-        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
-            raise GraphBuildError(f"batch must be a positive whole number, got {batch!r}")
+    check_batch(name, size, batch)
     # Keras 3 names layers from process-wide counters: counted from zero, the model built again (at a
     # micro-batch size) has the same op names, so a placement carries over to it by name.
     with keras_names_from_zero():
         return spec.build(size) if batch is None else spec.build(size, batch)
+
+
+def check_batch(name: str, size: str, batch: int | None) -> None:
+    """Refuses a batch the model cannot be built at: a model with a fixed batch, or no positive whole number."""
+    if batch is not None:
+        model_batch(name, size)  # refuses models with a fixed batch
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            raise GraphBuildError(f"batch must be a positive whole number, got {batch!r}")
 
 
 def model_batch(name: str, size: str = "tiny") -> int:

@@ -29,8 +29,10 @@ def written(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("run")
     tracker = TensorBoardTracker(run, {"model": "two-tower"}, "two-tower modeled:2xV100 2026-11-27 14:05",
                                  baselines=BASELINES)
-    for update, simulated in ((1, 1.0), (2, 1.0), (3, 0.0)):
-        tracker.log_update(update, {"step_time_best": 2.91e-4, "step_time_sampled": 3.5e-4, "reward_mean": -1.0,
+    # two simulated updates, then three measured: the measured best timed again slower at update 4
+    for update, simulated, best in ((1, 1.0, 2.91e-4), (2, 1.0, 2.80e-4), (3, 0.0, 3.10e-4), (4, 0.0, 3.30e-4),
+                                    (5, 0.0, 3.00e-4)):
+        tracker.log_update(update, {"step_time_best": best, "step_time_sampled": 3.5e-4, "reward_mean": -1.0,
                                     "simulated": simulated})
     tracker.finish({}, None, None)
     return run / "tensorboard"
@@ -39,20 +41,28 @@ def written(tmp_path_factory) -> Path:
 def test_every_baseline_and_learned_series_is_a_run_of_its_own_in_milliseconds(written):
     series = {path.parent.relative_to(written / layout.SERIES_DIR).as_posix()
               for path in (written / layout.SERIES_DIR).rglob("events.out.tfevents.*")}
-    assert series == {"best", "sampled"} | {f"baseline/{name}" for name in BASELINES}
-    best = _events(written / layout.SERIES_DIR / "best")
-    assert list(best) == [layout.STEP_TIME_TAG]
-    assert [(step, round(float(ms), 6)) for step, ms in best[layout.STEP_TIME_TAG]] == [(1, 0.291), (2, 0.291),
-                                                                                      (3, 0.291)]
+    assert series == {"best", "best_simulated", "best_retimed", "sampled"} | {f"baseline/{name}" for name in BASELINES}
+
+    def logged(name):
+        events = _events(written / layout.SERIES_DIR / name)
+        assert list(events) == [layout.STEP_TIME_TAG]
+        return [(step, round(float(ms), 6)) for step, ms in events[layout.STEP_TIME_TAG]]
+
+    # the simulator phase's best is its own series; the measured best so far never rises, its slower re-timing is
+    # a series of its own
+    assert logged("best_simulated") == [(1, 0.291), (2, 0.28)]
+    assert logged("best") == [(3, 0.31), (4, 0.31), (5, 0.3)]
+    assert logged("best_retimed") == [(4, 0.33)]
     metis = _events(written / layout.SERIES_DIR / "baseline" / "metis")[layout.STEP_TIME_TAG]
-    assert [round(float(ms), 6) for _, ms in metis] == [0.282] * 3
+    assert [round(float(ms), 6) for _, ms in metis] == [0.282] * 5
 
 
 def test_the_run_is_named_by_model_target_and_start_and_its_phases_are_logged(written):
     root = _events(written)
     (name,) = [value.item().decode() for _, value in root[layout.RUN_NAME_TAG]]
     assert name == "two-tower modeled:2xV100 2026-11-27 14:05"
-    assert [(step, float(value)) for step, value in root[layout.SIMULATED_TAG]] == [(1, 1.0), (2, 1.0), (3, 0.0)]
+    assert [(step, float(value)) for step, value in root[layout.SIMULATED_TAG]] == [(1, 1.0), (2, 1.0), (3, 0.0),
+                                                                                 (4, 0.0), (5, 0.0)]
     assert not any(tag.startswith("step_time") for tag in root), "step times belong to the series runs"
 
 
@@ -74,7 +84,9 @@ def test_wandb_gets_the_same_series_in_milliseconds(monkeypatch):
             logged.append((step, values))
 
     tracker = WandbTracker.__new__(WandbTracker)
-    tracker.run, tracker._baselines = Run(), {"expert": 2.89e-4}
+    from agents.tracking import StepTimeSeries
+
+    tracker.run, tracker._series = Run(), StepTimeSeries({"expert": 2.89e-4})
     tracker.log_update(4, {"step_time_best": 2.91e-4, "reward_mean": -1.0})
     ((step, values),) = logged
     assert step == 4 and values == pytest.approx({"step_time_ms/best": 0.291, "step_time_ms/baseline/expert": 0.289,
