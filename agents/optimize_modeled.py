@@ -836,6 +836,10 @@ def optimize_modeled(args: OptimizeArgs, *, command: str | None = None,
         tell(f"[{time.monotonic() - started:4.0f} s of {args.budget:.0f}] {line}")
 
     graph = load_model(args.model, args.size)
+    if args.replicas and args.replicas > 1:  # before any search: no placement fits replicas whose state does not
+        from placer.replicas import check_replicas_fit
+
+        check_replicas_fit(graph, spec.devices, args.replicas)
     say_when(graph.summary())
     search = search_modeled(args.model, args.size, str(spec), graph=graph, learn_updates=args.learn_updates,
                             micro_batches=micro_batches, seed=args.seed, replica_degrees=degrees,

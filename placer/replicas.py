@@ -78,6 +78,22 @@ def replica_degrees(gpus: int, batch: int | None, *, least: int = 2) -> tuple[in
     return tuple(d for d in range(gpus, least - 1, -1) if gpus % d == 0 and batch % d == 0)
 
 
+def check_replicas_fit(graph: OpGraph, machine: DeviceSet, degree: int, bytes_per_parameter: int = 4) -> None:
+    """Refuses `degree` replicas when one replica's weights and optimizer state alone (every replica holds a copy),
+    spread evenly over its share of the GPUs, do not fit a GPU's memory: no placement of the replica can fit then.
+    Activations come on top, so a degree that passes may still run out of memory when priced."""
+    gpus = [d for d in machine.devices if d.kind == "GPU" and d.memory_bytes]
+    if not gpus or degree < 1 or len(gpus) % degree:
+        return
+    state = graph.num_parameters * bytes_per_parameter
+    per_gpu, smallest = state / (len(gpus) // degree), min(gpus, key=lambda d: d.memory_bytes)
+    if per_gpu > smallest.memory_bytes:
+        raise ReplicaError(f"{degree} replicas do not fit {machine.name}: each holds {graph.name}'s weights and "
+                           f"optimizer state, {state / 1e9:.2f} GB, which over its {len(gpus) // degree} GPU(s) is "
+                           f"{per_gpu / 1e9:.2f} GB a GPU, more than {smallest.name}'s {smallest.memory_bytes / 1e9:.2f} "
+                           f"GB: give fewer replicas")
+
+
 def replica_devices(machine: DeviceSet, replica_machine: DeviceSet, degree: int) -> list[dict[str, str]]:
     """For each replica, its devices' names on `replica_machine` (the group one replica is placed on) -> the device
     of `machine` it runs on. Devices of each kind are dealt out in order, a group after another (replica r's

@@ -110,3 +110,18 @@ def test_a_degree_that_divides_neither_the_batch_nor_the_gpus_is_refused_naming_
     assert replica_spec("modeled:4xH100-nvlink2", 4) == "modeled:1xH100-nvlink2"
     with pytest.raises(ReplicaError, match=r"do not divide the 8 GPUs of modeled:8xH100: give a divisor of 8 \(1, 2, 4, 8\)"):
         replica_spec("modeled:8xH100", 3)
+
+
+def test_replicas_whose_weights_and_optimizer_state_cannot_fit_a_gpu_are_refused_with_the_bytes():
+    from types import SimpleNamespace
+
+    from placer.cost import parse_target_spec
+    from placer.errors import ReplicaError
+    from placer.replicas import check_replicas_fit
+
+    machine = parse_target_spec("modeled:2xK80", "simulated").devices  # 12 GiB a GPU
+    big = SimpleNamespace(name="big", num_parameters=4_000_000_000)  # 16 GB of weights and optimizer slots
+    check_replicas_fit(big, machine, 1)  # one copy over both GPUs: 8 GB each
+    with pytest.raises(ReplicaError, match=r"2 replicas do not fit .*16\.00 GB, which over its 1 GPU\(s\) is 16\.00 GB "
+                                           r"a GPU, more than .*12\.88 GB: give fewer replicas"):
+        check_replicas_fit(big, machine, 2)
