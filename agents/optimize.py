@@ -402,8 +402,9 @@ class OptimizeResult:
 
     def bound_of(self, candidate: Candidate) -> StepTimeBound | None:
         """The bound `candidate` is read against: the schedules' for a scheduled plan, the placements' for a
-        placement of the whole batch; none for replicas, whose slices the twin's bound does not cover."""
-        if candidate.replicas is not None:
+        placement of the whole batch on the target's workers; none for one process (another machine use than the
+        workers the twin models) nor for replicas, whose slices the twin's bound does not cover."""
+        if candidate.replicas is not None or "placement" not in candidate.dimensions:
             return None
         return self.bound if candidate.schedule is None else self.schedule_bound
 
@@ -467,7 +468,8 @@ class OptimizeResult:
                          f"{candidate.predicted_seconds * 1e3:.2f} ms predicted")
         if self.bound is not None:
             lines.append(f"  x bound: measured over the {self.bound.describe()}; predicted, for placements on "
-                         f"{self.target}'s devices (another machine use, or the twin's error, can go below it)")
+                         f"{self.target}'s workers only (one process and replicas use the machine otherwise: '-'; the "
+                         "twin's error can take a placement below it)")
             if self.schedule_bound is not None:
                 lines.append(f"  {'':9}a scheduled plan over the schedules' {self.schedule_bound.describe()}: the step "
                              "in micro-batches, gradient gates left out")

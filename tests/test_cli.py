@@ -28,6 +28,7 @@ def test_measure_prints_step_time_statistics_as_json(tmp_path):
     assert "step time median" in again.stdout
 
 
+@pytest.mark.slow  # about 17 s; `placer.cost.compare` is tested in the default run
 def test_several_placements_are_timed_side_by_side_in_interleaved_rounds():
     run = _placer("measure", "mlp", "--placement", "round-robin", "--placement", "single", "--target", "inprocess:2",
                   "--repeats", "2", "--rounds", "3", "--json")
@@ -110,6 +111,7 @@ def broken():
 '''
 
 
+@pytest.mark.slow  # about 13 s; Keras model specs are measured end to end in the default run
 def test_measure_a_model_function_from_a_python_file(tmp_path):
     model = tmp_path / "user_model.py"
     model.write_text(USER_MODEL)

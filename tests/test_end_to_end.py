@@ -74,6 +74,7 @@ def build(size="tiny"):
 '''
 
 
+@pytest.mark.slow  # about 30 s; test_train_export_apply_remeasure is the end-to-end test of the default run
 def test_a_model_from_the_researchers_own_file_trains_simulated_and_measured_then_exports_and_applies(
         tmp_path, capsys, monkeypatch):
     from agents.cli import main

@@ -133,6 +133,7 @@ def test_no_process_survives_when_the_parent_is_killed(tmp_path):
     assert not alive, f"processes outlived their parent: {alive}"
 
 
+@pytest.mark.slow  # about 15 s; the testbed's own start and isolation are tested in the default run
 def test_cluster_up_runs_a_command_against_the_testbed_by_its_cluster_spec():
     import json
     import subprocess

@@ -359,6 +359,7 @@ def test_standardized_advantages_have_zero_mean_and_unit_std_and_vanish_when_equ
     assert np.array_equal(standardized(tf.constant([-2.0, -2.0])).numpy(), [0.0, 0.0])
 
 
+@pytest.mark.slow  # about 15 s
 def test_normalized_advantages_make_the_update_independent_of_the_reward_scale(env):
     def weights_after(rewards, normalize):
         config = Args(**{**SMALL.__dict__, "entropy_weight": 0.5, "normalize_advantages": normalize,

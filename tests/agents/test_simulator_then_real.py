@@ -44,6 +44,7 @@ def _policy_updates(run_dir: Path) -> int:
     return int(reader.get_tensor(key))
 
 
+@pytest.mark.slow  # about 20 s; the simulator-then-real run's measured end is tested in the default run
 def test_the_policy_and_the_best_placement_carry_over_from_the_simulator_and_resuming_works_across(tmp_path):
     config = _config(tmp_path)
     result = run_experiment(config)

@@ -282,6 +282,7 @@ def _private_pid_namespace_available() -> bool:
         return False
 
 
+@pytest.mark.slow  # about 20 s; the private Ray's loopback-only test stays in the default run
 def test_ray_auto_starts_its_own_ray_beside_another_and_leaves_nothing_in_home_or_stdout(tmp_path):
     """Another Ray runs (started with `ray start`, the latest of the machine, and in RAY_ADDRESS, with a token
     of its own in RAY_AUTH_TOKEN): `--ray auto` still starts a private one, writes no ~/.ray/auth_token, prints
@@ -652,6 +653,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow  # about 30 s; a worker killed mid-run is tested in the default run
 def test_a_killed_driver_leaves_no_worker_behind_and_resume_finishes_its_run(tmp_path):
     """`placer train --workers 2` killed (SIGKILL) once it has saved an update: its workers exit, and
     `placer train --resume RUN --workers 2` trains the rest of the updates on top of the saved ones."""

@@ -79,6 +79,7 @@ def test_a_profile_of_another_graph_is_refused(seen, unseen):
         fit_performance_model([(seen, amdahl_profile(unseen))])
 
 
+@pytest.mark.slow  # about 20 s of profiling; the model's decisions on given costs are tested in the default run
 def test_the_model_runs_two_serial_matmuls_at_once_and_gives_parallel_ones_both_threads(seen):
     from placer.concurrency.choose import choose_setting
     from placer.concurrency.settings import ThreadSetting

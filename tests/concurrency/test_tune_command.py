@@ -74,6 +74,7 @@ def test_testbed_candidates_stay_within_the_narrowest_worker_and_are_timed_once_
     assert isinstance(testbed, LocalTestbed)
 
 
+@pytest.mark.slow  # about 20 s on the testbed; `placer tune --predict` and optimize's pools are tested in the default run
 def test_tune_on_the_testbed_times_every_setting_and_names_the_cluster_to_use():
     from placer.testbed import isolation_available
 

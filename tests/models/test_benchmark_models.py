@@ -49,7 +49,12 @@ def train_on_one_batch(graph, steps):
             return [session.run([graph.loss, graph.train_op], batch)[0] for _ in range(steps)]
 
 
-@pytest.mark.parametrize("name", BENCHMARKS)
+LEARNING_CHECKED_SLOWLY = ("inception-v3", "resnet-50", "transformer")
+"""10-22 s each: run with the slow tests; the other models keep the check in the default run."""
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in LEARNING_CHECKED_SLOWLY else n
+                                  for n in BENCHMARKS])
 def test_tiny_training_step_learns_a_fixed_batch(name):
     graph = tiny(name)
     losses = train_on_one_batch(graph, steps=20)
@@ -129,7 +134,8 @@ def _larger_sizes():
         for size in SIZES:
             if size == "tiny":
                 continue
-            slow = (size == "paper" and name != "nmt-2") or (name, size) == ("transformer", "small")
+            slow = (size == "paper" and name != "nmt-2") or (name, size) in (("transformer", "small"),
+                                                                              ("inception-v3", "small"))
             yield pytest.param(name, size, marks=pytest.mark.slow) if slow else (name, size)
 
 

@@ -111,6 +111,7 @@ def test_the_same_step_asked_again_is_not_built_again(micro_batch_graph):
     assert micro_batched_step(micro_batch_graph, 2) is two and micro_batched_step(micro_batch_graph, 4) is four
 
 
+@pytest.mark.slow  # about 30 s; the fused optimizers' micro-batch update is tested in the default run
 def test_an_optimizer_written_in_plain_ops_updates_once_after_every_micro_batch():
     # tf-keras RMSprop (Inception-V3's) assigns its mean square, reads it back and divides the gradient by its
     # root. That arithmetic runs once, after every micro-batch's gradient: taken for backward ops copied per

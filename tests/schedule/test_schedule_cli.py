@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from placer.cli import main
 from placer.schedule import read_schedule_file
 
@@ -34,6 +36,7 @@ def test_placer_schedule_schedules_a_placed_model_from_the_simulators_costs(caps
     assert rows["tessel"]["makespan"] <= rows["1f1b"]["makespan"]
 
 
+@pytest.mark.slow  # about 40 s: a paper-size Transformer's schedules; the other schedule commands are tested in the default run
 def test_placer_schedule_micro_batches_the_transformer_on_modeled_h100s(capsys):
     # the Transformer is built again at batch/M with the same op names, so the expert placement carries over
     status = main(["schedule", "transformer", "--size", "tiny", "--placement", "expert", "--target", "modeled:4xH100",
