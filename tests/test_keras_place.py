@@ -298,8 +298,9 @@ def _testbed_or_skip(target: str) -> None:
         pytest.skip("local:2 needs a private network namespace and two cores")
 
 
-# In-process devices are the lighter path, and model.fit on them is covered by the train-to-fit test above.
-@pytest.mark.parametrize("target", [pytest.param("inprocess:2", marks=pytest.mark.slow), "local:2"])
+# model.fit on a placement is covered by the train-to-fit test above; these add the device map on two targets.
+@pytest.mark.parametrize("target", [pytest.param("inprocess:2", marks=pytest.mark.slow),
+                                    pytest.param("local:2", marks=pytest.mark.slow)])  # about 27 s each
 def test_a_keras_lstm_placed_on_a_target_goes_onto_the_users_model_in_a_fresh_process_through_the_device_map(
         target, tmp_path):
     _testbed_or_skip(target)

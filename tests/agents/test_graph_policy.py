@@ -179,6 +179,7 @@ def test_pretraining_with_fewer_updates_than_pairs_says_which_pairs_got_none(tmp
     assert "1 of 2 pairs got no update" in lines[-1] and "--updates 2" in lines[-1]
 
 
+@pytest.mark.slow  # about 13 s; pretraining on modeled machines is tested in the default run
 def test_pretraining_on_a_calibrated_target_beside_modeled_gpus_then_placing_there(tmp_path, capsys):
     """The training distribution's real machine: the simulator of a calibrated target (here in-process CPU
     devices, calibrated by hand; the op costs are profiled there on first use)."""

@@ -50,7 +50,7 @@ def _weights_after_updates(env, compiled: bool, config=CONFIG) -> tuple[list[np.
     return [v.numpy() for v in planner.policy.trainable_variables], metrics
 
 
-@pytest.mark.parametrize("attention", ["additive", "dot"])
+@pytest.mark.parametrize("attention", ["additive", pytest.param("dot", marks=pytest.mark.slow)])  # 10 s each
 def test_the_traced_update_steps_the_weights_as_the_taped_update_does(env, attention):
     config = replace(CONFIG, attention=attention)
     start = [v.numpy() for v in HierarchicalPlanner(env.graph, env.device_mask, config).policy.trainable_variables]

@@ -390,6 +390,7 @@ def test_a_thread_that_waits_is_counted_switching_out():
     assert growth_since(before, thread_context_switches(os.getpid())) >= 20
 
 
+@pytest.mark.slow  # about 20 s; a worker killed while measuring is tested in the default run
 @pytest.mark.testbed
 def test_a_testbed_server_killed_mid_step_is_answered_at_once_and_the_placement_measured_again(slow_graph, caplog):
     graph = slow_graph
