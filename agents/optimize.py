@@ -428,6 +428,9 @@ class OptimizeResult:
         name_width = max(len(m.candidate.name) for m in rows)
         machine_width = max(len(str(m.candidate.machine)) for m in rows)
         rounds = f"{self.rounds} interleaved round" + ("s" if self.rounds > 1 else "")
+        most = max((len(m.compared.timings) for m in self.measured), default=0)
+        if most > self.rounds:
+            rounds += f" (up to {most} for those that were within the noise of the fastest)"
         unreliable = "" if self.poor_fit is None else (
             f" (UNRELIABLE, marked ?: it fits its probes poorly, {self.poor_fit}; calibrate again on a quiet machine)")
         lines = [f"{self.model} ({self.size}, graph {self.graph!r}): {len(rows)} ways to run its step, measured side by "

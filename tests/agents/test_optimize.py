@@ -95,6 +95,7 @@ def test_among_plans_tied_with_the_fastest_the_simplest_is_recommended_and_the_t
                             None, "plan.json")
     table = result.describe()
     assert "tie: 3 plans within the noise of the fastest" in table and "1.00x tie" in table
+    assert "in 3 interleaved rounds (up to 7 for those that were within the noise of the fastest)" in table
     assert re.search(r"expert\s.*\d+%\s+-\s+1\.\d\dx$", table, re.M)  # not part of the tie
     rows = {row["name"]: row for row in result.to_json_dict()["measured"]}
     assert rows["metis"]["tied_with_fastest"] and not rows["expert"]["tied_with_fastest"]
