@@ -56,11 +56,11 @@ def mirrored_strategy(plan: str | Path | Plan, devices: Sequence[str] | None = N
     chosen = tuple(devices) if devices is not None else tuple(f"/device:{kind}:{r}" for r in range(degree))
     if len(chosen) != degree:
         raise KerasPlacementError(f"{plan.source} runs {degree} replicas: give {degree} devices, not {len(chosen)}")
-    here = [d.name for d in tf.config.list_logical_devices()]
-    missing = [d for d in chosen if not any(name.endswith(d.split("device:")[-1]) for name in here)]
+    here = {d.name.split("device:")[-1] for d in tf.config.list_logical_devices()}  # "CPU:0", "GPU:1"
+    missing = [d for d in chosen if d.split("device:")[-1] not in here]
     if missing:
         raise KerasPlacementError(f"{', '.join(missing)} not in this process (it has "
-                                  f"{', '.join(n.split('device:')[-1] for n in here)}): split the CPU with "
+                                  f"{', '.join(sorted(here))}): split the CPU with "
                                   f"placer.keras.make_logical_cpus({degree}) before TensorFlow starts, or give devices=")
     # CPUs have no NCCL: their gradients are summed on one device and sent back
     cross = tf.distribute.ReductionToOneDevice() if kind == "CPU" else None
