@@ -287,9 +287,11 @@ def request_delay_interval(hops: Mapping[str, Sequence[float]], *, seed: int = 0
     return _interval(draws)
 
 
-def modeled_extra(probe: Probe, p: Mapping[str, float]) -> float:
+def modeled_extra(probe: Probe, p: Mapping[str, float], reference_seconds: float = 0.0) -> float:
     """The probe placement's extra seconds over its reference, as the simulator's transfer model has it
-    (`placer.simulate.engine`): sends and receives on the cores, latency in flight, the wire when slower."""
+    (`placer.simulate.engine`): sends and receives on the cores, latency in flight, the wire when slower.
+    reference_seconds: the busy probes' reference step (about their chain): a wire slower than the chain makes the
+    step wait for it beyond the chain (a shaped link); 0 leaves the wire out of the busy probes."""
     def one(nbytes: float) -> float:
         wire = nbytes / p["bandwidth"] if p["bandwidth"] > 0 else 0.0
         return max(p["send_cpu"] + p["send_cpu_per_byte"] * nbytes, p["recv_cpu"] + p["recv_cpu_per_byte"] * nbytes, wire)
@@ -299,15 +301,20 @@ def modeled_extra(probe: Probe, p: Mapping[str, float]) -> float:
         return p.get("remote_overhead", 0.0)
     if probe.family == "free":  # k transfers pipelined behind one latency, on a second worker
         return p["spanning_overhead"] + p["latency"] + k * one(b)
-    if probe.family == "sender-busy":  # k sends in the chain's way; the reference sends one scalar
-        return k * (p["send_cpu"] + p["send_cpu_per_byte"] * b) - (p["send_cpu"] + p["send_cpu_per_byte"] * 4.0)
-    if probe.family == "receiver-busy":
-        return k * (p["recv_cpu"] + p["recv_cpu_per_byte"] * b) - (p["recv_cpu"] + p["recv_cpu_per_byte"] * 4.0)
+    if probe.family in ("sender-busy", "receiver-busy"):
+        side = "send" if probe.family == "sender-busy" else "recv"
+        # k transfers' core time in the chain's way; the reference moves one scalar
+        cores = k * (p[f"{side}_cpu"] + p[f"{side}_cpu_per_byte"] * b) - (p[f"{side}_cpu"] + p[f"{side}_cpu_per_byte"] * 4.0)
+        wire = k * b / p["bandwidth"] if p["bandwidth"] > 0 and math.isfinite(p["bandwidth"]) and reference_seconds else 0.0
+        # the transfers start with the chain: a wire slower than it is waited for after it
+        waited = p["spanning_overhead"] + p["latency"] + wire - max(reference_seconds - p["step_overhead"], 0.0)
+        return max(cores, waited) if wire else cores
     if probe.family == "ping-pong":  # every hop waits for the one before
         return p["spanning_overhead"] + k * (p["latency"] + one(4.0))
-    # both-ways: each core sends k tensors and receives k
+    # both-ways: each core sends k tensors and receives k, each direction on a wire of its own
+    wire = b / p["bandwidth"] if p["bandwidth"] > 0 else 0.0
     return (p["spanning_overhead"] + p["latency"]
-            + k * (p["send_cpu"] + p["send_cpu_per_byte"] * b + p["recv_cpu"] + p["recv_cpu_per_byte"] * b))
+            + k * max(p["send_cpu"] + p["send_cpu_per_byte"] * b + p["recv_cpu"] + p["recv_cpu_per_byte"] * b, wire))
 
 
 def fit_calibration(probes: Sequence[Probe], timings: Mapping[str, Mapping[str, Sequence[float]]], *,
@@ -398,8 +405,10 @@ def fit_calibration(probes: Sequence[Probe], timings: Mapping[str, Mapping[str, 
     extra = np.median(placed - reference, axis=1)
     step = np.median(placed, axis=1)
     _warn_short_chains(probes, np.median(reference, axis=1), best)
-    residuals = {probe.name: float((extra[i] - modeled_extra(probe, best)) / step[i]) for i, probe in enumerate(probes)}
-    residual_rounds = {probe.name: tuple(float((placed[i, r] - reference[i, r] - modeled_extra(probe, best)) / placed[i, r])
+    references = np.median(reference, axis=1)
+    modeled = [modeled_extra(probe, best, references[i]) for i, probe in enumerate(probes)]
+    residuals = {probe.name: float((extra[i] - modeled[i]) / step[i]) for i, probe in enumerate(probes)}
+    residual_rounds = {probe.name: tuple(float((placed[i, r] - reference[i, r] - modeled[i]) / placed[i, r])
                                          for r in all_rounds) for i, probe in enumerate(probes)}
     recorded = ("reference", "probe", "reference_cpu", "probe_cpu")
     return Calibration(

@@ -341,8 +341,11 @@ def describe_machine(machine: MachineUse) -> str:
         pools = ", ".join(f"{name} {value if value is not None else 'default'}" for name, value in
                           (("intra", machine.intra_op_threads), ("inter", machine.inter_op_threads)))
         return f"one process, {machine.logical_cpus} logical CPU device(s) sharing its thread pools ({pools})"
+    from placer.measure.targets import format_rate
+
     workers = machine.layout()
-    return f"{len(workers)} testbed workers: " + "; ".join(
+    link = f", over a link shaped to {format_rate(machine.link_bits_per_second)}" if machine.link_bits_per_second else ""
+    return f"{len(workers)} testbed workers{link}: " + "; ".join(
         f"worker {task} on cores {list(w.cores)}, intra {w.intra_op_threads}, inter {w.inter_op_threads}"
         for task, w in enumerate(workers))
 
@@ -369,8 +372,11 @@ def _machine_to_json(machine: MachineUse) -> dict[str, Any]:
     if isinstance(machine, InProcess):
         return {"process": {"logical_cpus": machine.logical_cpus, "intra_op_threads": machine.intra_op_threads,
                             "inter_op_threads": machine.inter_op_threads}}
-    return {"workers": [{"cores": list(w.cores), "intra_op_threads": w.intra_op_threads,
-                         "inter_op_threads": w.inter_op_threads} for w in machine.layout()]}
+    workers = {"workers": [{"cores": list(w.cores), "intra_op_threads": w.intra_op_threads,
+                            "inter_op_threads": w.inter_op_threads} for w in machine.layout()]}
+    if machine.link_bits_per_second:
+        workers["link_bits_per_second"] = machine.link_bits_per_second
+    return workers
 
 
 def _machine_from_json(data: Any, source: str, remake: str) -> MachineUse:
@@ -387,7 +393,8 @@ def _machine_from_json(data: Any, source: str, remake: str) -> MachineUse:
             workers = data["workers"]
             return LocalTestbed(len(workers), worker_cores=tuple(tuple(int(c) for c in w["cores"]) for w in workers),
                                 intra_op_threads=tuple(int(w["intra_op_threads"]) for w in workers),
-                                inter_op_threads=tuple(int(w["inter_op_threads"]) for w in workers))
+                                inter_op_threads=tuple(int(w["inter_op_threads"]) for w in workers),
+                                link_bits_per_second=data.get("link_bits_per_second"))
     except (KeyError, TypeError, ValueError) as error:
         raise PlanFileError(f"{source}'s machine use is malformed ({error!r}); {remake}") from None
     except DeviceSpecError as error:
@@ -404,7 +411,7 @@ def _same_machine(a: Any, b: MachineUse) -> bool:
     if isinstance(a, InProcess) and isinstance(b, InProcess):
         return a == b
     if isinstance(a, LocalTestbed) and isinstance(b, LocalTestbed):
-        return a.layout() == b.layout()
+        return a.layout() == b.layout() and a.link_bits_per_second == b.link_bits_per_second
     return False
 
 

@@ -4,6 +4,10 @@ TensorFlow's gRPC server listens on every interface with no authentication, so t
 talks to them) run in a private network namespace that has only loopback (`unshare -rn`). Where that is
 not possible, starting the testbed is refused unless the user opts in to exposed ports.
 
+With a shaped link (`local:2,link=1gbit`) the second worker gets a network namespace of its own inside the
+private one, joined to the first's by a veth pair whose two ends `tc` shapes to the link's rate (a token bucket:
+this kernel has no netem, so the link adds bandwidth limits, not delay): two machines over one network link.
+
 Run as `python -m placer.testbed serve ...` this module is one worker; `... up ...` starts a testbed in the
 current (already private) namespace and runs a command next to it.
 """
@@ -71,6 +75,79 @@ def isolated_command(command: list[str], *, allow_exposed_ports: bool = False) -
         stacklevel=3,
     )
     return command, False
+
+
+LINK_DEVICES = ("placer0", "placer1")
+"""The veth pair's two ends: the first worker's (and the client's), the second worker's."""
+LINK_ADDRESSES = ("10.77.0.1", "10.77.0.2")
+"""The two workers' addresses on the link, in a /24 of their own."""
+LINK_QUEUE_SECONDS = 0.1
+"""How long a packet may wait in the token bucket's queue: long enough that many transfers at once queue rather than
+drop (TCP halves its rate on every drop), as a switch's buffers would."""
+LINK_BURST_SECONDS = 0.0005
+"""The bucket holds this much of the link's traffic, never less than LINK_SMALLEST_BURST: a transfer smaller than
+the bucket crosses at the veth pair's own speed, so the bucket is kept small for a link that, as the simulator
+models one, carries every byte at its rate."""
+LINK_SMALLEST_BURST = 8 * 1024
+"""Bytes: a few full-size packets. The cost of a small bucket is the receiver's: it wakes per 1.5 KB packet, as
+behind a NIC that coalesces nothing (21 ns of its core per byte received at 100 Mbit/s with an 8 KiB bucket,
+2.9 with 256 KiB; 4.0 at 1 Gbit/s with 62.5 KB; sockets across the pair, 2026-11-29). `placer calibrate` measures
+that cost on the workers' CPU time, and the simulator charges it to the receiving core."""
+
+
+@lru_cache(maxsize=None)
+def shaped_link_unavailable() -> str:
+    """Why this machine cannot make the testbed's shaped link (a veth pair shaped by `tc` in a private network
+    namespace), or "" when it can: tried once, in a namespace that vanishes with it."""
+    missing = [tool for tool in ("ip", "tc", "nsenter") if shutil.which(tool) is None]
+    if missing:
+        return f"{' and '.join(missing)} not found (install iproute2 and util-linux)"
+    if not isolation_available():
+        return "`unshare -rn` cannot make a private network namespace (user namespaces may be disabled)"
+    trial = (f"ip link add {LINK_DEVICES[0]} type veth peer name {LINK_DEVICES[1]} && "
+             f"{' '.join(_tbf_command(LINK_DEVICES[0], 1_000_000_000))}")
+    try:
+        tried = subprocess.run(["unshare", "-rn", "sh", "-c", trial], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"trying a shaped veth pair in a private namespace failed ({error})"
+    if tried.returncode:
+        said = (tried.stderr.strip().splitlines() or ["no message"])[-1]
+        return f"a veth pair shaped by tc could not be made in a private namespace ({said})"
+    return ""
+
+
+def _tbf_command(device: str, bits_per_second: int) -> list[str]:
+    """`tc` shaping `device`'s outgoing traffic to `bits_per_second` with a token bucket."""
+    bytes_per_second = bits_per_second / 8
+    burst = max(LINK_SMALLEST_BURST, int(bytes_per_second * LINK_BURST_SECONDS))
+    return ["tc", "qdisc", "add", "dev", device, "root", "tbf", "rate", f"{bits_per_second}bit", "burst", str(burst),
+            "latency", f"{LINK_QUEUE_SECONDS * 1000:g}ms"]
+
+
+def join_by_shaped_link(peer_pid: int, bits_per_second: int, timeout: float = 10.0) -> None:
+    """Join this network namespace and `peer_pid`'s (a process started under `unshare -n`) by a veth pair, each end
+    addressed (LINK_ADDRESSES) and shaped to `bits_per_second` in its direction."""
+    own = os.readlink("/proc/self/ns/net")
+    deadline = time.monotonic() + timeout
+    while os.readlink(f"/proc/{peer_pid}/ns/net") == own:  # `unshare -n` has not made its namespace yet
+        if time.monotonic() > deadline:
+            raise TestbedError(f"the second testbed worker (pid {peer_pid}) made no network namespace of its own "
+                               f"within {timeout:g} s")
+        time.sleep(0.01)
+    peer = ["nsenter", "-t", str(peer_pid), "-n"]
+    commands = [["ip", "link", "add", LINK_DEVICES[0], "type", "veth", "peer", "name", LINK_DEVICES[1]],
+                ["ip", "link", "set", LINK_DEVICES[1], "netns", str(peer_pid)],
+                [*peer, "ip", "link", "set", "lo", "up"]]
+    for side, (device, address) in enumerate(zip(LINK_DEVICES, LINK_ADDRESSES)):
+        where = peer if side else []
+        commands += [[*where, "ip", "addr", "add", f"{address}/24", "dev", device],
+                     [*where, "ip", "link", "set", device, "up"],
+                     [*where, *_tbf_command(device, bits_per_second)]]
+    for command in commands:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        if done.returncode:
+            raise TestbedError(f"could not make the testbed's shaped link: `{' '.join(command)}` failed: "
+                               f"{done.stderr.strip() or f'exit code {done.returncode}'}")
 
 
 def bring_loopback_up() -> None:
@@ -151,14 +228,21 @@ class TestbedServers:
     cores: list[list[int]]
     log_dir: Path
     warnings: list[str] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    """Each worker's address; empty: all on localhost."""
 
     @property
     def cluster_spec(self) -> dict[str, list[str]]:
-        return {JOB: [f"localhost:{port}" for port in self.ports]}
+        return {JOB: [f"{host}:{port}" for host, port in zip(self.addresses, self.ports)]}
 
     @property
     def master(self) -> str:
-        return f"grpc://localhost:{self.ports[0]}"
+        return f"grpc://{self.addresses[0]}:{self.ports[0]}"
+
+    @property
+    def addresses(self) -> list[str]:
+        """Each worker's host: its link address, or localhost."""
+        return self.hosts or ["localhost"] * len(self.ports)
 
     def check_alive(self) -> None:
         for task, process in enumerate(self.processes):
@@ -193,15 +277,20 @@ class TestbedServers:
 
 def start_servers(
     workers: int = 2, *, cores_per_worker: int = 1, layout: tuple[WorkerLayout, ...] | None = None,
-    isolated: bool = True, ready_timeout: float = 120.0,
+    isolated: bool = True, ready_timeout: float = 120.0, link_bits_per_second: int | None = None,
 ) -> TestbedServers:
     """Start gRPC worker processes on this machine, each pinned to its own cores: `layout`'s workers, or
     `workers` of `cores_per_worker` cores each.
 
     isolated: we are inside a private namespace (fixed ports are free); otherwise free ports are picked.
+    link_bits_per_second: two workers joined by a link shaped to this rate (`join_by_shaped_link`), the second in a
+    network namespace of its own; needs `isolated`.
     """
     layout = layout or uniform_layout(workers, cores_per_worker)
     workers = len(layout)
+    if link_bits_per_second is not None and (workers != 2 or not isolated):
+        raise TestbedError(f"a shaped link joins 2 workers in a private network namespace, not {workers} "
+                           f"{'isolated' if isolated else 'exposed'} ones")
     available = sorted(os.sched_getaffinity(0))
     notes = []
     used = [core for worker in layout for core in worker.cores]
@@ -213,7 +302,8 @@ def start_servers(
         )
     cores = [list(worker.cores) for worker in layout]
     ports = [ISOLATED_BASE_PORT + w for w in range(workers)] if isolated else _free_ports(workers)
-    spec = {JOB: [f"localhost:{port}" for port in ports]}
+    hosts = list(LINK_ADDRESSES) if link_bits_per_second else ["localhost"] * workers
+    spec = {JOB: [f"{host}:{port}" for host, port in zip(hosts, ports)]}
     log_dir = Path(tempfile.mkdtemp(prefix="placer-testbed-"))
     processes = []
     for task in range(workers):
@@ -223,10 +313,14 @@ def start_servers(
             "--cores", ",".join(map(str, cores[task])), "--threads", str(layout[task].intra_op_threads),
             "--inter-threads", str(layout[task].inter_op_threads),
         ]
+        if link_bits_per_second and task > 0:  # `unshare` execs the worker: its pid is the worker's
+            command = ["unshare", "-n", *command]
         processes.append(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=_quiet_env()))
         log.close()
-    servers = TestbedServers(processes, ports, cores, log_dir, notes)
+    servers = TestbedServers(processes, ports, cores, log_dir, notes, hosts)
     try:
+        if link_bits_per_second:
+            join_by_shaped_link(processes[1].pid, link_bits_per_second)
         _wait_until_listening(servers, ready_timeout)
     except TestbedError as error:
         servers.close(keep_logs=True)
@@ -239,11 +333,11 @@ def start_servers(
 
 def _wait_until_listening(servers: TestbedServers, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    for task, port in enumerate(servers.ports):
+    for task, (host, port) in enumerate(zip(servers.addresses, servers.ports)):
         while True:
             servers.check_alive()
             try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                with socket.create_connection(("127.0.0.1" if host == "localhost" else host, port), timeout=1):
                     break
             except OSError:
                 if time.monotonic() > deadline:

@@ -2,7 +2,10 @@
 worker 0 holds the variables, measured side by side with one process and with every op on one worker.
 
     python experiments/probes/data_parallel.py [--models two-tower mobilenet transformer-block] [--rounds 7]
-        [--timed-steps 10] [--out results/data_parallel.json]
+        [--timed-steps 10] [--testbed local:2] [--out results/data_parallel.json]
+
+--testbed local:2,link=1gbit puts the two workers on two machines over a link shaped to 1 Gbit/s
+(`placer.testbed`), so that the gradient exchange crosses it.
 
 Each model's step is built at its batch and at half of it (two replicas' slices). Per model, in interleaved rounds
 (each candidate once a round, the same order; the median of its rounds' medians):
@@ -88,7 +91,7 @@ def step_graphs(name: str):
             graph_from_keras_model(build(batch // 2), name=f"{name}-b{batch // 2}"), batch)
 
 
-def measure_model(name: str, measurers: dict, rounds: int) -> dict:
+def measure_model(name: str, measurers: dict, rounds: int, uses: dict[str, str] = MACHINE_USES) -> dict:
     from placer.cost import compare
     from placer.cost.record import StepTime
     from placer.placement import Placement
@@ -112,7 +115,7 @@ def measure_model(name: str, measurers: dict, rounds: int) -> dict:
         use, g, placement = candidate
         measurer = measurers[use]
         placement = placement or Placement.on_device(g, measurer.devices, 0)
-        return StepTime.from_measurement(measurer.measure(g, placement), MACHINE_USES[use])
+        return StepTime.from_measurement(measurer.measure(g, placement), uses[use])
 
     compared = compare(evaluate, candidates, rounds)
     medians = {key: (c.median if c.ok else None) for key, c in compared.items()}
@@ -143,6 +146,8 @@ def main(argv=None) -> int:
     parser.add_argument("--models", nargs="+", default=[*BUILTIN, *KERAS_MODELS], choices=[*BUILTIN, *KERAS_MODELS])
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
     parser.add_argument("--timed-steps", type=int, default=10, help="timed steps a measurement, after 2 warm-ups")
+    parser.add_argument("--testbed", default="local:2", help="the two-worker testbed (default local:2; "
+                        "local:2,link=1gbit: over a shaped link)")
     parser.add_argument("--out", default="results/data_parallel.json")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.timed_steps < 1:
@@ -150,14 +155,15 @@ def main(argv=None) -> int:
     from placer.measure import MeasureConfig, Measurer
 
     config = MeasureConfig(timed_steps=args.timed_steps)
-    measurers = {use: Measurer(spec, config) for use, spec in MACHINE_USES.items()}
+    uses = {**MACHINE_USES, "testbed": args.testbed}
+    measurers = {use: Measurer(spec, config) for use, spec in uses.items()}
     rows = []
     started = time.monotonic()
     try:
         for measurer in measurers.values():
             measurer.start()
         for name in args.models:
-            row = measure_model(name, measurers, args.rounds)
+            row = measure_model(name, measurers, args.rounds, uses)
             rows.append(row)
             print(f"{name}: one process {row['one_process_tuned_ms']:.2f} ms (tuned) / "
                   f"{row['one_process_default_ms']:.2f} (default), one worker {row['one_worker_ms']:.2f}, data parallel "
@@ -168,8 +174,9 @@ def main(argv=None) -> int:
     command = "python experiments/probes/data_parallel.py " + " ".join(argv if argv is not None else sys.argv[1:])
     write_report("data_parallel", COLUMNS, rows, args.out, command=command.strip(), rounds=args.rounds,
                  timed_steps=args.timed_steps, seconds=time.monotonic() - started,
-                 caveat="measured on this machine's local:2 testbed (two workers pinned to a core each) and in one "
-                        "process on both cores")
+                 testbed=args.testbed,
+                 caveat=f"measured on this machine's {args.testbed} testbed (two workers pinned to a core each) and in "
+                        "one process on both cores")
     return 0
 
 

@@ -68,9 +68,14 @@ class LocalTestbed:
     """Per worker: threads that run one op; None: one per core of the worker."""
     inter_op_threads: tuple[int, ...] | None = None
     """Per worker: ops that run at once; None: its intra-op threads plus one (to keep transfers flowing)."""
+    link_bits_per_second: int | None = None
+    """Two workers in two network namespaces joined by a veth pair shaped to this rate with `tc` (token bucket), as
+    two machines over one network link (`local:2,link=1gbit`); None: every worker talks over loopback."""
 
     def __post_init__(self) -> None:
         cores = sorted(os.sched_getaffinity(0))
+        if self.link_bits_per_second is not None:
+            _check_link(self)
         if self.worker_cores is None:
             # Refused here rather than when the workers start: workers beyond the cores would share them (so
             # the step times would not be those of that many devices), and so many TensorFlow processes on few
@@ -119,11 +124,65 @@ class LocalTestbed:
             head = f"local:cores={'+'.join(_core_range(c) for c in self.worker_cores)}"
         threads = [f"{name}={'+'.join(map(str, value))}" for name, value in (("intra", self.intra_op_threads),
                                                                            ("inter", self.inter_op_threads)) if value]
-        return ",".join([head, *threads])
+        link = [f"link={format_rate(self.link_bits_per_second)}"] if self.link_bits_per_second else []
+        return ",".join([head, *threads, *link])
 
     def worker_args(self) -> list[str]:
+        link = ["--testbed-link", str(self.link_bits_per_second)] if self.link_bits_per_second else []
         return ["--testbed-layout", json.dumps([[list(w.cores), w.intra_op_threads, w.inter_op_threads]
-                                                for w in self.layout()])]
+                                                for w in self.layout()]), *link]
+
+
+LINK_WORKERS = 2
+"""Workers a shaped link joins: one veth pair joins two namespaces."""
+SLOWEST_LINK = 1_000_000
+"""The slowest link accepted, in bits per second: below it a calibration's megabyte probes take minutes each."""
+RATE_UNITS = {"gbit": 1_000_000_000, "mbit": 1_000_000, "kbit": 1_000, "bit": 1}
+"""`tc`'s rate units (decimal, as tc reads them), largest first."""
+
+
+def parse_rate(text: str, where: str = "") -> int:
+    """Bits per second of "1gbit", "100mbit", "2.5gbit" or a plain number of bits per second."""
+    lowered = text.strip().lower()
+    for unit, scale in RATE_UNITS.items():
+        if lowered.endswith(unit):
+            number = lowered[: -len(unit)]
+            break
+    else:
+        number, scale = lowered, 1
+    try:
+        rate = float(number) * scale
+    except ValueError:
+        raise DeviceSpecError(f"{where or text!r}: {text!r} is not a link rate; write it as tc does, e.g. 1gbit, "
+                              "100mbit or 2.5gbit") from None
+    if not rate >= SLOWEST_LINK:
+        raise DeviceSpecError(f"{where or text!r}: a link of {text} is slower than the {format_rate(SLOWEST_LINK)} "
+                              "a testbed link may be (a calibration's probes would take minutes each)")
+    return int(rate)
+
+
+def format_rate(bits_per_second: int) -> str:
+    """The shortest of tc's spellings: 1_000_000_000 -> "1gbit", 2_500_000_000 -> "2500mbit"."""
+    for unit, scale in RATE_UNITS.items():
+        if bits_per_second % scale == 0:
+            return f"{bits_per_second // scale}{unit}"
+    return f"{bits_per_second}bit"
+
+
+def _check_link(testbed: "LocalTestbed") -> None:
+    """Refuse, in one line, a shaped link this machine cannot make or a testbed it cannot join."""
+    from placer.testbed import shaped_link_unavailable
+
+    if testbed.workers != LINK_WORKERS:
+        raise DeviceSpecError(f"link={format_rate(testbed.link_bits_per_second)} joins {LINK_WORKERS} workers over one "
+                              f"shaped link, not {testbed.workers}: use local:{LINK_WORKERS},link=RATE")
+    if testbed.allow_exposed_ports:
+        raise DeviceSpecError("a shaped link needs the testbed's private network namespaces, which "
+                              "--allow-exposed-ports goes without: leave link= out, or run where `unshare -rn` works")
+    why = shaped_link_unavailable()
+    if why:
+        raise DeviceSpecError(f"local:{testbed.workers},link={format_rate(testbed.link_bits_per_second)} cannot be "
+                              f"made here: {why}")
 
 
 def _check_core_sets(core_sets: tuple[tuple[int, ...], ...], available: list[int]) -> None:
@@ -258,10 +317,17 @@ def _parse_inprocess(text: str) -> InProcess:
 
 def _parse_local(text: str, allow_exposed_ports: bool) -> LocalTestbed:
     """`local:N`, `local:widths=W1+W2+...` (consecutive cores) or `local:cores=0-1+2` (each worker's core
-    range or dot-separated cores), optionally with per-worker threads: `local:widths=2+1,intra=1+1,inter=2+2`."""
+    range or dot-separated cores), optionally with per-worker threads: `local:widths=2+1,intra=1+1,inter=2+2`,
+    and for two workers a shaped link between them: `local:2,link=1gbit`."""
     head, *settings = text.partition(":")[2].split(",")
     usage = ("expected local:N, local:widths=W1+W2 or local:cores=0-1+2, then optionally intra=I and inter=J "
-             "(one count for all workers, or one per worker: intra=2+1), e.g. local:widths=1+1,intra=1")
+             "(one count for all workers, or one per worker: intra=2+1) and link=RATE (two workers over a link shaped "
+             "to RATE), e.g. local:widths=1+1,intra=1 or local:2,link=1gbit")
+    links = [setting for setting in settings if setting.startswith("link=")]
+    if len(links) > 1:
+        raise DeviceSpecError(f"{text!r}: one link=RATE at most; {usage}")
+    link = parse_rate(links[0].partition("=")[2], text) if links else None
+    settings = [setting for setting in settings if setting not in links]
     name, _, value = head.partition("=")
     if head.isdigit() and int(head) >= 1:
         workers, core_sets = int(head), None
@@ -281,10 +347,11 @@ def _parse_local(text: str, allow_exposed_ports: bool) -> LocalTestbed:
         counts = tuple(_count(part, text, usage) for part in value.split("+"))
         threads[name] = counts * workers if len(counts) == 1 else counts
     if core_sets is None and not threads:
-        return LocalTestbed(workers, allow_exposed_ports=allow_exposed_ports)
+        return LocalTestbed(workers, allow_exposed_ports=allow_exposed_ports, link_bits_per_second=link)
     return LocalTestbed(workers, allow_exposed_ports=allow_exposed_ports,
                         worker_cores=core_sets or _consecutive((1,) * workers),
-                        intra_op_threads=threads.get("intra"), inter_op_threads=threads.get("inter"))
+                        intra_op_threads=threads.get("intra"), inter_op_threads=threads.get("inter"),
+                        link_bits_per_second=link)
 
 
 def _count(part: str, text: str, usage: str) -> int:

@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--intra-op-threads", type=int)
     parser.add_argument("--inter-op-threads", type=int)
     parser.add_argument("--testbed-layout", help="JSON: per worker [cores, intra-op threads, inter-op threads]")
+    parser.add_argument("--testbed-link", type=int, help="bits per second of a shaped link between the two workers")
     parser.add_argument("--isolated", action="store_true", help="we run in a fresh network namespace")
     parser.add_argument("--target")
     parser.add_argument("--cluster-spec")
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not only_loopback():
                     raise RuntimeError("refusing to start the testbed: the namespace has interfaces besides loopback")
             layout = tuple(WorkerLayout(tuple(cores), intra, inter) for cores, intra, inter in json.loads(args.testbed_layout))
-            servers = start_servers(layout=layout, isolated=args.isolated)
+            servers = start_servers(layout=layout, isolated=args.isolated, link_bits_per_second=args.testbed_link)
             client_cores = pin_to_cores(layout[0].cores)
             devices = cluster_devices(servers.cluster_spec).with_widths(
                 [(len(w.cores), w.intra_op_threads, w.inter_op_threads) for w in layout])
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                 "warnings": servers.warnings,
                 "isolated": args.isolated,
                 "client_cores": client_cores,
+                "link_bits_per_second": args.testbed_link,
             }
         else:
             devices, target, testbed_info = _remote_devices(args.target, json.loads(args.cluster_spec)), args.target, {}
