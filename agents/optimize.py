@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from placer.concurrency import ThreadSetting
     from placer.cost import Compared, StepTime
     from placer.graph.opgraph import OpGraph
+    from placer.measure.machine_check import MachineCheck
     from placer.placement import Placement
     from placer.plan import MachineUse, Plan
     from placer.replicas import Replicas
@@ -399,6 +400,8 @@ class OptimizeResult:
     """What no schedule of the measured scheduled plans can beat, predicted on the calibrated twin
     (`placer.schedule.predict.schedule_bound`): `bound` does not hold for a micro-batch schedule. None where no
     schedule was measured."""
+    machine_check: MachineCheck | None = None
+    """How busy the machine was before anything was measured (`placer.measure.machine_check`)."""
 
     def bound_of(self, candidate: Candidate) -> StepTimeBound | None:
         """The bound `candidate` is read against: the schedules' for a scheduled plan, the placements' for a
@@ -435,6 +438,7 @@ class OptimizeResult:
             f" (UNRELIABLE, marked ?: it fits its probes poorly, {self.poor_fit}; calibrate again on a quiet machine)")
         lines = [f"{self.model} ({self.size}, graph {self.graph!r}): {len(rows)} ways to run its step, measured side by "
                  f"side in {rounds}; predicted on calibrated:{self.calibration}{unreliable}",
+                 *([f"  {self.machine_check.describe()}"] if self.machine_check and not self.machine_check.quiet else []),
                  f"  {'':1} {'plan':<{name_width}}  {'machine use':<{machine_width}}  {'schedule':<16} "
                  f"{'predicted':>10} {'measured':>10} {'spread':>6}  {'x bound':>7}  vs fastest"]
         tied = tied_with_fastest(self.measured)
@@ -521,7 +525,8 @@ class OptimizeResult:
                 "bound": None if self.bound is None else {**self.bound.to_dict(), "predicted": True},
                 "schedule_bound": None if self.schedule_bound is None else {**self.schedule_bound.to_dict(),
                                                                             "predicted": True},
-                "gap_closed": self.gap_closed, "ops": self.ops, "phase_seconds": dict(self.phase_seconds)}
+                "gap_closed": self.gap_closed, "ops": self.ops, "phase_seconds": dict(self.phase_seconds),
+                "machine_check": None if self.machine_check is None else self.machine_check.to_json_dict()}
 
 
 def _versus_default(measured: Sequence[Measured], best: Measured) -> str:
@@ -611,6 +616,7 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
     from placer.concurrency import tuning_candidates
     from placer.cost import StepTime, open_target
     from placer.cost.calibrated import PREFIX, profiled_costs
+    from placer.measure.machine_check import check_machine
     from placer.models import load_model
     from placer.placement import check_same_graph
     from placer.simulate.bound import step_time_bound
@@ -641,6 +647,9 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
         check_same_graph(_run_placement(args), graph)
     say(graph.summary())
     settings, left_out = settings_to_measure(sweep, MAX_SETTINGS, _settings_pricer(graph, measure_config, say))
+    # Before anything is timed: what else keeps the cores busy is what the timings will meet.
+    machine_check = check_machine()
+    say(machine_check.describe())
     with ExitStack() as stack:
         say(f"starting {target}")
         real = stack.enter_context(open_target(graph, target, measure_config=measure_config,
@@ -782,7 +791,8 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
     return OptimizeResult(args.model, args.size, graph.name, str(target), str(calibration_path), args.rounds,
                           tuple(measured), winner, plan, str(args.out), priced_only, tuple(notes),
                           time.monotonic() - started, bound, len(graph.ops), phases,
-                          calibration.describe_residuals() if calibration.poor_fit else None, scheduled_bound)
+                          calibration.describe_residuals() if calibration.poor_fit else None, scheduled_bound,
+                          machine_check)
 
 
 class PhaseClock:

@@ -183,6 +183,7 @@ def _measure(args) -> int:
     config = measure_config(args)
     for name in names:
         check_placement_name(name, args.model, spec.backend)
+    _say_if_busy(spec.backend)
     graph = load_model(args.model, args.size)
     with open_target(graph, spec, measure_config=config) as target:
         placements = [placement_named(name, args.model, graph, target.devices, target.simulator) for name in names]
@@ -209,6 +210,17 @@ def _measure(args) -> int:
         if args.timeline and result.ok:
             print(f"timeline of one step: {args.timeline} (open it in https://ui.perfetto.dev or chrome://tracing)")
     return 0 if result.ok else 1
+
+
+def _say_if_busy(backend: str) -> None:
+    """Before timing anything real: a busy or noisy machine named on stderr with what ran (nothing when quiet)."""
+    if backend != "measured":
+        return
+    from placer.measure.machine_check import check_machine
+
+    check = check_machine()
+    if not check.quiet:
+        print(f"placer: {check.describe()}", file=sys.stderr, flush=True)
 
 
 def _compare(args, names: list[str], placements: list, graph, target) -> int:
@@ -250,6 +262,7 @@ def _calibrate(args) -> int:
         raise PlacerError(f"--rounds must be at least 2 (the fit's intervals resample rounds), got {args.rounds}")
     check_output_file(args.out, "--out")
     spec = parse_target_spec(args.target, "measured", allow_exposed_ports=args.allow_exposed_ports)
+    _say_if_busy(spec.backend)
     with Measurer(spec.measured) as measurer:
         calibration = calibrate(measurer, rounds=args.rounds, progress=_progress_bar("calibration probes", "round"))
     calibration.save(args.out)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
@@ -105,23 +106,53 @@ def own_and_descendants_resident_bytes() -> int:
 def descendants_resident_bytes(pid: int | None = None) -> dict[int, int]:
     """Resident memory of every process below `pid` (default: this one), by pid; empty where /proc is missing.
     The measurement workers and testbed servers placer starts are this process's descendants."""
-    parents: dict[int, list[int]] = {}
-    resident: dict[int, int] = {}
+    table = processes()
+    return {child: table[child].resident_bytes for child in descendants(table, os.getpid() if pid is None else pid)}
+
+
+@dataclass(frozen=True)
+class ProcessStat:
+    """One process as /proc/PID/stat and statm describe it."""
+
+    parent: int
+    command: str
+    """Its command name (at most 15 characters, as the kernel keeps it)."""
+    cpu_ticks: int
+    """User and system CPU time so far, in clock ticks (`os.sysconf("SC_CLK_TCK")` a second)."""
+    resident_bytes: int
+    start_ticks: int = 0
+    """When it started, in clock ticks after boot: with the pid, which process it is (pids are reused)."""
+
+
+def processes() -> dict[int, ProcessStat]:
+    """Every process this one may read, by pid; empty where /proc is missing."""
+    table: dict[int, ProcessStat] = {}
     page = os.sysconf("SC_PAGE_SIZE")
     for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
         if not entry.name.isdigit():
             continue
         try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            resident[int(entry.name)] = int((entry / "statm").read_text().split()[1]) * page
+            stat = (entry / "stat").read_text()
+            fields = stat.rsplit(")", 1)[1].split()
+            table[int(entry.name)] = ProcessStat(
+                parent=int(fields[1]), command=stat[stat.index("(") + 1: stat.rindex(")")],
+                cpu_ticks=int(fields[11]) + int(fields[12]),
+                resident_bytes=int((entry / "statm").read_text().split()[1]) * page, start_ticks=int(fields[19]))
         except (OSError, ValueError, IndexError):  # gone meanwhile, or not ours to read
             continue
-        parents.setdefault(parent, []).append(int(entry.name))
-    found: dict[int, int] = {}
-    pending = list(parents.get(os.getpid() if pid is None else pid, []))
+    return table
+
+
+def descendants(table: Mapping[int, ProcessStat], pid: int) -> set[int]:
+    """The pids below `pid` in `table` (children, their children, ...)."""
+    children: dict[int, list[int]] = {}
+    for child, stat in table.items():
+        children.setdefault(stat.parent, []).append(child)
+    found: set[int] = set()
+    pending = list(children.get(pid, []))
     while pending:
         child = pending.pop()
-        if child in resident and child not in found:
-            found[child] = resident[child]
-            pending += parents.get(child, [])
+        if child not in found:
+            found.add(child)
+            pending += children.get(child, [])
     return found

@@ -70,19 +70,27 @@ def compare(evaluate: Callable[[object], T | Sequence[T]], placements: Mapping[s
     evaluate: a `CostTarget.evaluate`, or any function returning one timing (or several, e.g. a vector
     environment's sub-environments) of a placement. A placement that failed (OOM, timeout, crash) is not
     timed again in later rounds unless `retry_failed`: a hang would cost its timeout every round.
-    progress: wraps the round iterator (e.g. a tqdm progress bar). deadline: a `time.monotonic()` after which no
-    timing starts; placements not reached by then have fewer timings, or none (`Compared.timings` is empty)."""
+    progress: wraps the round iterator (e.g. a tqdm progress bar). deadline: a `time.monotonic()` by which every
+    timing must end: one is not started when it would not, judged by what the placement's last timing took (by the
+    longest first timing so far for its first: a first one starts sessions and warms up); placements not reached
+    have fewer timings, or none (`Compared.timings` is empty)."""
     if rounds < 1:
         raise ValueError(f"compare needs at least one round, got {rounds}")
     timings: dict[str, list[T]] = {name: [] for name in placements}
+    took: dict[str, float] = {}
+    longest_first = 0.0
     round_numbers: Iterable[int] = range(rounds)
     for _ in progress(round_numbers) if progress else round_numbers:
         for name, placement in placements.items():
             if not retry_failed and any(not t.ok for t in timings[name]):
                 continue
-            if deadline is not None and time.monotonic() >= deadline:
-                break
+            if deadline is not None and time.monotonic() + took.get(name, longest_first) >= deadline:
+                continue  # a cheaper placement later in the round may still fit
+            started = time.monotonic()
             result = evaluate(placement)
+            if name not in took:
+                longest_first = max(longest_first, time.monotonic() - started)
+            took[name] = time.monotonic() - started
             timings[name].extend(result if isinstance(result, (list, tuple)) else [result])
     return {name: Compared(name, tuple(values)) for name, values in timings.items()}
 

@@ -32,3 +32,22 @@ def test_a_clear_winner_or_a_failure_is_not_timed_again():
     compared = compare_and_retime_leaders(evaluate, {"fast": "fast", "slow": "slow", "broken": "broken"}, rounds=2)
     assert calls == ["fast", "slow", "broken", "fast", "slow"]
     assert not compared["broken"].ok and compared["fast"].median == 1.0
+
+
+def test_no_timing_is_started_that_its_last_one_says_would_end_past_the_deadline():
+    import time
+
+    from placer.cost import compare
+
+    costs = {"quick": 0.02, "slow": 0.3}  # what one timing of each takes: a fake slow target
+
+    def evaluate(name):
+        time.sleep(costs[name])
+        return StepTime(costs[name], "measured", "fake")
+
+    started = time.monotonic()
+    compared = compare(evaluate, {"quick": "quick", "slow": "slow"}, rounds=20, deadline=started + 0.5)
+    elapsed = time.monotonic() - started
+    assert elapsed <= 0.5 + 0.02, f"the comparison ended {elapsed - 0.5:.3f} s past its deadline"
+    # a second slow timing would have ended at 0.62 s: the quick one goes on in the time left instead
+    assert len(compared["slow"].timings) == 1 and len(compared["quick"].timings) >= 5
