@@ -284,6 +284,8 @@ def test_train_on_a_calibrated_target_is_simulated_and_a_missing_file_is_refused
         config_from_args(parser.parse_args(["mlp", "--target", f"calibrated:{tmp_path}/none.json"]))
 
 
+# About 29 s: `calibrate` on the testbed runs in the default suite (tests/test_testbed.py); this is its command line.
+@pytest.mark.slow
 @pytest.mark.testbed
 def test_placer_calibrate_probes_the_testbed_and_saves_a_fit_that_says_how_good_it_is(tmp_path):
     import json

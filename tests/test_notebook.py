@@ -18,7 +18,8 @@ NOTEBOOK = Path(__file__).parents[1] / "notebooks" / "explore_run.ipynb"
 
 
 @pytest.fixture(params=[pytest.param("simulated_run", id="simulated"),
-                        pytest.param("measured_run", id="measured-local2", marks=pytest.mark.testbed)])
+                        pytest.param("measured_run", id="measured-local2",
+                                     marks=[pytest.mark.testbed, pytest.mark.slow])])  # see tests/agents/test_pictures.py
 def run(request) -> Path:
     """A finished run: simulated on modeled GPUs, or measured on the local testbed's two workers."""
     return request.getfixturevalue(request.param)

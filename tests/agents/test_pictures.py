@@ -23,7 +23,9 @@ from placer.devices import short_name
 
 
 @pytest.fixture(params=[pytest.param("simulated_run", id="simulated"),
-                        pytest.param("measured_run", id="measured-local2", marks=pytest.mark.testbed)])
+                        # A measured run on the testbed costs about 25 s; `placer train` on local:2 runs in the default suite
+                        # (tests/test_end_to_end.py), and the pictures are drawn alike from either kind of run.
+                        pytest.param("measured_run", id="measured-local2", marks=[pytest.mark.testbed, pytest.mark.slow])])
 def run(request) -> RunFiles:
     return read_run(request.getfixturevalue(request.param))
 

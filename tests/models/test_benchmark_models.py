@@ -135,7 +135,8 @@ def _larger_sizes():
             if size == "tiny":
                 continue
             slow = (size == "paper" and name != "nmt-2") or (name, size) in (("transformer", "small"),
-                                                                              ("inception-v3", "small"))
+                                                                              ("inception-v3", "small"),
+                                                                              ("nmt-8", "small"))
             yield pytest.param(name, size, marks=pytest.mark.slow) if slow else (name, size)
 
 
