@@ -616,6 +616,7 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
     from placer.concurrency import tuning_candidates
     from placer.cost import StepTime, open_target
     from placer.cost.calibrated import PREFIX, profiled_costs
+    from placer.cost.targets import close_together
     from placer.measure.machine_check import check_machine
     from placer.models import load_model
     from placer.placement import check_same_graph
@@ -651,9 +652,11 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
     machine_check = check_machine()
     say(machine_check.describe())
     with ExitStack() as stack:
+        opened: list = []  # every target, closed together at the end (`close_together`)
+        stack.callback(close_together, opened)
         say(f"starting {target}")
-        real = stack.enter_context(open_target(graph, target, measure_config=measure_config,
-                                               allow_exposed_ports=allow_exposed_ports))
+        real = open_target(graph, target, measure_config=measure_config, allow_exposed_ports=allow_exposed_ports)
+        opened.append(real)
         if calibration_path.exists():
             calibration = _read_calibration(calibration_path, target)
         else:
@@ -735,8 +738,9 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
             key = str(candidate.machine)
             if key not in targets:  # every process started before any timing: one that cannot start fails first
                 say(f"starting {key}")
-                targets[key] = stack.enter_context(open_target(graph, candidate.machine, measure_config=measure_config,
-                                                               allow_exposed_ports=allow_exposed_ports))
+                targets[key] = open_target(graph, candidate.machine, measure_config=measure_config,
+                                           allow_exposed_ports=allow_exposed_ports)
+                opened.append(targets[key])
         measured_candidates = [c if c.placement is not None else dataclasses.replace(
             c, placement=_on_first_device(graph, targets[str(c.machine)].devices)) for c in measured_candidates]
         say(f"measuring {len(measured_candidates)} candidates side by side in {args.rounds} interleaved rounds")

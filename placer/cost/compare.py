@@ -62,6 +62,13 @@ class Compared(Generic[T]):
         return [t.seconds if t.ok else None for t in self.timings]
 
 
+FIRST_TIMING_MARGIN = 2.0
+"""A placement's first timing starts its session and warms it up, and how long that takes depends on what it runs
+on: on a 10,063-op Keras MobileNetV3 the first timings of one process under its pools took 2-3 s and those of
+placements over two testbed workers longer, so the longest first so far underestimated the next and `placer
+optimize --budget 120` ended at 126 s (2026-11-29). Twice it is what a first timing is allowed before a deadline."""
+
+
 def compare(evaluate: Callable[[object], T | Sequence[T]], placements: Mapping[str, object], rounds: int, *,
             retry_failed: bool = False, progress: Callable[[Iterable[int]], Iterable[int]] | None = None,
             deadline: float | None = None) -> dict[str, Compared[T]]:
@@ -71,9 +78,10 @@ def compare(evaluate: Callable[[object], T | Sequence[T]], placements: Mapping[s
     environment's sub-environments) of a placement. A placement that failed (OOM, timeout, crash) is not
     timed again in later rounds unless `retry_failed`: a hang would cost its timeout every round.
     progress: wraps the round iterator (e.g. a tqdm progress bar). deadline: a `time.monotonic()` by which every
-    timing must end: one is not started when it would not, judged by what the placement's last timing took (by the
-    longest first timing so far for its first: a first one starts sessions and warms up); placements not reached
-    have fewer timings, or none (`Compared.timings` is empty)."""
+    timing must end: one is not started when it would not, judged by the longest of the placement's timings so far (a
+    session dropped to free memory is set up again, so a later timing may take as long as the first), and a first
+    one by FIRST_TIMING_MARGIN times the longest first timing of any placement so far; placements not reached have
+    fewer timings, or none (`Compared.timings` is empty)."""
     if rounds < 1:
         raise ValueError(f"compare needs at least one round, got {rounds}")
     timings: dict[str, list[T]] = {name: [] for name in placements}
@@ -84,13 +92,14 @@ def compare(evaluate: Callable[[object], T | Sequence[T]], placements: Mapping[s
         for name, placement in placements.items():
             if not retry_failed and any(not t.ok for t in timings[name]):
                 continue
-            if deadline is not None and time.monotonic() + took.get(name, longest_first) >= deadline:
+            expected = took.get(name, FIRST_TIMING_MARGIN * longest_first)
+            if deadline is not None and time.monotonic() + expected >= deadline:
                 continue  # a cheaper placement later in the round may still fit
             started = time.monotonic()
             result = evaluate(placement)
             if name not in took:
                 longest_first = max(longest_first, time.monotonic() - started)
-            took[name] = time.monotonic() - started
+            took[name] = max(took.get(name, 0.0), time.monotonic() - started)
             timings[name].extend(result if isinstance(result, (list, tuple)) else [result])
     return {name: Compared(name, tuple(values)) for name, values in timings.items()}
 
