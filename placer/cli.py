@@ -64,8 +64,8 @@ def add_placer_commands(sub: argparse._SubParsersAction) -> None:
 
     calibrate = sub.add_parser("calibrate", parents=[common], help="fit a real target's links and per-step overheads "
                                "for its simulator (then simulate it with --target calibrated:FILE)")
-    add_target_argument(calibrate, "the real target: local:N, inprocess:N, env or a cluster spec (default local:2)",
-                        default="local:2")
+    add_target_argument(calibrate, "the real target: local:N (local:2,link=1gbit: over a shaped link), inprocess:N, "
+                        "env or a cluster spec (default local:2)", default="local:2")
     calibrate.add_argument("--out", required=True, metavar="FILE", help="where to write the calibration (JSON)")
     calibrate.add_argument("--rounds", type=int, default=5, help="interleaved rounds of every probe (default 5: with 3, "
                            "predictions from independent calibrations differed by up to 15 %%, see RESULTS.md)")

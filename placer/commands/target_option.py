@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-TARGET_HELP = ("measured: inprocess:N, local:N or local:widths=2+1 (testbed; workers of different widths), env, or a "
+TARGET_HELP = ("measured: inprocess:N, local:N or local:widths=2+1 (testbed; workers of different widths), "
+               "local:2,link=1gbit (two workers over a shaped link), env, or a "
                "cluster spec (JSON or file); simulated: modeled:2xV100, modeled:4xA100-nvlink3, a machine file, or "
                "calibrated:FILE (the simulator of a real target, `placer calibrate`)")
 """What a target spec may be (`placer.cost.parse_target_spec`), for a command's help."""
