@@ -90,9 +90,9 @@ the bucket crosses at the veth pair's own speed, so the bucket is kept small for
 models one, carries every byte at its rate."""
 LINK_SMALLEST_BURST = 8 * 1024
 """Bytes: a few full-size packets. The cost of a small bucket is the receiver's: it wakes per 1.5 KB packet, as
-behind a NIC that coalesces nothing (21 ns of its core per byte received at 100 Mbit/s with an 8 KiB bucket,
-2.9 with 256 KiB; 4.0 at 1 Gbit/s with 62.5 KB; sockets across the pair, 2026-11-29). `placer calibrate` measures
-that cost on the workers' CPU time, and the simulator charges it to the receiving core."""
+behind a NIC that coalesces nothing (26 ns of its core per byte received at 100 Mbit/s with an 8 KiB bucket,
+4.2 with 256 KiB; 3.9 at 1 Gbit/s with 62.5 KB; sockets across the pair, quiet, 2026-11-29). `placer calibrate`
+measures that cost on the workers' CPU time, and the simulator charges it to the receiving core."""
 
 
 @lru_cache(maxsize=None)
