@@ -64,9 +64,9 @@ class Compared(Generic[T]):
 
 FIRST_TIMING_MARGIN = 2.0
 """A placement's first timing starts its session and warms it up, and how long that takes depends on what it runs
-on: on a 10,063-op Keras MobileNetV3 the first timings of one process under its pools took 2-3 s and those of
-placements over two testbed workers longer, so the longest first so far underestimated the next and `placer
-optimize --budget 120` ended at 126 s (2026-11-29). Twice it is what a first timing is allowed before a deadline."""
+on: in one `placer optimize` of a 10,063-op Keras MobileNetV3 on `local:2` the first timings took 5.0 s (one
+process) to 7.1 s (placements over both workers), so the longest first so far can fall short of the next. Twice it
+is what a first timing is allowed before a deadline."""
 
 
 def compare(evaluate: Callable[[object], T | Sequence[T]], placements: Mapping[str, object], rounds: int, *,
