@@ -122,7 +122,8 @@ class OptimizeArgs:
     --no-schedules, for models that can be built at the micro-batch size)."""
     micro_batches: int | None = setting(None, metavar="M")
     """Micro-batches per step of the schedules (must divide the batch); default 2 on a real target, and on a
-    modeled machine one per GPU (a pipeline stage each) when that divides the batch, else 2."""
+    modeled machine one per GPU (a pipeline stage each) when that divides the batch, else 2, then the pipelines'
+    placements again over twice and four times that, where they divide the batch (given, only this count)."""
     replicas: int | None = setting(None, metavar="D")
     """Data parallelism: D replicas only (1: none). Modeled machines: each on GPUs / D GPUs and batch / D samples,
     its gradients all-reduced; default every D above 1 that divides both the GPUs and the batch, each replica

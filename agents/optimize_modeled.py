@@ -59,6 +59,13 @@ SCHEDULE_TOP = 2
 """Placements priced fastest unscheduled that are scheduled, besides the expert's and one GPU's."""
 TESSEL_SECONDS = 10.0
 """The most one Tessel search may take: a fraction of a budget of minutes, enough for a 4-stage template."""
+MORE_MICRO_BATCHES = (2, 4)
+"""By default, after one micro-batch per GPU, the pipelines' placements are scheduled over this many times as many
+micro-batches too, where that divides the batch: more micro-batches shrink a pipeline's bubble (p - 1 stage
+times in M + p - 1) but run each op on fewer samples, nearer its kernel's launch floor; which wins is the model's."""
+MORE_MICRO_BATCHES_SHARE = 0.25
+"""Of the budget left, the most one more micro-batch count may take (judged at twice what the count before it
+took: pricing op by op grows with the copies), so that learning keeps the rest."""
 LEARNING_SHARE = 0.5
 """Of the budget left when learning starts, the least share it takes when schedules follow it; it takes more when
 the schedules before it showed that scheduling one more placement needs less (`_Scheduling.reserve`)."""
@@ -132,6 +139,18 @@ class ModeledSearch:
     machine_bound: StepTimeBound | None = None
     """What no plan searched can beat, replicated, scheduled or placed (`placer.simulate.bound.machine_bound`);
     None where nothing was sliced (no replicas, no micro-batches): then `bound` is the machine's."""
+    schedule_bounds: Mapping[int, StepTimeBound] = field(default_factory=dict)
+    """Each micro-batch count scheduled -> what no schedule of that many micro-batches can beat
+    (`schedule_bound` is `micro_batches`'s)."""
+
+    def __post_init__(self):
+        if not self.schedule_bounds and self.schedule_bound is not None and self.micro_batches is not None:
+            object.__setattr__(self, "schedule_bounds", {self.micro_batches: self.schedule_bound})
+
+    @property
+    def micro_batch_counts(self) -> tuple[int, ...]:
+        """Every count of micro-batches some plan was scheduled over, fewest first."""
+        return tuple(sorted({c.schedule.micro_batches for c in self.scheduled}))
 
     def bound_of(self, candidate: SimulatedCandidate) -> StepTimeBound | None:
         """The bound `candidate` is read against: the machine's, which every plan's step time is at or above;
@@ -143,7 +162,9 @@ class ModeledSearch:
         schedules' for a scheduled plan, the machine's for replicas."""
         if candidate.replicas is not None:
             return self.bound_of(candidate)
-        return self.bound if candidate.schedule is None else self.schedule_bound
+        if candidate.schedule is None:
+            return self.bound
+        return self.schedule_bounds.get(candidate.schedule.micro_batches, self.schedule_bound)
 
     @property
     def candidates(self) -> list[SimulatedCandidate]:
@@ -180,12 +201,14 @@ class ModeledSearch:
 
 
 def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = None, learn_updates: int = 0,
-                   micro_batches: int | None = None, schedule_top: int = SCHEDULE_TOP, seed: int = 0,
+                   micro_batches: int | None = None, more_micro_batches: Sequence[int] = (),
+                   schedule_top: int = SCHEDULE_TOP, seed: int = 0,
                    replica_degrees: Sequence[int] = (), deadline: float = math.inf, progress: bool = False,
                    say: Callable[[str], None] = lambda line: None) -> ModeledSearch:
     """Every heuristic placement of `model` at `size` on the modeled machine `spec`, the learned one (with
     `learn_updates`), with `micro_batches` the schedules of the expert's, the `schedule_top` fastest and one
-    GPU's placements, and data parallelism of each of `replica_degrees` (`replicated_candidates`); nothing
+    GPU's placements, with each of `more_micro_batches` (larger counts) the pipelines' placements' schedules
+    again, and data parallelism of each of `replica_degrees` (`replicated_candidates`); nothing
     learned, scheduled or replicated is started after `deadline` (a `time.monotonic()`).
 
     graph: the model's graph at its full batch, if already built."""
@@ -220,13 +243,17 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
             from agents.optimize import OptimizeError
 
             raise OptimizeError(f"no heuristic could place {model} on {spec}: {'; '.join(notes)}")
+        started = time.monotonic()
         scheduling = _Scheduling(graph, build_micro_batch_graph(model, size, micro_batches), target, micro_batches,
                                  deadline, notes, say) if micro_batches else None
         heuristic_placements = merge_same_placements(found, ("name", "placement_name"))
         # The pipelines' own placements (else one GPU's) are scheduled before learning can spend the budget.
         first = _pipeline_placements(heuristic_placements) or _to_schedule(heuristic_placements, 0)[:1]
+        more: list[_Scheduling] = []
         if scheduling is not None:
             scheduling.schedule(first)
+            more = _more_micro_batches(model, size, graph, target, more_micro_batches, first, deadline, notes, say,
+                                       took=time.monotonic() - started)
             phase_done("schedules")
         # Data parallelism before learning can spend the budget: plain data parallelism is the plan practitioners
         # start from, and each degree costs one graph build and one heuristic pass.
@@ -250,21 +277,24 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
             done = {tuple(c.placement.group_devices) for c in first}
             scheduling.schedule([c for c in _to_schedule(placements, schedule_top)
                                  if tuple(c.placement.group_devices) not in done])
-            scheduled = _named_as(scheduling.scheduled, placements)
+            scheduled = _named_as(scheduling.scheduled + [c for m in more for c in m.scheduled], placements)
             scheduling.note_skipped()
-        scheduled_bound = None
+        schedule_bounds: dict[int, StepTimeBound] = {}
+        slices = dict(replication.graphs)
         if scheduled:
             from placer.schedule.predict import schedule_bound
 
-            scheduled_bound = schedule_bound(scheduling.micro_batch_graph, micro_batches, spec)
+            for each in [scheduling, *more]:
+                if each.scheduled:
+                    schedule_bounds[each.micro_batches] = schedule_bound(each.micro_batch_graph, each.micro_batches,
+                                                                         spec)
+                    slices.setdefault(each.micro_batches, each.micro_batch_graph)
         phase_done("schedules")
-        slices = dict(replication.graphs)
-        if scheduled:
-            slices.setdefault(micro_batches, scheduling.micro_batch_graph)
         machine = _machine_bound(bound, slices, spec)
         phase_done("machine bound")
     return ModeledSearch(spec, tuple(placements), tuple(scheduled), bound, micro_batches, tuple(notes),
-                         clock.seconds, scheduled_bound, tuple(replication.candidates), machine)
+                         clock.seconds, schedule_bounds.get(micro_batches), tuple(replication.candidates), machine,
+                         schedule_bounds)
 
 
 def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate], *, learn_updates: int, seconds: float,
@@ -461,6 +491,32 @@ class _Scheduling:
                               + ": raise --budget")
 
 
+def _more_micro_batches(model: str, size: str, graph: OpGraph, target, counts: Sequence[int],
+                        pipelines: list[SimulatedCandidate], deadline: float, notes: list[str],
+                        say: Callable[[str], None], *, took: float) -> list[_Scheduling]:
+    """`pipelines` (the placements scheduled first) scheduled again over each of `counts` micro-batches, fewest
+    first, while a count is judged to fit MORE_MICRO_BATCHES_SHARE of the budget left: at twice what the count
+    before it `took` (its graph built and its schedules priced)."""
+    from placer.schedule.micro_batch import build_micro_batch_graph
+
+    done = []
+    for index, count in enumerate(counts):
+        left = deadline - time.monotonic()
+        if 2 * took > left * MORE_MICRO_BATCHES_SHARE:
+            notes.append(f"no schedules over {', '.join(str(c) for c in counts[index:])} micro-batches: each more "
+                         f"count takes about twice the last ({took:.0f} s), more than "
+                         f"{MORE_MICRO_BATCHES_SHARE:.0%} of the --budget left; raise --budget or give --micro-batches")
+            break
+        started = time.monotonic()
+        scheduling = _Scheduling(graph, build_micro_batch_graph(model, size, count), target, count, deadline, notes,
+                                 say)
+        scheduling.schedule(pipelines)
+        scheduling.note_skipped()
+        took = time.monotonic() - started
+        done.append(scheduling)
+    return done
+
+
 class _Replication:
     """Data parallelism of each degree asked for, priced while the budget lasts: the step built at the degree's
     slice of the batch, placed on one replica's GPUs by every heuristic (one GPU's placement alone where a replica
@@ -639,9 +695,19 @@ def modeled_micro_batches(args: OptimizeArgs, gpus: int, batch: int | None) -> i
     return gpus if gpus > 1 and batch % gpus == 0 else 2
 
 
+def modeled_more_micro_batches(args: OptimizeArgs, first: int | None, batch: int | None) -> tuple[int, ...]:
+    """The larger micro-batch counts the pipelines' placements are scheduled over too: none with --micro-batches
+    (the count is given) or without schedules, else each of MORE_MICRO_BATCHES times `first` that divides the
+    batch (one sample a micro-batch at the most)."""
+    if first is None or batch is None or args.micro_batches is not None:
+        return ()
+    return tuple(first * factor for factor in MORE_MICRO_BATCHES if batch % (first * factor) == 0)
+
+
 def check_modeled_args(args: OptimizeArgs):
     """Refuse, before any work, what `placer optimize` cannot search on a modeled machine; returns the target's
-    parsed spec and the micro-batches of its schedules (None: none)."""
+    parsed spec, the micro-batches of its schedules (None: none), the larger counts the pipelines' placements are
+    scheduled over too, and the data-parallel degrees."""
     from placer.cost import parse_target_spec
     from placer.files import check_output_file
     from placer.models import check_model_spec, is_builtin_model, model_spec
@@ -676,7 +742,7 @@ def check_modeled_args(args: OptimizeArgs):
         check_micro_batches(batch, micro_batches)
     degrees = modeled_replica_degrees(args, str(spec), gpus, batch)
     check_output_file(args.out, "--out")
-    return spec, micro_batches, degrees
+    return spec, micro_batches, modeled_more_micro_batches(args, micro_batches, batch), degrees
 
 
 def modeled_replica_degrees(args: OptimizeArgs, spec: str, gpus: int, batch: int | None) -> tuple[int, ...]:
@@ -758,10 +824,10 @@ class ModeledOptimizeResult:
             lines.append(f"  {'':9}placements of the whole batch alone: {search.bound.describe()}")
         else:
             lines.append(f"  x bound: a placement unscheduled over the {search.bound.describe()}")
-        if search.schedule_bound is not None:
+        for count, schedule_bound in sorted(search.schedule_bounds.items()):
             alone = "scheduled plans alone: " if search.machine_bound is not None else "a scheduled plan over "
-            lines.append(f"  {'':9}{alone}the schedules' {search.schedule_bound.describe()}: the step in "
-                         f"{search.micro_batches} micro-batches, gradient gates left out")
+            lines.append(f"  {'':9}{alone}the schedules' {schedule_bound.describe()}: the step in "
+                         f"{count} micro-batches, gradient gates left out")
         plain = search.data_parallel()
         if plain is not None and plain.step_time.ok:
             verdict = ("data parallelism is the fastest plan" if plain is self.recommended else
@@ -809,6 +875,9 @@ class ModeledOptimizeResult:
         return {"model": self.model, "size": self.size, "graph": self.graph, "target": self.target,
                 "simulated": True, "measured": False, "recommended": self.recommended.name, "plan": self.plan_path,
                 "candidates": [row(c) for c in search.candidates], "micro_batches": search.micro_batches,
+                "micro_batch_counts": list(search.micro_batch_counts),
+                "schedule_bounds": {str(count): {**b.to_dict(), "simulated": True}
+                                    for count, b in sorted(search.schedule_bounds.items())},
                 "bound": {**search.bound.to_dict(), "simulated": True}, "gap_closed": search.gap_closed,
                 "schedule_bound": None if search.schedule_bound is None else {**search.schedule_bound.to_dict(),
                                                                               "simulated": True},
@@ -829,7 +898,7 @@ def optimize_modeled(args: OptimizeArgs, *, command: str | None = None,
     from agents.optimize import _command_line
 
     started = time.monotonic()
-    spec, micro_batches, degrees = check_modeled_args(args)
+    spec, micro_batches, more_micro_batches, degrees = check_modeled_args(args)
     tell = say or (lambda line: print(line, file=sys.stderr, flush=True))
 
     def say_when(line: str) -> None:
@@ -842,7 +911,8 @@ def optimize_modeled(args: OptimizeArgs, *, command: str | None = None,
         check_replicas_fit(graph, spec.devices, args.replicas)
     say_when(graph.summary())
     search = search_modeled(args.model, args.size, str(spec), graph=graph, learn_updates=args.learn_updates,
-                            micro_batches=micro_batches, seed=args.seed, replica_degrees=degrees,
+                            micro_batches=micro_batches, more_micro_batches=more_micro_batches, seed=args.seed,
+                            replica_degrees=degrees,
                             deadline=started + args.budget,
                             progress=args.progress, say=say_when)
     best = search.fastest

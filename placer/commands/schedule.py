@@ -101,6 +101,7 @@ def schedule_command(args) -> int:
                           f"not {args.target}")
     if measured:
         return _real_target_command(args)
+    reference = None
     if args.shape:
         template, placed, price = shape_template(args.shape, args.devices), None, None
         if args.inference:
@@ -109,10 +110,10 @@ def schedule_command(args) -> int:
         template, placed, price = _model_template(args)
     plans = _make_plans(args, template, placed)
     if price is not None:
-        predictions = price(plans)
+        predictions, reference = price(plans)
         plans = {method: with_prediction(plan, predictions[method]) for method, plan in plans.items()}
     _save_first(args, plans, placed)
-    return _report_plans(args, template, plans)
+    return _report_plans(args, template, plans, reference)
 
 
 def _check_split(args) -> None:
@@ -228,7 +229,9 @@ def _kept(args) -> str:
     return args.method[0] if args.method else "tessel"
 
 
-def _report_plans(args, template, plans: dict) -> int:
+def _report_plans(args, template, plans: dict, reference: tuple | None = None) -> int:
+    """Each plan's row; `reference`, for a built-in model priced op by op: (the placement's step without a
+    schedule, the bound of any schedule of these micro-batches), what a schedule must beat and cannot."""
     from placer.schedule.origin import plan_prediction
 
     rows = []
@@ -238,9 +241,12 @@ def _report_plans(args, template, plans: dict) -> int:
                      "bubble_rate": plan.bubble_rate, "peak_memory": max(plan.peak_memory().values()),
                      "search_status": plan.search_status, "search_seconds": plan.search_seconds,
                      "predicted": None if prediction is None else prediction.to_json_dict()})
+    unscheduled, bound = reference if reference is not None else (None, None)
     if args.json:
         print(json.dumps({"shape": args.shape, "model": args.model, "template": template.to_json_dict(), "devices": args.devices, "micro_batches": args.micro_batches,
-                          "memory_limit": args.memory_limit, "plans": rows}, indent=1))
+                          "memory_limit": args.memory_limit, "plans": rows,
+                          "unscheduled": None if unscheduled is None else unscheduled.to_dict(),
+                          "schedule_bound": None if bound is None else bound.to_dict()}, indent=1))
         return 0
     limit = "unlimited memory" if args.memory_limit is None else f"memory limit {args.memory_limit} units per device"
     where = f"{args.shape} on {args.devices} devices" if args.shape else f"{template.name} ({args.placement} on {args.target})"
@@ -256,6 +262,17 @@ def _report_plans(args, template, plans: dict) -> int:
                          else f"  op by op FAILED ({row['predicted']['failure']})")
         print(f"  {row['method']:<12} makespan {row['makespan']:>5}{seconds}{predicted}  bubbles "
               f"{row['bubble_rate']:6.1%}  peak memory {row['peak_memory']}{over}{searched}")
+    if unscheduled is not None:
+        whole = (f"{unscheduled.seconds * 1e3:.3f} ms" if unscheduled.ok
+                 else f"FAILED ({unscheduled.failure})")
+        print(f"  {'none':<12} the whole batch at once, no schedule: op by op {whole}")
+        best = min((row["predicted"]["seconds"] for row in rows if row["predicted"] and row["predicted"]["ok"]),
+                   default=None)
+        if unscheduled.ok and best is not None and best >= unscheduled.seconds:
+            print(f"no schedule beats the whole batch here: no schedule of {args.micro_batches} micro-batches can go "
+                  f"below the schedules' {bound.describe()}; micro-batches run each op on fewer samples, nearer its "
+                  "kernel's fixed cost" if bound.value >= unscheduled.seconds
+                  else f"no schedule found beats the whole batch here (the schedules' {bound.describe()})")
     if any(row["predicted"] is not None for row in rows):
         print(f"makespan: the blocks' spans, priced on {args.target} with the transfers each block receives, and the "
               f"tail (merge, update, overheads); op by op: the micro-batched step in each plan's order simulated on "
@@ -295,8 +312,15 @@ def _model_template(args):
     micro_batch_placement = placement_at_micro_batch(placement, graph, micro_batch_graph, spec.devices)
     template = priced_template(template, micro_batch_graph, micro_batch_placement, spec)
 
-    def price(plans: dict) -> dict:
-        return predict_plans(plans, micro_batch_graph, micro_batch_placement, spec)
+    def price(plans: dict) -> tuple[dict, tuple]:
+        """Each plan's prediction op by op, and what they are read against: the whole batch unscheduled, and the
+        bound of any schedule of these micro-batches."""
+        from placer.schedule.predict import schedule_bound
+
+        with open_target(graph, spec) as whole:
+            unscheduled = whole.evaluate(placement)
+        reference = (unscheduled, schedule_bound(micro_batch_graph, args.micro_batches, spec))
+        return predict_plans(plans, micro_batch_graph, micro_batch_placement, spec), reference
 
     return template, placed, price
 

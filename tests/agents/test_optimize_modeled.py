@@ -108,6 +108,33 @@ def test_schedules_are_searched_by_default_one_micro_batch_per_gpu(schedules, mi
     assert modeled_micro_batches(args, gpus, batch) == expected
 
 
+@pytest.mark.parametrize("micro_batches, first, batch, expected", [
+    (None, 4, 64, (8, 16)),   # twice and four times one per GPU
+    (None, 4, 8, (8,)),       # 16 does not divide 8: one sample a micro-batch at most
+    (None, 4, 4, ()),
+    (8, 8, 64, ()),           # --micro-batches fixes the count
+    (None, None, 64, ()),     # no schedules
+])
+def test_the_pipelines_are_scheduled_over_more_micro_batches_where_they_divide_the_batch(micro_batches, first, batch,
+                                                                                         expected):
+    from agents.optimize_modeled import modeled_more_micro_batches
+
+    args = OptimizeArgs("gpt2", target="modeled:4xH100", micro_batches=micro_batches)
+    assert modeled_more_micro_batches(args, first, batch) == expected
+
+
+def test_more_micro_batches_that_the_budget_cannot_hold_are_left_out_with_a_note():
+    import time
+
+    from agents.optimize_modeled import _more_micro_batches
+
+    notes = []
+    done = _more_micro_batches("gpt2", "tiny", None, None, (8, 16), [], time.monotonic() + 60, notes,
+                               lambda line: None, took=20.0)
+    assert done == []
+    assert notes and "no schedules over 8, 16 micro-batches" in notes[0] and "raise --budget" in notes[0]
+
+
 # -- refusals --------------------------------------------------------------------------------------------
 
 
@@ -275,11 +302,19 @@ def test_the_planner_stops_half_way_when_its_best_would_not_enter_the_refinement
 
 
 def test_every_kind_of_plan_is_at_or_above_the_machine_s_bound_and_data_parallelism_is_a_row():
-    """Two-tower (tiny, batch 64) on 2 modeled H100s: placements, schedules over 2 micro-batches and 2 replicas of
-    32 samples, each read against one bound that none beats."""
+    """Two-tower (tiny, batch 64) on 2 modeled H100s: placements, schedules over 2 and 8 micro-batches and 2
+    replicas of 32 samples, each read against one bound that none beats."""
     from agents.optimize_modeled import search_modeled
 
-    search = search_modeled("two-tower", "tiny", "modeled:2xH100", micro_batches=2, replica_degrees=(2,))
+    search = search_modeled("two-tower", "tiny", "modeled:2xH100", micro_batches=2, more_micro_batches=(8,),
+                            replica_degrees=(2,))
+    # the pipelines' placement scheduled over both counts, each plan within its own count's bound
+    assert search.micro_batch_counts == (2, 8)
+    assert {c.schedule.micro_batches for c in search.scheduled if c.schedule.method == "1f1b"} == {2, 8}
+    for candidate in search.scheduled:
+        own = search.schedule_bounds[candidate.schedule.micro_batches]
+        assert search.kind_bound_of(candidate) is own and candidate.seconds >= own.value * (1 - 1e-9)
+    assert search.schedule_bounds[2] is search.schedule_bound
     plain = search.data_parallel()
     assert plain is not None and plain.name == "data parallel x2" and plain.replicas.batch == 32
     assert plain.step_time.ok and len(plain.placement.group_devices) == len(plain.replica_graph.groups)

@@ -58,6 +58,22 @@ def test_placer_schedule_runs_gpt2_as_a_four_stage_pipeline(capsys):
     assert all(row["predicted"]["ok"] for row in rows.values())
 
 
+def test_slices_of_one_sequence_are_read_against_the_whole_batch_and_the_bound_of_any_schedule(capsys):
+    """GPT-2 tiny (batch 8) in 8 micro-batches: each op on one sequence costs near its kernel's fixed cost, so no
+    schedule of 8 can beat the whole batch at once; the table says so instead of ranking schedules alone."""
+    import re
+
+    status = main(["schedule", "gpt2", "--placement", "expert", "--target", "modeled:4xH100", "--micro-batches", "8",
+                   "--method", "1f1b"])
+    assert status == 0
+    text = capsys.readouterr().out
+    one_f_one_b = float(re.search(r"1f1b .* op by op ([\d.]+) ms", text).group(1))
+    whole = float(re.search(r"none +the whole batch at once, no schedule: op by op ([\d.]+) ms", text).group(1))
+    bound = float(re.search(r"no schedule of 8 micro-batches can go below the schedules' bound ([\d.]+) ms",
+                            text).group(1))
+    assert whole < bound <= one_f_one_b
+
+
 def test_placer_schedule_wants_a_shape_or_a_model(capsys):
     assert main(["schedule", "--micro-batches", "4"]) == 2
     assert "give a shape" in capsys.readouterr().err
