@@ -11,7 +11,9 @@ experiments/gpu_machines.py):
 2. Data parallelism (`replicated_candidates`), each degree D above 1 that divides the GPUs and the batch: the step
    built at batch / D, one replica placed on GPUs / D GPUs (every op on its GPU where it has one; else by every
    heuristic, the fastest kept: a hybrid), its gradients all-reduced over the machine's links
-   (`placer.cost.replicated`). Priced before learning, so that the plan practitioners start from is always a row.
+   (`placer.cost.replicated`); a hybrid's replica is also run as a pipeline (the expert's or balanced stages'
+   placement of its GPUs under every schedule, over one and two micro-batches per GPU of the replica:
+   `_pipelined_replicas`). Priced before learning, so that the plan practitioners start from is always a row.
 3. The hierarchical planner trained for --learn-updates on the same simulator (`agents.loop.train`), cut to
    PLANNER_SHARE of learning's seconds ("planner"); then the fastest few placements found so far, the planner's
    among them, refined on the simulator coarse to fine (`placer.heuristics.refine`) for the rest, by successive
@@ -605,13 +607,97 @@ def replicated_candidates(model: str, size: str, spec: str, degree: int, notes: 
                 step_time, step = price_replicated(target, placement, spec, degree)
                 if step_time.ok and step_time.seconds < best[1].seconds:
                     best = (f"{start}, refined", step_time, step, placement)
+        pipelines = []
+        if gpus > 1:
+            # The placements pipeline schedules were made for, else the replica's fastest.
+            starts = [(n, timings[n].placement) for n in PIPELINE_PLACEMENTS
+                      if n in timings and timings[n].placement is not None and timings[n].ok] or [(best[0], best[3])]
+            pipelines = _pipelined_replicas(model, size, spec, replicas, graph, target, starts, gpus, notes, say,
+                                            deadline=deadline, graphs=graphs)
     name, step_time, step, placement = best
     row = replicas.name if gpus == 1 else f"{replicas.name} over {name}"
     made_by = (f"{degree} replicas of {replicas.batch} samples, one replica placed by heuristic {name.replace(', refined', ', then refined on the simulator')} on {group}, "
                f"gradients ({step.gradient_bytes / 1e6:.0f} MB) all-reduced in a ring: {step.exchange * 1e3:.2f} ms, "
                f"{step.exposed * 1e3:.2f} ms of it not hidden by the backward")
     return [SimulatedCandidate(row, row, placement, step_time, made_by=made_by, replicas=replicas,
-                               replica_graph=graph)]
+                               replica_graph=graph), *pipelines]
+
+
+REPLICA_MICRO_BATCHES = (1, 2)
+"""A replica of several GPUs is scheduled as a pipeline over this many times one micro-batch per GPU of the
+replica, where that divides its slice of the batch."""
+
+
+def _pipelined_replicas(model: str, size: str, spec: str, replicas: Replicas, graph: OpGraph, target,
+                        starts: Sequence[tuple[str, Placement]], gpus: int, notes: list[str],
+                        say: Callable[[str], None], *, deadline: float,
+                        graphs: dict[int, OpGraph] | None = None) -> list[SimulatedCandidate]:
+    """Data parallelism over pipeline stages: each of `replicas` runs its slice of the batch in micro-batches under
+    a schedule of one of `starts` (placements of one replica's step, `graph`, on its `gpus` GPUs: the pipelines'
+    own and the hybrid's fastest), its merged gradients all-reduced (`placer.cost.replicated.
+    price_replicated_schedule`). The fastest schedule of each count of micro-batches is a row. A count is started
+    only with HYBRID_REFINE_SECONDS left before `deadline`, and one after the first only while
+    MORE_MICRO_BATCHES_SHARE of what is left holds twice what the count before took. A micro-batch smaller than
+    every slice in `graphs` (slices of the batch -> the step at one) takes its place there: the machine's bound
+    reads it."""
+    from placer.cost.replicated import price_replicated_schedule, replica_spec
+    from placer.errors import PlacerError
+    from placer.models import build_model_apart
+    from placer.schedule.micro_batch import placement_at_micro_batch
+
+    group = replica_spec(spec, replicas.degree)
+    rows = []
+    distinct, seen = [], set()
+    for name, placement in starts:
+        if tuple(placement.group_devices) not in seen:
+            seen.add(tuple(placement.group_devices))
+            distinct.append((name, placement))
+    took = 0.0
+    for count in (gpus * factor for factor in REPLICA_MICRO_BATCHES):
+        if replicas.batch % count:
+            continue
+        left = deadline - time.monotonic()
+        if left < HYBRID_REFINE_SECONDS or 2 * took > left * MORE_MICRO_BATCHES_SHARE:
+            notes.append(f"{replicas.name}: --budget left no time to run its replicas as pipelines of {count} "
+                         "micro-batches: raise --budget")
+            break
+        started = time.monotonic()
+        say(f"pricing {replicas.name} over pipelines of {count} micro-batches of {replicas.batch // count} samples")
+        micro_batch_graph = build_model_apart(model, size, batch=replicas.batch // count)
+        slices = replicas.degree * count
+        if graphs is not None and slices > max(graphs, default=0):
+            graphs.clear()
+            graphs[slices] = micro_batch_graph
+        best = None
+        for name, placement in distinct:
+            unreplicated = SimulatedCandidate(name, name, placement, target.evaluate(placement))
+            for scheduled in schedule_candidates(graph, micro_batch_graph, target, unreplicated, count, notes,
+                                                 time_limit=min(TESSEL_SECONDS, max(1.0, (deadline - time.monotonic()) / 8)),
+                                                 deadline=deadline):
+                if not scheduled.step_time.ok or (best is not None and scheduled.seconds >= best[1].seconds):
+                    continue
+                best = (name, scheduled)
+        took = time.monotonic() - started
+        if best is None:
+            continue
+        name, scheduled = best
+        at_micro_batch = placement_at_micro_batch(scheduled.placement, graph, micro_batch_graph, target.devices)
+        try:
+            step_time, step = price_replicated_schedule(micro_batch_graph, at_micro_batch, scheduled.schedule, group,
+                                                        spec, replicas.degree)
+        except PlacerError as error:
+            notes.append(f"{replicas.name} over pipelines of {name}: {error}")
+            continue
+        method = scheduled.schedule.method
+        row = f"{replicas.name} over {name} + {method} x{count}"
+        made_by = (f"{replicas.degree} replicas of {replicas.batch} samples, each a pipeline on {group}: "
+                   f"heuristic {name.replace(', refined', ', then refined on the simulator')}'s placement under "
+                   f"{method} over {count} micro-batches of {replicas.batch // count}; merged gradients "
+                   f"({step.gradient_bytes / 1e6:.0f} MB) all-reduced in a ring: {step.exchange * 1e3:.2f} ms, "
+                   f"{step.exposed * 1e3:.2f} ms of it not hidden by the backward")
+        rows.append(SimulatedCandidate(row, f"{replicas.name} over {name}", scheduled.placement, step_time,
+                                       scheduled.schedule, made_by, replicas=replicas, replica_graph=graph))
+    return rows
 
 
 def _refined_replica(graph: OpGraph, target, timings, deadline: float, seed: int):

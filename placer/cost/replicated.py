@@ -39,9 +39,34 @@ def price_replicated(replica_target: SimulatedCost, placement: Placement, machin
     spec = parse_target_spec(machine, "simulated")
     simulator = replica_target.simulator
     timeline = simulator.simulate(replica_target.placement(placement).group_device_array, timeline=True)
-    step = replicated_step(timeline, gradients(simulator.graph), spec.devices,
-                           replica_devices(spec.devices, simulator.devices, degree),
-                           default_link=simulator.config.default_link)
+    return _replicated_step_time(timeline, gradients(simulator.graph), spec, simulator.devices, degree,
+                                 simulator.config.default_link)
+
+
+def price_replicated_schedule(micro_batch_graph, placement: Placement, plan, group: str | TargetSpec,
+                              machine: str | TargetSpec, degree: int) -> tuple[StepTime, ReplicatedStep]:
+    """`degree` replicas, each a pipeline: `plan` (a schedule of one replica's micro-batches) over `placement` of
+    `micro_batch_graph` (the step at one micro-batch of one replica's slice) on the modeled machine `group` (one
+    replica's GPUs), their merged gradients all-reduced over `machine`: the simulated step of data parallelism over
+    pipeline stages."""
+    from placer.schedule.execute import scheduled_step, step_for_plan
+    from placer.schedule.micro_batch import gradients
+    from placer.schedule.predict import simulated_timeline
+
+    group_spec, spec = parse_target_spec(group, "simulated"), parse_target_spec(machine, "simulated")
+    step, step_placement = step_for_plan(plan, micro_batch_graph, placement, group_spec.devices)
+    scheduled = scheduled_step(step, step_placement, group_spec.devices, plan)
+    timeline = simulated_timeline(scheduled, group_spec)
+    # A modeled machine names every link between its GPUs, so no default link is needed for the ring.
+    return _replicated_step_time(timeline, gradients(scheduled.graph), spec, group_spec.devices, degree, None)
+
+
+def _replicated_step_time(timeline, replica_gradients, spec: TargetSpec, group_devices, degree: int,
+                          default_link) -> tuple[StepTime, ReplicatedStep]:
+    """The data-parallel step of `degree` replicas each simulated as `timeline` on `group_devices`, as a StepTime
+    (failed when a device's memory overflows) and its breakdown."""
+    step = replicated_step(timeline, replica_gradients, spec.devices,
+                           replica_devices(spec.devices, group_devices, degree), default_link=default_link)
     details = {"samples": (step.step_time,), "peak_memory": step.peak_memory,
                "busy": dict(timeline.device_busy)}
     if not timeline.ok or not step.ok:

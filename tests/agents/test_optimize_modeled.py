@@ -329,6 +329,25 @@ def test_every_kind_of_plan_is_at_or_above_the_machine_s_bound_and_data_parallel
     assert all(search.bound_of(c) is bound for c in search.candidates)
 
 
+def test_replicas_of_several_gpus_are_also_priced_as_pipelines_over_their_slice_of_the_batch():
+    """Two-tower (tiny, batch 64) as 2 replicas of 2 H100s: besides the fastest placement of a replica, each
+    replica run as a pipeline over 2 and 4 micro-batches; the smallest micro-batch is kept for the machine's bound."""
+    from agents.optimize_modeled import replicated_candidates
+
+    notes, graphs = [], {}
+    rows = replicated_candidates("two-tower", "tiny", "modeled:4xH100", 2, notes, graphs=graphs)
+    unscheduled = [c for c in rows if c.schedule is None]
+    pipelined = {c.schedule.micro_batches: c for c in rows if c.schedule is not None}
+    assert len(unscheduled) == 1 and unscheduled[0].replicas.degree == 2
+    assert set(pipelined) == {2, 4}
+    for count, row in pipelined.items():
+        assert row.replicas.degree == 2 and row.replicas.batch == 32 and row.step_time.ok
+        assert row.name.startswith("data parallel x2 over ") and row.name.endswith(f" x{count}")
+        assert f"each a pipeline on modeled:2xH100" in row.made_by and "all-reduced" in row.made_by
+        assert len(row.placement.group_devices) == len(row.replica_graph.groups)
+    assert list(graphs) == [8] and graphs[8].name.endswith("batch8")  # 2 replicas x 4 micro-batches of 8 samples
+
+
 def test_a_data_parallel_plan_is_written_with_its_replicas_and_read_back(tmp_path):
     from agents.optimize import OptimizeArgs
     from agents.optimize_modeled import optimize_modeled

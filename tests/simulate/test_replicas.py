@@ -125,3 +125,32 @@ def test_replicas_whose_weights_and_optimizer_state_cannot_fit_a_gpu_are_refused
     with pytest.raises(ReplicaError, match=r"2 replicas do not fit .*16\.00 GB, which over its 1 GPU\(s\) is 16\.00 GB "
                                            r"a GPU, more than .*12\.88 GB: give fewer replicas"):
         check_replicas_fit(big, machine, 2)
+
+
+def test_replicas_each_a_pipeline_pay_their_schedule_and_the_exchange_of_their_merged_gradients():
+    """Two-tower (tiny) at 32 samples a replica, the expert's two stages under 1F1B over 2 micro-batches: one
+    replica alone is priced exactly as the schedule's own prediction, and two replicas on 4 GPUs add only the
+    all-reduce of the merged gradients (8 MB) that the backward does not hide."""
+    from placer.cost import open_target
+    from placer.cost.replicated import price_replicated_schedule
+    from placer.heuristics import time_heuristics
+    from placer.models import build_model_apart
+    from placer.schedule.from_placement import blocks_from_placement
+    from placer.schedule.methods import make_schedule
+    from placer.schedule.micro_batch import placement_at_micro_batch
+    from placer.schedule.predict import predict_plans, priced_template
+
+    replica, micro_batch, group = (build_model_apart("two-tower", "tiny", batch=32),
+                                   build_model_apart("two-tower", "tiny", batch=16), "modeled:2xH100")
+    with open_target(replica, group) as target:
+        placement = time_heuristics(target, ["expert"], model="two-tower")["expert"].placement
+        at_micro_batch = placement_at_micro_batch(placement, replica, micro_batch, target.devices)
+        template = priced_template(blocks_from_placement(target.simulator, placement, 2), micro_batch, at_micro_batch,
+                                   group)
+    plan = make_schedule("1f1b", template, 2)
+    alone = predict_plans({"1f1b": plan}, micro_batch, at_micro_batch, group)["1f1b"].step_time.seconds
+    one, _ = price_replicated_schedule(micro_batch, at_micro_batch, plan, group, group, 1)
+    assert one.seconds == pytest.approx(alone)
+    two, step = price_replicated_schedule(micro_batch, at_micro_batch, plan, group, "modeled:4xH100", 2)
+    assert step.gradient_bytes == 8 * 2**20 and step.exchange > 0
+    assert two.seconds == pytest.approx(alone + step.exposed) and two.seconds >= alone
