@@ -2,7 +2,7 @@
 budget of wall time, against the machine's bound and the expert. Predictions, not measurements.
 
     python experiments/gpu_machines.py [--setups nmt-4:paper@4xH100 gpt2:paper@8xH100 ...] [--budget 600]
-        [--micro-batches 4] [--learn-updates N] [--schedule-top 3] [--out results/gpu_machines.json]
+        [--micro-batches M] [--learn-updates N] [--schedule-top 3] [--out results/gpu_machines.json]
 
 A setup is MODEL[:SIZE]@NxGPU (size paper by default). The default setups are the papers' (NMT-2 on 2 and 4, NMT-4
 on 2 and 4, Inception-V3 on 2 modeled V100s) and today's (NMT-4, the Transformer and the GPT-2- and Llama-shaped
@@ -12,7 +12,9 @@ ops do). Thread pools are a host CPU's setting, so the decisions are two: where 
 schedule. Each setup is the search of `placer optimize MODEL --target modeled:NxGPU --budget B`
 (`agents.optimize_modeled.search_modeled`), reported per setup as (ms per step):
 - bound: the step time no placement of the whole batch can beat (`placer.simulate.bound`); schedule bound: what no
-  schedule of --micro-batches micro-batches can beat (`placer.schedule.predict.schedule_bound`);
+  schedule of the first count of micro-batches can beat (`placer.schedule.predict.schedule_bound`); the counts are
+  `placer optimize`'s (one per GPU, then the pipelines' placements over twice and four times that, while the
+  budget holds them) unless --micro-batches gives one;
 - single: every op on one GPU; best heuristic: the fastest heuristic placement (the exact baseline included);
 - planner: what the policy learned in what the budget leaves it: the hierarchical planner's best sample, trained on
   the simulator (at most --learn-updates), choosing data parallelism's degree too where replicas were priced; its
@@ -21,7 +23,7 @@ schedule. Each setup is the search of `placer optimize MODEL --target modeled:Nx
   (`placer.heuristics.refine`; not learned: `refined_from` names the start that won); its best schedule, its share
   of the best heuristic's gap to the bound closed, and against the expert's placement (the seed papers' metric);
 - expert scheduled: the expert's placement under its fastest micro-batch schedule (GPipe, 1F1B, ZB-H1, Tessel's fast
-  search over --micro-batches), or unscheduled if none is faster (models that cannot be built at another batch
+  search, at its fastest count of micro-batches), or unscheduled if none is faster (models that cannot be built at another batch
   get no schedules);
 - pipelines: for the placements a stage per GPU (the expert's, and the language models' balanced stages: layers
   per GPU cut where the stages' compute is even), the fastest schedule's speedup over the same placement
@@ -32,7 +34,7 @@ schedule. Each setup is the search of `placer optimize MODEL --target modeled:Nx
   fastest unscheduled are scheduled, and the expert's and one GPU's;
 - data parallel: one replica a GPU, each on its slice of the batch, the gradients all-reduced on the machine's
   links (`placer.simulate.replicas`); hybrid: the fastest of fewer replicas, each over a group of GPUs placed by
-  the heuristics; best: the fastest plan of any kind, and data parallel over it (vs data parallel, x: above 1 the
+  the heuristics, or run as a pipeline under a schedule; best: the fastest plan of any kind, and data parallel over it (vs data parallel, x: above 1 the
   best plan is faster), and it over the machine's bound (what no plan searched beats:
   `placer.simulate.bound.machine_bound`).
 A schedule is priced op by op (`placer.schedule.predict`): its micro-batched step with transfers, the merge of the
@@ -80,7 +82,7 @@ def parse_setup(setup: str) -> tuple[str, str, str]:
     return model, size or "paper", f"modeled:{machine}"
 
 
-def decide(model: str, size: str, spec: str, micro_batches: int, learn_updates: int, budget: float,
+def decide(model: str, size: str, spec: str, micro_batches: int | None, learn_updates: int, budget: float,
            schedule_top: int = 3) -> dict:
     """One row: every decision's predicted step time for `model` on the modeled machine `spec`, from the search
     `placer optimize --target modeled:NxGPU --budget B` makes (`agents.optimize_modeled.search_modeled`)."""
@@ -93,12 +95,19 @@ def decide(model: str, size: str, spec: str, micro_batches: int, learn_updates: 
 
     from agents.optimize_modeled import search_modeled
 
+    from agents.optimize import OptimizeArgs
+    from agents.optimize_modeled import modeled_micro_batches, modeled_more_micro_batches
+
     started = time.monotonic()
     schedulable = model_spec(model).batch_of is not None
     gpus = sum(1 for device in parse_target_spec(spec).devices.devices if device.kind == "GPU")
-    search = search_modeled(model, size, spec, learn_updates=learn_updates,
-                            micro_batches=micro_batches if schedulable else None, schedule_top=schedule_top,
-                            replica_degrees=replica_degrees(gpus, model_batch(model, size) if schedulable else None),
+    batch = model_batch(model, size) if schedulable else None
+    # The micro-batch counts `placer optimize` searches: --micro-batches alone when given.
+    asked = OptimizeArgs(model, target=spec, micro_batches=micro_batches)
+    first = modeled_micro_batches(asked, gpus, batch)
+    search = search_modeled(model, size, spec, learn_updates=learn_updates, micro_batches=first,
+                            more_micro_batches=modeled_more_micro_batches(asked, first, batch),
+                            schedule_top=schedule_top, replica_degrees=replica_degrees(gpus, batch),
                             deadline=started + budget)
     notes = list(search.notes)
     if not schedulable:
@@ -107,18 +116,23 @@ def decide(model: str, size: str, spec: str, micro_batches: int, learn_updates: 
     # refinement's placement is "refined" whatever it started from.
     alone = {_column_name(name): c.seconds for c in search.placements if c.step_time.ok
              for name in c.placement_name.split(" = ")}
-    scheduled = {(_column_name(name), c.schedule.method): c.seconds for c in search.scheduled if c.step_time.ok
-                 for name in c.placement_name.split(" = ")}
+    # Each placement's schedule at its fastest count of micro-batches.
+    scheduled, counts = {}, {}
+    for c in sorted((c for c in search.scheduled if c.step_time.ok), key=lambda c: -c.seconds):
+        for name in c.placement_name.split(" = "):
+            scheduled[(_column_name(name), c.schedule.method)] = c.seconds
+            counts[(_column_name(name), c.schedule.method)] = c.schedule.micro_batches
     row = summarize(alone, scheduled, search.bound.value,
                     None if search.schedule_bound is None else search.schedule_bound.value)
     row.update(replicated_columns(search))
     row.update(planner_columns(search, row))
-    row.update(pipeline_speedups(alone, scheduled, gpus, micro_batches if schedulable else None))
+    row.update(pipeline_speedups(alone, scheduled, gpus, counts))
     refined = search.refined()
     return {"setup": f"{model}:{size}@{spec.split(':', 1)[1]}", "model": f"{model} {size}", "machine": spec, **row,
             "refined_from": None if refined is None else _refined_from(refined),
             "refined_made_by": None if refined is None else refined.made_by, "bound": search.bound.to_dict(),
             "schedule_bound": None if search.schedule_bound is None else search.schedule_bound.to_dict(),
+            "micro_batch_counts": list(search.micro_batch_counts),
             "search_s": time.monotonic() - started,
             "phase_seconds": dict(search.phase_seconds), "notes": notes}
 
@@ -233,9 +247,10 @@ def bubble_arithmetic(stages: int, micro_batches: int) -> float:
 
 
 def pipeline_speedups(alone: dict[str, float], scheduled: dict[tuple[str, str], float], stages: int,
-                      micro_batches: int | None) -> dict:
+                      counts: dict[tuple[str, str], int]) -> dict:
     """For the placements a stage per GPU (the expert's, the balanced stages'): each schedule's step over the
-    same placement's unscheduled one (x faster), beside the bubble arithmetic of `stages` equal stages."""
+    same placement's unscheduled one (x faster), beside the bubble arithmetic of `stages` equal stages over the
+    fastest pipeline's micro-batches (`counts`: (placement, method) -> its micro-batches)."""
     from agents.optimize_modeled import PIPELINE_PLACEMENTS
 
     speedups = {name: {method: alone[name] / s for (placement, method), s in scheduled.items() if placement == name}
@@ -246,8 +261,9 @@ def pipeline_speedups(alone: dict[str, float], scheduled: dict[tuple[str, str], 
     return {"stages_ms": alone["balanced-stages"] * 1e3 if "balanced-stages" in alone else None,
             "pipeline_speedups": speedups,
             "pipeline_speedup": None if best is None else round(best[2], 3),
-            "pipeline_best": None if best is None else f"{best[0]} + {best[1]}",
-            "bubble_arithmetic": None if micro_batches is None else round(bubble_arithmetic(stages, micro_batches), 3)}
+            "pipeline_best": None if best is None else f"{best[0]} + {best[1]} x{counts[best[:2]]}",
+            "pipeline_micro_batches": None if best is None else counts[best[:2]],
+            "bubble_arithmetic": None if best is None else round(bubble_arithmetic(stages, counts[best[:2]]), 3)}
 
 
 def _searched(setups: list[tuple[str, str, str]], args):
@@ -285,7 +301,9 @@ def main(argv=None) -> int:
                         help="MODEL[:SIZE]@NxGPU each, built-in models (default: the papers' and today's setups)")
     parser.add_argument("--budget", type=float, default=600.0,
                         help="seconds of wall time per setup, as `placer optimize --budget` (default 600)")
-    parser.add_argument("--micro-batches", type=int, default=4)
+    parser.add_argument("--micro-batches", type=int, default=None,
+                        help="the one count of micro-batches scheduled (default: as `placer optimize` searches them: "
+                             "one per GPU, then the pipelines' placements over twice and four times that)")
     parser.add_argument("--learn-updates", type=int, default=LEARN_UPDATES,
                         help="simulated updates of the hierarchical planner at most (default: as many as the budget "
                              "leaves; 0: neither the planner nor the refinement)")
@@ -296,7 +314,7 @@ def main(argv=None) -> int:
                              "this machine's cores); each setup's budget is then wall time on one core")
     parser.add_argument("--out", default="results/gpu_machines.json")
     args = parser.parse_args(argv)
-    if args.micro_batches < 2:
+    if args.micro_batches is not None and args.micro_batches < 2:
         parser.error("--micro-batches must be at least 2: one micro-batch is no schedule")
     if args.schedule_top < 0:
         parser.error("--schedule-top must be 0 or more")

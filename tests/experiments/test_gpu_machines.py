@@ -146,3 +146,15 @@ def test_setups_searched_side_by_side_come_back_in_the_order_asked(tmp_path):
     written = json.loads(out.read_text())
     assert [row["setup"] for row in written["rows"]] == setups
     assert written["jobs"] == 2 and written["setups_left"] == []
+
+
+def test_the_fastest_pipeline_names_its_micro_batches_and_the_bubble_arithmetic_uses_them():
+    from experiments.gpu_machines import pipeline_speedups
+
+    alone = {"expert": 8 * MS, "balanced-stages": 6 * MS}
+    scheduled = {("expert", "1f1b"): 4 * MS, ("balanced-stages", "zb-h1"): 2 * MS}
+    counts = {("expert", "1f1b"): 4, ("balanced-stages", "zb-h1"): 16}
+    row = pipeline_speedups(alone, scheduled, 4, counts)
+    assert row["pipeline_best"] == "balanced-stages + zb-h1 x16" and row["pipeline_micro_batches"] == 16
+    assert row["pipeline_speedup"] == pytest.approx(3.0)  # over the same placement unscheduled
+    assert row["bubble_arithmetic"] == pytest.approx(round(4 * 16 / (16 + 3), 3))
