@@ -392,10 +392,16 @@ class RunSummary:
     gap_closed: float | None = None
     """(best baseline - learned) / (best baseline - bound): the share of the best baseline's distance to the
     bound that the learned placement closed."""
+    final_tied: tuple[str, ...] | None = None
+    """The contenders of the final comparison within the noise of its fastest (`placer.cost.compare.tie_set`: a
+    paired test over its rounds), fastest first; None without a final comparison."""
+    final_rounds: int | None = None
+    """Interleaved rounds of the final comparison."""
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["beaten_baselines"] = list(self.beaten_baselines)
+        data["final_tied"] = None if self.final_tied is None else list(self.final_tied)
         return data
 
     @classmethod
@@ -403,6 +409,8 @@ class RunSummary:
         known = {f.name for f in dataclasses.fields(cls)}
         data = {key: value for key, value in data.items() if key in known}
         data["beaten_baselines"] = tuple(data.get("beaten_baselines", ()))
+        if data.get("final_tied") is not None:
+            data["final_tied"] = tuple(data["final_tied"])
         if data.get("simulator") is not None:
             phase = {f.name for f in dataclasses.fields(SimulatorPhase)}
             data["simulator"] = SimulatorPhase(**{k: v for k, v in data["simulator"].items() if k in phase})

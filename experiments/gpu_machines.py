@@ -34,7 +34,7 @@ schedule. Each setup is the search of `placer optimize MODEL --target modeled:Nx
   fastest unscheduled are scheduled, and the expert's and one GPU's;
 - data parallel: one replica a GPU, each on its slice of the batch, the gradients all-reduced on the machine's
   links (`placer.simulate.replicas`); hybrid: the fastest of fewer replicas, each over a group of GPUs placed by
-  the heuristics, or run as a pipeline under a schedule; best: the fastest plan of any kind, and data parallel over it (vs data parallel, x: above 1 the
+  the heuristics, or run as a pipeline under a schedule (pipelined hybrid: the fastest of those); best: the fastest plan of any kind, and data parallel over it (vs data parallel, x: above 1 the
   best plan is faster), and it over the machine's bound (what no plan searched beats:
   `placer.simulate.bound.machine_bound`).
 A schedule is priced op by op (`placer.schedule.predict`): its micro-batched step with transfers, the merge of the
@@ -62,7 +62,7 @@ COLUMNS = ["setup", "bound_ms", "schedule_bound_ms", "single_ms", "placement", "
            "expert_scheduled_ms", "stages_ms", "pipeline_best", "pipeline_speedup", "bubble_arithmetic", "sequential",
            "sequential_ms", "joint", "joint_ms", "joint_vs_best_one_dim_pct",
            "placement_x_bound", "refined_x_bound", "joint_x_bound", "machine_bound_ms", "data_parallel_ms",
-           "hybrid", "hybrid_ms", "best", "best_ms", "vs_data_parallel", "best_x_machine_bound", "search_s"]
+           "hybrid", "hybrid_ms", "pipelined_hybrid_ms", "best", "best_ms", "vs_data_parallel", "best_x_machine_bound", "search_s"]
 
 PAPER_SETUPS = ("nmt-2:paper@2xV100", "nmt-2:paper@4xV100", "nmt-4:paper@2xV100", "nmt-4:paper@4xV100",
                 "inception-v3:paper@2xV100")
@@ -156,6 +156,7 @@ def replicated_columns(search) -> dict:
     plain = search.data_parallel()
     hybrids = [c for c in search.replicated if c is not plain and c.step_time.ok and not c.made_of("planner")]
     hybrid = min(hybrids, key=lambda c: c.seconds) if hybrids else None
+    pipelined = min((c for c in hybrids if c.schedule is not None), key=lambda c: c.seconds, default=None)
     best = search.fastest
     machine = search.machine_bound or search.bound
     data_parallel = plain.seconds if plain is not None and plain.step_time.ok else None
@@ -163,6 +164,8 @@ def replicated_columns(search) -> dict:
             "data_parallel_ms": None if data_parallel is None else data_parallel * 1e3,
             "data_parallel_made_by": None if plain is None else plain.made_by,
             "hybrid": None if hybrid is None else hybrid.name, "hybrid_ms": None if hybrid is None else hybrid.seconds * 1e3,
+            "pipelined_hybrid": None if pipelined is None else pipelined.name,
+            "pipelined_hybrid_ms": None if pipelined is None else pipelined.seconds * 1e3,
             "best": best.name, "best_ms": best.seconds * 1e3,
             "vs_data_parallel": None if data_parallel is None else data_parallel / best.seconds,
             "best_x_machine_bound": times_bound(best.seconds, machine)}

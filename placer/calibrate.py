@@ -114,11 +114,14 @@ def calibrate(
     rounds: int = 5,
     progress: Callable[[Iterable[int]], Iterable[int]] | None = None,
     seed: int = 0,
+    repeat_poor_fit: bool = True,
 ) -> Calibration:
     """Fit overheads and transfer costs between devices 0 and 1 of `measurer` from probe graphs.
 
     Each probe runs in its reference placement and in its probe placement (the same graph with the
-    transfers under test), side by side in `rounds` interleaved rounds."""
+    transfers under test), side by side in `rounds` interleaved rounds. With `repeat_poor_fit`, a fit whose
+    misses are noise (`Calibration.poor_fit`) times every probe for `rounds` more rounds and fits them all
+    (`fit_repeating_a_poor_fit`) before it is reported."""
     from placer.cost import compare
 
     if len(measurer.devices) < 2:
@@ -146,18 +149,45 @@ def calibrate(
                                f"{result.failure.message}")
         return _ProbeTiming(result.median, True, tuple(result.worker_cpu[:2]))
 
-    compared = compare(evaluate, placements, rounds, progress=progress)
-    timings = {}
-    for probe in probes:
-        sides = {side: compared[(probe.name, side)].timings for side in ("reference", "probe")}
-        timings[probe.name] = {side: [t.seconds for t in runs] for side, runs in sides.items()}
-        if all(len(t.worker_cpu) == 2 for runs in sides.values() for t in runs):
-            timings[probe.name].update({f"{side}_cpu": [list(t.worker_cpu) for t in runs] for side, runs in sides.items()})
-    fitted = fit_calibration(probes, timings, target=str(getattr(measurer, "target", "")),
-                             devices=tuple(devices.names), seed=seed, machine=this_machine())
+    def time_rounds() -> dict:
+        compared = compare(evaluate, placements, rounds, progress=progress)
+        timings = {}
+        for probe in probes:
+            sides = {side: compared[(probe.name, side)].timings for side in ("reference", "probe")}
+            timings[probe.name] = {side: [t.seconds for t in runs] for side, runs in sides.items()}
+            if all(len(t.worker_cpu) == 2 for runs in sides.values() for t in runs):
+                timings[probe.name].update({f"{side}_cpu": [list(t.worker_cpu) for t in runs]
+                                            for side, runs in sides.items()})
+        return timings
+
+    def fit(timings) -> Calibration:
+        return fit_calibration(probes, timings, target=str(getattr(measurer, "target", "")),
+                               devices=tuple(devices.names), seed=seed, machine=this_machine())
+
+    fitted = fit_repeating_a_poor_fit(time_rounds, fit) if repeat_poor_fit else fit(time_rounds())
     delay, hops = measure_request_delay(measurer, max(rounds, REQUEST_PROBE_ROUNDS))
     intervals = {**fitted.intervals, "request_delay": request_delay_interval(hops, seed=seed)}
     return replace(fitted, request_delay=delay, request_hops=hops, intervals=intervals)
+
+
+def fit_repeating_a_poor_fit(time_rounds: Callable[[], dict], fit: Callable[[dict], Calibration]) -> Calibration:
+    """`fit` of the probe timings `time_rounds` gives; where that fit misses probes by noise (its rounds disagree:
+    `Calibration.poor_fit`), the probes are timed again and fitted with every round of both (`pooled_timings`):
+    a probe a busy moment disturbed weighs half as much, and a miss that stays is reported. The first fit's
+    misses are kept (`Calibration.first_misses`)."""
+    timings = time_rounds()
+    fitted = fit(timings)
+    if not fitted.poor_fit:
+        return fitted
+    first_misses = {name: r for name, r in fitted.misses.items() if name not in fitted.model_limits}
+    return replace(fit(pooled_timings(timings, time_rounds())), first_misses=first_misses)
+
+
+def pooled_timings(first: Mapping[str, Mapping[str, list]], second: Mapping[str, Mapping[str, list]]) -> dict:
+    """Two sets of probe timings (probe -> side -> one entry per round) as one, the second's rounds after the
+    first's; a side one of them lacks (the workers' CPU time) is left out."""
+    return {name: {side: [*first[name][side], *second[name][side]] for side in first[name] if side in second[name]}
+            for name in first}
 
 
 # -- the request probe ---------------------------------------------------------------------------------

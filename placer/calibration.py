@@ -79,6 +79,9 @@ class Calibration:
     it."""
     request_hops: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     """The request probe's traced hops per round: "idle" and "busy" seconds."""
+    first_misses: Mapping[str, float] = field(default_factory=dict)
+    """Where the first rounds' fit missed probes by noise, those misses: the probes were then timed as many rounds
+    again and this fit pools both (`placer.calibrate.fit_repeating_a_poor_fit`); empty where the first fit held."""
 
     @property
     def check_families(self) -> tuple[str, ...]:
@@ -178,6 +181,10 @@ class Calibration:
             lines.append(f"  {'request_delay':<18} {self.request_delay * 1e3:10.3f} ms     90% interval "
                          f"[{low * 1e3:.3f}, {high * 1e3:.3f}]: a hop from a busy worker beyond one from an idle one "
                          "(request probe)")
+        if self.first_misses:
+            lines.append(f"  timed twice: the first {self.rounds // 2} rounds missed "
+                         + ", ".join(f"{name} {100 * value:+.0f}%" for name, value in self.first_misses.items())
+                         + f" by noise, so every probe ran {self.rounds // 2} rounds more and the fit pools them")
         lines.append(f"  fit: {self.describe_residuals()}"
                      + ("  POOR FIT: calibrate again on a quiet machine" if self.poor_fit else ""))
         if self.model_limits:

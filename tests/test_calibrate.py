@@ -416,3 +416,27 @@ def test_a_graph_that_cannot_run_in_process_keeps_the_replication_rule_and_says_
     with pytest.warns(RuntimeWarning, match="could not run 'mlp.*OOM when allocating"):
         assert learned_sent_constants(mlp, tmp_path / "testbed.json") == frozenset()
     assert not sent_constants_cache(tmp_path / "testbed.json", mlp).exists()  # tried again next time
+
+
+def test_a_poor_fit_times_the_probes_again_and_fits_every_round_before_it_is_reported(tmp_path):
+    """A busy moment disturbs one probe in the first five rounds (by different amounts, once the other way): that
+    fit is poor, so the probes run five rounds more on a quiet machine and the fit of all ten holds."""
+    from placer.calibrate import fit_repeating_a_poor_fit
+
+    disturbed = _timings(disturb=("receiver-busy 100000x1", [30e-3, 20e-3, -6e-3, 25e-3, 12e-3]))
+    batches = iter([disturbed, _timings(seed=7)])
+    timed = []
+
+    def time_rounds():
+        timed.append(1)
+        return next(batches)
+
+    fitted = fit_repeating_a_poor_fit(time_rounds, lambda timings: fit_calibration(PROBES, timings))
+    assert len(timed) == 2 and fitted.rounds == 10 and not fitted.poor_fit
+    assert list(fitted.first_misses) == ["receiver-busy 100000x1"]
+    assert "timed twice: the first 5 rounds missed receiver-busy 100000x1" in fitted.describe()
+    assert load_calibration(fitted.save(tmp_path / "c.json")).first_misses == fitted.first_misses
+    # a fit that holds is timed once
+    once = []
+    clean = fit_repeating_a_poor_fit(lambda: once.append(1) or _timings(), lambda t: fit_calibration(PROBES, t))
+    assert len(once) == 1 and clean.rounds == 5 and not clean.first_misses

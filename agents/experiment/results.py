@@ -102,10 +102,15 @@ def describe(summary: RunSummary, run_dir: Path) -> str:
         lines.append(f"  {name:<24} {_ms(step_time)}{against_bound(step_time)}{mark}")
     if summary.bound is not None:
         lines.append(f"  {'bound':<24} {_ms(bound)}  {bound_source(summary.bound, summary.backend)}")
+    tied = set(summary.final_tied or ())
+    rounds = f"a paired test over {summary.final_rounds} rounds" if summary.final_rounds else "a paired test"
     if summary.improvement_over_best_baseline is not None:
         # improvement = (best - learned) / best, so learned / best = 1 - improvement
+        noise = ""
+        if summary.final_tied is not None and {"learned", summary.best_baseline} <= tied:
+            noise = f"; both within the noise of the fastest ({rounds})"
         lines.append(f"  learned: {times_as_fast(1 - summary.improvement_over_best_baseline)} the best baseline "
-                     f"({summary.best_baseline})")
+                     f"({summary.best_baseline}){noise}")
         if summary.final_comparison:
             lines.append(f"  {'':<9}{summary.best_baseline}: the fastest baseline before the final comparison, "
                          "timed again there, not chosen there (of equally fast placements, the lowest timings "
@@ -113,8 +118,12 @@ def describe(summary: RunSummary, run_dir: Path) -> str:
     if summary.gap_closed is not None:
         lines.append(f"  gap closed: {100 * summary.gap_closed:+.1f}% of the best baseline's distance to the bound")
     if summary.fastest not in (None, "learned"):
+        beyond = ""
+        if summary.final_tied is not None:
+            beyond = (", within the noise of the learned one" if "learned" in tied else
+                      f", faster than the learned one beyond the noise ({rounds})")
         lines.append(f"  the fastest placement measured is {summary.fastest}'s "
-                     f"({_ms(summary.fastest_step_time).strip()}): `placer export` writes that one")
+                     f"({_ms(summary.fastest_step_time).strip()}){beyond}: `placer export` writes that one")
     if summary.batch_note is not None:
         lines.append(summary.batch_note)
     lines += [f"Results in {run_dir}/ (summary.json, best_placement.json, timeline.json, log.txt)",

@@ -115,7 +115,8 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
         state = train(agent, evaluated_on, run_dir, training, callbacks=[measured, on_update],
                       start_from=None if measured_start is None else measured_start.assignment)
         workers.close()  # the baselines' final comparison and the timeline are this process's own
-        final = _final_comparison(config, env, run_dir, state.best_assignment, baselines, log, start, simulator)
+        final, final_tied = _final_comparison(config, env, run_dir, state.best_assignment, baselines, log, start,
+                                              simulator)
         if measured_start is not None and measured_start.best_baseline is not None:
             best_baseline = (baselines[measured_start.best_baseline].seconds, measured_start.best_baseline)
         summary = summarize(config, run_dir, state, baselines, best_baseline, agent.name, final,
@@ -130,7 +131,8 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
             calibration_poor_fit=_poor_fit(calibration),
             measured_start=None if measured_start is None else measured_start.name,
             learned_is_start=measured_start is not None and state.best_assignment is not None
-            and [int(a) for a in state.best_assignment] == measured_start.assignment)
+            and [int(a) for a in state.best_assignment] == measured_start.assignment,
+            final_tied=final_tied, final_rounds=config.final_rounds if final is not None else None)
         run_files.write_summary(run_dir, summary)
         best_file = run_dir / run_files.BEST_PLACEMENT
         trackers.finish(summary.to_dict(), best_file if best_file.exists() else None,
@@ -342,11 +344,15 @@ def _compare_distinct(evaluate, contenders: Mapping[str, Sequence[int]], rounds:
 
 def _final_comparison(config: ExperimentConfig, env, run_dir: Path, assignment, baselines: Mapping[str, BaselineTiming],
                       log, start: StartPlacement | None = None,
-                      simulator: SimulatorResult | None = None) -> dict[str, float] | None:
+                      simulator: SimulatorResult | None = None
+                      ) -> tuple[dict[str, float] | None, tuple[str, ...] | None]:
     """Median step time of the learned placement, the start, the simulator phase's best and every baseline,
-    measured again side by side (each distinct placement once)."""
+    measured again side by side (each distinct placement once), and the names within the noise of the fastest
+    (`placer.cost.compare.tie_set`); (None, None) where there is no final comparison."""
+    from placer.cost.compare import tie_set
+
     if config.backend != "measured" or config.final_rounds < 1 or assignment is None:
-        return None
+        return None, None
     contenders = {"learned": list(assignment)}
     if start is not None and start.step_time is not None:
         contenders["start"] = list(start.assignment)
@@ -357,9 +363,10 @@ def _final_comparison(config: ExperimentConfig, env, run_dir: Path, assignment, 
     progress = (lambda rounds: _progress(rounds, True, "final comparison", "round")) if config.progress else None
     compared = _compare_distinct(env.target.evaluate, contenders, config.final_rounds, progress=progress)
     final = {name: c.median for name, c in compared.items()}
-    log.info("final comparison (%d interleaved rounds): %s", config.final_rounds,
-             ", ".join(f"{name} {seconds * 1e3:.3f} ms" for name, seconds in final.items()))
-    return final
+    tied = tuple(tie_set(compared))
+    log.info("final comparison (%d interleaved rounds): %s; within the noise of the fastest: %s", config.final_rounds,
+             ", ".join(f"{name} {seconds * 1e3:.3f} ms" for name, seconds in final.items()), ", ".join(tied))
+    return final, tied
 
 
 def _step_time_bound(env, calibration: Path | None, log):

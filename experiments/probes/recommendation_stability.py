@@ -1,7 +1,8 @@
 """Does `placer optimize` give the same answer run after run? The same command several times in a row, each in a
 fresh process as a user runs it; per run the recommended plan, the plans tied with the fastest (within the noise of
-its rounds) and each plan's median; then whether every run recommended the same plan, or a plan of every other run's
-tie set.
+its rounds), each plan's median and what the calibrated twin predicted for it (the learned candidate's error
+apart: does the twin believe the placement it taught the planner?); then whether every run recommended the same
+plan, or a plan of every other run's tie set.
 
     python experiments/probes/recommendation_stability.py [--model two-tower] [--target local:2] [--runs 5]
         [--budget 180] [--out results/recommendation_stability.json]
@@ -24,7 +25,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from experiments._report import write_report  # noqa: E402
 
-COLUMNS = ["run", "recommended", "recommended_ms", "tied_with_fastest", "fastest", "fastest_ms", "seconds"]
+COLUMNS = ["run", "recommended", "recommended_ms", "tied_with_fastest", "fastest", "fastest_ms", "learned_ms",
+           "learned_predicted_ms", "learned_error_pct", "seconds"]
 
 
 def one_run(model: str, target: str, budget: float, out: Path) -> dict:
@@ -38,7 +40,16 @@ def one_run(model: str, target: str, budget: float, out: Path) -> dict:
     rows = [r for r in result["measured"] if r["ok"]]
     fastest = min(rows, key=lambda r: r["median"])
     recommended = next(r for r in rows if r["name"] == result["recommended"])
+    predicted = {r["name"]: r["predicted"]["seconds"] * 1e3 for r in rows
+                 if r["predicted"] is not None and r["predicted"].get("ok", True)}
+    learned = next((r for r in rows if r["name"] == "learned"), None)
+    learned_ms = None if learned is None else learned["median"] * 1e3
+    learned_predicted = predicted.get("learned")
     return {"recommended": result["recommended"], "recommended_ms": recommended["median"] * 1e3,
+            "learned_ms": learned_ms, "learned_predicted_ms": learned_predicted,
+            "learned_error_pct": None if learned_ms is None or learned_predicted is None
+            else 100 * (learned_predicted / learned_ms - 1),
+            "predicted_ms": predicted, "calibration_poor_fit": result["calibration_poor_fit"],
             "tied_with_fastest": [r["name"] for r in rows if r["tied_with_fastest"]],
             "fastest": fastest["name"], "fastest_ms": fastest["median"] * 1e3,
             "medians_ms": {r["name"]: r["median"] * 1e3 for r in rows},
@@ -70,8 +81,11 @@ def main(argv=None) -> int:
     for run in range(1, args.runs + 1):
         row = {"run": run, **one_run(args.model, args.target, args.budget, plan)}
         rows.append(row)
+        learned = ("" if row["learned_error_pct"] is None else
+                   f"; learned measured {row['learned_ms']:.2f} ms, predicted {row['learned_predicted_ms']:.2f} "
+                   f"({row['learned_error_pct']:+.1f} %)")
         print(f"run {run}: recommended {row['recommended']} ({row['recommended_ms']:.2f} ms); tied with the fastest: "
-              f"{', '.join(row['tied_with_fastest'])}; {row['seconds']:.0f} s", flush=True)
+              f"{', '.join(row['tied_with_fastest'])}{learned}; {row['seconds']:.0f} s", flush=True)
     verdict = agreement(rows)
     print(json.dumps(verdict))
     write_report("recommendation_stability", COLUMNS, rows, args.out,
