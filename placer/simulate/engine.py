@@ -22,7 +22,10 @@ needed on another device is sent once per destination:
   tensor are there, when it next runs out of ops, or `request_delay` after (TensorFlow's gRPC workers
   serve these on the inter-op pool that runs the ops; `experiments/probes/hop_delay.py` measured 0.3-8 ms on
   one-core workers that kept computing, `placer calibrate` fits the delay). A request that came early does
-  not let the tensor leave a sender that is busy when it is made. On the testbed that holds for a send
+  not let the tensor leave a sender that is busy when it is made, nor one that is idle only until the instant
+  it is made, when what the same instant makes ready there (an arrival that readies the free op making the
+  tensor and a chain beside it) keeps it busy: a device counts as idle only once every event of the instant is
+  handled (two-tower's learned placement on `local:2`: the hop traced 3.0 ms late, 0.2 ms in the twin before). On the testbed that holds for a send
   TensorFlow's executor queues (its producer made other ops ready there); one it runs inline leaves at once,
   and `experiments/probes/step_decomposition.py` traced two-tower `tiny`'s loss gradient 0.2 or about 2 ms late by
   that alone. Which one TensorFlow does depends on the graph grappler leaves, which this graph is not, so
@@ -723,8 +726,10 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
                 i = ready_key[dev, ready_head[dev]]
                 if holding and i >= send_base and send_made[i - send_base] >= 0.0:  # -1: its request was taken up
                     made = send_made[i - send_base]
-                    if _idle_apart_from_sends(dev, free_slots, slots, ready_key, ready_head, ready_size, send_base,
-                                              deferred, deferred_count, op_device):
+                    # Idle only once every event of this instant is handled: what they make ready runs first.
+                    if not (events > 0 and event_time[0] <= now) and _idle_apart_from_sends(
+                            dev, free_slots, slots, ready_key, ready_head, ready_size, send_base, deferred,
+                            deferred_count, op_device):
                         last_idle[dev] = now
                         if first_idle[dev] == np.inf:
                             first_idle[dev] = now
@@ -788,8 +793,11 @@ def _event_loop(graph, devices, op_device, persistent, work, on_cores, track_mem
                 events = _replan(dev, now, share_cost, running, running_count, remaining, finish_at, event_time,
                                  event_key, events)
                 replan[dev] = False
-            if holding and _idle_apart_from_sends(dev, free_slots, slots, ready_key, ready_head, ready_size,
-                                                  send_base, deferred, deferred_count, op_device):
+            # A device idle between two events of one instant is not idle: the later event may give it work
+            # (an arrival that makes ops ready beside a send's tensor), which TensorFlow's executor runs first.
+            if holding and not (events > 0 and event_time[0] <= now) and _idle_apart_from_sends(
+                    dev, free_slots, slots, ready_key, ready_head, ready_size, send_base, deferred, deferred_count,
+                    op_device):
                 last_idle[dev] = now
                 if first_idle[dev] == np.inf:
                     first_idle[dev] = now

@@ -224,6 +224,32 @@ def test_what_a_received_tensor_makes_ready_waits_behind_the_receivers_work(exec
     assert {op.name: op for op in result.ops}["far/remote"].start == pytest.approx(starts_at_ms * MS)
 
 
+def test_a_tensor_made_as_its_idle_sender_gets_work_waits_behind_that_work():
+    # Two-tower's learned placement: CPU:0 idles until `far_trigger` lands (1.1 ms), which makes ready both a free
+    # Identity, `made`, whose tensor CPU:1 asked for long before, and a chain of 1 ms ops. CPU:0 was idle until
+    # that instant, but not after it: the send waits behind the chain, for the request delay (2.5 ms, to 3.6 ms),
+    # then the op running then (c2, 3.1-4.1 ms). Traced on the testbed: the hop waited 3.0 ms where the twin
+    # that took the instant's idle for the sender's gave 0.2 ms (`experiments/probes/step_decomposition.py`).
+    def build():
+        trigger = tf.sqrt(tf.random.uniform([4], seed=2, name="far_input"), name="far_trigger")
+        made = tf.identity(trigger, name="made")
+        h = trigger
+        for link in range(4):
+            h = tf.sqrt(h, name=f"c{link}")
+        remote = tf.sqrt(made, name="far_remote")
+        return tf.add_n([tf.reduce_sum(remote), tf.reduce_sum(h)], name="train_op")
+
+    graph = graph_from_function(build, name="made-as-work-arrives")
+    table = costs(graph, {"far_trigger": 1, "far_remote": 1, **{f"c{k}": 1 for k in range(4)}})
+    devices = two_devices(bandwidth="1e12", latency=0.0)
+    config = SimulatorConfig(send_cpu=0.1 * MS, request_delay=2.5 * MS)
+    result = Simulator(graph, devices, table, config).simulate(place(graph, devices, far_=1), timeline=True)
+    ops = {op.name: op for op in result.ops}
+    (transfer,) = [t for t in result.transfers if t.tensor == "made:0"]
+    assert ops["made"].end == pytest.approx(1.1 * MS) and ops["c0"].start == pytest.approx(1.1 * MS)
+    assert transfer.start == pytest.approx(4.1 * MS)
+
+
 def test_an_idle_sender_takes_a_request_up_when_it_arrives():
     # CPU:1 computes until 4 ms and asks for `made` 2.5 ms into the step; the request needs 0.7 ms to reach
     # CPU:0, idle since `made` ended at 1 ms, which takes it up on arrival (no other event then) rather than
