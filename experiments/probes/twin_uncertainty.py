@@ -7,8 +7,10 @@ one, and all at once, at the costly end of its 90 % bootstrap interval; beside w
         [--out results/twin_uncertainty.json]
 
 `--runs` is the JSON of `experiments/probes/recommendation_stability.py` (each run's measured medians); the learned
-placement is found again as `placer optimize` finds it (the hierarchical planner, its default updates and seed, on
-the same twin: deterministic), the heuristics by name. Simulated against measured; run the runs on a quiet machine.
+placement is `--learned FILE` (a placement file), else found again as `placer optimize` finds it (the hierarchical
+planner, its default updates and seed, on the same twin: deterministic, but only the placement the runs measured
+while the simulator is the one they ran with); the heuristics by name. Simulated against measured; run the runs on
+a quiet machine.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", required=True, help="recommendation_stability.py's JSON")
     parser.add_argument("--calibration", help="the calibration the runs used (default: beside --runs' plan)")
     parser.add_argument("--model", default="two-tower")
+    parser.add_argument("--learned", help="the placement file the runs measured as `learned` (default: found again)")
     parser.add_argument("--out", default="results/twin_uncertainty.json")
     args = parser.parse_args(argv)
     runs = json.loads(Path(args.runs).read_text())
@@ -85,9 +88,14 @@ def main(argv=None) -> int:
     for row in runs["rows"]:
         for name, ms in row["medians_ms"].items():
             measured.setdefault(name, []).append(ms)
-    placements = {"learned": learned_placement(graph, spec, updates=defaults.learn_updates, seconds=None,
-                                               seed=defaults.seed)}
     with open_target(graph, spec) as twin:
+        if args.learned:
+            from placer.placement import read_placement_file
+
+            placements = {"learned": read_placement_file(args.learned).to_placement(graph, twin.devices)}
+        else:
+            placements = {"learned": learned_placement(graph, spec, updates=defaults.learn_updates, seconds=None,
+                                                       seed=defaults.seed)}
         names = [n for n in measured if n in ("expert", "metis", "scotch", "single-device", "exact", "round-robin")]
         for name, timing in time_heuristics(twin, names, model=args.model).items():
             if timing.placement is not None:
