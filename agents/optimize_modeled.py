@@ -15,10 +15,12 @@ experiments/gpu_machines.py):
    placement of its GPUs under every schedule, over one and two micro-batches per GPU of the replica:
    `_pipelined_replicas`). Priced before learning, so that the plan practitioners start from is always a row.
 3. The hierarchical planner trained for --learn-updates on the same simulator (`agents.loop.train`), cut to
-   PLANNER_SHARE of learning's seconds ("planner"); then the fastest few placements found so far, the planner's
-   among them, refined on the simulator coarse to fine (`placer.heuristics.refine`) for the rest, by successive
-   halving: after each round the faster half goes on (the fastest refined is named after its start: "metis,
-   refined", or "planner, refined" when the planner's placement won). Learning takes the budget
+   PLANNER_SHARE of learning's seconds ("planner"); then two refinements on the simulator, coarse to fine
+   (`placer.heuristics.refine`), sharing the rest evenly: the heuristics' fastest placements by successive halving
+   (after each round the faster half goes on; the fastest refined is named after its start: "metis, refined"),
+   and the planner's plan alone ("planner, refined": the refinement as the policy's last step), so that the
+   table reads the planner alone, the planner refined and the heuristics refined side by side
+   (`ModeledSearch.learners`). Learning takes the budget
    left less what scheduling one more placement over several GPUs needs, judged by the schedules before it, and
    at least half of it.
 4. With schedules (on by default when the model can be built at the micro-batch size): the expert's and the
@@ -109,13 +111,46 @@ class SimulatedCandidate:
 
     @property
     def refined(self) -> bool:
-        """True when the refinement made its placement (from whichever start)."""
-        return any(name.endswith(REFINED) for name in self.placement_name.split(" = "))
+        """True when the refinement made its placement from a heuristic's ("metis, refined")."""
+        return any(name.endswith(REFINED) and name != PLANNER + REFINED for name in self.placement_name.split(" = "))
 
     @property
     def heuristic(self) -> bool:
         """True when a heuristic proposed its placement (whatever else made the same one)."""
         return any(name != PLANNER and not name.endswith(REFINED) for name in self.placement_name.split(" = "))
+
+    @property
+    def from_planner(self) -> bool:
+        """True when the planner's plan, or that plan refined, is this one (whatever else made the same)."""
+        return self.made_of(PLANNER) or self.made_of(PLANNER + REFINED)
+
+
+@dataclass(frozen=True)
+class LearnersReading:
+    """The planner alone, the planner's plan refined, and the heuristics' placements refined, each read as the share
+    of the gap between the best plan made with neither (the heuristics' placements and data parallelism) and the
+    machine's bound that it closed. Unscheduled plans only: the planner chooses no schedule."""
+
+    baseline: SimulatedCandidate | None
+    """The fastest plan neither the planner nor the refinement made."""
+    planner: SimulatedCandidate | None
+    planner_refined: SimulatedCandidate | None
+    """The planner's plan refined; the plan itself where it is replicas of one GPU each (nothing to move)."""
+    heuristics_refined: SimulatedCandidate | None
+    """The fastest plan made without the planner: the heuristics' refined, or unrefined where that is faster."""
+    bound: StepTimeBound
+
+    def gap_closed(self, candidate: SimulatedCandidate | None) -> float | None:
+        if candidate is None or self.baseline is None:
+            return None
+        return gap_closed(self.baseline.seconds, candidate.seconds, self.bound)
+
+    def describe_closed(self, candidate: SimulatedCandidate | None) -> str:
+        """"12.30 ms (+45.0%)": its step and the share of the gap it closed."""
+        if candidate is None:
+            return "none"
+        share = self.gap_closed(candidate)
+        return f"{candidate.seconds * 1e3:.2f} ms" + ("" if share is None else f" ({100 * share:+.1f}%)")
 
 
 @dataclass(frozen=True)
@@ -191,6 +226,27 @@ class ModeledSearch:
     def refined(self) -> SimulatedCandidate | None:
         """The refinement's placement, unscheduled."""
         return next((c for c in self.placements if c.refined), None)
+
+    def learners(self) -> LearnersReading:
+        """The planner and the refinements read against the best plan made with neither, on the machine's bound."""
+        unscheduled = [c for c in (*self.placements, *self.replicated) if c.schedule is None and c.step_time.ok]
+
+        def fastest(candidates) -> SimulatedCandidate | None:
+            return min(candidates, key=lambda c: c.seconds, default=None)
+
+        def made_without_planner(c: SimulatedCandidate, refined: bool) -> bool:
+            if c.replicas is not None:
+                return not c.from_planner and (refined or REFINED not in c.name)
+            return c.heuristic or (refined and c.refined)
+
+        planner = fastest(c for c in unscheduled if c.made_of(PLANNER))
+        planner_refined = fastest(c for c in unscheduled if c.made_of(PLANNER + REFINED))
+        if planner_refined is None and planner is not None and planner.replicas is not None and sum(
+                "GPU" in device for device in planner.placement.devices) == 1:
+            planner_refined = planner
+        return LearnersReading(fastest(c for c in unscheduled if made_without_planner(c, refined=False)), planner,
+                               planner_refined, fastest(c for c in unscheduled if made_without_planner(c, refined=True)),
+                               self.machine_bound or self.bound)
 
     @property
     def gap_closed(self) -> float | None:
@@ -302,15 +358,17 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
 def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate], *, learn_updates: int, seconds: float,
              seed: int, notes: list[str], progress: bool, say: Callable[[str], None],
              replicas_of: tuple[str, str, Sequence[int]] | None = None) -> list[SimulatedCandidate]:
-    """The planner's plan ("planner": trained for `learn_updates` updates, at most PLANNER_SHARE of `seconds`)
-    and the refined one (the fastest placements found so far, the planner's among them, refined on the simulator for
-    the rest of `seconds` by successive halving, `placer.heuristics.refine.refine_starts`; named after the start
-    that won, "metis, refined").
+    """The planner's plan ("planner": trained for `learn_updates` updates, at most PLANNER_SHARE of `seconds`),
+    then two refinements on the simulator that share the rest of `seconds` evenly, so that each reads against the
+    other at the same time spent: the heuristics' fastest placements by successive halving
+    (`placer.heuristics.refine.refine_starts`, named after the start that won: "metis, refined"), and the planner's
+    plan alone ("planner, refined": the refinement as the policy's last step). A refinement that ends at its local
+    optimum early leaves its time to the other.
 
-    replicas_of: (model, size, degrees): the planner chooses among those degrees of data parallelism too, and its
-    plan is replicated when it chose more than one replica (then it is not refined: the refinement places the whole
-    batch)."""
-    from placer.heuristics.refine import TOURNAMENT_STARTS, refine_starts
+    replicas_of: (model, size, degrees): the planner chooses among those degrees of data parallelism too; when it
+    chose more than one replica, its refinement moves the ops of one replica over the replica's GPUs (nothing to
+    move, and the heuristics' refinement takes all the time, when a replica has one GPU)."""
+    from placer.heuristics.refine import TOURNAMENT_STARTS, Refiner, refine_starts
     from placer.placement import Placement
 
     from agents.optimize import learned_placement
@@ -327,59 +385,107 @@ def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate],
                                 stop_rules=[out_of_the_tournament(found, seconds * PLANNER_SHARE / 2, stopped)])
     if stopped:
         notes.append(f"the planner stopped after {stopped[0]:.0f} s of its {seconds * PLANNER_SHARE:.0f}: its best was "
-                     f"slower than the {TOURNAMENT_STARTS} fastest placements found, so it would not be refined; the "
-                     "refinement took the rest")
-    made = []
-    if planner is not None and planner.metadata.get("replicas", 1) > 1:
-        made.append(_replicated_planner(model, size, spec, graph, planner))
-    elif planner is not None:
-        made.append(SimulatedCandidate(PLANNER, PLANNER, planner, target.evaluate(planner),
-                                       made_by=planner.metadata.get("method", "hierarchical planner")))
-    # Fastest first, each placement of the whole batch once: the refinements' tournament takes the first few.
-    starts, seen = [], set()
-    for candidate in sorted(found + [c for c in made if c.replicas is None], key=lambda c: c.seconds):
-        if tuple(candidate.placement.group_devices) not in seen:
-            seen.add(tuple(candidate.placement.group_devices))
-            starts.append(candidate)
-    entrants = ", ".join(c.name for c in starts[:TOURNAMENT_STARTS])
-    say(f"refining the placements of {entrants} on the simulator, the faster half going on after each round, "
-        f"at most {until - time.monotonic():.0f} s")
-    refinements = refine_starts(graph, target.simulator, [c.placement.group_device_array for c in starts],
-                                deadline=until, seed=seed)
-    best = min(range(len(refinements)), key=lambda k: refinements[k].seconds)
-    refined, start = refinements[best], starts[best]
-    placement = Placement.from_assignment(graph, target.devices, refined.group_devices)
-    others = [f"{starts[k].name}'s {r.seconds * 1e3:.2f} ms after {r.wall_seconds:.0f} s"
-              for k, r in enumerate(refinements) if k != best and r.wall_seconds > 0]
-    name = start.placement_name.split(" = ")[0] + REFINED
-    made.append(SimulatedCandidate(
-        name, name, placement, target.evaluate(placement),
-        made_by=f"{start.name}'s placement refined on the simulator ({refined.moves} moves kept of "
-                f"{refined.evaluations} placements simulated in {refined.wall_seconds:.0f} s, down to "
-                f"{refined.finest_pieces} pieces" + (f"; fastest of {len(others) + 1} starts refined, the others "
-                                                     f"ended at {', '.join(others)})" if others else ")")))
-    return made
+                     f"slower than the {TOURNAMENT_STARTS} fastest placements found; the refinements took the rest")
+    replicated = planner is not None and planner.metadata.get("replicas", 1) > 1
+    pricer = None
+    if replicated:
+        from placer.cost.replicated import ReplicaPricer
+
+        pricer = ReplicaPricer(model, size, spec, graph)
+    try:
+        made = []
+        if replicated:
+            made.append(_replicated_planner(pricer, planner))
+            policy_start = made[0].placement if _replica_gpus(pricer, made[0]) > 1 else None
+        elif planner is not None:
+            made.append(SimulatedCandidate(PLANNER, PLANNER, planner, target.evaluate(planner),
+                                           made_by=planner.metadata.get("method", "hierarchical planner")))
+            policy_start = planner
+        else:
+            policy_start = None
+        # Fastest first, each heuristic placement once: the tournament takes the first few.
+        starts, seen = [], set()
+        for candidate in sorted(found, key=lambda c: c.seconds):
+            if tuple(candidate.placement.group_devices) not in seen:
+                seen.add(tuple(candidate.placement.group_devices))
+                starts.append(candidate)
+        entrants = ", ".join(c.name for c in starts[:TOURNAMENT_STARTS])
+        halfway = time.monotonic() + (until - time.monotonic()) / 2 if policy_start is not None else until
+        say(f"refining the placements of {entrants} on the simulator, the faster half going on after each round, "
+            f"at most {halfway - time.monotonic():.0f} s")
+        refinements = refine_starts(graph, target.simulator, [c.placement.group_device_array for c in starts],
+                                    deadline=halfway, seed=seed)
+        best = min(range(len(refinements)), key=lambda k: refinements[k].seconds)
+        refined, start = refinements[best], starts[best]
+        placement = Placement.from_assignment(graph, target.devices, refined.group_devices)
+        others = [f"{starts[k].name}'s {r.seconds * 1e3:.2f} ms after {r.wall_seconds:.0f} s"
+                  for k, r in enumerate(refinements) if k != best and r.wall_seconds > 0]
+        name = start.placement_name.split(" = ")[0] + REFINED
+        made.append(SimulatedCandidate(
+            name, name, placement, target.evaluate(placement),
+            made_by=f"{start.name}'s placement refined on the simulator ({_refinement_made(refined)}"
+                    + (f"; fastest of {len(others) + 1} starts refined, the others ended at {', '.join(others)})"
+                       if others else ")")))
+        if policy_start is not None:
+            say(f"refining the planner's plan on the simulator, at most {until - time.monotonic():.0f} s")
+            if replicated:
+                made.append(_refined_replicated_planner(pricer, made[0], until, seed))
+            else:
+                refinement = Refiner(graph, target.simulator, policy_start.group_device_array, seed=seed).run(until)
+                placement = Placement.from_assignment(graph, target.devices, refinement.group_devices)
+                name = PLANNER + REFINED
+                made.append(SimulatedCandidate(name, name, placement, target.evaluate(placement),
+                                               made_by=f"the planner's placement refined on the simulator "
+                                                       f"({_refinement_made(refinement)})"))
+        return made
+    finally:
+        if pricer is not None:
+            pricer.close()
 
 
-def _replicated_planner(model: str, size: str, spec: str, graph: OpGraph, planner) -> SimulatedCandidate:
-    """The planner's plan with replicas as a row of the search: one replica's placement on its group, at its slice."""
-    from placer.cost.replicated import ReplicaPricer, price_replicated
-    from placer.models import model_batch
+def _refinement_made(refinement) -> str:
+    return (f"{refinement.moves} moves kept of {refinement.evaluations} placements simulated in "
+            f"{refinement.wall_seconds:.0f} s, down to {refinement.finest_pieces} pieces")
+
+
+def _replica_gpus(pricer, candidate: SimulatedCandidate) -> int:
+    target = pricer.replica_target(candidate.replicas.degree)
+    return sum(1 for device in target.devices.devices if device.kind == "GPU")
+
+
+def _replicated_planner(pricer, planner) -> SimulatedCandidate:
+    """The planner's plan with replicas as a row of the search: one replica's placement on its group, at its slice
+    (`pricer`: a `placer.cost.replicated.ReplicaPricer` of the model on the machine)."""
+    from placer.cost.replicated import price_replicated
     from placer.replicas import Replicas
 
     degree = int(planner.metadata["replicas"])
-    replicas = Replicas.of_batch(model_batch(model, size), degree)
-    pricer = ReplicaPricer(model, size, spec, graph)
-    try:
-        target = pricer.replica_target(degree)
-        placement = pricer.replica_placement(degree, planner)
-        step_time, step = price_replicated(target, placement, spec, degree)
-    finally:
-        pricer.close()
+    replicas = Replicas.of_batch(pricer.batch, degree)
+    target = pricer.replica_target(degree)
+    placement = pricer.replica_placement(degree, planner)
+    step_time, step = price_replicated(target, placement, pricer.spec, degree)
     return SimulatedCandidate(
         PLANNER, PLANNER, placement, step_time, replicas=replicas, replica_graph=target.graph,
         made_by=f"{planner.metadata.get('method', 'hierarchical planner')}: {degree} replicas of {replicas.batch} "
                 f"samples, gradients ({step.gradient_bytes / 1e6:.0f} MB) all-reduced in a ring")
+
+
+def _refined_replicated_planner(pricer, planner: SimulatedCandidate, until: float, seed: int) -> SimulatedCandidate:
+    """The planner's replicated plan with its replica's placement refined on the replica's GPUs until `until`."""
+    from placer.cost.replicated import price_replicated
+    from placer.heuristics.refine import Refiner
+    from placer.placement import Placement
+
+    degree = planner.replicas.degree
+    target = pricer.replica_target(degree)
+    refinement = Refiner(target.graph, target.simulator, planner.placement.group_device_array, seed=seed).run(until)
+    placement = Placement.from_assignment(target.graph, target.devices, refinement.group_devices)
+    step_time, step = price_replicated(target, placement, pricer.spec, degree)
+    name = PLANNER + REFINED
+    return SimulatedCandidate(
+        name, name, placement, step_time, replicas=planner.replicas, replica_graph=target.graph,
+        made_by=f"the planner's {degree} replicas, one replica's placement refined on the simulator "
+                f"({_refinement_made(refinement)}), gradients ({step.gradient_bytes / 1e6:.0f} MB) all-reduced in a ring")
 
 
 def out_of_the_tournament(found: Sequence[SimulatedCandidate], after: float, stopped: list[float]):
@@ -922,10 +1028,18 @@ class ModeledOptimizeResult:
                          f"{plain.seconds * 1e3:.2f} ms; {verdict}")
         for c in search.replicated:
             lines.append(f"  {c.name}: {c.made_by}")
-        if search.gap_closed is not None:
+        learners = search.learners()
+        if search.gap_closed is not None and learners.planner is None:
             lines.append(f"  gap closed: the refined placement ({search.refined().name}) closed "
                          f"{100 * search.gap_closed:+.1f}% of the best "
                          "heuristic's distance to the bound")
+        if learners.planner is not None and learners.baseline is not None:
+            closed = learners.describe_closed
+            lines.append(f"  learners, each with the share it closed of the gap between the best plan made without "
+                         f"them ({learners.baseline.name}, {learners.baseline.seconds * 1e3:.2f} ms) and the "
+                         f"machine's bound: the planner alone {closed(learners.planner)}, the planner refined "
+                         f"{closed(learners.planner_refined)}, the heuristics refined "
+                         f"{closed(learners.heuristics_refined)}")
         versus = self.versus_expert()
         if versus:
             lines.append(f"  vs the expert: {versus}")
@@ -958,6 +1072,11 @@ class ModeledOptimizeResult:
                     "replicas": None if c.replicas is None else c.replicas.to_json_dict()}
 
         expert = search.unscheduled("expert")
+        learners = search.learners()
+
+        def learner(c: SimulatedCandidate | None) -> dict[str, Any] | None:
+            return None if c is None else {"name": c.name, "seconds": c.seconds, "gap_closed": learners.gap_closed(c)}
+
         return {"model": self.model, "size": self.size, "graph": self.graph, "target": self.target,
                 "simulated": True, "measured": False, "recommended": self.recommended.name, "plan": self.plan_path,
                 "candidates": [row(c) for c in search.candidates], "micro_batches": search.micro_batches,
@@ -971,6 +1090,9 @@ class ModeledOptimizeResult:
                                                                             "simulated": True},
                 "data_parallel": None if search.data_parallel() is None else search.data_parallel().seconds,
                 "expert": None if expert is None else expert.seconds, "notes": list(search.notes),
+                "learners": {"baseline": learner(learners.baseline), "planner": learner(learners.planner),
+                             "planner_refined": learner(learners.planner_refined),
+                             "heuristics_refined": learner(learners.heuristics_refined)},
                 "seconds": self.seconds, "ops": self.ops, "phase_seconds": dict(search.phase_seconds)}
 
 

@@ -16,12 +16,17 @@ schedule. Each setup is the search of `placer optimize MODEL --target modeled:Nx
   `placer optimize`'s (one per GPU, then the pipelines' placements over twice and four times that, while the
   budget holds them) unless --micro-batches gives one;
 - single: every op on one GPU; best heuristic: the fastest heuristic placement (the exact baseline included);
-- planner: what the policy learned in what the budget leaves it: the hierarchical planner's best sample, trained on
-  the simulator (at most --learn-updates), choosing data parallelism's degree too where replicas were priced; its
-  share of the best heuristic's gap to the bound closed (a placement of the whole batch), and it over the best plan;
-- refined: the fastest placements so far, the planner's among them, refined on the simulator by greedy moves
-  (`placer.heuristics.refine`; not learned: `refined_from` names the start that won); its best schedule, its share
-  of the best heuristic's gap to the bound closed, and against the expert's placement (the seed papers' metric);
+- the learners, each with the share it closed of the gap between the best plan made without them (`baseline`: the
+  heuristics' placements and data parallelism, unscheduled) and the machine's bound
+  (`agents.optimize_modeled.ModeledSearch.learners`): planner, what the policy learned in what the budget leaves
+  it (the hierarchical planner's best sample, trained on the simulator, at most --learn-updates, choosing data
+  parallelism's degree too where replicas were priced), and it over the best plan; planner refined, its plan
+  refined on the simulator by greedy moves (`placer.heuristics.refine`); heuristics refined, the fastest
+  placements of the heuristics refined the same way for the same time (or the fastest plan made without the
+  planner, where that is faster), and the planner refined against it;
+- refined: the heuristics' refined placement (not learned: `refined_from` names the start that won); its best
+  schedule, its share of the best heuristic placement's gap to the placements' bound closed, and against the
+  expert's placement (the seed papers' metric);
 - expert scheduled: the expert's placement under its fastest micro-batch schedule (GPipe, 1F1B, ZB-H1, Tessel's fast
   search, at its fastest count of micro-batches), or unscheduled if none is faster (models that cannot be built at another batch
   get no schedules);
@@ -57,7 +62,10 @@ tf_logs.configure()
 
 from experiments._report import write_report  # noqa: E402
 
-COLUMNS = ["setup", "bound_ms", "schedule_bound_ms", "single_ms", "placement", "placement_ms", "planner_ms", "planner_replicas", "planner_x_best", "planner_gap_closed_pct", "refined_ms", "refined_from", "refined_schedule",
+COLUMNS = ["setup", "bound_ms", "schedule_bound_ms", "single_ms", "placement", "placement_ms", "baseline", "baseline_ms", "planner_ms", "planner_replicas", "planner_x_best",
+           "planner_closed_pct", "planner_refined_ms", "planner_refined_closed_pct", "heuristics_refined",
+           "heuristics_refined_ms", "heuristics_refined_closed_pct", "planner_refined_vs_heuristics_refined_pct",
+           "refined_ms", "refined_from", "refined_schedule",
            "refined_scheduled_ms", "refined_gap_closed_pct", "refined_vs_expert_pct", "expert_ms", "expert_schedule",
            "expert_scheduled_ms", "stages_ms", "pipeline_best", "pipeline_speedup", "bubble_arithmetic", "sequential",
            "sequential_ms", "joint", "joint_ms", "joint_vs_best_one_dim_pct",
@@ -125,7 +133,7 @@ def decide(model: str, size: str, spec: str, micro_batches: int | None, learn_up
     row = summarize(alone, scheduled, search.bound.value,
                     None if search.schedule_bound is None else search.schedule_bound.value)
     row.update(replicated_columns(search))
-    row.update(planner_columns(search, row))
+    row.update(learner_columns(search))
     row.update(pipeline_speedups(alone, scheduled, gpus, counts))
     refined = search.refined()
     return {"setup": f"{model}:{size}@{spec.split(':', 1)[1]}", "model": f"{model} {size}", "machine": spec, **row,
@@ -138,9 +146,10 @@ def decide(model: str, size: str, spec: str, micro_batches: int | None, learn_up
 
 
 def _column_name(name: str) -> str:
-    from agents.optimize_modeled import REFINED
+    """"refined" for the heuristics' refined placement, whatever it started from; every other name as it is."""
+    from agents.optimize_modeled import PLANNER, REFINED
 
-    return "refined" if name.endswith(REFINED) else name
+    return "refined" if name.endswith(REFINED) and name != PLANNER + REFINED else name
 
 
 def _refined_from(candidate) -> str:
@@ -171,30 +180,44 @@ def replicated_columns(search) -> dict:
             "best_x_machine_bound": times_bound(best.seconds, machine)}
 
 
-def planner_columns(search, row: dict) -> dict:
-    """The hierarchical planner's plan beside the search's best: with data parallelism priced it chooses replicas
-    too, and a replicated plan is read against the fastest plan of any kind, not the placements' bound."""
-    planner = next((c for c in (*search.placements, *search.replicated) if c.made_of("planner") and c.step_time.ok),
-                   None)
-    if planner is None:
-        return {"planner_replicas": None, "planner_x_best": None}
-    columns = {"planner_replicas": 1 if planner.replicas is None else planner.replicas.degree,
-               "planner_x_best": planner.seconds / search.fastest.seconds}
-    if planner.replicas is not None:  # the placements' bound and gap do not hold for replicas
-        columns.update(planner_ms=planner.seconds * 1e3, planner_gap_closed_pct=None)
-    return columns
+def learner_columns(search) -> dict:
+    """The planner alone, the planner's plan refined, and the heuristics refined, each with the share it closed of
+    the gap between the best plan made with neither (`baseline`: the heuristics' placements and data parallelism)
+    and the machine's bound (`agents.optimize_modeled.ModeledSearch.learners`); the planner chooses data
+    parallelism's degree too where replicas were priced, so it is read against the fastest plan of any kind."""
+    reading = search.learners()
+
+    def ms(candidate):
+        return None if candidate is None else candidate.seconds * 1e3
+
+    def closed_pct(candidate):
+        share = reading.gap_closed(candidate)
+        return None if share is None else 100 * share
+
+    planner, refined, heuristics = reading.planner, reading.planner_refined, reading.heuristics_refined
+    return {"baseline": None if reading.baseline is None else reading.baseline.name,
+            "baseline_ms": ms(reading.baseline),
+            "planner_ms": ms(planner), "planner_closed_pct": closed_pct(planner),
+            "planner_replicas": None if planner is None else 1 if planner.replicas is None else planner.replicas.degree,
+            "planner_x_best": None if planner is None else planner.seconds / search.fastest.seconds,
+            "planner_refined_ms": ms(refined), "planner_refined_closed_pct": closed_pct(refined),
+            "heuristics_refined": None if heuristics is None else heuristics.name,
+            "heuristics_refined_ms": ms(heuristics), "heuristics_refined_closed_pct": closed_pct(heuristics),
+            "planner_refined_vs_heuristics_refined_pct":
+                None if refined is None or heuristics is None else 100 * (1 - refined.seconds / heuristics.seconds)}
 
 
 def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float], bound: float | None = None,
               schedule_bound: float | None = None) -> dict:
     """The row's decisions from every placement's predicted seconds unscheduled (`alone`, by name; "refined" is
-    the refinement's, "planner" the policy's, "single-device" one GPU) and under each schedule (`scheduled`, by (placement, method)); with
+    the heuristics' refinement's, "planner" and "planner, refined" the policy's, neither a heuristic, "single-device"
+    one GPU) and under each schedule (`scheduled`, by (placement, method)); with
     the step time `bound` of unscheduled placements, each placement over it and the share of the best heuristic
     placement's gap to it that the refined placement closed; each scheduled plan over `schedule_bound`, what no
     schedule can beat."""
     from placer.simulate.bound import gap_closed, times_bound
 
-    heuristics = {name: s for name, s in alone.items() if name not in ("refined", "planner")}
+    heuristics = {name: s for name, s in alone.items() if name not in ("refined", "planner", "planner, refined")}
     best_placement = min(heuristics, key=heuristics.get)
     everything = {**alone, **{f"{name} + {method}": s for (name, method), s in scheduled.items()}}
     # one decision made, the other left at its default: a placement unscheduled, or one GPU under a schedule
@@ -214,7 +237,6 @@ def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float], 
         return None if seconds is None else seconds * 1e3
 
     closed = gap_closed(heuristics[best_placement], alone.get("refined"), bound)
-    planner_closed = gap_closed(heuristics[best_placement], alone.get("planner"), bound)
     refined_schedules = {method: s for (name, method), s in scheduled.items() if name == "refined"}
     refined_schedule = min(refined_schedules, key=refined_schedules.get) if refined_schedules else None
     if refined_schedule is not None and refined_schedules[refined_schedule] >= alone.get("refined", float("inf")):
@@ -237,8 +259,6 @@ def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float], 
         "refined_x_bound": times_bound(alone.get("refined"), bound),
         "joint_x_bound": times_bound(everything[joint], bound if joint in alone else schedule_bound),
         "refined_gap_closed_pct": None if closed is None else 100 * closed,
-        "planner_ms": ms(alone.get("planner")),
-        "planner_gap_closed_pct": None if planner_closed is None else 100 * planner_closed,
         "x_bound": {name: times_bound(s, bound if name in alone else schedule_bound) for name, s in everything.items()},
     }
 
@@ -288,6 +308,10 @@ def _searched(setups: list[tuple[str, str, str]], args):
                                args.schedule_top) for model, size, spec in setups]
         for future in as_completed(futures):
             yield future.result()
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:.2f} ms"
 
 
 def _pin_to_a_core(cores) -> None:
@@ -353,7 +377,8 @@ def main(argv=None) -> int:
                    f"{row['refined_gap_closed_pct'] or 0:.0f} % of the gap closed")
         planner = ("" if row.get("planner_ms") is None else
                    f"planner {row['planner_ms']:.2f} ms ({row['planner_replicas']} replica(s), "
-                   f"{row['planner_x_best']:.2f}x the best); ")
+                   f"{row['planner_x_best']:.2f}x the best), refined {_ms(row['planner_refined_ms'])}; "
+                   f"heuristics refined {_ms(row['heuristics_refined_ms'])}; ")
         print(f"{row['setup']}: bound {row['bound_ms']:.2f} ms, best heuristic {row['placement_ms']:.2f} ms "
               f"({row['placement']}), {planner}{refined}; joint {row['joint_ms']:.2f} ms ({row['joint']}); "
               + ("" if row["data_parallel_ms"] is None else f"data parallel {row['data_parallel_ms']:.2f} ms; ")

@@ -74,11 +74,64 @@ def test_the_table_says_simulated_and_shows_each_plan_against_the_bound_the_refi
 
 
 def test_the_gap_is_measured_from_the_best_heuristic_never_from_the_planner_the_refinement_started_from():
-    planner_ahead = _result([_candidate("metis", 6), _candidate("planner", 5.5), _candidate("planner, refined", 5)], [])
-    assert planner_ahead.search.gap_closed == pytest.approx(0.5)  # 6 -> 5 of the way to 4
+    planner_ahead = _result([_candidate("metis", 6), _candidate("planner", 5.5), _candidate("metis, refined", 5),
+                             _candidate("planner, refined", 4.5)], [])
+    assert planner_ahead.search.gap_closed == pytest.approx(0.5)  # 6 -> 5 of the way to 4: the heuristics' refined
     nothing_found = _result([_candidate("metis", 6), _candidate("metis = metis, refined", 6, placement_name="metis = metis, refined")],
                             [])
     assert nothing_found.search.gap_closed == pytest.approx(0.0)
+
+
+def _replicated(name, ms, degree, gpus_a_replica):
+    import types
+
+    from placer.replicas import Replicas
+
+    gpus = tuple(f"/job:localhost/replica:0/task:0/device:GPU:{k}" for k in range(gpus_a_replica))
+    placement = types.SimpleNamespace(devices=("/job:localhost/replica:0/task:0/device:CPU:0", *gpus))
+    return SimulatedCandidate(name, name, placement, StepTime(ms * MS, "simulated", "modeled:4xH100"),
+                              replicas=Replicas.of_batch(64, degree))
+
+
+def _search_with(placements, replicated, machine_bound_ms):
+    bound = StepTimeBound(critical_path=machine_bound_ms * MS, work=0.0, memory=0.0, overhead=0.0, devices_needed=1,
+                          simulated_on="modeled:4xH100")
+    return ModeledSearch("modeled:4xH100", tuple(placements), (), bound, None, replicated=tuple(replicated),
+                         machine_bound=bound)
+
+
+def test_the_planner_and_both_refinements_are_read_against_the_best_plan_made_without_them():
+    """The three learners' columns: each closes a share of the gap between the best plan the heuristics and data
+    parallelism give (neither planner nor refinement) and the machine's bound."""
+    search = _search_with([_candidate("metis", 9), _candidate("planner", 8.5), _candidate("planner, refined", 7),
+                           _candidate("metis, refined", 7.5)],
+                          [_replicated("data parallel x4", 8, 4, 1), _replicated("data parallel x2 over metis, refined",
+                                                                                 6.5, 2, 2)], machine_bound_ms=4)
+    reading = search.learners()
+    assert reading.baseline.name == "data parallel x4"  # the refined hybrid is not a heuristic's plan
+    assert reading.gap_closed(reading.planner) == pytest.approx(-0.125)  # 8 -> 8.5 of the way to 4
+    assert reading.planner_refined.name == "planner, refined" and reading.gap_closed(reading.planner_refined) == 0.25
+    # the heuristics refined: their fastest plan, a refined hybrid of replicas here
+    assert reading.heuristics_refined.name == "data parallel x2 over metis, refined"
+    assert reading.gap_closed(reading.heuristics_refined) == pytest.approx(0.375)
+    assert search.refined().name == "metis, refined"  # the planner's refined placement is not the heuristics'
+    result = ModeledOptimizeResult("gpt2", "tiny", "gpt2-tiny", search, search.fastest, None, "plan.json")
+    assert ("the best plan made without them (data parallel x4, 8.00 ms) and the machine's bound: the planner alone "
+            "8.50 ms (-12.5%), the planner refined 7.00 ms (+25.0%), the heuristics refined 6.50 ms (+37.5%)"
+            in result.describe())
+    learners = result.to_json_dict()["learners"]
+    assert learners["planner_refined"] == {"name": "planner, refined", "seconds": pytest.approx(7 * MS),
+                                           "gap_closed": pytest.approx(0.25)}
+
+
+def test_replicas_of_one_gpu_each_leave_the_planner_nothing_to_refine():
+    search = _search_with([_candidate("metis", 9), _candidate("metis, refined", 7.5)],
+                          [_replicated("data parallel x4", 6, 4, 1), _replicated("planner", 6, 4, 1)],
+                          machine_bound_ms=4)
+    reading = search.learners()
+    assert reading.planner_refined is reading.planner and reading.gap_closed(reading.planner) == pytest.approx(0.0)
+    several = _search_with([_candidate("metis", 9)], [_replicated("planner", 6, 2, 2)], machine_bound_ms=4)
+    assert several.learners().planner_refined is None  # a replica of two GPUs has ops to move: not refined here
 
 
 def test_the_recommended_plan_is_shown_against_the_expert_s_placement_unscheduled_and_scheduled():
@@ -179,6 +232,10 @@ def test_optimize_on_a_modeled_machine_prints_the_simulated_table_with_its_bound
     assert re.search(r"^\s+\*?\s*\S[^\n]*, refined\b", out, re.M)
     assert re.search(r"^\s+\*?\s*(\S+ = )*planner\b", out, re.M)
     assert not re.search(r"\blearned\b", out)
+    # the planner's plan refined beside the heuristics' refined, each no slower than what it started from
+    learners = re.search(r"the planner alone ([\d.]+) ms.*the planner refined ([\d.]+) ms.*the heuristics refined "
+                         r"([\d.]+) ms", out)
+    assert learners and float(learners.group(2)) <= float(learners.group(1))
     assert re.search(r"\+ (gpipe|1f1b|zb-h1|tessel-fast) x2", out)  # schedules searched by default
     assert "measured" not in out.replace("nothing was measured", "")
 
@@ -394,6 +451,7 @@ def test_the_planner_chooses_replicas_too_and_its_replicated_plan_is_priced_as_t
     step with the degree it chose; a plan of 2 replicas with every op on a GPU is plain data parallelism's row."""
     from agents.optimize import learned_placement
     from agents.optimize_modeled import _replicated_planner, replicated_candidates
+    from placer.cost.replicated import ReplicaPricer
     from placer.models import load_model
     from placer.placement import Placement
 
@@ -405,7 +463,11 @@ def test_the_planner_chooses_replicas_too_and_its_replicated_plan_is_priced_as_t
     gpu = next(i for i, name in enumerate(learned.devices) if "GPU" in name)
     every_op_on_a_gpu = Placement.from_assignment(graph, _devices_of(graph, "modeled:2xH100"), [gpu] * len(graph.groups),
                                                   {"replicas": 2, "method": "hierarchical planner with replicas"})
-    planner = _replicated_planner("two-tower", "tiny", "modeled:2xH100", graph, every_op_on_a_gpu)
+    pricer = ReplicaPricer("two-tower", "tiny", "modeled:2xH100", graph)
+    try:
+        planner = _replicated_planner(pricer, every_op_on_a_gpu)
+    finally:
+        pricer.close()
     plain, = replicated_candidates("two-tower", "tiny", "modeled:2xH100", 2, [])
     assert planner.name == "planner" and planner.replicas == plain.replicas
     assert planner.seconds == pytest.approx(plain.seconds, rel=1e-9)

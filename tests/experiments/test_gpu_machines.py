@@ -29,9 +29,10 @@ def test_each_column_is_the_decision_it_names():
 
 
 def test_the_planner_s_own_placement_is_neither_the_best_heuristic_nor_the_refined_one():
-    row = summarize({"metis": 6 * MS, "planner": 5.5 * MS, "refined": 5 * MS}, {}, bound=4 * MS)
+    row = summarize({"metis": 6 * MS, "planner": 5.5 * MS, "planner, refined": 4.5 * MS, "refined": 5 * MS}, {},
+                    bound=4 * MS)
     assert (row["placement"], row["placement_ms"]) == ("metis", pytest.approx(6.0))
-    assert row["planner_ms"] == pytest.approx(5.5) and row["planner_gap_closed_pct"] == pytest.approx(25.0)
+    assert "planner_ms" not in row  # the learners' columns read the search, on the machine's bound
     assert row["refined_gap_closed_pct"] == pytest.approx(50.0)
 
 
