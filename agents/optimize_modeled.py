@@ -323,7 +323,8 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
             # What learning leaves is what scheduling its placement takes: more would leave the budget idle.
             seconds = left if scheduling is None else max(left * LEARNING_SHARE, left - scheduling.reserve())
             # With data parallelism priced, the planner chooses replicas too: it may learn the plan the search found.
-            degrees = sorted({c.replicas.degree for c in replication.candidates}) if builtin else []
+            degrees = planner_degrees(sorted({c.replicas.degree for c in replication.candidates}) if builtin else [],
+                                      seconds, replication.took, notes)
             learned = _learned(graph, spec, target, found, learn_updates=learn_updates, seed=seed, seconds=seconds,
                                notes=notes, progress=progress, say=say, replicas_of=(model, size, degrees))
             found += [c for c in learned if c.replicas is None]
@@ -353,6 +354,18 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
     return ModeledSearch(spec, tuple(placements), tuple(scheduled), bound, micro_batches, tuple(notes),
                          clock.seconds, schedule_bounds.get(micro_batches), tuple(replication.candidates), machine,
                          schedule_bounds)
+
+
+def planner_degrees(degrees: Sequence[int], seconds: float, took: float, notes: list[str]) -> list[int]:
+    """The degrees of data parallelism the planner chooses among: `degrees` (those priced) when learning's `seconds`
+    hold what pricing one degree `took` (its step rebuilt at the degree's slice, which the planner's environment
+    does again for each degree, before its first sample: Llama at paper size, tens of seconds each); else none,
+    with a note, so that learning does not run past the budget building them."""
+    if not degrees or seconds >= took:
+        return list(degrees)
+    notes.append(f"the planner chose no replicas: learning had {max(seconds, 0):.0f} s, less than the {took:.0f} s "
+                 "pricing one degree of data parallelism took (its environment builds each degree's step first)")
+    return []
 
 
 def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate], *, learn_updates: int, seconds: float,

@@ -77,6 +77,9 @@ PAPER_SETUPS = ("nmt-2:paper@2xV100", "nmt-2:paper@4xV100", "nmt-4:paper@2xV100"
 """The seed papers' setups (docs/results/learned-placement.md), on the V100s they used."""
 GPU_SETUPS = tuple(f"{model}:paper@{gpus}xH100" for model in ("nmt-4", "transformer", "gpt2", "llama") for gpus in (4, 8))
 """Today's: the recurrent and attention models and the two language models whose step fits no one GPU."""
+SEARCHED_ALONE = ("llama",)
+"""Models whose search at paper size takes more than half of 24 GiB (two Llama searches at once need more): with
+--jobs above 1 their setups run after the others, one at a time."""
 LEARN_UPDATES = 100_000
 """Updates of the planner when --learn-updates is not given: as many as the budget leaves."""
 
@@ -290,8 +293,9 @@ def pipeline_speedups(alone: dict[str, float], scheduled: dict[tuple[str, str], 
 
 
 def _searched(setups: list[tuple[str, str, str]], args):
-    """Each setup's row as its search ends: one after another, or --jobs at a time in processes pinned to a core
-    each (spawned: TensorFlow's threads do not survive a fork)."""
+    """Each setup's row as its search ends: one after another, or --jobs at a time, each in a fresh process pinned
+    to a core of its own (spawned: TensorFlow's threads do not survive a fork; fresh: a process that searched one
+    paper-size setup keeps GBs it no longer needs, 7-11 GB after three)."""
     if args.jobs == 1:
         for model, size, spec in setups:
             yield decide(model, size, spec, args.micro_batches, args.learn_updates, args.budget, args.schedule_top)
@@ -300,26 +304,48 @@ def _searched(setups: list[tuple[str, str, str]], args):
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     context = multiprocessing.get_context("spawn")
-    cores = context.Queue()
-    for core in sorted(os.sched_getaffinity(0))[:args.jobs]:
-        cores.put(core)
-    with ProcessPoolExecutor(args.jobs, mp_context=context, initializer=_pin_to_a_core, initargs=(cores,)) as pool:
-        futures = [pool.submit(decide, model, size, spec, args.micro_batches, args.learn_updates, args.budget,
-                               args.schedule_top) for model, size, spec in setups]
-        for future in as_completed(futures):
-            yield future.result()
+    with context.Manager() as manager:
+        cores = manager.Queue()
+        for core in sorted(os.sched_getaffinity(0))[:args.jobs]:
+            cores.put(core)
+        side_by_side, alone = split_searched_alone(setups)
+        with ProcessPoolExecutor(args.jobs, mp_context=context, initializer=_die_with_parent,
+                                 max_tasks_per_child=1) as pool:
+            def submit(model, size, spec):
+                return pool.submit(_decide_on_a_core, cores, model, size, spec, args.micro_batches,
+                                   args.learn_updates, args.budget, args.schedule_top)
+
+            for future in as_completed([submit(*setup) for setup in side_by_side]):
+                yield future.result()
+            for setup in alone:  # after the others, one at a time
+                yield submit(*setup).result()
 
 
 def _ms(value) -> str:
     return "-" if value is None else f"{value:.2f} ms"
 
 
-def _pin_to_a_core(cores) -> None:
+def split_searched_alone(setups: list[tuple[str, str, str]]) -> tuple[list, list]:
+    """(setups that may be searched side by side, setups of SEARCHED_ALONE's models), each in the order given."""
+    return ([setup for setup in setups if setup[0] not in SEARCHED_ALONE],
+            [setup for setup in setups if setup[0] in SEARCHED_ALONE])
+
+
+def _die_with_parent() -> None:
     from placer.testbed import die_with_parent
 
     die_with_parent()  # a benchmark stopped part way must not leave its searches running beside the next one
-    os.sched_setaffinity(0, {cores.get()})
     tf_logs.configure()
+
+
+def _decide_on_a_core(cores, *decide_args) -> dict:
+    """`decide` pinned to a core taken from `cores` (a queue of free cores), given back when it ends."""
+    core = cores.get()
+    os.sched_setaffinity(0, {core})
+    try:
+        return decide(*decide_args)
+    finally:
+        cores.put(core)
 
 
 def main(argv=None) -> int:
@@ -338,7 +364,8 @@ def main(argv=None) -> int:
                         help="schedule the K placements predicted fastest unscheduled (and the expert's and one GPU's)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="setups searched at once, each in its own process pinned to one core of its own (at most "
-                             "this machine's cores); each setup's budget is then wall time on one core")
+                             "this machine's cores); each setup's budget is then wall time on one core; Llama's "
+                             "setups run after the others, one at a time (memory)")
     parser.add_argument("--out", default="results/gpu_machines.json")
     args = parser.parse_args(argv)
     if args.micro_batches is not None and args.micro_batches < 2:

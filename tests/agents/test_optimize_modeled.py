@@ -446,6 +446,17 @@ def test_a_hybrid_s_replica_is_placed_by_the_heuristics_then_refined_and_never_s
     assert hybrid.name.endswith(", refined") == (hybrid.seconds < unrefined.seconds)
 
 
+def test_the_planner_chooses_replicas_only_when_learning_holds_the_time_building_them_takes():
+    from agents.optimize_modeled import planner_degrees
+
+    notes = []
+    assert planner_degrees([2, 4], seconds=300.0, took=120.0, notes=notes) == [2, 4] and notes == []
+    assert planner_degrees([2, 4], seconds=9.0, took=120.0, notes=notes) == []
+    assert notes == ["the planner chose no replicas: learning had 9 s, less than the 120 s pricing one degree of data "
+                     "parallelism took (its environment builds each degree's step first)"]
+    assert planner_degrees([], seconds=0.0, took=0.0, notes=[]) == []
+
+
 def test_the_planner_chooses_replicas_too_and_its_replicated_plan_is_priced_as_the_search_prices_it():
     """Two-tower (tiny) on 2 modeled H100s: the planner, given degrees 1 and 2, returns a placement of the whole
     step with the degree it chose; a plan of 2 replicas with every op on a GPU is plain data parallelism's row."""

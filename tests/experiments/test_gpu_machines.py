@@ -138,6 +138,14 @@ def test_more_jobs_than_cores_is_refused_before_any_search():
         main(["--jobs", "0"])
 
 
+def test_the_largest_models_are_searched_after_the_others_one_at_a_time():
+    from experiments.gpu_machines import split_searched_alone
+
+    setups = [parse_setup(s) for s in ("llama:paper@8xH100", "gpt2:paper@8xH100", "llama:paper@4xH100")]
+    side_by_side, alone = split_searched_alone(setups)
+    assert side_by_side == [setups[1]] and alone == [setups[0], setups[2]]
+
+
 @pytest.mark.slow
 def test_setups_searched_side_by_side_come_back_in_the_order_asked(tmp_path):
     out = tmp_path / "gpu_machines.json"
