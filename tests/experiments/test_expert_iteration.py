@@ -8,6 +8,7 @@ import pytest
 from experiments.probes.expert_iteration import main
 
 
+@pytest.mark.slow  # about 20 s: a probe, not a user's command
 def test_the_policy_is_priced_alone_each_round_beside_the_refinement_alone(tmp_path):
     out = tmp_path / "expert_iteration.json"
     assert main(["--setups", "two-tower:tiny@2xH100", "--refine-seconds", "1", "--rounds", "2",
