@@ -375,8 +375,8 @@ def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate],
     then two refinements on the simulator that share the rest of `seconds` evenly, so that each reads against the
     other at the same time spent: the heuristics' fastest placements by successive halving
     (`placer.heuristics.refine.refine_starts`, named after the start that won: "metis, refined"), and the planner's
-    plan alone ("planner, refined": the refinement as the policy's last step). A refinement that ends at its local
-    optimum early leaves its time to the other.
+    plan alone ("planner, refined": the refinement as the policy's last step). The heuristics' runs first: time it
+    leaves at its local optimum goes to the planner's.
 
     replicas_of: (model, size, degrees): the planner chooses among those degrees of data parallelism too; when it
     chose more than one replica, its refinement moves the ops of one replica over the replica's GPUs (nothing to
