@@ -50,17 +50,19 @@ def _percent(share: float | None) -> float | None:
 def setup_rows(setup: str, refine_seconds: float, rounds: int, imitation_steps: int, samples: int,
                seed: int = 0) -> list[dict]:
     from agents.graph_policy.agent import GraphAgentConfig, GraphPolicyAgent
+    from agents.graph_policy.pretrain import step_seconds
     from agents.graph_policy.priors import align_to
+    from experiments.gpu_machines import parse_setup
     from placer.cost import open_target
     from placer.heuristics import applicable_heuristics, time_heuristics
     from placer.heuristics.refine import Refiner
     from placer.models import load_model
     from placer.simulate.bound import gap_closed, step_time_bound
 
-    model_size, _, machine = setup.partition("@")
-    model, _, size = model_size.partition(":")
-    graph = load_model(model, size or "paper")
-    with open_target(graph, f"modeled:{machine}") as target:
+    model, size, spec = parse_setup(setup)
+    machine = spec.split(":", 1)[1]
+    graph = load_model(model, size)
+    with open_target(graph, spec) as target:
         simulator = target.simulator
         bound = step_time_bound(simulator, simulated_on=machine)
         names = applicable_heuristics(builtin_model=True, simulator=True, model=model)
@@ -69,10 +71,6 @@ def setup_rows(setup: str, refine_seconds: float, rounds: int, imitation_steps: 
         heuristic = min(timings, key=lambda name: timings[name].step_time.seconds)
         best = timings[heuristic].step_time.seconds
         start = timings[heuristic].placement.group_device_array
-
-        def seconds_of(assignment) -> float:
-            result = simulator.simulate(np.asarray(assignment, np.int64))
-            return result.step_time if result.ok else float("inf")
 
         def closed(seconds: float) -> float | None:
             return _percent(gap_closed(best, seconds, bound))
@@ -94,7 +92,7 @@ def setup_rows(setup: str, refine_seconds: float, rounds: int, imitation_steps: 
             greedy = agent.sample(1, greedy=True)[0].assignment
             agreement = float(np.mean(greedy == imitated))
             drawn = [greedy] + [s.assignment for s in agent.sample(samples)]
-            timed = [seconds_of(d) for d in drawn]
+            timed = [step_seconds(target, d) for d in drawn]
             fastest = int(np.argmin(timed))
             policy_seconds = time.monotonic() - policy_started
             comparison = alone.run(_until(alone, refined_for))
