@@ -2,7 +2,8 @@
 over how the machine is used (one process and its thread pools, or the target's workers and theirs), where the ops
 run, and a micro-batch schedule; priced on the calibrated twin of TARGET, confirmed measured side by side, written
 as a plan file. On a modeled GPU machine (modeled:4xH100) nothing can be measured: agents/optimize_modeled.py
-searches placement and schedule there by simulation alone.
+searches placement and schedule there by simulation alone. Both take their candidates from the makers of
+agents/candidates.py and print them with agents/candidate_table.py.
 
 The search is staged (one pass of alternating dimensions), not joint, because the dimensions are priced by
 different means at very different costs:
@@ -51,6 +52,7 @@ from placer.host import descendants_resident_bytes, memory_available, memory_tot
 from placer.measure.config import MeasureConfig
 from placer.simulate.bound import StepTimeBound, gap_closed, times_bound
 
+from agents.candidates import SCHEDULE_METHODS, Candidate, learned_placement, merge_same_placements
 from agents.flags import setting
 
 if TYPE_CHECKING:
@@ -63,11 +65,8 @@ if TYPE_CHECKING:
     from placer.replicas import Replicas
     from placer.schedule.plan import SchedulePlan
 
-SCHEDULE_METHODS = ("gpipe", "1f1b", "tessel-fast")
 TESTBED_MICRO_BATCHES = 2
 """Micro-batches of --schedules on a real target when --micro-batches is not given: its workers are few."""
-"""The schedules tried with --schedules (sequential is one batch cut in pieces; Tessel's exact search is too slow
-to run inside a budget of minutes, its fast search is not)."""
 MEASURE_CONFIG = MeasureConfig(warmup_steps=3, timed_steps=10, kept_sessions=8)
 """How each candidate is timed in each round, as `placer tune` times a thread setting; a candidate's session is kept
 for its later rounds (a 16k-op graph's set-up is several times its steps)."""
@@ -148,40 +147,6 @@ class OptimizeArgs:
 
 
 # -- candidates and what they measured ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One way to run the step: a machine use, a placement on it, maybe a schedule, and its prediction."""
-
-    name: str
-    dimensions: tuple[str, ...]
-    """What it changes from one process under TensorFlow's default pools: () for that, else some of "pools",
-    "placement" (the target's workers, and where the ops run there), "schedule" and "replicas" (the target's workers
-    each running a slice of the batch)."""
-    machine: MachineUse
-    placement: Placement | None
-    """On the machine's devices; None: every op on its first device (made once the machine is open)."""
-    schedule: SchedulePlan | None = None
-    predicted: StepTime | None = None
-    """On the calibrated twin; None where the twin cannot price it (another process's or workers' pools)."""
-    made_by: str = ""
-    """What proposed it: a thread setting, heuristics, the learned planner, a schedule method."""
-    scheduled: Any = field(default=None, compare=False, repr=False)
-    """With a schedule: the `placer.schedule.execute.ScheduledStep` a measurer runs."""
-    replicas: Replicas | None = None
-    """Data parallelism: `placement` places one replica (the step at its slice of the batch) on its group."""
-    replicated: Any = field(default=None, compare=False, repr=False)
-    """With replicas: (the data-parallel step, its placement over the machine), what a measurer runs
-    (`placer.replicas.data_parallel_step`), and the replica's graph."""
-
-    @property
-    def one_dimension(self) -> bool:
-        return len(self.dimensions) <= 1
-
-    @property
-    def predicted_seconds(self) -> float:
-        return self.predicted.seconds if self.predicted is not None and self.predicted.ok else math.inf
 
 
 @dataclass(frozen=True)
@@ -427,10 +392,10 @@ class OptimizeResult:
     def describe(self) -> str:
         from placer.cost.compare import spread as rounds_spread
 
+        from agents.candidate_table import Row, candidate_table, milliseconds, ratio
+
         winner = self.recommended.median
         rows = sorted(self.measured, key=lambda m: m.median)
-        name_width = max(len(m.candidate.name) for m in rows)
-        machine_width = max(len(str(m.candidate.machine)) for m in rows)
         rounds = f"{self.rounds} interleaved round" + ("s" if self.rounds > 1 else "")
         most = max((len(m.compared.timings) for m in self.measured), default=0)
         if most > self.rounds:
@@ -439,31 +404,27 @@ class OptimizeResult:
             f" (UNRELIABLE, marked ?: it fits its probes poorly, {self.poor_fit}; calibrate again on a quiet machine)")
         lines = [f"{self.model} ({self.size}, graph {self.graph!r}): {len(rows)} ways to run its step, measured side by "
                  f"side in {rounds}; predicted on calibrated:{self.calibration}{unreliable}",
-                 *([f"  {self.machine_check.describe()}"] if self.machine_check and not self.machine_check.quiet else []),
-                 f"  {'':1} {'plan':<{name_width}}  {'machine use':<{machine_width}}  {'schedule':<16} "
-                 f"{'predicted':>10} {'measured':>10} {'spread':>6}  {'x bound':>7}  vs fastest"]
+                 *([f"  {self.machine_check.describe()}"] if self.machine_check and not self.machine_check.quiet else [])]
         tied = tied_with_fastest(self.measured)
+        table = []
         for m in rows:
             c = m.candidate
-            mark = "*" if m is self.recommended else " "
-            schedule = "none" if c.schedule is None else f"{c.schedule.method} x{c.schedule.micro_batches}"
-            predicted = f"{c.predicted.seconds * 1e3:7.2f} ms" if c.predicted is not None and c.predicted.ok else "-"
+            predicted = milliseconds(c.predicted.seconds) if c.priced else "-"
             if self.poor_fit is not None and predicted != "-":
                 predicted += "?"
             if m.ok:
-                measured, ratio = f"{m.median * 1e3:7.2f} ms", f"{m.median / winner:.2f}x"
+                measured, versus = milliseconds(m.median), f"{m.median / winner:.2f}x"
                 if len(tied) > 1 and m in tied:
-                    ratio += " tie"
+                    versus += " tie"
             elif not m.compared.timed:
-                measured, ratio = "-", f"(not measured: {m.not_measured or '--budget ran out'})"
+                measured, versus = "-", f"(not measured: {m.not_measured or '--budget ran out'})"
             else:
-                measured, ratio = "failed", f"({m.compared.failure.failure}: {m.compared.failure.message[:60]})"
-            against = times_bound(m.median if m.ok else None, self.bound_of(c))
-            against = "-" if against is None else f"{against:.2f}x"
+                measured, versus = "failed", f"({m.compared.failure.failure}: {m.compared.failure.message[:60]})"
             spread = rounds_spread(m.compared)
-            spread = "-" if spread is None else f"{100 * spread:.0f}%"
-            lines.append(f"  {mark} {c.name:<{name_width}}  {str(c.machine):<{machine_width}}  {schedule:<16} "
-                         f"{predicted:>10} {measured:>10} {spread:>6}  {against:>7}  {ratio}")
+            table.append(Row(c, m is self.recommended, predicted,
+                             ratio(times_bound(m.median if m.ok else None, self.bound_of(c))), versus, measured,
+                             "-" if spread is None else f"{100 * spread:.0f}%"))
+        lines += candidate_table(table)
         if len(tied) > 1:
             rounds = max(len(m.compared.timings) for m in tied)
             lines.append(f"  tie: {len(tied)} plans within the noise of the fastest (a paired t-test over up to "
@@ -757,7 +718,7 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
                 return []  # untimed this round; weighed again in the next
             on = targets[key]
             if candidate.replicated is not None:  # the data-parallel step, as `placer apply` runs a replicated plan
-                step_graph, placement, _ = candidate.replicated
+                step_graph, placement = candidate.replicated
                 return memory.first_run(key, lambda: StepTime.from_measurement(
                     on.measurer.measure(step_graph, placement), str(on.spec)))
             if candidate.scheduled is None:
@@ -870,21 +831,11 @@ def _one_process_candidates(settings: Mapping[str, ThreadSetting],
 
 
 def _heuristic_candidates(args: OptimizeArgs, target, twin, notes: list[str]) -> list[Candidate]:
-    """Every heuristic the registry can make here, priced on the twin."""
-    from placer.heuristics import applicable_heuristics, time_heuristics
-    from placer.models import is_builtin_model
+    """Every heuristic the registry can make here, priced on the twin; refused when none could."""
+    from agents.candidates import heuristic_candidates
 
-    builtin = is_builtin_model(args.model)
-    names = applicable_heuristics(builtin_model=builtin, simulator=True, model=args.model if builtin else None)
-    timings = time_heuristics(twin, names, model=args.model if builtin else None, seed=args.seed,
-                              progress=_progress(args, "heuristics", "placement"))
-    candidates = []
-    for name, timing in timings.items():
-        if timing.placement is None:
-            notes.append(f"heuristic {name} could not place the graph: {timing.error}")
-            continue
-        candidates.append(Candidate(name, ("placement",), target, timing.placement, predicted=timing.step_time,
-                                    made_by=f"heuristic {name}"))
+    candidates = heuristic_candidates(args.model, twin, target, notes, seed=args.seed, keep_failed=True,
+                                      progress=_progress(args, "heuristics", "placement"))
     if not candidates:
         raise OptimizeError(f"no heuristic could place {args.model} on {args.target}: {'; '.join(notes)}")
     return candidates
@@ -895,10 +846,12 @@ def _data_parallel_candidates(args: OptimizeArgs, target, real, notes: list[str]
     running the step at batch / devices, the variables and the update on the first, measured as
     `placer.replicas.data_parallel_step` builds it. The twin does not price it (it would profile another graph),
     so it is measured whatever its prediction."""
-    from placer.models import build_model, is_builtin_model, model_spec
+    from placer.models import is_builtin_model, model_spec
     from placer.models.registry import model_batch
     from placer.placement import Placement
-    from placer.replicas import Replicas, data_parallel_step, first_group
+    from placer.replicas import data_parallel_step, first_group
+
+    from agents.candidates import replica_step, replicated_candidate
 
     if not is_builtin_model(args.model) or model_spec(args.model).batch_of is None:
         notes.append("no data parallelism: it rebuilds the model at a slice of its batch, which needs a built-in "
@@ -909,84 +862,16 @@ def _data_parallel_candidates(args: OptimizeArgs, target, real, notes: list[str]
     if batch % degree:
         notes.append(f"no data parallelism: {degree} replicas do not divide the batch of {batch}")
         return []
-    replicas = Replicas.of_batch(batch, degree)
-    replica_graph = build_model(args.model, args.size, batch=replicas.batch)
+    replicas, replica_graph = replica_step(args.model, args.size, degree)
     replica = Placement.on_device(replica_graph, first_group(machine, degree), 0)
-    step_graph, placement = data_parallel_step(replica_graph, replica, machine, degree)
-    return [Candidate(replicas.name, ("replicas",), target, replica, replicas=replicas,
-                      replicated=(step_graph, placement, replica_graph),
-                      made_by=f"{degree} replicas of {replicas.batch} samples, one a device, the variables and the "
-                              "update on the first")]
+    return [replicated_candidate(replicas.name, target, replicas, replica_graph, replica, None,
+                                 f"{degree} replicas of {replicas.batch} samples, one a device, the variables and the "
+                                 "update on the first",
+                                 replicated=data_parallel_step(replica_graph, replica, machine, degree))]
 
 
 def _placement_candidate(name: str, placement: Placement, target, twin, made_by: str) -> Candidate:
     return Candidate(name, ("placement",), target, placement, predicted=twin.evaluate(placement), made_by=made_by)
-
-
-def merge_same_placements(candidates: Sequence[Any], name_fields: tuple[str, ...] = ("name",)) -> list[Any]:
-    """One candidate per distinct placement (records with a name, a placement and made_by), named after
-    everything that proposed it ("expert = metis") in each of `name_fields`: the same placement timed, priced or
-    scheduled twice would only add noise and time."""
-    merged: dict[tuple[int, ...], list[Any]] = {}
-    for candidate in candidates:
-        merged.setdefault(tuple(candidate.placement.group_devices), []).append(candidate)
-    return [dataclasses.replace(same[0], made_by="; ".join(c.made_by for c in same),
-                                **{name: " = ".join(c.name for c in same) for name in name_fields})
-            for same in merged.values()]
-
-
-SIMULATED_SAMPLES_PER_UPDATE = 32
-"""Placements per planner update on a simulator, where one is priced in milliseconds and the policy is the cost:
-an update of 32 costs the policy half as much per sample as an update of 4 (experiments/probes/planner_speed.py),
-and in the same minutes the planner learned as much or more from them (docs/results/learned-placement.md)."""
-
-
-def learned_placement(graph: OpGraph, spec: str, *, updates: int, seconds: float | None = None, seed: int = 0,
-                      progress: bool = False, stop_rules: Sequence = (), replica_degrees: Sequence[int] = (),
-                      model: str | None = None, size: str | None = None) -> Placement | None:
-    """The best placement the hierarchical planner finds in `updates` updates of `SIMULATED_SAMPLES_PER_UPDATE`
-    placements (at most `seconds`, or until one of `stop_rules` holds) on the simulated target `spec` (the
-    calibrated twin, a modeled machine), through the one training loop; None when no update completed.
-
-    replica_degrees: data parallelism in the planner's choice too (`agents.replicated.ReplicaChoosingAgent` on
-    `envs.replicated.ReplicatedPlacementEnv`), each degree's step rebuilt from the built-in `model` at `size`: the
-    placement returned is of the whole step, and its metadata's "replicas" says how many replicas run it, each
-    folded onto its share of the GPUs (1: none)."""
-    from envs.placement import PlacementEnv
-    from placer.placement import Placement
-
-    from agents.factory import make_agent
-    from agents.loop import TrainingConfig, train
-
-    replicated = bool(set(replica_degrees) - {1})
-    if replicated:
-        from envs.replicated import ReplicatedPlacementEnv
-
-        env = ReplicatedPlacementEnv(model=graph, size=size, backend="simulated", devices=spec, slices_of=model,
-                                     replica_degrees=sorted({1, *replica_degrees}))
-    else:
-        env = PlacementEnv(model=graph, backend="simulated", devices=spec)
-    try:
-        env.reset(seed=seed)
-        agent = make_agent("hierarchical", graph, env.device_mask, env.devices, seed=seed)
-        if replicated:
-            from agents.replicated import ReplicaChoosingAgent
-
-            agent = ReplicaChoosingAgent(agent, env.replica_degrees, seed=seed)
-        with tempfile.TemporaryDirectory(prefix="placer-optimize-") as run_dir:
-            state = train(agent, env, run_dir, TrainingConfig(updates=updates, time_budget=seconds, progress=progress,
-                                                              samples_per_update=SIMULATED_SAMPLES_PER_UPDATE),
-                          stop_rules=stop_rules)
-        if state.best_assignment is None:
-            return None
-        simulator = "the calibrated simulator" if spec.startswith("calibrated:") else f"the simulator of {spec}"
-        record = {"method": f"hierarchical planner{' with replicas' if replicated else ''}, {state.updates} updates "
-                            f"on {simulator}"}
-        if replicated:
-            return env.placement_of(state.best_assignment, record)
-        return Placement.from_assignment(graph, env.devices, list(state.best_assignment), record)
-    finally:
-        env.close()
 
 
 def _run_placement(args: OptimizeArgs):
@@ -1034,39 +919,37 @@ def _pool_candidates(best: Candidate, target, settings: Mapping[str, ThreadSetti
 def _schedule_candidates(args: OptimizeArgs, graph: OpGraph, best: Candidate, real, twin, calibration,
                          calibration_path: Path, notes: list[str], *, time_limit: float) -> list[Candidate]:
     """`best`'s placement over `args.micro_batches` micro-batches by each of `SCHEDULE_METHODS`, priced op by op
-    on the twin; each carries the scheduled step a measurer runs."""
+    on the twin (`agents.candidates.scheduled_candidates`); each carries the scheduled step a measurer runs."""
     from placer.cost.calibrated import profiled_costs
-    from placer.errors import ScheduleError
     from placer.schedule.execute import scheduled_step, step_for_plan
-    from placer.schedule.from_placement import blocks_from_placement
-    from placer.schedule.methods import make_schedule
-    from placer.schedule.micro_batch import build_micro_batch_graph, placement_at_micro_batch
-    from placer.schedule.origin import PlanOrigin, with_origin, with_prediction
-    from placer.schedule.predict import predict_plans, priced_template
+    from placer.schedule.micro_batch import build_micro_batch_graph
+    from placer.schedule.origin import PlanOrigin
     from placer.schedule.standard import sequential
 
+    from agents.candidates import scheduled_candidates
+
     try:
-        template = blocks_from_placement(twin.simulator, best.placement, args.micro_batches)
         micro_batch_graph = build_micro_batch_graph(args.model, args.size, args.micro_batches)
-        placement = placement_at_micro_batch(best.placement, graph, micro_batch_graph, twin.devices)
+    except PlacerError as error:
+        notes.append(f"no schedules for {best.name}: {error}")
+        return []
+    steps = []
+
+    def profile(template, placement) -> None:
         step, step_placement = step_for_plan(sequential(template, args.micro_batches), micro_batch_graph, placement,
                                              twin.devices)
         # Profiled on the open target: the twin would otherwise start a second one of its own to profile on.
         profiled_costs(step.graph, calibration, calibration_path, measurer=real.measurer)
-        # Every method searches spans that include the transfers, barriers and update the step pays.
-        template = priced_template(template, micro_batch_graph, placement, twin.spec)
-        origin = PlanOrigin.of(args.model, args.size, best.placement.to_file(graph))
-        plans = {method: with_origin(make_schedule(method, template, args.micro_batches, time_limit=time_limit), origin)
-                 for method in SCHEDULE_METHODS}
-        predictions = predict_plans(plans, micro_batch_graph, placement, twin.spec)
-    except ScheduleError as error:
-        notes.append(f"no schedules for {best.name}: {error}")
+        steps.append((step, step_placement))
+
+    scheduled = scheduled_candidates(best, graph, micro_batch_graph, twin, args.micro_batches, notes,
+                                     time_limit=time_limit, before_pricing=profile,
+                                     origin=PlanOrigin.of(args.model, args.size, best.placement.to_file(graph)))
+    if not scheduled:
         return []
-    return [Candidate(f"{best.name} + {method} x{args.micro_batches}", ("placement", "schedule"), best.machine,
-                      best.placement, with_prediction(plan, predictions[method]), predictions[method].step_time,
-                      f"{best.made_by}; {method} schedule",
-                      scheduled_step(step, step_placement, twin.devices, plan))
-            for method, plan in plans.items()]
+    step, step_placement = steps[-1]
+    return [dataclasses.replace(c, scheduled=scheduled_step(step, step_placement, twin.devices, c.schedule))
+            for c in scheduled]
 
 
 def _at_most(settings: Mapping[str, ThreadSetting], count: int) -> dict[str, ThreadSetting]:
@@ -1119,7 +1002,7 @@ def plan_of(args: OptimizeArgs, graph: OpGraph, winner: Measured, measured: Sequ
 
     candidate = winner.candidate
     made_for = twin_spec if str(candidate.machine) == str(target) else str(candidate.machine)
-    placed = graph if candidate.replicated is None else candidate.replicated[2]  # a replica's graph: its slice
+    placed = candidate.replica_graph or graph  # a replica's graph: its slice
     plan = Plan.made_for(args.model, args.size, placed, candidate.placement, made_for, schedule=candidate.schedule,
                          predicted=candidate.predicted, replicas=candidate.replicas, made_by="placer optimize",
                          command=command)

@@ -45,6 +45,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from placer.simulate.bound import StepTimeBound, gap_closed, times_bound
 
+from agents.candidates import (
+    PLANNER, REFINED, SCHEDULE_METHODS, Candidate, learned_placement, merge_same_placements, replica_step,
+    replicated_candidate, scheduled_candidates,
+)
+
 if TYPE_CHECKING:
     from placer.cost import StepTime
     from placer.replicas import Replicas
@@ -55,8 +60,6 @@ if TYPE_CHECKING:
 
     from agents.optimize import OptimizeArgs
 
-SCHEDULE_METHODS = ("gpipe", "1f1b", "tessel-fast")
-"""The schedules of a placement's block template (Tessel's exact search is too slow for a budget of minutes)."""
 SPLIT_SCHEDULE_METHODS = ("zb-h1",)
 """The schedules of its template with the backward split into input and weight gradients."""
 SCHEDULE_TOP = 2
@@ -73,10 +76,6 @@ took: pricing op by op grows with the copies), so that learning keeps the rest."
 LEARNING_SHARE = 0.5
 """Of the budget left when learning starts, the least share it takes when schedules follow it; it takes more when
 the schedules before it showed that scheduling one more placement needs less (`_Scheduling.reserve`)."""
-PLANNER = "planner"
-"""The name of the placement the hierarchical planner sampled: the only one a policy learned."""
-REFINED = ", refined"
-"""How a placement the refinement made is named: after the placement it started from ("metis, refined")."""
 PLANNER_SHARE = 0.4
 """Of learning's seconds, the most the hierarchical planner may take; refining the fastest placement found on
 the simulator takes the rest: thousands of moves priced in the time the planner samples a few hundred. Half way
@@ -85,72 +84,31 @@ through its share, a planner whose best is slower than every placement of the re
 
 
 @dataclass(frozen=True)
-class SimulatedCandidate:
-    """One placement, maybe under a schedule, and its simulated step time on the modeled machine."""
-
-    name: str
-    """"metis", "expert = scotch" (every heuristic that made the same placement), "expert + 1f1b x4"."""
-    placement_name: str
-    """The name of the placement it schedules (its own name when unscheduled)."""
-    placement: Placement
-    step_time: StepTime
-    schedule: SchedulePlan | None = None
-    made_by: str = ""
-    replicas: Replicas | None = None
-    """Data parallelism: `placement` places one replica, on the first group of devices; None: the whole batch."""
-    replica_graph: OpGraph | None = field(default=None, compare=False, repr=False)
-    """With replicas: the step built at one replica's slice of the batch, the graph `placement` places."""
-
-    @property
-    def seconds(self) -> float:
-        return self.step_time.seconds if self.step_time.ok else math.inf
-
-    def made_of(self, name: str) -> bool:
-        """True when `name` ("expert", "planner", "metis, refined") proposed its placement."""
-        return name in self.placement_name.split(" = ")
-
-    @property
-    def refined(self) -> bool:
-        """True when the refinement made its placement from a heuristic's ("metis, refined")."""
-        return any(name.endswith(REFINED) and name != PLANNER + REFINED for name in self.placement_name.split(" = "))
-
-    @property
-    def heuristic(self) -> bool:
-        """True when a heuristic proposed its placement (whatever else made the same one)."""
-        return any(name != PLANNER and not name.endswith(REFINED) for name in self.placement_name.split(" = "))
-
-    @property
-    def from_planner(self) -> bool:
-        """True when the planner's plan, or that plan refined, is this one (whatever else made the same)."""
-        return self.made_of(PLANNER) or self.made_of(PLANNER + REFINED)
-
-
-@dataclass(frozen=True)
 class LearnersReading:
     """The planner alone, the planner's plan refined, and the heuristics' placements refined, each read as the share
     of the gap between the best plan made with neither (the heuristics' placements and data parallelism) and the
     machine's bound that it closed. Unscheduled plans only: the planner chooses no schedule."""
 
-    baseline: SimulatedCandidate | None
+    baseline: Candidate | None
     """The fastest plan neither the planner nor the refinement made."""
-    planner: SimulatedCandidate | None
-    planner_refined: SimulatedCandidate | None
+    planner: Candidate | None
+    planner_refined: Candidate | None
     """The planner's plan refined; the plan itself where it is replicas of one GPU each (nothing to move)."""
-    heuristics_refined: SimulatedCandidate | None
+    heuristics_refined: Candidate | None
     """The fastest plan made without the planner: the heuristics' refined, or unrefined where that is faster."""
     bound: StepTimeBound
 
-    def gap_closed(self, candidate: SimulatedCandidate | None) -> float | None:
+    def gap_closed(self, candidate: Candidate | None) -> float | None:
         if candidate is None or self.baseline is None:
             return None
-        return gap_closed(self.baseline.seconds, candidate.seconds, self.bound)
+        return gap_closed(self.baseline.predicted_seconds, candidate.predicted_seconds, self.bound)
 
-    def describe_closed(self, candidate: SimulatedCandidate | None) -> str:
+    def describe_closed(self, candidate: Candidate | None) -> str:
         """"12.30 ms (+45.0%)": its step and the share of the gap it closed."""
         if candidate is None:
             return "none"
         share = self.gap_closed(candidate)
-        return f"{candidate.seconds * 1e3:.2f} ms" + ("" if share is None else f" ({100 * share:+.1f}%)")
+        return f"{candidate.predicted_seconds * 1e3:.2f} ms" + ("" if share is None else f" ({100 * share:+.1f}%)")
 
 
 @dataclass(frozen=True)
@@ -158,9 +116,9 @@ class ModeledSearch:
     """Every placement and schedule priced on one modeled machine, and its bound."""
 
     target: str
-    placements: tuple[SimulatedCandidate, ...]
+    placements: tuple[Candidate, ...]
     """One per distinct placement, unscheduled."""
-    scheduled: tuple[SimulatedCandidate, ...]
+    scheduled: tuple[Candidate, ...]
     bound: StepTimeBound
     """What no placement of the whole batch, unscheduled, can beat."""
     micro_batches: int | None
@@ -171,7 +129,7 @@ class ModeledSearch:
     """What no schedule of `micro_batches` micro-batches can beat (`placer.schedule.predict.schedule_bound`):
     micro-batches shorten the chain of dependent ops, so `bound` does not hold for a scheduled plan. None where
     nothing was scheduled."""
-    replicated: tuple[SimulatedCandidate, ...] = ()
+    replicated: tuple[Candidate, ...] = ()
     """Data parallelism: each degree searched, its replicas placed as fast as the heuristics place one."""
     machine_bound: StepTimeBound | None = None
     """What no plan searched can beat, replicated, scheduled or placed (`placer.simulate.bound.machine_bound`);
@@ -189,12 +147,12 @@ class ModeledSearch:
         """Every count of micro-batches some plan was scheduled over, fewest first."""
         return tuple(sorted({c.schedule.micro_batches for c in self.scheduled}))
 
-    def bound_of(self, candidate: SimulatedCandidate) -> StepTimeBound | None:
+    def bound_of(self, candidate: Candidate) -> StepTimeBound | None:
         """The bound `candidate` is read against: the machine's, which every plan's step time is at or above;
         without one, its kind's."""
         return self.machine_bound or self.kind_bound_of(candidate)
 
-    def kind_bound_of(self, candidate: SimulatedCandidate) -> StepTimeBound | None:
+    def kind_bound_of(self, candidate: Candidate) -> StepTimeBound | None:
         """The bound of `candidate`'s own kind of plan: the placements' for a placement of the whole batch, the
         schedules' for a scheduled plan, the machine's for replicas."""
         if candidate.replicas is not None:
@@ -204,37 +162,37 @@ class ModeledSearch:
         return self.schedule_bounds.get(candidate.schedule.micro_batches, self.schedule_bound)
 
     @property
-    def candidates(self) -> list[SimulatedCandidate]:
+    def candidates(self) -> list[Candidate]:
         """Fastest first; between equal step times, the simpler plan first: a placement unscheduled before one
         under a schedule, and either before replicas."""
         return sorted(self.placements + self.scheduled + self.replicated,
-                      key=lambda c: (c.seconds, c.replicas is not None, c.schedule is not None))
+                      key=lambda c: (c.predicted_seconds, c.replicas is not None, c.schedule is not None))
 
-    def data_parallel(self) -> SimulatedCandidate | None:
+    def data_parallel(self) -> Candidate | None:
         """Plain data parallelism: the most replicas searched, each on one GPU."""
         plain = [c for c in self.replicated if c.replicas is not None and c.name == c.replicas.name]
         return max(plain, key=lambda c: c.replicas.degree) if plain else None
 
     @property
-    def fastest(self) -> SimulatedCandidate:
+    def fastest(self) -> Candidate:
         return self.candidates[0]
 
-    def unscheduled(self, name: str) -> SimulatedCandidate | None:
+    def unscheduled(self, name: str) -> Candidate | None:
         """The placement `name` ("expert", "single-device", "planner") proposed, unscheduled."""
         return next((c for c in self.placements if c.made_of(name)), None)
 
-    def refined(self) -> SimulatedCandidate | None:
+    def refined(self) -> Candidate | None:
         """The refinement's placement, unscheduled."""
         return next((c for c in self.placements if c.refined), None)
 
     def learners(self) -> LearnersReading:
         """The planner and the refinements read against the best plan made with neither, on the machine's bound."""
-        unscheduled = [c for c in (*self.placements, *self.replicated) if c.schedule is None and c.step_time.ok]
+        unscheduled = [c for c in (*self.placements, *self.replicated) if c.schedule is None and c.priced]
 
-        def fastest(candidates) -> SimulatedCandidate | None:
-            return min(candidates, key=lambda c: c.seconds, default=None)
+        def fastest(candidates) -> Candidate | None:
+            return min(candidates, key=lambda c: c.predicted_seconds, default=None)
 
-        def made_without_planner(c: SimulatedCandidate, refined: bool) -> bool:
+        def made_without_planner(c: Candidate, refined: bool) -> bool:
             if c.replicas is not None:
                 return not c.from_planner and (refined or REFINED not in c.name)
             return c.heuristic or (refined and c.refined)
@@ -252,10 +210,10 @@ class ModeledSearch:
     def gap_closed(self) -> float | None:
         """The share of the best heuristic placement's distance to the bound that the refined placement closed."""
         refined = self.refined()
-        heuristics = [c.seconds for c in self.placements if c.heuristic]
+        heuristics = [c.predicted_seconds for c in self.placements if c.heuristic]
         if refined is None or not heuristics:
             return None
-        return gap_closed(min(heuristics), refined.seconds, self.bound)
+        return gap_closed(min(heuristics), refined.predicted_seconds, self.bound)
 
 
 def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = None, learn_updates: int = 0,
@@ -271,12 +229,12 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
 
     graph: the model's graph at its full batch, if already built."""
     from placer.cost import open_target
-    from placer.heuristics import applicable_heuristics, time_heuristics
     from placer.models import is_builtin_model, load_model
     from placer.schedule.micro_batch import build_micro_batch_graph
     from placer.simulate.bound import step_time_bound
 
-    from agents.optimize import PhaseClock, merge_same_placements, progress_bar
+    from agents.candidates import heuristic_candidates
+    from agents.optimize import PhaseClock, progress_bar
 
     clock = PhaseClock()
     phase_done = clock.done
@@ -287,15 +245,8 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
     with open_target(graph, spec) as target:
         bound = step_time_bound(target.simulator, simulated_on=spec)
         say(f"pricing every heuristic placement on {spec}")
-        names = applicable_heuristics(builtin_model=builtin, simulator=True, model=model if builtin else None)
-        timings = time_heuristics(target, names, model=model if builtin else None, seed=seed,
-                                  progress=progress_bar(progress, "heuristics", "placement"))
-        found = []
-        for name, timing in timings.items():
-            if timing.placement is None or not timing.ok:
-                notes.append(f"heuristic {name}: {timing.error or timing.step_time.message or 'failed'}")
-                continue
-            found.append(SimulatedCandidate(name, name, timing.placement, timing.step_time, made_by=f"heuristic {name}"))
+        found = heuristic_candidates(model, target, spec, notes, seed=seed,
+                                     progress=progress_bar(progress, "heuristics", "placement"))
         phase_done("heuristics")
         if not found:
             from agents.optimize import OptimizeError
@@ -304,7 +255,7 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
         started = time.monotonic()
         scheduling = _Scheduling(graph, build_micro_batch_graph(model, size, micro_batches), target, micro_batches,
                                  deadline, notes, say) if micro_batches else None
-        heuristic_placements = merge_same_placements(found, ("name", "placement_name"))
+        heuristic_placements = merge_same_placements(found)
         # The pipelines' own placements (else one GPU's) are scheduled before learning can spend the budget.
         first = _pipeline_placements(heuristic_placements) or _to_schedule(heuristic_placements, 0)[:1]
         more: list[_Scheduling] = []
@@ -330,8 +281,8 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
             found += [c for c in learned if c.replicas is None]
             replication.candidates += [c for c in learned if c.replicas is not None]
         phase_done("learning")
-        placements = merge_same_placements(found, ("name", "placement_name"))
-        scheduled: list[SimulatedCandidate] = []
+        placements = merge_same_placements(found)
+        scheduled: list[Candidate] = []
         if scheduling is not None:
             done = {tuple(c.placement.group_devices) for c in first}
             scheduling.schedule([c for c in _to_schedule(placements, schedule_top)
@@ -368,9 +319,9 @@ def planner_degrees(degrees: Sequence[int], seconds: float, took: float, notes: 
     return []
 
 
-def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate], *, learn_updates: int, seconds: float,
+def _learned(graph: OpGraph, spec: str, target, found: list[Candidate], *, learn_updates: int, seconds: float,
              seed: int, notes: list[str], progress: bool, say: Callable[[str], None],
-             replicas_of: tuple[str, str, Sequence[int]] | None = None) -> list[SimulatedCandidate]:
+             replicas_of: tuple[str, str, Sequence[int]] | None = None) -> list[Candidate]:
     """The planner's plan ("planner": trained for `learn_updates` updates, at most PLANNER_SHARE of `seconds`),
     then two refinements on the simulator that share the rest of `seconds` evenly, so that each reads against the
     other at the same time spent: the heuristics' fastest placements by successive halving
@@ -383,8 +334,6 @@ def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate],
     move, and the heuristics' refinement takes all the time, when a replica has one GPU)."""
     from placer.heuristics.refine import TOURNAMENT_STARTS, Refiner, refine_starts
     from placer.placement import Placement
-
-    from agents.optimize import learned_placement
 
     if seconds < 1:
         notes.append(f"no learned placement: --budget was spent before learning ({max(seconds, 0):.0f} s left)")
@@ -411,14 +360,14 @@ def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate],
             made.append(_replicated_planner(pricer, planner))
             policy_start = made[0].placement if _replica_gpus(pricer, made[0]) > 1 else None
         elif planner is not None:
-            made.append(SimulatedCandidate(PLANNER, PLANNER, planner, target.evaluate(planner),
-                                           made_by=planner.metadata.get("method", "hierarchical planner")))
+            made.append(Candidate(PLANNER, ("placement",), spec, planner, predicted=target.evaluate(planner),
+                                  made_by=planner.metadata.get("method", "hierarchical planner")))
             policy_start = planner
         else:
             policy_start = None
         # Fastest first, each heuristic placement once: the tournament takes the first few.
         starts, seen = [], set()
-        for candidate in sorted(found, key=lambda c: c.seconds):
+        for candidate in sorted(found, key=lambda c: c.predicted_seconds):
             if tuple(candidate.placement.group_devices) not in seen:
                 seen.add(tuple(candidate.placement.group_devices))
                 starts.append(candidate)
@@ -434,8 +383,8 @@ def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate],
         others = [f"{starts[k].name}'s {r.seconds * 1e3:.2f} ms after {r.wall_seconds:.0f} s"
                   for k, r in enumerate(refinements) if k != best and r.wall_seconds > 0]
         name = start.placement_name.split(" = ")[0] + REFINED
-        made.append(SimulatedCandidate(
-            name, name, placement, target.evaluate(placement),
+        made.append(Candidate(
+            name, ("placement",), spec, placement, predicted=target.evaluate(placement),
             made_by=f"{start.name}'s placement refined on the simulator ({_refinement_made(refined)}"
                     + (f"; fastest of {len(others) + 1} starts refined, the others ended at {', '.join(others)})"
                        if others else ")")))
@@ -447,9 +396,9 @@ def _learned(graph: OpGraph, spec: str, target, found: list[SimulatedCandidate],
                 refinement = Refiner(graph, target.simulator, policy_start.group_device_array, seed=seed).run(until)
                 placement = Placement.from_assignment(graph, target.devices, refinement.group_devices)
                 name = PLANNER + REFINED
-                made.append(SimulatedCandidate(name, name, placement, target.evaluate(placement),
-                                               made_by=f"the planner's placement refined on the simulator "
-                                                       f"({_refinement_made(refinement)})"))
+                made.append(Candidate(name, ("placement",), spec, placement, predicted=target.evaluate(placement),
+                                      made_by=f"the planner's placement refined on the simulator "
+                                              f"({_refinement_made(refinement)})"))
         return made
     finally:
         if pricer is not None:
@@ -461,12 +410,12 @@ def _refinement_made(refinement) -> str:
             f"{refinement.wall_seconds:.0f} s, down to {refinement.finest_pieces} pieces")
 
 
-def _replica_gpus(pricer, candidate: SimulatedCandidate) -> int:
+def _replica_gpus(pricer, candidate: Candidate) -> int:
     target = pricer.replica_target(candidate.replicas.degree)
     return sum(1 for device in target.devices.devices if device.kind == "GPU")
 
 
-def _replicated_planner(pricer, planner) -> SimulatedCandidate:
+def _replicated_planner(pricer, planner) -> Candidate:
     """The planner's plan with replicas as a row of the search: one replica's placement on its group, at its slice
     (`pricer`: a `placer.cost.replicated.ReplicaPricer` of the model on the machine)."""
     from placer.cost.replicated import price_replicated
@@ -477,13 +426,13 @@ def _replicated_planner(pricer, planner) -> SimulatedCandidate:
     target = pricer.replica_target(degree)
     placement = pricer.replica_placement(degree, planner)
     step_time, step = price_replicated(target, placement, pricer.spec, degree)
-    return SimulatedCandidate(
-        PLANNER, PLANNER, placement, step_time, replicas=replicas, replica_graph=target.graph,
-        made_by=f"{planner.metadata.get('method', 'hierarchical planner')}: {degree} replicas of {replicas.batch} "
-                f"samples, gradients ({step.gradient_bytes / 1e6:.0f} MB) all-reduced in a ring")
+    return replicated_candidate(
+        PLANNER, str(pricer.spec), replicas, target.graph, placement, step_time,
+        f"{planner.metadata.get('method', 'hierarchical planner')}: {degree} replicas of {replicas.batch} "
+        f"samples, gradients ({step.gradient_bytes / 1e6:.0f} MB) all-reduced in a ring")
 
 
-def _refined_replicated_planner(pricer, planner: SimulatedCandidate, until: float, seed: int) -> SimulatedCandidate:
+def _refined_replicated_planner(pricer, planner: Candidate, until: float, seed: int) -> Candidate:
     """The planner's replicated plan with its replica's placement refined on the replica's GPUs until `until`."""
     from placer.cost.replicated import price_replicated
     from placer.heuristics.refine import Refiner
@@ -495,13 +444,13 @@ def _refined_replicated_planner(pricer, planner: SimulatedCandidate, until: floa
     placement = Placement.from_assignment(target.graph, target.devices, refinement.group_devices)
     step_time, step = price_replicated(target, placement, pricer.spec, degree)
     name = PLANNER + REFINED
-    return SimulatedCandidate(
-        name, name, placement, step_time, replicas=planner.replicas, replica_graph=target.graph,
-        made_by=f"the planner's {degree} replicas, one replica's placement refined on the simulator "
-                f"({_refinement_made(refinement)}), gradients ({step.gradient_bytes / 1e6:.0f} MB) all-reduced in a ring")
+    return replicated_candidate(
+        name, planner.machine, planner.replicas, target.graph, placement, step_time,
+        f"the planner's {degree} replicas, one replica's placement refined on the simulator "
+        f"({_refinement_made(refinement)}), gradients ({step.gradient_bytes / 1e6:.0f} MB) all-reduced in a ring")
 
 
-def out_of_the_tournament(found: Sequence[SimulatedCandidate], after: float, stopped: list[float]):
+def out_of_the_tournament(found: Sequence[Candidate], after: float, stopped: list[float]):
     """A stop rule for the planner (`agents.loop.StopRule`): true once it has trained `after` seconds and its best is
     slower than the `TOURNAMENT_STARTS` fastest distinct placements `found`, so that the refinement's tournament
     would leave it out and its time is better spent refining those (on the language models and the Transformer on
@@ -509,7 +458,7 @@ def out_of_the_tournament(found: Sequence[SimulatedCandidate], after: float, sto
     after to `stopped`."""
     from placer.heuristics.refine import TOURNAMENT_STARTS
 
-    seconds = sorted({tuple(c.placement.group_devices): c.seconds for c in found if c.step_time.ok}.values())
+    seconds = sorted({tuple(c.placement.group_devices): c.predicted_seconds for c in found if c.priced}.values())
     bar = seconds[TOURNAMENT_STARTS - 1] if len(seconds) >= TOURNAMENT_STARTS else math.inf
 
     def rule(state) -> bool:
@@ -521,50 +470,13 @@ def out_of_the_tournament(found: Sequence[SimulatedCandidate], after: float, sto
     return rule
 
 
-def schedule_candidates(graph: OpGraph, micro_batch_graph: OpGraph, target, candidate: SimulatedCandidate,
+def schedule_candidates(graph: OpGraph, micro_batch_graph: OpGraph, target, candidate: Candidate,
                         micro_batches: int, notes: list[str], *, time_limit: float,
-                        deadline: float = math.inf) -> list[SimulatedCandidate]:
-    """`candidate`'s placement under each schedule method over `micro_batches`, each priced op by op on the
-    simulated `target` (`micro_batch_graph`: the model built at the micro-batch size); a template no method can
-    schedule is a note. The split template (ZB-H1) costs what the whole one did: it is left out, with a note,
-    unless that much is left before `deadline` (a `time.monotonic()`)."""
-    from placer.errors import PlacerError
-    from placer.schedule.from_placement import blocks_from_placement
-    from placer.schedule.methods import make_schedule
-    from placer.schedule.micro_batch import placement_at_micro_batch
-    from placer.schedule.origin import with_prediction
-    from placer.schedule.predict import predict_plans, priced_template
-
-    at_micro_batch = placement_at_micro_batch(candidate.placement, graph, micro_batch_graph, target.devices)
-    scheduled = []
-    variants = [(False, SCHEDULE_METHODS)]
-    if len(set(candidate.placement.group_devices)) > 1:  # on one device no gradient crosses: nothing to split
-        variants.append((True, SPLIT_SCHEDULE_METHODS))
-    took = 0.0
-    for split, methods in variants:
-        if split and deadline - time.monotonic() < took:
-            notes.append(f"no {'/'.join(methods)} schedule for {candidate.name}: --budget left less than the "
-                         f"{took:.0f} s its other schedules took; raise --budget")
-            continue
-        started = time.monotonic()
-        try:
-            template = blocks_from_placement(target.simulator, candidate.placement, micro_batches,
-                                             split_weight_gradients=split)
-            # Every method searches spans that include the transfers, barriers and update the step pays.
-            template = priced_template(template, micro_batch_graph, at_micro_batch, target.spec)
-            plans = {method: make_schedule(method, template, micro_batches, time_limit=time_limit) for method in methods}
-            # One call per template: a split template's plans run a step of their own (weight gradients apart).
-            predictions = predict_plans(plans, micro_batch_graph, at_micro_batch, target.spec)
-        except PlacerError as error:
-            notes.append(f"no {'/'.join(methods)} schedule for {candidate.name}: {error}")
-            continue
-        took = time.monotonic() - started
-        scheduled += [SimulatedCandidate(f"{candidate.name} + {method} x{micro_batches}", candidate.name,
-                                         candidate.placement, predictions[method].step_time,
-                                         with_prediction(plan, predictions[method]),
-                                         f"{candidate.made_by}; {method} schedule")
-                      for method, plan in plans.items()]
-    return scheduled
+                        deadline: float = math.inf) -> list[Candidate]:
+    """`candidate`'s placement under each schedule method over `micro_batches`, ZB-H1 (the backward split) among
+    them, each priced op by op on the simulated `target` (`agents.candidates.scheduled_candidates`)."""
+    return scheduled_candidates(candidate, graph, micro_batch_graph, target, micro_batches, notes,
+                                time_limit=time_limit, split_methods=SPLIT_SCHEDULE_METHODS, deadline=deadline)
 
 
 class _Scheduling:
@@ -575,14 +487,14 @@ class _Scheduling:
                  notes: list[str], say: Callable[[str], None]):
         self.graph, self.micro_batch_graph, self.target = graph, micro_batch_graph, target
         self.micro_batches, self.deadline, self.notes, self.say = micro_batches, deadline, notes, say
-        self.scheduled: list[SimulatedCandidate] = []
+        self.scheduled: list[Candidate] = []
         self.skipped: list[str] = []
         self.took = 0.0
         self.template_seconds = 0.0
         """The longest one template's schedules took: a placement on several GPUs has two (the whole backward
         and the split one), one GPU's one."""
 
-    def schedule(self, candidates: list[SimulatedCandidate]) -> None:
+    def schedule(self, candidates: list[Candidate]) -> None:
         for candidate in candidates:
             left = self.deadline - time.monotonic()
             # One template's time starts a placement: the split template is then started only if what is left
@@ -613,7 +525,7 @@ class _Scheduling:
 
 
 def _more_micro_batches(model: str, size: str, graph: OpGraph, target, counts: Sequence[int],
-                        pipelines: list[SimulatedCandidate], deadline: float, notes: list[str],
+                        pipelines: list[Candidate], deadline: float, notes: list[str],
                         say: Callable[[str], None], *, took: float) -> list[_Scheduling]:
     """`pipelines` (the placements scheduled first) scheduled again over each of `counts` micro-batches, fewest
     first, while a count is judged to fit MORE_MICRO_BATCHES_SHARE of the budget left: at twice what the count
@@ -648,7 +560,7 @@ class _Replication:
                  say: Callable[[str], None], seed: int = 0):
         self.model, self.size, self.spec, self.degrees, self.seed = model, size, spec, tuple(degrees), seed
         self.deadline, self.notes, self.say = deadline, notes, say
-        self.candidates: list[SimulatedCandidate] = []
+        self.candidates: list[Candidate] = []
         self.graphs: dict[int, OpGraph] = {}
         """The most replicas priced -> the step built at their slice of the batch (the smallest slice)."""
         self.took = 0.0
@@ -678,7 +590,7 @@ it as far from its bound as they leave the whole machine."""
 def replicated_candidates(model: str, size: str, spec: str, degree: int, notes: list[str],
                           say: Callable[[str], None] = lambda line: None, *,
                           graphs: dict[int, OpGraph] | None = None, deadline: float = math.inf,
-                          seed: int = 0) -> list[SimulatedCandidate]:
+                          seed: int = 0) -> list[Candidate]:
     """`degree` replicas of `model` on the modeled machine `spec`, each on its share of the GPUs and of the batch,
     priced with the all-reduce of their gradients (`placer.cost.replicated`): one replica a GPU holds every op on it
     (plain data parallelism); a replica of several GPUs is placed by every heuristic, then the fastest few are
@@ -688,14 +600,11 @@ def replicated_candidates(model: str, size: str, spec: str, degree: int, notes: 
     from placer.cost.replicated import price_replicated, replica_spec
     from placer.errors import PlacerError
     from placer.heuristics import applicable_heuristics, time_heuristics
-    from placer.models import build_model_apart, model_batch
-    from placer.replicas import Replicas
 
-    replicas = Replicas.of_batch(model_batch(model, size), degree)
     group = replica_spec(spec, degree)
-    say(f"pricing {replicas.name}: the step at {replicas.batch} samples on each replica's {group.split(':')[1]}, "
+    say(f"pricing {degree} replicas: the step at 1/{degree} of the batch on each replica's {group.split(':')[1]}, "
         "its gradients all-reduced")
-    graph = build_model_apart(model, size, batch=replicas.batch)
+    replicas, graph = replica_step(model, size, degree, apart=True)
     if graphs is not None and degree > max(graphs, default=0):  # only the smallest slice's: the machine's bound
         graphs.clear()                                            # reads it, and a paper-size step is GBs
         graphs[degree] = graph
@@ -738,8 +647,7 @@ def replicated_candidates(model: str, size: str, spec: str, degree: int, notes: 
     made_by = (f"{degree} replicas of {replicas.batch} samples, one replica placed by heuristic {name.replace(', refined', ', then refined on the simulator')} on {group}, "
                f"gradients ({step.gradient_bytes / 1e6:.0f} MB) all-reduced in a ring: {step.exchange * 1e3:.2f} ms, "
                f"{step.exposed * 1e3:.2f} ms of it not hidden by the backward")
-    return [SimulatedCandidate(row, row, placement, step_time, made_by=made_by, replicas=replicas,
-                               replica_graph=graph), *pipelines]
+    return [replicated_candidate(row, spec, replicas, graph, placement, step_time, made_by), *pipelines]
 
 
 REPLICA_MICRO_BATCHES = (1, 2)
@@ -750,7 +658,7 @@ replica, where that divides its slice of the batch."""
 def _pipelined_replicas(model: str, size: str, spec: str, replicas: Replicas, graph: OpGraph, target,
                         starts: Sequence[tuple[str, Placement]], gpus: int, notes: list[str],
                         say: Callable[[str], None], *, deadline: float,
-                        graphs: dict[int, OpGraph] | None = None) -> list[SimulatedCandidate]:
+                        graphs: dict[int, OpGraph] | None = None) -> list[Candidate]:
     """Data parallelism over pipeline stages: each of `replicas` runs its slice of the batch in micro-batches under
     a schedule of one of `starts` (placements of one replica's step, `graph`, on its `gpus` GPUs: the pipelines'
     own and the hybrid's fastest), its merged gradients all-reduced (`placer.cost.replicated.
@@ -789,11 +697,11 @@ def _pipelined_replicas(model: str, size: str, spec: str, replicas: Replicas, gr
             graphs[slices] = micro_batch_graph
         best = None
         for name, placement in distinct:
-            unreplicated = SimulatedCandidate(name, name, placement, target.evaluate(placement))
+            unreplicated = Candidate(name, ("placement",), group, placement, predicted=target.evaluate(placement))
             for scheduled in schedule_candidates(graph, micro_batch_graph, target, unreplicated, count, notes,
                                                  time_limit=min(TESSEL_SECONDS, max(1.0, (deadline - time.monotonic()) / 8)),
                                                  deadline=deadline):
-                if not scheduled.step_time.ok or (best is not None and scheduled.seconds >= best[1].seconds):
+                if not scheduled.priced or (best is not None and scheduled.predicted_seconds >= best[1].predicted_seconds):
                     continue
                 best = (name, scheduled)
         took = time.monotonic() - started
@@ -814,8 +722,8 @@ def _pipelined_replicas(model: str, size: str, spec: str, replicas: Replicas, gr
                    f"{method} over {count} micro-batches of {replicas.batch // count}; merged gradients "
                    f"({step.gradient_bytes / 1e6:.0f} MB) all-reduced in a ring: {step.exchange * 1e3:.2f} ms, "
                    f"{step.exposed * 1e3:.2f} ms of it not hidden by the backward")
-        rows.append(SimulatedCandidate(row, f"{replicas.name} over {name}", scheduled.placement, step_time,
-                                       scheduled.schedule, made_by, replicas=replicas, replica_graph=graph))
+        rows.append(replicated_candidate(row, spec, replicas, graph, scheduled.placement, step_time, made_by,
+                                         schedule=scheduled.schedule, placement_name=f"{replicas.name} over {name}"))
     return rows
 
 
@@ -856,7 +764,7 @@ def _machine_bound(bound: StepTimeBound, slices: Mapping[int, OpGraph], spec: st
         return machine_bound(bound, step_time_bound(target.simulator, simulated_on=spec))
 
 
-def _named_as(scheduled: list[SimulatedCandidate], placements: list[SimulatedCandidate]) -> list[SimulatedCandidate]:
+def _named_as(scheduled: list[Candidate], placements: list[Candidate]) -> list[Candidate]:
     """`scheduled` named after the placements they schedule as finally merged: one scheduled before learning
     ("expert + 1f1b x4") takes the refined placement's name too when that is the same ("expert = expert, refined + ...")."""
     names = {tuple(p.placement.group_devices): p.placement_name for p in placements}
@@ -871,18 +779,18 @@ PIPELINE_PLACEMENTS = ("expert", "balanced-stages")
 """The heuristics that place a stage per GPU, what pipeline schedules were made for: scheduled first."""
 
 
-def _pipeline_placements(placements: list[SimulatedCandidate]) -> list[SimulatedCandidate]:
+def _pipeline_placements(placements: list[Candidate]) -> list[Candidate]:
     """The expert's and the balanced stages' placements, in that order (one entry where they are the same)."""
     return [c for c in placements if any(c.made_of(name) for name in PIPELINE_PLACEMENTS)]
 
 
-def _to_schedule(placements: list[SimulatedCandidate], top: int) -> list[SimulatedCandidate]:
+def _to_schedule(placements: list[Candidate], top: int) -> list[Candidate]:
     """In the order they are scheduled while the budget lasts: the pipelines' placements (the expert's, the
     balanced stages'), the `top` others priced fastest, then one GPU's (the schedule alone: micro-batches on one
     device)."""
     pipelines = _pipeline_placements(placements)
     single = [c for c in placements if c.made_of("single-device") and c not in pipelines]
-    others = sorted((c for c in placements if c not in pipelines and c not in single), key=lambda c: c.seconds)
+    others = sorted((c for c in placements if c not in pipelines and c not in single), key=lambda c: c.predicted_seconds)
     return pipelines + others[:top] + single
 
 
@@ -973,7 +881,7 @@ class ModeledOptimizeResult:
     size: str
     graph: str
     search: ModeledSearch
-    recommended: SimulatedCandidate
+    recommended: Candidate
     plan: Plan
     plan_path: str
     seconds: float = 0.0
@@ -986,43 +894,40 @@ class ModeledOptimizeResult:
     def versus_expert(self) -> str | None:
         """How the recommended plan compares with the expert's placement, unscheduled and under its best schedule."""
         expert = self.search.unscheduled("expert")
-        if expert is None or not expert.step_time.ok:
+        if expert is None or not expert.priced:
             return None
         best = self.recommended
-        schedules = [c for c in self.search.scheduled if c.placement_name == expert.name and c.step_time.ok]
-        scheduled = min(schedules, key=lambda c: c.seconds) if schedules else None
+        schedules = [c for c in self.search.scheduled if c.placement_name == expert.name and c.priced]
+        scheduled = min(schedules, key=lambda c: c.predicted_seconds) if schedules else None
         if best is expert:
             return "the recommended plan is the expert's placement, unscheduled" + (
                 "" if scheduled is None else f"; under its best schedule ({scheduled.schedule.method}) it takes "
-                                             f"{scheduled.seconds * 1e3:.2f} ms")
+                                             f"{scheduled.predicted_seconds * 1e3:.2f} ms")
         if best is scheduled:
             return (f"the recommended plan is the expert's placement under {scheduled.schedule.method}, "
-                    f"{100 * (1 - best.seconds / expert.seconds):.1f}% shorter than it unscheduled "
-                    f"({expert.seconds * 1e3:.2f} ms)")
-        return (f"{100 * (1 - best.seconds / expert.seconds):.1f}% shorter than the expert's placement "
-                f"({expert.seconds * 1e3:.2f} ms)") + (
-            "" if scheduled is None else f", {100 * (1 - best.seconds / scheduled.seconds):.1f}% than it under its best "
-                                         f"schedule ({scheduled.schedule.method}, {scheduled.seconds * 1e3:.2f} ms)")
+                    f"{100 * (1 - best.predicted_seconds / expert.predicted_seconds):.1f}% shorter than it unscheduled "
+                    f"({expert.predicted_seconds * 1e3:.2f} ms)")
+        return (f"{100 * (1 - best.predicted_seconds / expert.predicted_seconds):.1f}% shorter than the expert's placement "
+                f"({expert.predicted_seconds * 1e3:.2f} ms)") + (
+            "" if scheduled is None else f", {100 * (1 - best.predicted_seconds / scheduled.predicted_seconds):.1f}% than it under its best "
+                                         f"schedule ({scheduled.schedule.method}, {scheduled.predicted_seconds * 1e3:.2f} ms)")
 
     def describe(self) -> str:
-        search, winner = self.search, self.recommended.seconds
+        from agents.candidate_table import Row, candidate_table, milliseconds, ratio
+
+        search, winner = self.search, self.recommended.predicted_seconds
         rows = search.candidates
-        width = max(len(c.name) for c in rows)
         lines = [f"{self.model} ({self.size}, graph {self.graph!r}): {len(rows)} ways to run its step on {self.target}, "
-                 "SIMULATED (nothing was measured: every step time is the simulator's)",
-                 f"  {'':1} {'plan':<{width}}  {'replicas':<8} {'schedule':<16} {'simulated':>10}  {'x bound':>7}  "
-                 "vs fastest"]
+                 "SIMULATED (nothing was measured: every step time is the simulator's)"]
+        table = []
         for c in rows:
-            mark = "*" if c is self.recommended else " "
-            schedule = "none" if c.schedule is None else f"{c.schedule.method} x{c.schedule.micro_batches}"
-            replicas = "1" if c.replicas is None else f"{c.replicas.degree} x {c.replicas.batch}"
-            if c.step_time.ok:
-                simulated, ratio = f"{c.seconds * 1e3:7.2f} ms", f"{c.seconds / winner:.2f}x"
+            if c.priced:
+                simulated, versus = milliseconds(c.predicted_seconds), f"{c.predicted_seconds / winner:.2f}x"
             else:
-                simulated, ratio = c.step_time.failure or "failed", f"({c.step_time.message[:60]})"
-            against = times_bound(c.seconds if c.step_time.ok else None, search.bound_of(c))
-            lines.append(f"  {mark} {c.name:<{width}}  {replicas:<8} {schedule:<16} {simulated:>10}  "
-                         f"{'-' if against is None else f'{against:.2f}x':>7}  {ratio}")
+                simulated, versus = c.predicted.failure or "failed", f"({c.predicted.message[:60]})"
+            table.append(Row(c, c is self.recommended, simulated,
+                             ratio(times_bound(c.predicted_seconds if c.priced else None, search.bound_of(c))), versus))
+        lines += candidate_table(table, predicted_title="simulated")
         if search.machine_bound is not None:
             lines.append(f"  x bound: every plan over the machine's {search.machine_bound.describe()}: what no plan "
                          "searched beats, whole batch, micro-batches or replicas")
@@ -1034,11 +939,11 @@ class ModeledOptimizeResult:
             lines.append(f"  {'':9}{alone}the schedules' {schedule_bound.describe()}: the step in "
                          f"{count} micro-batches, gradient gates left out")
         plain = search.data_parallel()
-        if plain is not None and plain.step_time.ok:
+        if plain is not None and plain.priced:
             verdict = ("data parallelism is the fastest plan" if plain is self.recommended else
-                       f"the recommended plan is {plain.seconds / winner:.2f}x faster than data parallelism")
+                       f"the recommended plan is {plain.predicted_seconds / winner:.2f}x faster than data parallelism")
             lines.append(f"  replicas: {plain.name} ({plain.replicas.batch} samples a GPU): "
-                         f"{plain.seconds * 1e3:.2f} ms; {verdict}")
+                         f"{plain.predicted_seconds * 1e3:.2f} ms; {verdict}")
         for c in search.replicated:
             lines.append(f"  {c.name}: {c.made_by}")
         learners = search.learners()
@@ -1049,7 +954,7 @@ class ModeledOptimizeResult:
         if learners.planner is not None and learners.baseline is not None:
             closed = learners.describe_closed
             lines.append(f"  learners, each with the share it closed of the gap between the best plan made without "
-                         f"them ({learners.baseline.name}, {learners.baseline.seconds * 1e3:.2f} ms) and the "
+                         f"them ({learners.baseline.name}, {learners.baseline.predicted_seconds * 1e3:.2f} ms) and the "
                          f"machine's bound: the planner alone {closed(learners.planner)}, the planner refined "
                          f"{closed(learners.planner_refined)}, the heuristics refined "
                          f"{closed(learners.heuristics_refined)}")
@@ -1074,21 +979,21 @@ class ModeledOptimizeResult:
     def to_json_dict(self) -> dict[str, Any]:
         search = self.search
 
-        def row(c: SimulatedCandidate) -> dict[str, Any]:
+        def row(c: Candidate) -> dict[str, Any]:
             return {"name": c.name, "placement": c.placement_name, "made_by": c.made_by,
                     "schedule": None if c.schedule is None else {"method": c.schedule.method,
                                                                  "micro_batches": c.schedule.micro_batches},
-                    "simulated": c.step_time.to_dict(), "ok": c.step_time.ok,
-                    "seconds": c.seconds if c.step_time.ok else None,
-                    "vs_fastest": c.seconds / self.recommended.seconds if c.step_time.ok else None,
-                    "x_bound": times_bound(c.seconds if c.step_time.ok else None, search.bound_of(c)),
+                    "simulated": c.predicted.to_dict(), "ok": c.priced,
+                    "seconds": c.predicted_seconds if c.priced else None,
+                    "vs_fastest": c.predicted_seconds / self.recommended.predicted_seconds if c.priced else None,
+                    "x_bound": times_bound(c.predicted_seconds if c.priced else None, search.bound_of(c)),
                     "replicas": None if c.replicas is None else c.replicas.to_json_dict()}
 
         expert = search.unscheduled("expert")
         learners = search.learners()
 
-        def learner(c: SimulatedCandidate | None) -> dict[str, Any] | None:
-            return None if c is None else {"name": c.name, "seconds": c.seconds, "gap_closed": learners.gap_closed(c)}
+        def learner(c: Candidate | None) -> dict[str, Any] | None:
+            return None if c is None else {"name": c.name, "seconds": c.predicted_seconds, "gap_closed": learners.gap_closed(c)}
 
         return {"model": self.model, "size": self.size, "graph": self.graph, "target": self.target,
                 "simulated": True, "measured": False, "recommended": self.recommended.name, "plan": self.plan_path,
@@ -1101,8 +1006,8 @@ class ModeledOptimizeResult:
                                                                               "simulated": True},
                 "machine_bound": None if search.machine_bound is None else {**search.machine_bound.to_dict(),
                                                                             "simulated": True},
-                "data_parallel": None if search.data_parallel() is None else search.data_parallel().seconds,
-                "expert": None if expert is None else expert.seconds, "notes": list(search.notes),
+                "data_parallel": None if search.data_parallel() is None else search.data_parallel().predicted_seconds,
+                "expert": None if expert is None else expert.predicted_seconds, "notes": list(search.notes),
                 "learners": {"baseline": learner(learners.baseline), "planner": learner(learners.planner),
                              "planner_refined": learner(learners.planner_refined),
                              "heuristics_refined": learner(learners.heuristics_refined)},
@@ -1138,12 +1043,12 @@ def optimize_modeled(args: OptimizeArgs, *, command: str | None = None,
                             progress=args.progress, say=say_when)
     best = search.fastest
     plan = Plan.made_for(args.model, args.size, best.replica_graph or graph, best.placement, str(spec),
-                         schedule=best.schedule, predicted=best.step_time, replicas=best.replicas,
+                         schedule=best.schedule, predicted=best.predicted, replicas=best.replicas,
                          made_by="placer optimize",
                          command=command or _command_line(args))
     plan = dataclasses.replace(plan, provenance={
         **plan.provenance, "simulated": True, "candidate": best.name, "made_from": best.made_by,
-        "alternatives": {c.name: c.seconds if c.step_time.ok else None for c in search.candidates}})
+        "alternatives": {c.name: c.predicted_seconds if c.priced else None for c in search.candidates}})
     plan.save(args.out)
     return ModeledOptimizeResult(args.model, args.size, graph.name, search, best, plan, str(args.out),
                                  time.monotonic() - started, len(graph.ops))

@@ -125,13 +125,13 @@ def decide(model: str, size: str, spec: str, micro_batches: int | None, learn_up
         notes.append(f"no schedules: {model} cannot be built at the micro-batch size")
     # By every name that proposed a placement ("expert = metis" counts as both): the columns name heuristics, and the
     # refinement's placement is "refined" whatever it started from.
-    alone = {_column_name(name): c.seconds for c in search.placements if c.step_time.ok
+    alone = {_column_name(name): c.predicted_seconds for c in search.placements if c.priced
              for name in c.placement_name.split(" = ")}
     # Each placement's schedule at its fastest count of micro-batches.
     scheduled, counts = {}, {}
-    for c in sorted((c for c in search.scheduled if c.step_time.ok), key=lambda c: -c.seconds):
+    for c in sorted((c for c in search.scheduled if c.priced), key=lambda c: -c.predicted_seconds):
         for name in c.placement_name.split(" = "):
-            scheduled[(_column_name(name), c.schedule.method)] = c.seconds
+            scheduled[(_column_name(name), c.schedule.method)] = c.predicted_seconds
             counts[(_column_name(name), c.schedule.method)] = c.schedule.micro_batches
     row = summarize(alone, scheduled, search.bound.value,
                     None if search.schedule_bound is None else search.schedule_bound.value)
@@ -150,13 +150,13 @@ def decide(model: str, size: str, spec: str, micro_batches: int | None, learn_up
 
 def _column_name(name: str) -> str:
     """"refined" for the heuristics' refined placement, whatever it started from; every other name as it is."""
-    from agents.optimize_modeled import PLANNER, REFINED
+    from agents.candidates import PLANNER, REFINED
 
     return "refined" if name.endswith(REFINED) and name != PLANNER + REFINED else name
 
 
 def _refined_from(candidate) -> str:
-    from agents.optimize_modeled import REFINED
+    from agents.candidates import REFINED
 
     return next(n for n in candidate.placement_name.split(" = ") if n.endswith(REFINED))[:-len(REFINED)]
 
@@ -166,21 +166,21 @@ def replicated_columns(search) -> dict:
     from placer.simulate.bound import times_bound
 
     plain = search.data_parallel()
-    hybrids = [c for c in search.replicated if c is not plain and c.step_time.ok and not c.made_of("planner")]
-    hybrid = min(hybrids, key=lambda c: c.seconds) if hybrids else None
-    pipelined = min((c for c in hybrids if c.schedule is not None), key=lambda c: c.seconds, default=None)
+    hybrids = [c for c in search.replicated if c is not plain and c.priced and not c.made_of("planner")]
+    hybrid = min(hybrids, key=lambda c: c.predicted_seconds) if hybrids else None
+    pipelined = min((c for c in hybrids if c.schedule is not None), key=lambda c: c.predicted_seconds, default=None)
     best = search.fastest
     machine = search.machine_bound or search.bound
-    data_parallel = plain.seconds if plain is not None and plain.step_time.ok else None
+    data_parallel = plain.predicted_seconds if plain is not None and plain.priced else None
     return {"machine_bound_ms": machine.value * 1e3, "machine_bound": machine.to_dict(),
             "data_parallel_ms": None if data_parallel is None else data_parallel * 1e3,
             "data_parallel_made_by": None if plain is None else plain.made_by,
-            "hybrid": None if hybrid is None else hybrid.name, "hybrid_ms": None if hybrid is None else hybrid.seconds * 1e3,
+            "hybrid": None if hybrid is None else hybrid.name, "hybrid_ms": None if hybrid is None else hybrid.predicted_seconds * 1e3,
             "pipelined_hybrid": None if pipelined is None else pipelined.name,
-            "pipelined_hybrid_ms": None if pipelined is None else pipelined.seconds * 1e3,
-            "best": best.name, "best_ms": best.seconds * 1e3,
-            "vs_data_parallel": None if data_parallel is None else data_parallel / best.seconds,
-            "best_x_machine_bound": times_bound(best.seconds, machine)}
+            "pipelined_hybrid_ms": None if pipelined is None else pipelined.predicted_seconds * 1e3,
+            "best": best.name, "best_ms": best.predicted_seconds * 1e3,
+            "vs_data_parallel": None if data_parallel is None else data_parallel / best.predicted_seconds,
+            "best_x_machine_bound": times_bound(best.predicted_seconds, machine)}
 
 
 def learner_columns(search) -> dict:
@@ -191,7 +191,7 @@ def learner_columns(search) -> dict:
     reading = search.learners()
 
     def ms(candidate):
-        return None if candidate is None else candidate.seconds * 1e3
+        return None if candidate is None else candidate.predicted_seconds * 1e3
 
     def closed_pct(candidate):
         share = reading.gap_closed(candidate)
@@ -202,12 +202,12 @@ def learner_columns(search) -> dict:
             "baseline_ms": ms(reading.baseline),
             "planner_ms": ms(planner), "planner_closed_pct": closed_pct(planner),
             "planner_replicas": None if planner is None else 1 if planner.replicas is None else planner.replicas.degree,
-            "planner_x_best": None if planner is None else planner.seconds / search.fastest.seconds,
+            "planner_x_best": None if planner is None else planner.predicted_seconds / search.fastest.predicted_seconds,
             "planner_refined_ms": ms(refined), "planner_refined_closed_pct": closed_pct(refined),
             "heuristics_refined": None if heuristics is None else heuristics.name,
             "heuristics_refined_ms": ms(heuristics), "heuristics_refined_closed_pct": closed_pct(heuristics),
             "planner_refined_vs_heuristics_refined_pct":
-                None if refined is None or heuristics is None else 100 * (1 - refined.seconds / heuristics.seconds)}
+                None if refined is None or heuristics is None else 100 * (1 - refined.predicted_seconds / heuristics.predicted_seconds)}
 
 
 def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float], bound: float | None = None,

@@ -78,7 +78,8 @@ def main(argv=None) -> int:
     from placer.heuristics import time_heuristics
     from placer.models import load_model
 
-    from agents.optimize import OptimizeArgs, learned_placement
+    from agents.candidates import learned_placement
+    from agents.optimize import OptimizeArgs
 
     warnings.simplefilter("ignore", RuntimeWarning)  # a stranger's or poorly fitting calibration is said below
     defaults = OptimizeArgs(args.model)

@@ -9,8 +9,9 @@ import re
 
 import pytest
 
+from agents.candidates import Candidate
 from agents.optimize import (
-    Candidate, OptimizeArgs, OptimizeError, confirm, optimize, recommend, retime_ties, tied_with_fastest, to_measure,
+    OptimizeArgs, OptimizeError, confirm, optimize, recommend, retime_ties, tied_with_fastest, to_measure,
 )
 from placer.calibration import Calibration
 from placer.host import this_machine
@@ -300,6 +301,8 @@ def test_optimize_measures_one_process_every_heuristic_and_tuned_pools_side_by_s
     replicated = next(m for m in optimized.measured if m.candidate.replicas is not None)
     assert replicated.candidate.name == "data parallel x2" and replicated.candidate.replicas.batch == 16
     assert replicated.ok and replicated.candidate.dimensions == ("replicas",)
+    # in the table the modeled search prints too: its replicas said in their own column, as there
+    assert re.search(r"data parallel x2\s+inprocess:2\s+2 x 16\s+none\s+-\s+[\d.]+ ms", optimized.describe())
     tied = tied_with_fastest(optimized.measured)
     # 2 rounds each, and 2 more at a time for those within the noise of the fastest, until they separate, or 9
     assert all(2 <= len(m.compared.timings) <= 9 for m in optimized.measured if m.ok)
@@ -349,7 +352,7 @@ def test_every_measured_alternative_makes_a_plan_that_runs_on_its_own_machine_us
         assert read.provenance["candidate"] == alternative.candidate.name
         assert read.replicas == alternative.candidate.replicas
         # a replicated plan places one replica: the step at its slice of the batch
-        read.check_graph(mlp if read.replicas is None else alternative.candidate.replicated[2])
+        read.check_graph(mlp if read.replicas is None else alternative.candidate.replica_graph)
         if alternative.candidate.machine == InProcess(2):  # on the calibrated target: made for its twin
             assert read.check_target(twin) == InProcess(2)
 
@@ -459,7 +462,7 @@ def test_a_machines_first_run_is_refused_once_the_memory_left_would_not_hold_wha
 
 
 def test_candidates_that_need_processes_past_the_machines_memory_are_left_out_in_order():
-    from agents.optimize import Candidate, fit_in_memory
+    from agents.optimize import fit_in_memory
     from placer.host import memory_total
     from placer.measure import InProcess, LocalTestbed
 

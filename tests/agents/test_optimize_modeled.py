@@ -10,7 +10,8 @@ import re
 import pytest
 
 from agents.optimize import OptimizeArgs
-from agents.optimize_modeled import ModeledOptimizeResult, ModeledSearch, SimulatedCandidate, modeled_micro_batches
+from agents.candidates import Candidate
+from agents.optimize_modeled import ModeledOptimizeResult, ModeledSearch, modeled_micro_batches
 from placer.cost import StepTime
 from placer.plan import ModeledMachine, Plan, read_plan_file
 from placer.simulate.bound import StepTimeBound
@@ -36,8 +37,8 @@ def _candidate(name, ms, method=None, placement_name=None):
     from placer.schedule.shapes import shape_template
 
     schedule = None if method is None else make_schedule(method, shape_template("pipeline", 2), 4)
-    return SimulatedCandidate(name, placement_name or name, None, StepTime(ms * MS, "simulated", "modeled:4xH100"),
-                              schedule)
+    return Candidate(name, ("placement",), "modeled:4xH100", None, schedule,
+                     StepTime(ms * MS, "simulated", "modeled:4xH100"), placement_name=placement_name or name)
 
 
 def _result(placements, scheduled, bound_ms=4.0, schedule_bound_ms=None):
@@ -89,8 +90,8 @@ def _replicated(name, ms, degree, gpus_a_replica):
 
     gpus = tuple(f"/job:localhost/replica:0/task:0/device:GPU:{k}" for k in range(gpus_a_replica))
     placement = types.SimpleNamespace(devices=("/job:localhost/replica:0/task:0/device:CPU:0", *gpus))
-    return SimulatedCandidate(name, name, placement, StepTime(ms * MS, "simulated", "modeled:4xH100"),
-                              replicas=Replicas.of_batch(64, degree))
+    return Candidate(name, ("replicas",), "modeled:4xH100", placement,
+                     predicted=StepTime(ms * MS, "simulated", "modeled:4xH100"), replicas=Replicas.of_batch(64, degree))
 
 
 def _search_with(placements, replicated, machine_bound_ms):
@@ -275,13 +276,13 @@ def test_gpt2_s_stage_split_on_four_modeled_gpus_is_priced_under_every_pipeline_
     with open_target(graph, "modeled:4xH100") as target:
         expert = make_heuristic("expert", graph, target.devices, model="gpt2")
         assert len(set(expert.group_devices)) == 4  # a stage of decoder blocks per GPU
-        unscheduled = SimulatedCandidate("expert", "expert", expert, target.evaluate(expert))
+        unscheduled = Candidate("expert", ("placement",), "modeled:4xH100", expert, predicted=target.evaluate(expert))
         notes = []
         scheduled = schedule_candidates(graph, build_micro_batch_graph("gpt2", "tiny", 4), target, unscheduled, 4,
                                         notes, time_limit=2.0)
     assert not notes
     assert {c.schedule.method for c in scheduled} == {"gpipe", "1f1b", "tessel-fast", "zb-h1"}
-    assert all(c.step_time.ok and c.step_time.backend == "simulated" and c.schedule.micro_batches == 4
+    assert all(c.priced and c.predicted.backend == "simulated" and c.schedule.micro_batches == 4
                for c in scheduled)
     assert {c.name for c in scheduled} >= {"expert + 1f1b x4", "expert + zb-h1 x4"}
     # no schedule beats the schedules' bound, ZB-H1's split backward included; the whole batch's bound does not
@@ -289,7 +290,7 @@ def test_gpt2_s_stage_split_on_four_modeled_gpus_is_priced_under_every_pipeline_
     from placer.schedule.predict import schedule_bound
 
     bound = schedule_bound(build_micro_batch_graph("gpt2", "tiny", 4), 4, "modeled:4xH100")
-    assert bound.feasible and all(c.seconds >= bound.value for c in scheduled)
+    assert bound.feasible and all(c.predicted_seconds >= bound.value for c in scheduled)
 
 
 @pytest.mark.slow
@@ -340,8 +341,8 @@ def test_the_planner_stops_half_way_when_its_best_would_not_enter_the_refinement
     from agents.optimize_modeled import out_of_the_tournament
 
     def found(*ms):  # distinct placements, a unit each
-        return [types.SimpleNamespace(placement=types.SimpleNamespace(group_devices=(k,)), seconds=t * MS,
-                                      step_time=types.SimpleNamespace(ok=True)) for k, t in enumerate(ms)]
+        return [types.SimpleNamespace(placement=types.SimpleNamespace(group_devices=(k,)), predicted_seconds=t * MS,
+                                      priced=True) for k, t in enumerate(ms)]
 
     def state(elapsed, best_ms):
         return types.SimpleNamespace(elapsed=elapsed, best_step_time=best_ms * MS)
@@ -370,19 +371,19 @@ def test_every_kind_of_plan_is_at_or_above_the_machine_s_bound_and_data_parallel
     assert {c.schedule.micro_batches for c in search.scheduled if c.schedule.method == "1f1b"} == {2, 8}
     for candidate in search.scheduled:
         own = search.schedule_bounds[candidate.schedule.micro_batches]
-        assert search.kind_bound_of(candidate) is own and candidate.seconds >= own.value * (1 - 1e-9)
+        assert search.kind_bound_of(candidate) is own and candidate.predicted_seconds >= own.value * (1 - 1e-9)
     assert search.schedule_bounds[2] is search.schedule_bound
     plain = search.data_parallel()
     assert plain is not None and plain.name == "data parallel x2" and plain.replicas.batch == 32
-    assert plain.step_time.ok and len(plain.placement.group_devices) == len(plain.replica_graph.groups)
+    assert plain.priced and len(plain.placement.group_devices) == len(plain.replica_graph.groups)
     bound = search.machine_bound
     assert bound is not None and bound.value <= search.bound.value and bound.value <= search.schedule_bound.value
     kinds = {"placement": search.placements, "scheduled": search.scheduled, "replicated": search.replicated}
     assert all(kinds.values())
     for kind, candidates in kinds.items():
         for candidate in candidates:
-            if candidate.step_time.ok:
-                assert candidate.seconds >= bound.value * (1 - 1e-9), (kind, candidate.name)
+            if candidate.priced:
+                assert candidate.predicted_seconds >= bound.value * (1 - 1e-9), (kind, candidate.name)
     assert all(search.bound_of(c) is bound for c in search.candidates)
 
 
@@ -398,7 +399,7 @@ def test_replicas_of_several_gpus_are_also_priced_as_pipelines_over_their_slice_
     assert len(unscheduled) == 1 and unscheduled[0].replicas.degree == 2
     assert set(pipelined) == {2, 4}
     for count, row in pipelined.items():
-        assert row.replicas.degree == 2 and row.replicas.batch == 32 and row.step_time.ok
+        assert row.replicas.degree == 2 and row.replicas.batch == 32 and row.priced
         assert row.name.startswith("data parallel x2 over ") and row.name.endswith(f" x{count}")
         assert f"each a pipeline on modeled:2xH100" in row.made_by and "all-reduced" in row.made_by
         assert len(row.placement.group_devices) == len(row.replica_graph.groups)
@@ -422,7 +423,7 @@ def test_a_data_parallel_plan_is_written_with_its_replicas_and_read_back(tmp_pat
     assert (plan.replicas is None) == (result.recommended.replicas is None)
     plain = result.search.data_parallel()
     replicated = Plan.made_for("two-tower", "tiny", plain.replica_graph, plain.placement, "modeled:2xH100",
-                               replicas=plain.replicas, predicted=plain.step_time)
+                               replicas=plain.replicas, predicted=plain.predicted)
     replicated.save(tmp_path / "replicated.json")
     again = read_plan_file(tmp_path / "replicated.json")
     assert again.replicas == plain.replicas and again.fingerprint == plain.replica_graph.fingerprint
@@ -439,11 +440,11 @@ def test_a_hybrid_s_replica_is_placed_by_the_heuristics_then_refined_and_never_s
     notes = []
     hybrid, = replicated_candidates("two-tower", "tiny", "modeled:4xH100", 2, notes)
     assert hybrid.name.startswith("data parallel x2 over ") and hybrid.replicas.batch == 32
-    assert hybrid.step_time.ok and "all-reduced in a ring" in hybrid.made_by
+    assert hybrid.priced and "all-reduced in a ring" in hybrid.made_by
     unrefined, = replicated_candidates("two-tower", "tiny", "modeled:4xH100", 2, [], deadline=0.0)
     assert "refined" not in unrefined.name
-    assert hybrid.seconds <= unrefined.seconds
-    assert hybrid.name.endswith(", refined") == (hybrid.seconds < unrefined.seconds)
+    assert hybrid.predicted_seconds <= unrefined.predicted_seconds
+    assert hybrid.name.endswith(", refined") == (hybrid.predicted_seconds < unrefined.predicted_seconds)
 
 
 def test_the_planner_chooses_replicas_only_when_learning_holds_the_time_building_them_takes():
@@ -460,7 +461,7 @@ def test_the_planner_chooses_replicas_only_when_learning_holds_the_time_building
 def test_the_planner_chooses_replicas_too_and_its_replicated_plan_is_priced_as_the_search_prices_it():
     """Two-tower (tiny) on 2 modeled H100s: the planner, given degrees 1 and 2, returns a placement of the whole
     step with the degree it chose; a plan of 2 replicas with every op on a GPU is plain data parallelism's row."""
-    from agents.optimize import learned_placement
+    from agents.candidates import learned_placement
     from agents.optimize_modeled import _replicated_planner, replicated_candidates
     from placer.cost.replicated import ReplicaPricer
     from placer.models import load_model
@@ -481,7 +482,7 @@ def test_the_planner_chooses_replicas_too_and_its_replicated_plan_is_priced_as_t
         pricer.close()
     plain, = replicated_candidates("two-tower", "tiny", "modeled:2xH100", 2, [])
     assert planner.name == "planner" and planner.replicas == plain.replicas
-    assert planner.seconds == pytest.approx(plain.seconds, rel=1e-9)
+    assert planner.predicted_seconds == pytest.approx(plain.predicted_seconds, rel=1e-9)
     assert len(planner.placement.group_devices) == len(planner.replica_graph.groups)
 
 

@@ -43,7 +43,7 @@ def test_an_action_with_replicas_is_priced_as_the_search_prices_the_same_plan(en
     assert terminated and info["ok"] and info["replicas"] == 2
     searched = replicated_candidates("two-tower", "tiny", "modeled:2xH100", 2, [])
     assert searched[0].name == "data parallel x2"
-    assert info["step_time"] == pytest.approx(searched[0].seconds, rel=1e-9)
+    assert info["step_time"] == pytest.approx(searched[0].predicted_seconds, rel=1e-9)
     # degree 1 is the plain placement, priced on the whole machine
     _, _, _, _, plain = env.step(np.concatenate([[0], every_op_on_a_gpu]))
     assert plain["replicas"] == 1 and plain["step_time"] == pytest.approx(env.target.evaluate(every_op_on_a_gpu).seconds)
