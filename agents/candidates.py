@@ -151,8 +151,9 @@ def learned_placement(graph: OpGraph, spec: str, *, updates: int, seconds: float
                       progress: bool = False, stop_rules: Sequence = (), replica_degrees: Sequence[int] = (),
                       model: str | None = None, size: str | None = None) -> Placement | None:
     """The best placement the hierarchical planner finds in `updates` updates of `SIMULATED_SAMPLES_PER_UPDATE`
-    placements (at most `seconds`, or until one of `stop_rules` holds) on the simulated target `spec` (the
-    calibrated twin, a modeled machine), through the one training loop; None when no update completed.
+    placements (at most `seconds`, building its environment included, or until one of `stop_rules` holds) on the
+    simulated target `spec` (the calibrated twin, a modeled machine), through the one training loop; None when no
+    update completed.
 
     replica_degrees: data parallelism in the planner's choice too (`agents.replicated.ReplicaChoosingAgent` on
     `envs.replicated.ReplicatedPlacementEnv`), each degree's step rebuilt from the built-in `model` at `size`: the
@@ -164,6 +165,9 @@ def learned_placement(graph: OpGraph, spec: str, *, updates: int, seconds: float
     from agents.factory import make_agent
     from agents.loop import TrainingConfig, train
 
+    import time
+
+    started = time.monotonic()
     replicated = bool(set(replica_degrees) - {1})
     if replicated:
         from envs.replicated import ReplicatedPlacementEnv
@@ -179,6 +183,10 @@ def learned_placement(graph: OpGraph, spec: str, *, updates: int, seconds: float
             from agents.replicated import ReplicaChoosingAgent
 
             agent = ReplicaChoosingAgent(agent, env.replica_degrees, seed=seed)
+        if seconds is not None:  # building the environment (a step per degree of replicas) spends the same seconds
+            seconds -= time.monotonic() - started
+            if seconds <= 0:
+                return None
         with tempfile.TemporaryDirectory(prefix="placer-optimize-") as run_dir:
             state = train(agent, env, run_dir, TrainingConfig(updates=updates, time_budget=seconds, progress=progress,
                                                               samples_per_update=SIMULATED_SAMPLES_PER_UPDATE),

@@ -65,3 +65,27 @@ def test_replicas_that_do_not_divide_the_batch_are_refused_before_the_step_is_bu
         replica_step("mlp", "tiny", 3)
     replicas, graph = replica_step("mlp", "tiny", 2)
     assert replicas.degree == 2 and replicas.batch == 16 and graph.name == "mlp-tiny-batch16"
+
+
+def test_the_planner_s_seconds_include_building_its_environment(monkeypatch):
+    """Building the environment (a step per degree of replicas, tens of seconds at paper size) comes out of the
+    planner's seconds, so that learning ends when the budget says."""
+    import time
+
+    import envs.placement
+    from agents.candidates import learned_placement
+    from placer.models import load_model
+
+    built = envs.placement.PlacementEnv.__init__
+
+    def slow_build(self, *args, **kwargs):
+        time.sleep(1.0)
+        built(self, *args, **kwargs)
+
+    monkeypatch.setattr(envs.placement.PlacementEnv, "__init__", slow_build)
+    graph = load_model("two-tower", "tiny")
+    started = time.monotonic()
+    assert learned_placement(graph, "modeled:2xH100", updates=100, seconds=0.5) is None  # spent on building
+    assert time.monotonic() - started < 5.0
+    placement = learned_placement(graph, "modeled:2xH100", updates=1, seconds=30.0)
+    assert placement is not None and "1 updates" in placement.metadata["method"]
