@@ -289,6 +289,7 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
                                  if tuple(c.placement.group_devices) not in done])
             scheduled = _named_as(scheduling.scheduled + [c for m in more for c in m.scheduled], placements)
             scheduling.note_skipped()
+        phase_done("schedules after learning")
         schedule_bounds: dict[int, StepTimeBound] = {}
         slices = dict(replication.graphs)
         if scheduled:
@@ -299,9 +300,8 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
                     schedule_bounds[each.micro_batches] = schedule_bound(each.micro_batch_graph, each.micro_batches,
                                                                          spec)
                     slices.setdefault(each.micro_batches, each.micro_batch_graph)
-        phase_done("schedules")
         machine = _machine_bound(bound, slices, spec)
-        phase_done("machine bound")
+        phase_done("bounds")
     return ModeledSearch(spec, tuple(placements), tuple(scheduled), bound, micro_batches, tuple(notes),
                          clock.seconds, schedule_bounds.get(micro_batches), tuple(replication.candidates), machine,
                          schedule_bounds)
