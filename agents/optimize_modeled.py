@@ -293,12 +293,9 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
         schedule_bounds: dict[int, StepTimeBound] = {}
         slices = dict(replication.graphs)
         if scheduled:
-            from placer.schedule.predict import schedule_bound
-
             for each in [scheduling, *more]:
                 if each.scheduled:
-                    schedule_bounds[each.micro_batches] = schedule_bound(each.micro_batch_graph, each.micro_batches,
-                                                                         spec)
+                    schedule_bounds[each.micro_batches] = each.bound
                     slices.setdefault(each.micro_batches, each.micro_batch_graph)
         machine = _machine_bound(bound, slices, spec)
         phase_done("bounds")
@@ -493,6 +490,9 @@ class _Scheduling:
         self.template_seconds = 0.0
         """The longest one template's schedules took: a placement on several GPUs has two (the whole backward
         and the split one), one GPU's one."""
+        self.bound: StepTimeBound | None = None
+        """What no schedule of this many micro-batches beats, once something was scheduled: made then, inside
+        the budget (tens of seconds at paper size), not after it."""
 
     def schedule(self, candidates: list[Candidate]) -> None:
         for candidate in candidates:
@@ -511,6 +511,10 @@ class _Scheduling:
             self.took = time.monotonic() - started
             templates = 2 if len(set(candidate.placement.group_devices)) > 1 else 1
             self.template_seconds = max(self.template_seconds, self.took / templates)
+        if self.scheduled and self.bound is None:
+            from placer.schedule.predict import schedule_bound
+
+            self.bound = schedule_bound(self.micro_batch_graph, self.micro_batches, self.target.spec)
 
     def reserve(self) -> float:
         """Seconds to keep for scheduling one more placement over several GPUs (the learned one): its two

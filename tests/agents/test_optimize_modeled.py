@@ -306,6 +306,31 @@ def test_gpt2_on_four_modeled_gpus_searches_the_stage_split_with_its_schedules_b
     assert all(row["x_bound"] >= 1 - 1e-9 for row in result["candidates"] if row["ok"])  # scheduled ones too
 
 
+def test_a_count_s_schedule_bound_is_made_with_its_first_schedules_inside_the_budget():
+    """At paper size the bound of a micro-batched step takes tens of seconds: made after the deadline, it ran the
+    search past --budget."""
+    import time
+
+    import agents.optimize_modeled as modeled
+    from placer.cost import open_target
+    from placer.heuristics import make_heuristic
+    from placer.models import load_model
+    from placer.schedule.micro_batch import build_micro_batch_graph
+    from placer.schedule.predict import schedule_bound
+
+    graph, micro_batch_graph = load_model("two-tower", "tiny"), build_micro_batch_graph("two-tower", "tiny", 2)
+    with open_target(graph, "modeled:2xH100") as target:
+        expert = make_heuristic("expert", graph, target.devices, model="two-tower")
+        scheduling = modeled._Scheduling(graph, micro_batch_graph, target, 2, deadline=time.monotonic() + 300,
+                                         notes=[], say=lambda line: None)
+        assert scheduling.bound is None
+        scheduling.schedule([Candidate("expert", ("placement",), "modeled:2xH100", expert,
+                                       predicted=target.evaluate(expert))])
+    assert scheduling.scheduled and scheduling.bound is not None
+    assert scheduling.bound.value == pytest.approx(schedule_bound(micro_batch_graph, 2, "modeled:2xH100").value)
+    assert all(c.predicted_seconds >= scheduling.bound.value * (1 - 1e-9) for c in scheduling.scheduled)
+
+
 def test_learning_leaves_the_time_one_more_placement_s_two_schedule_templates_took(monkeypatch):
     import types
 
