@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tempfile
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -165,8 +166,6 @@ def learned_placement(graph: OpGraph, spec: str, *, updates: int, seconds: float
     from agents.factory import make_agent
     from agents.loop import TrainingConfig, train
 
-    import time
-
     started = time.monotonic()
     replicated = bool(set(replica_degrees) - {1})
     if replicated:
@@ -220,8 +219,6 @@ def scheduled_candidates(candidate: Candidate, graph: OpGraph, micro_batch_graph
     origin: recorded in each schedule (a real target's plan file names the placement it was made from).
     before_pricing: called with the template and the placement at the micro-batch size before anything is priced
     (a real target profiles the micro-batched step's ops there for its twin)."""
-    import time
-
     from placer.errors import PlacerError
     from placer.schedule.from_placement import blocks_from_placement
     from placer.schedule.methods import make_schedule
