@@ -133,9 +133,12 @@ def heuristic_candidates(model: str, target, machine: Any, notes: list[str], *, 
     timings = time_heuristics(target, names, model=model if builtin else None, seed=seed, progress=progress)
     candidates = []
     for name, timing in timings.items():
-        if timing.placement is None or not (timing.ok or keep_failed):
-            notes.append(f"heuristic {name} could not place the graph: "
-                         f"{timing.error or timing.step_time.message or 'failed'}")
+        if timing.placement is None:
+            notes.append(f"heuristic {name} could not place the graph: {timing.error or 'no placement'}")
+            continue
+        if not (timing.ok or keep_failed):
+            notes.append(f"heuristic {name}: its placement cannot run here ({timing.step_time.failure}: "
+                         f"{timing.step_time.message})")
             continue
         candidates.append(Candidate(name, ("placement",), machine, timing.placement, predicted=timing.step_time,
                                     made_by=f"heuristic {name}"))

@@ -53,7 +53,7 @@ def test_the_heuristics_maker_prices_each_placement_on_the_target_it_is_given():
     with open_target(graph, "modeled:2xH100") as target:
         made = heuristic_candidates("two-tower", target, "modeled:2xH100", notes)
     names = applicable_heuristics(builtin_model=True, simulator=True, model="two-tower")
-    assert {c.name for c in made} | {n.split()[1] for n in notes} == set(names)
+    assert {c.name for c in made} | {n.split()[1].rstrip(":") for n in notes} == set(names)
     assert all(c.priced and c.predicted.backend == "simulated" and c.machine == "modeled:2xH100" for c in made)
     assert all(c.dimensions == ("placement",) and c.made_by == f"heuristic {c.name}" for c in made)
 
