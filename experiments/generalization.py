@@ -4,7 +4,8 @@ generated branchy graphs held out from every fold, on modeled GPU machines (the 
     python experiments/generalization.py [--size tiny] [--machines modeled:2xV100 modeled:4xV100]
         [--pretrain-updates 200] [--imitation-updates 0] [--prior-heuristics metis m-etf m-sct]
         [--finetune-updates 50] [--families ...] [--generated 2] [--pretrain-generated 2]
-        [--head one-shot|moves] [--moves-per-sample 8] [--workers N | --ray auto|ADDRESS] [--out FILE]
+        [--head one-shot|moves] [--moves-per-sample 8] [--unseen MODEL ...] [--finetune-seconds S]
+        [--workers N | --ray auto|ADDRESS] [--out FILE]
 
 Per fold, the policy is pre-trained on every other family's models on every machine (`placer pretrain`),
 then, on each held-out model and machine:
@@ -23,8 +24,9 @@ The policy is pre-trained and fine-tuned with one head (`--head`, `GraphAgentCon
 a few moved units of the best placement found, "one-shot" every unit's device at once.
 Every pre-training starts with `--imitation-updates` updates of imitating each training pair's best voting
 heuristic, and also trains on `--pretrain-generated` generated graphs (seeds 0, 1, ...). The held-out
-generated graphs (placer.models.branchy, seeds 1000, 1001, ...) are placed by a policy pre-trained on every
-family. Aims: zero-shot within 5 % of the best baseline on held-out
+generated graphs (placer.models.branchy, seeds 1000, 1001, ...), and the `--unseen` models (outside every
+family: GPT-2, Llama, keras.applications through `experiments.model_coverage`), are placed by a policy
+pre-trained on every family; `--finetune-seconds` bounds each fine-tuning by time. Aims: zero-shot within 5 % of the best baseline on held-out
 families; fine-tuning beating it with at least 5x fewer samples than from scratch (`finetuned_beat_5x_fewer`
 counts the rows; where the planner from scratch never beat it, its whole budget is the lower bound).
 The folds are independent and run in parallel with --workers N (local processes) or --ray (Ray actors),
@@ -60,7 +62,9 @@ from agents.workers import Task, add_worker_arguments, open_workers  # noqa: E40
 from envs.placement import PlacementEnv  # noqa: E402
 from experiments._report import write_report  # noqa: E402
 from placer.heuristics import applicable_heuristics, time_heuristics  # noqa: E402
+from placer.errors import PlacerError  # noqa: E402
 from placer.models import MODELS, build_model  # noqa: E402
+from placer.models.loader import check_model_spec, load_model  # noqa: E402
 from placer.models.branchy import random_branchy_graph  # noqa: E402
 
 FAMILIES = {
@@ -83,11 +87,16 @@ def best_baseline(env, model: str | None) -> tuple[str, float]:
     return name, times[name]
 
 
-def samples_to_reach(agent, env, target_seconds: float, updates: int) -> tuple[int | None, int | None, float]:
-    """Train `agent` on `env` for `updates` updates (`agents.loop.update`); the samples it took to reach
-    `target_seconds` and to beat it (strictly faster; None if it never did), and the best step time it reached."""
+def samples_to_reach(agent, env, target_seconds: float, updates: int,
+                     seconds: float | None = None) -> tuple[int | None, int | None, float, int]:
+    """Train `agent` on `env` for `updates` updates (`agents.loop.update`), or until `seconds` have passed
+    (no update starts after them); the samples it took to reach `target_seconds` and to beat it (strictly
+    faster; None if it never did), the best step time it reached, and the samples it drew in all."""
     best, reached, beaten, samples = math.inf, None, None, 0
+    deadline = math.inf if seconds is None else time.perf_counter() + seconds
     for _ in range(updates):
+        if time.perf_counter() >= deadline:
+            break
         for evaluation in loop.update(agent, env, SAMPLES_PER_UPDATE).evaluations:
             samples += 1
             best = min(best, evaluation.step_time)
@@ -95,7 +104,7 @@ def samples_to_reach(agent, env, target_seconds: float, updates: int) -> tuple[i
                 reached = samples
             if beaten is None and best < target_seconds:
                 beaten = samples
-    return reached, beaten, best
+    return reached, beaten, best, samples
 
 
 def agent_config(args) -> GraphAgentConfig:
@@ -154,13 +163,18 @@ def evaluate_held_out(policy_path: Path, graph, model: str | None, machines, arg
             if args.finetune_updates:
                 fine_policy, _ = load_policy(policy_path)  # a fresh copy: each graph fine-tunes from the same start
                 fine = GraphPolicyAgent(env.graph, env.device_mask, env.devices, agent_config(args), policy=fine_policy)
-                row["finetuned_samples"], row["finetuned_beat_samples"], best = samples_to_reach(
-                    fine, env, baseline_seconds, args.finetune_updates)
-                row["finetuned_best_ms"] = best * 1e3
+                started = time.perf_counter()
+                row["finetuned_samples"], row["finetuned_beat_samples"], best, drawn = samples_to_reach(
+                    fine, env, baseline_seconds, args.finetune_updates, args.finetune_seconds)
+                row["finetuned_best_ms"], row["finetuned_drawn"] = best * 1e3, drawn
+                row["finetuned_vs_best_pct"] = 100 * (baseline_seconds - best) / baseline_seconds
+                row["finetuned_s"] = time.perf_counter() - started
+                started = time.perf_counter()
                 scratch = make_agent("hierarchical", env.graph, env.device_mask, env.devices, seed=args.seed)
-                row["scratch_samples"], row["scratch_beat_samples"], best = samples_to_reach(
-                    scratch, env, baseline_seconds, args.finetune_updates)
-                row["scratch_best_ms"] = best * 1e3
+                row["scratch_samples"], row["scratch_beat_samples"], best, drawn = samples_to_reach(
+                    scratch, env, baseline_seconds, args.finetune_updates, args.finetune_seconds)
+                row["scratch_best_ms"], row["scratch_drawn"] = best * 1e3, drawn
+                row["scratch_s"] = time.perf_counter() - started
             row = {key: (float(value) if isinstance(value, np.floating) else value) for key, value in row.items()}
             rows.append(row)
             print(json.dumps(row), flush=True)  # a long run shows (and keeps, in the log) each row as it lands
@@ -182,12 +196,14 @@ def _graphs(size: str) -> dict:
 def run_fold(fold: str, args) -> list[dict]:
     """One fold, a task of its own (the folds are independent: each pre-trains its own policy from the same
     seed): the policy pre-trained without `fold`'s family and its rows on that family's models, or, for
-    ALL_FAMILIES, pre-trained on every family and its rows on the held-out generated graphs."""
+    ALL_FAMILIES, pre-trained on every family and its rows on the held-out generated graphs and on the
+    `--unseen` models."""
     graphs = _graphs(args.size)
     if fold == ALL_FAMILIES:
         trained_on = list(graphs.values())
         held_out = [(random_branchy_graph(seed=training_set.HELD_OUT_SEED + i, size=args.size), None)
                     for i in range(args.generated)]
+        held_out += [(load_model(spec, args.size), spec if spec in MODELS else None) for spec in args.unseen]
     else:
         trained_on = [graphs[m] for family, models in FAMILIES.items() if family != fold for m in models]
         held_out = [(graphs[model], model) for model in FAMILIES[fold]]
@@ -209,14 +225,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="tiny")
     parser.add_argument("--machines", nargs="+", default=["modeled:2xV100", "modeled:4xV100"])
-    parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES),
-                        help="families held out in turn (all families are pre-trained on)")
+    parser.add_argument("--families", nargs="*", default=list(FAMILIES), choices=list(FAMILIES),
+                        help="families held out in turn (all families are pre-trained on); none: only the "
+                        "policy pre-trained on every family, on --generated and --unseen")
+    parser.add_argument("--unseen", nargs="*", default=[], metavar="MODEL",
+                        help="models outside the zoo's families (a built-in such as gpt2 or llama, or a "
+                        "module:function spec), placed by the policy pre-trained on every family")
     parser.add_argument("--pretrain-updates", type=int, default=200)
     parser.add_argument("--imitation-updates", type=int, default=training_set.IMITATION_UPDATES,
                         help="updates of imitating each training pair's best voting heuristic before pre-training")
     parser.add_argument("--prior-heuristics", nargs="+", default=list(GraphAgentConfig.prior_heuristics),
                         help="baselines whose placements vote for each unit's device, the first leading")
     parser.add_argument("--finetune-updates", type=int, default=50, help="0: zero-shot only")
+    parser.add_argument("--finetune-seconds", type=float, default=None,
+                        help="also stop fine-tuning, and the planner from scratch, after this many seconds each")
     parser.add_argument("--generated", type=int, default=2, help="generated branchy graphs, held out from every fold")
     parser.add_argument("--pretrain-generated", type=int, default=training_set.GENERATED,
                         help="generated branchy graphs (seeds 0, 1, ...) every pre-training also trains on")
@@ -228,11 +250,21 @@ def main() -> None:
     add_worker_arguments(parser, "the folds (each pre-trains its own policy and evaluates it)")
     parser.add_argument("--out")
     args = parser.parse_args()
+    zoo = {model for family in FAMILIES.values() for model in family}
+    for spec in args.unseen:
+        if spec in zoo:
+            parser.error(f"--unseen {spec}: a zoo model is pre-trained on; give a model outside {sorted(zoo)}")
+        try:
+            check_model_spec(spec, args.size)  # a typo fails here, not after pre-training
+        except PlacerError as error:
+            parser.error(f"--unseen {spec}: {error}")
+    if not args.families and not args.generated and not args.unseen:
+        parser.error("nothing to place: give --families, --generated or --unseen")
 
     # by its module's name, not __main__'s: a Ray actor imports it from there
     from experiments.generalization import run_fold as fold_task
 
-    folds = list(args.families) + ([ALL_FAMILIES] if args.generated else [])
+    folds = list(args.families) + ([ALL_FAMILIES] if args.generated or args.unseen else [])
     with open_workers(args.workers, args.ray) as workers:
         rows = [row for fold_rows in workers.run([Task(fold_task, (fold, args)) for fold in folds])
                 for row in fold_rows]
@@ -243,7 +275,8 @@ def main() -> None:
                                     "zero_shot_vs_best_pct", "checked_ms", "checked_vs_best_pct", "checked_from",
                                     "partition_prior_ms", "zero_shot_follows", "zero_shot_agreement", "most_trusted",
                                     "most_trusted_ms", "placing_s", "finetuned_samples", "finetuned_beat_samples",
-                                    "finetuned_best_ms", "scratch_samples", "scratch_beat_samples", "scratch_best_ms"],
+                                    "finetuned_best_ms", "finetuned_vs_best_pct", "finetuned_drawn", "scratch_samples",
+                                    "scratch_beat_samples", "scratch_best_ms", "scratch_drawn"],
                  rows, args.out,
                  size=args.size, pretrain_updates=args.pretrain_updates, finetune_updates=args.finetune_updates,
                  imitation_updates=args.imitation_updates, prior_heuristics=args.prior_heuristics,
@@ -254,6 +287,9 @@ def main() -> None:
                  median_zero_shot_vs_best_pct=float(np.median(zero_shot)) if zero_shot else None,
                  checked_within_5pct=sum(p >= -5 for p in checked),
                  median_checked_vs_best_pct=float(np.median(checked)) if checked else None,
+                 finetune_seconds=args.finetune_seconds, unseen=args.unseen,
+                 finetuned_ahead=sum(r.get("finetuned_vs_best_pct", 0) > 0 for r in rows)
+                 if args.finetune_updates else None,
                  finetuned_beat_5x_fewer=sum(five_times_fewer(r, budget) for r in rows) if args.finetune_updates else None)
 
 
@@ -264,7 +300,7 @@ def five_times_fewer(row: dict, budget: int) -> bool:
     if fine is None:
         return False
     scratch = row.get("scratch_beat_samples")
-    return (budget if scratch is None else scratch) >= 5 * fine
+    return (row.get("scratch_drawn", budget) if scratch is None else scratch) >= 5 * fine
 
 
 if __name__ == "__main__":

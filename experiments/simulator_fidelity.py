@@ -644,8 +644,8 @@ def calibrate_testbed(path: str) -> None:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=[*model_names(benchmarks_only=True), "two-tower"],
-                        help="built-in models (default: every benchmark model and two-tower)")
+    parser.add_argument("--models", nargs="*", default=[*model_names(benchmarks_only=True), "two-tower"],
+                        help="built-in models (default: every benchmark model and two-tower; none: --models)")
     parser.add_argument("--heldout", nargs="*", default=None,
                         help="held-out models of placer.models.heldout (default: all of them; none: --heldout)")
     parser.add_argument("--size", default="tiny")

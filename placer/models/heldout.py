@@ -116,6 +116,35 @@ def keras_lstm_seq2seq_graph(size: str = "tiny") -> OpGraph:
 _LSTM_SEQ2SEQ_SIZES = {"tiny": (8, 10, 32, 100), "small": (16, 20, 128, 1000), "paper": (128, 40, 1024, 32000)}
 
 
+def keras_residual_mlp_graph(size: str = "tiny") -> OpGraph:
+    """A Keras 3 MLP with three residual branches, as a user writes one: a dense stem, three parallel branches of
+    two dense layers each added back onto the stem, then two more such blocks in sequence, and a softmax head;
+    Adam. Its branches are what a placement splits, and each split cuts the stem's activations and gradients
+    three ways: the graph the twin drifted on where placements cut many edges. Sizes: (batch, features,
+    width, classes)."""
+    import keras
+
+    from placer.graph.keras_model import graph_from_keras_model, keras_names_from_zero
+
+    if size not in _RESIDUAL_MLP_SIZES:
+        raise GraphBuildError(f"unknown size {size!r} for keras-residual-mlp; sizes: {', '.join(_RESIDUAL_MLP_SIZES)}")
+    batch, features, width, classes = _RESIDUAL_MLP_SIZES[size]
+    with keras_names_from_zero():
+        inputs = keras.Input((features,), batch_size=batch, name="features")
+        hidden = keras.layers.Dense(width, activation="relu")(inputs)
+        for _ in range(3):  # blocks in sequence, each of three branches side by side
+            branches = [keras.layers.Dense(width)(keras.layers.Dense(width, activation="relu")(hidden))
+                        for _ in range(3)]
+            hidden = keras.layers.Activation("relu")(keras.layers.Add()([hidden, *branches]))
+        logits = keras.layers.Dense(classes)(hidden)
+        model = keras.Model(inputs, logits, name=f"keras-residual-mlp-{size}")
+        model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return graph_from_keras_model(model)
+
+
+_RESIDUAL_MLP_SIZES = {"tiny": (32, 64, 128, 10), "small": (128, 256, 512, 100), "paper": (512, 1024, 2048, 1000)}
+
+
 HELDOUT_MODELS: dict[str, HeldoutModel] = {
     model.name: model
     for model in [
@@ -128,6 +157,8 @@ HELDOUT_MODELS: dict[str, HeldoutModel] = {
                      "residual blocks; paper: 224x224", mobilenet_v2_graph, tuple(_MOBILENET_V2_SIZES)),
         HeldoutModel("keras-lstm-seq2seq", "LSTM encoder-decoder with attention (Keras 3): its LSTMs are "
                      "functional loops, not unrolled", keras_lstm_seq2seq_graph, tuple(_LSTM_SEQ2SEQ_SIZES)),
+        HeldoutModel("keras-residual-mlp", "MLP of three blocks of three residual branches each (Keras 3)",
+                     keras_residual_mlp_graph, tuple(_RESIDUAL_MLP_SIZES)),
     ]
 }
 

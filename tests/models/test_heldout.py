@@ -94,7 +94,8 @@ def test_small_branchy_graph_is_bigger_than_tiny(branchy_0):
 
 
 def test_heldout_models_are_not_in_the_zoo_but_load_by_spec():
-    assert set(HELDOUT_MODELS) == {"branchy-0", "branchy-1", "branchy-2", "mobilenet-v2", "keras-lstm-seq2seq"}
+    assert set(HELDOUT_MODELS) == {"branchy-0", "branchy-1", "branchy-2", "mobilenet-v2", "keras-lstm-seq2seq",
+                                   "keras-residual-mlp"}
     assert not set(HELDOUT_MODELS) & set(MODELS)
     for name, model in HELDOUT_MODELS.items():
         assert model.name == name and model.description and "tiny" in model.sizes
@@ -115,6 +116,25 @@ def test_mobilenet_v2_loads_through_the_model_loader_and_trains():
     loss, before, after = run_one_step(graph)
     assert np.isfinite(loss)
     assert any(not np.array_equal(before[name], after[name]) for name in before)
+
+
+def test_residual_mlp_branches_run_side_by_side_and_train():
+    graph = load_model("placer.models.heldout:keras_residual_mlp_graph", "tiny")
+    assert graph.name == "keras-residual-mlp-tiny"
+    # three blocks of three branches of two dense layers, the stem and the head: 20 matmuls forward
+    forward = [op for op in graph.step_ops if op.type == "MatMul" and not op.name.startswith("gradient_tape/")]
+    assert len(forward) == 20
+    with tf.Graph().as_default() as g:  # Keras 3's Adam assigns to its variables (no ResourceApply ops)
+        tf.import_graph_def(tf.compat.v1.GraphDef.FromString(graph.graph_def), name="")
+        kernels = {op.name: tf.raw_ops.ReadVariableOp(resource=op.outputs[0], dtype=op.get_attr("dtype"))
+                   for op in g.get_operations() if op.type == "VarHandleOp" and op.name.endswith("kernel")}
+        with tf.compat.v1.Session(graph=g) as session:
+            session.run(graph.init_op)
+            before = session.run(kernels)
+            loss, _ = session.run([graph.loss, graph.train_op])
+            after = session.run(kernels)
+    assert np.isfinite(loss) and len(kernels) == 20
+    assert all(not np.array_equal(before[name], after[name]) for name in kernels)
 
 
 def test_unknown_heldout_model_is_a_graph_build_error_listing_the_held_out_models():
