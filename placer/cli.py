@@ -59,6 +59,8 @@ def add_placer_commands(sub: argparse._SubParsersAction) -> None:
     up = cluster_sub.add_parser("up", parents=[common], help="start N pinned gRPC workers in a private network namespace and run COMMAND (default: a shell) there")
     up.add_argument("--workers", type=int, default=2)
     up.add_argument("--cores-per-worker", type=int, default=1)
+    up.add_argument("--link", metavar="RATE", help="join the 2 workers by a link shaped to RATE (tc's spelling: 1gbit, "
+                    "100mbit), the second worker in a network namespace of its own, as local:2,link=RATE does")
     up.add_argument("--allow-exposed-ports", action="store_true", help="run without a private network namespace (unsafe)")
     up.add_argument("run", nargs=argparse.REMAINDER, help="-- COMMAND ARGS... to run next to the workers ($PLACER_CLUSTER holds the spec)")
 
@@ -306,8 +308,15 @@ def _cluster_up(args) -> int:
     from placer.testbed import isolated_command
 
     run = args.run[1:] if args.run[:1] == ["--"] else args.run
+    link = []
+    if args.link is not None:  # refused here, in one line, before any namespace or worker is made
+        from placer.measure.targets import check_shaped_link, parse_rate
+
+        bits = parse_rate(args.link, "--link")
+        check_shaped_link(args.workers, bits, args.allow_exposed_ports, spelled=f"--link {args.link}")
+        link = ["--link-bits", str(bits)]
     command = [sys.executable, "-m", "placer.testbed", "up", "--workers", str(args.workers),
-               "--cores-per-worker", str(args.cores_per_worker), "--", *run]
+               "--cores-per-worker", str(args.cores_per_worker), *link, "--", *run]
     command, isolated = isolated_command(command, allow_exposed_ports=args.allow_exposed_ports)
     env = dict(os.environ)
     package_root = str(Path(__file__).resolve().parents[1])

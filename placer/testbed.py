@@ -379,16 +379,20 @@ def serve(cluster: dict, task: int, cores: list[int], threads: int, inter_thread
     server.join()
 
 
-def run_up(workers: int, cores_per_worker: int, command: list[str]) -> int:
-    """`placer cluster up`: inside the private namespace, start workers and run `command` next to them."""
+def run_up(workers: int, cores_per_worker: int, command: list[str], link_bits_per_second: int | None = None) -> int:
+    """`placer cluster up`: inside the private namespace, start workers and run `command` next to them; with
+    `link_bits_per_second`, two workers joined by a shaped link (`join_by_shaped_link`)."""
     isolated = os.environ.get("PLACER_TESTBED_EXPOSED") != "1"  # set by `placer cluster up --allow-exposed-ports`
     if isolated:
         bring_loopback_up()
         if not only_loopback():
             raise TestbedError("refusing to start: this network namespace has interfaces other than loopback")
-    with start_servers(workers, cores_per_worker=cores_per_worker, isolated=isolated) as servers:
+    with start_servers(workers, cores_per_worker=cores_per_worker, isolated=isolated,
+                       link_bits_per_second=link_bits_per_second) as servers:
         spec = json.dumps(servers.cluster_spec)
-        print(f"placer testbed: {workers} workers up, cluster spec {spec} (cores {servers.cores})", file=sys.stderr)
+        over = f", over a link shaped to {link_bits_per_second / 1e6:g} Mbit/s" if link_bits_per_second else ""
+        print(f"placer testbed: {workers} workers up{over}, cluster spec {spec} (cores {servers.cores})",
+              file=sys.stderr)
         for note in servers.warnings:
             print(f"placer testbed: warning: {note}", file=sys.stderr)
         env = dict(os.environ, PLACER_CLUSTER=spec)
@@ -411,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     up_parser = sub.add_parser("up", help="start workers here and run a command (internal: use `placer cluster up`)")
     up_parser.add_argument("--workers", type=int, default=2)
     up_parser.add_argument("--cores-per-worker", type=int, default=1)
+    up_parser.add_argument("--link-bits", type=int, help="bits per second of a shaped link between the 2 workers")
     up_parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.action == "serve":
@@ -418,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
               args.inter_threads)
         return 0
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    return run_up(args.workers, args.cores_per_worker, command)
+    return run_up(args.workers, args.cores_per_worker, command, args.link_bits)
 
 
 if __name__ == "__main__":

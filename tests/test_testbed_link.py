@@ -102,3 +102,71 @@ def test_a_plan_made_over_a_link_keeps_it_and_runs_only_over_the_same_link(monke
     for other in ("local:2", "local:2,link=100mbit"):
         with pytest.raises(PlanFileError, match=f"not for {other}"):
             back.check_target(other)
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--workers", "3", "--link", "1gbit"], "joins 2 workers over one shaped link, not 3"),
+    (["--link", "1gbit", "--allow-exposed-ports"], "needs the testbed's private network namespaces"),
+    (["--link", "fast"], "is not a link rate"),
+])
+def test_cluster_up_refuses_a_link_it_cannot_make_in_one_line_before_starting_anything(monkeypatch, capsys, argv,
+                                                                                         said):
+    monkeypatch.setattr(testbed_module, "shaped_link_unavailable", lambda: "")
+    monkeypatch.setattr(os, "execvpe", lambda *a: pytest.fail("the testbed was started"))
+    status = main(["cluster", "up", *argv, "--", "true"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and said in err, err
+
+
+def test_cluster_up_where_no_shaped_link_can_be_made_says_why(monkeypatch, capsys):
+    monkeypatch.setattr(testbed_module, "shaped_link_unavailable", lambda: "tc not found (install iproute2 and util-linux)")
+    monkeypatch.setattr(os, "execvpe", lambda *a: pytest.fail("the testbed was started"))
+    assert main(["cluster", "up", "--link", "100mbit", "--", "true"]) == 2
+    assert "--link 100mbit cannot be made here: tc not found" in capsys.readouterr().err
+
+
+def test_cluster_up_passes_the_link_to_the_workers_it_starts(monkeypatch):
+    started = {}
+    monkeypatch.setattr(testbed_module, "shaped_link_unavailable", lambda: "")
+    monkeypatch.setattr(os, "execvpe", lambda path, command, env: started.setdefault("command", command))
+    main(["cluster", "up", "--link", "100mbit", "--", "true"])
+    command = started["command"]
+    assert command[command.index("--link-bits") + 1] == str(10**8)
+
+    class Servers:
+        cluster_spec = {"worker": ["10.0.0.1:2222", "10.0.0.2:2223"]}
+        cores, warnings = [[0], [1]], []
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    def start_servers(workers, **options):
+        started.update(options, workers=workers)
+        return Servers()
+
+    monkeypatch.setattr(testbed_module, "start_servers", start_servers)
+    monkeypatch.setattr(testbed_module, "bring_loopback_up", lambda: None)
+    monkeypatch.setattr(testbed_module, "only_loopback", lambda: True)
+    monkeypatch.delenv("PLACER_TESTBED_EXPOSED", raising=False)
+    assert testbed_module.main(command[command.index("up"):]) == 0  # runs `true` beside the (fake) workers
+    assert started["workers"] == 2 and started["link_bits_per_second"] == 10**8 and started["isolated"]
+
+
+@pytest.mark.testbed
+@pytest.mark.skipif(bool(testbed_module.shaped_link_unavailable()), reason="no shaped link on this machine")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="local:2 needs two cores of its own")
+def test_cluster_up_over_a_link_gives_the_command_workers_at_the_links_two_addresses():
+    import json
+    import subprocess
+    import sys
+
+    show = "import json, os; print(json.dumps(json.loads(os.environ['PLACER_CLUSTER'])))"
+    done = subprocess.run([sys.executable, "-m", "agents.cli", "cluster", "up", "--link", "100mbit", "--",
+                           sys.executable, "-c", show], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    hosts = [address.rsplit(":", 1)[0] for address in json.loads(done.stdout.strip().splitlines()[-1])["worker"]]
+    assert hosts == list(testbed_module.LINK_ADDRESSES)
+    assert "over a link shaped to 100 Mbit/s" in done.stderr

@@ -171,18 +171,24 @@ def format_rate(bits_per_second: int) -> str:
 
 def _check_link(testbed: "LocalTestbed") -> None:
     """Refuse, in one line, a shaped link this machine cannot make or a testbed it cannot join."""
+    check_shaped_link(testbed.workers, testbed.link_bits_per_second, testbed.allow_exposed_ports,
+                      spelled=f"local:{testbed.workers},link={format_rate(testbed.link_bits_per_second)}")
+
+
+def check_shaped_link(workers: int, bits_per_second: int, allow_exposed_ports: bool, spelled: str) -> None:
+    """Refuse, in one line, a shaped link (`spelled` as the user wrote it) between other than two workers, without
+    the private network namespaces, or on a machine that cannot make one (`placer.testbed.shaped_link_unavailable`)."""
     from placer.testbed import shaped_link_unavailable
 
-    if testbed.workers != LINK_WORKERS:
-        raise DeviceSpecError(f"link={format_rate(testbed.link_bits_per_second)} joins {LINK_WORKERS} workers over one "
-                              f"shaped link, not {testbed.workers}: use local:{LINK_WORKERS},link=RATE")
-    if testbed.allow_exposed_ports:
-        raise DeviceSpecError("a shaped link needs the testbed's private network namespaces, which "
-                              "--allow-exposed-ports goes without: leave link= out, or run where `unshare -rn` works")
+    if workers != LINK_WORKERS:
+        raise DeviceSpecError(f"{spelled}: a link of {format_rate(bits_per_second)} joins {LINK_WORKERS} workers over "
+                              f"one shaped link, not {workers}")
+    if allow_exposed_ports:
+        raise DeviceSpecError(f"{spelled}: a shaped link needs the testbed's private network namespaces, which "
+                              "--allow-exposed-ports goes without: leave the link out, or run where `unshare -rn` works")
     why = shaped_link_unavailable()
     if why:
-        raise DeviceSpecError(f"local:{testbed.workers},link={format_rate(testbed.link_bits_per_second)} cannot be "
-                              f"made here: {why}")
+        raise DeviceSpecError(f"{spelled} cannot be made here: {why}")
 
 
 def _check_core_sets(core_sets: tuple[tuple[int, ...], ...], available: list[int]) -> None:
