@@ -36,6 +36,7 @@ into links and a `SimulatorConfig` for those devices (see `placer.simulate.engin
 from __future__ import annotations
 
 import math
+import statistics
 import warnings
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Sequence
@@ -201,6 +202,15 @@ REQUEST_PROBE_ROUNDS = 20
 at once to about 6 ms late, round by round, so a few rounds put the delay where chance has it (0.2 s a round on
 `local:2`; `experiments/probes/request_delay_repeats.py` compares 5 and 20)."""
 
+REQUEST_TRACED_STEPS = 3
+"""Traced steps of the request probe per measurement, after its untraced timed ones; the last one's hop counts.
+Which traced step is read moves the delay, and none of them holds it still: the first after the untraced steps
+was late (> 1 ms) in 80-100 % of rounds and those after it in 25-80 %, drifting from minute to minute; four
+repeats of 20 rounds on one testbed put the delay within 14 % and 57 % of their median (two runs) read from the
+first traced step, within 65 % from the third (`experiments/probes/request_delay_repeats.py --hops-per-round 1 5`,
+2026-11-29). Replayed on the four decisions runs of 2026-11-26, a delay of 3.0 ms in place of their 1.7-2.8 ms
+moved no model's median error by more than 1.6 points."""
+
 REQUEST_TRIM = 0.1
 """Share of the request probe's hops left out at each end before averaging: a stray hop (a worker descheduled
 for a while) does not move the delay."""
@@ -261,26 +271,31 @@ def traced_hop(trace: str) -> tuple[float, float, float]:
     return spans["far/consumer"].start - made, arrival, chain_span
 
 
-def measure_request_delay(measurer, rounds: int, size: int = 256) -> tuple[float, dict[str, tuple[float, ...]]]:
+def measure_request_delay(measurer, rounds: int, size: int = 256, hops_per_round: int = 1
+                          ) -> tuple[float, dict[str, tuple[float, ...]]]:
     """(delay, hops): how much later a tensor reaches device 1 when device 0 goes on computing after making it
     than when it idles: the traced hops beside a chain of about `REQUEST_CHAIN_SECONDS` and beside an idle
-    sender, over `rounds` interleaved rounds, averaged as `request_delay` does (`SimulatorConfig.request_delay`)."""
-    config = replace(measurer.config, profile_steps=3, trace_every_placement=True)
+    sender, in `rounds` interleaved rounds, averaged as `request_delay` does (`SimulatorConfig.request_delay`).
+    A round reads the hop of the last of `REQUEST_TRACED_STEPS` traced steps of each, or with `hops_per_round`
+    K > 1 the hops of K traced steps in a row (a probe of how the traced steps differ)."""
+    every_step = hops_per_round > 1
+    config = replace(measurer.config, profile_steps=hops_per_round if every_step else REQUEST_TRACED_STEPS,
+                     trace_every_placement=True, keep_every_trace=every_step)
 
-    def hop(graph) -> tuple[float, float, float]:
+    def hops_of(graph) -> list[tuple[float, float, float]]:
         result = measurer.measure(graph, request_probe_placement(graph, measurer.devices), config)
         if not result.ok or not result.chrome_trace:
             raise ProfileError(f"the request probe ({graph.name}) failed: "
                                f"{result.failure.message if result.failure else 'no trace'}")
-        return traced_hop(result.chrome_trace)
+        return [traced_hop(trace) for trace in (result.chrome_traces if every_step else (result.chrome_trace,))]
 
-    link = max(hop(request_probe_graph(size, 4))[2] / 4, 1e-5)
+    link = max(statistics.median(chain for _, _, chain in hops_of(request_probe_graph(size, 4))) / 4, 1e-5)
     idle_graph = request_probe_graph(size, 0)
     busy_graph = request_probe_graph(size, max(1, round(REQUEST_CHAIN_SECONDS / link)))
     hops: dict[str, list[float]] = {"idle": [], "busy": []}
     for _ in range(rounds):
-        hops["idle"].append(hop(idle_graph)[0])
-        hops["busy"].append(hop(busy_graph)[0])
+        hops["idle"] += [hop for hop, _, _ in hops_of(idle_graph)]
+        hops["busy"] += [hop for hop, _, _ in hops_of(busy_graph)]
     return request_delay(hops), {name: tuple(values) for name, values in hops.items()}
 
 
@@ -303,12 +318,12 @@ def trimmed_mean(values: Sequence[float], share: float) -> float:
 
 def request_delay_interval(hops: Mapping[str, Sequence[float]], *, seed: int = 0,
                            resamples: int = 200) -> tuple[float, float]:
-    """90 % bootstrap interval of `request_delay` (rounds resampled, each round's idle and busy hop together).
+    """90 % bootstrap interval of `request_delay` (hops resampled, each idle hop with the busy hop of its place).
     A busy hop lands anywhere from at once to milliseconds late from round to round: the interval says how far
     another calibration may put the delay."""
     idle, busy = np.asarray(hops["idle"], dtype=float), np.asarray(hops["busy"], dtype=float)
     if len(idle) != len(busy) or not len(idle):
-        raise ValueError(f"give one idle and one busy hop per round, not {len(idle)} and {len(busy)}")
+        raise ValueError(f"give as many idle hops as busy ones, not {len(idle)} and {len(busy)}")
     rng = np.random.default_rng(seed)
     draws = []
     for _ in range(resamples):

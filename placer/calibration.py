@@ -78,7 +78,7 @@ class Calibration:
     request_delay`), from the request probe (`placer.calibrate.measure_request_delay`); 0 in files made before
     it."""
     request_hops: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
-    """The request probe's traced hops per round: "idle" and "busy" seconds."""
+    """The request probe's traced hops, one a round: "idle" and "busy" seconds."""
     first_misses: Mapping[str, float] = field(default_factory=dict)
     """Where the first rounds' fit missed probes by noise, those misses: the probes were then timed as many rounds
     again and this fit pools both (`placer.calibrate.fit_repeating_a_poor_fit`); empty where the first fit held."""

@@ -1,15 +1,18 @@
 """How far apart do calibrations put the request delay? The request probe repeated, at a few round counts.
 
-    python experiments/probes/request_delay_repeats.py [--target local:2] [--rounds 5 20] [--repeats 6]
-        [--out results/request_delay_repeats.json]
+    python experiments/probes/request_delay_repeats.py [--target local:2] [--rounds 5 20] [--hops-per-round 1 5]
+        [--repeats 6] [--out results/request_delay_repeats.json]
 
 `placer calibrate` fits `request_delay` from the request probe (`placer.calibrate.measure_request_delay`): a
 small tensor's hop beside a sender that goes on computing, against its hop beside an idle sender, in interleaved
 rounds. The busy hop lands anywhere from at once to milliseconds late from round to round, so the delay a
-calibration finds depends on how many rounds it took. Here the probe runs `--repeats` times at each count of
-`--rounds` (repeats interleaved, on one testbed), and each repeat's hops are averaged two ways: as `placer
+calibration finds depends on how many hops it took. Here the probe runs `--repeats` times at each count of
+`--rounds` and of `--hops-per-round` (repeats interleaved, on one testbed): 1 reads a round as `placer
+calibrate` does (the last of `placer.calibrate.REQUEST_TRACED_STEPS` traced steps), K > 1 the hops of K traced
+steps in a row, so the JSON's hops say how the first traced step after the untraced ones differs from those
+after it. Each repeat's hops are averaged two ways: as `placer
 calibrate` does (`placer.calibrate.request_delay`: means without the highest and lowest tenth) and as medians.
-Reported per round count and average: each repeat's delay, their median, and the largest distance of a repeat
+Reported per round count, hops a round and average: each repeat's delay, their median, and the largest distance of a repeat
 from that median (the calibration-stability aim is within 20 %).
 """
 
@@ -39,36 +42,42 @@ def main(argv=None) -> int:
     parser.add_argument("--target", default="local:2", help="a measured target with two workers (default local:2)")
     parser.add_argument("--rounds", type=int, nargs="+", default=[5, 20],
                         help="rounds of the probe per repeat, one or more counts (default 5 20)")
+    parser.add_argument("--hops-per-round", type=int, nargs="+", default=[1, 5],
+                        help="hops a round, one or more counts: 1 as placer calibrate reads them, K > 1 the hops "
+                        "of K traced steps in a row (default 1 5)")
     parser.add_argument("--repeats", type=int, default=6, help="repeats at each round count (default 6)")
     parser.add_argument("--out", default="results/request_delay_repeats.json")
     args = parser.parse_args(argv)
-    if min(args.rounds) < 2 or args.repeats < 2:
-        parser.error("give at least 2 rounds per repeat and at least 2 repeats")
+    if min(args.rounds) < 2 or args.repeats < 2 or min(args.hops_per_round) < 1:
+        parser.error("give at least 2 rounds per repeat, at least 2 repeats and at least 1 hop a round")
 
     from placer.calibrate import measure_request_delay, request_delay
     from placer.measure import Measurer, parse_target
 
-    delays: dict[tuple[int, str], list[float]] = {}
-    hops_kept: dict[int, list[dict]] = {rounds: [] for rounds in args.rounds}
+    delays: dict[tuple[int, int, str], list[float]] = {}
+    settings = [(rounds, hops_per_round) for rounds in args.rounds for hops_per_round in args.hops_per_round]
+    hops_kept: dict[str, list[dict]] = {f"{r}x{h}": [] for r, h in settings}
     with Measurer(parse_target(args.target)) as measurer:
         for repeat in range(args.repeats):
-            for rounds in args.rounds:
-                _, hops = measure_request_delay(measurer, rounds)
-                hops_kept[rounds].append({name: [h * 1e3 for h in values] for name, values in hops.items()})
+            for rounds, hops_per_round in settings:
+                _, hops = measure_request_delay(measurer, rounds, hops_per_round=hops_per_round)
+                hops_kept[f"{rounds}x{hops_per_round}"].append(
+                    {name: [h * 1e3 for h in values] for name, values in hops.items()})
                 for average, delay in (("trimmed mean", request_delay(hops)), ("median", median_delay(hops))):
-                    delays.setdefault((rounds, average), []).append(delay)
-                print(f"repeat {repeat + 1}, {rounds} rounds: {request_delay(hops) * 1e3:.2f} ms", file=sys.stderr,
-                      flush=True)
+                    delays.setdefault((rounds, hops_per_round, average), []).append(delay)
+                print(f"repeat {repeat + 1}, {rounds} rounds of {hops_per_round} hops: "
+                      f"{request_delay(hops) * 1e3:.2f} ms", file=sys.stderr, flush=True)
     rows = []
-    for (rounds, average), values in delays.items():
+    for (rounds, hops_per_round, average), values in delays.items():
         middle = statistics.median(values)
-        rows.append({"rounds": rounds, "average": average, "median_ms": middle * 1e3,
+        rows.append({"rounds": rounds, "hops_per_round": hops_per_round, "average": average,
+                     "median_ms": middle * 1e3,
                      "farthest_pct": 100 * max(abs(v - middle) for v in values) / middle if middle > 0 else None,
                      "repeats_ms": " ".join(f"{v * 1e3:.2f}" for v in values)})
     command = "python experiments/probes/request_delay_repeats.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    write_report("request_delay_repeats", ["rounds", "average", "median_ms", "farthest_pct", "repeats_ms"], rows,
-                 args.out, command=command.strip(), target=args.target, repeats=args.repeats,
-                 hops_ms={str(rounds): kept for rounds, kept in hops_kept.items()})
+    write_report("request_delay_repeats", ["rounds", "hops_per_round", "average", "median_ms", "farthest_pct",
+                                           "repeats_ms"], rows,
+                 args.out, command=command.strip(), target=args.target, repeats=args.repeats, hops_ms=hops_kept)
     return 0
 
 

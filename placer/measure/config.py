@@ -58,6 +58,10 @@ class MeasureConfig:
     profile_steps: int = 0
     """Extra traced steps, after the timed ones, whose per-op compute times go into `Measurement.op_times`
     (tracing slows steps down, so they are never among the timed samples)."""
+    keep_every_trace: bool = False
+    """Keep every profiled step's Chrome trace (`Measurement.chrome_traces`), not only the last one's: a probe that
+    reads one event per step (`placer.calibrate.measure_request_delay`) then gets `profile_steps` of them from one
+    measurement."""
     profile_cores: int = 1
     """Cores each device computes on, to split the time of ops that ran at once (1 for a testbed worker
     pinned to one core)."""

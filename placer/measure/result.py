@@ -81,6 +81,9 @@ class Measurement:
     chrome_trace: str = ""
     """The last profiled step as a Chrome trace (JSON for chrome://tracing or Perfetto); empty unless
     `MeasureConfig.profile_steps` > 0."""
+    chrome_traces: tuple[str, ...] = ()
+    """Every profiled step's Chrome trace, in the order they ran, with `MeasureConfig.keep_every_trace`; else
+    empty."""
     worker_cpu: tuple[float, ...] = ()
     """Seconds of CPU each testbed worker process used per timed step (all its threads, from the kernel's
     scheduler accounting), in the order of the cluster's workers; empty where the workers are not local

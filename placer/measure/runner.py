@@ -229,7 +229,8 @@ class LoadedGraph:
                 session.run(self.train_op, options=traced_options, run_metadata=metadata)
                 traces.append(metadata)
             op_times = op_times_from_traces(traces, config.profile_cores, self.op_types)
-            chrome_trace = _chrome_trace(traces[-1]) if traces else ""
+            chrome_traces = tuple(_chrome_trace(trace) for trace in traces) if config.keep_every_trace else ()
+            chrome_trace = chrome_traces[-1] if chrome_traces else _chrome_trace(traces[-1]) if traces else ""
             ran = True
         except tf.errors.ResourceExhaustedError as error:
             return _failed("oom", f"out of memory: {_first_line(error)}", overhead, target)
@@ -262,7 +263,7 @@ class LoadedGraph:
             overhead=overhead,
             target=target,
             op_times=op_times,
-            chrome_trace=chrome_trace,
+            chrome_trace=chrome_trace, chrome_traces=chrome_traces,
             worker_cpu=worker_cpu,
         )
 

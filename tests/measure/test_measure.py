@@ -54,6 +54,17 @@ def test_measurement_returns_timed_samples_and_checks_the_placement(measurer, ml
     assert set(result.overhead) == {"graph_rewrite", "session", "init", "first_step"}
 
 
+def test_every_profiled_step_s_trace_is_kept_only_when_asked(measurer, mlp):
+    import json
+
+    placement = Placement.round_robin(mlp, measurer.devices)
+    kept = measurer.measure(mlp, placement, replace(QUICK, profile_steps=3, keep_every_trace=True))
+    assert kept.ok and len(kept.chrome_traces) == 3 and kept.chrome_trace == kept.chrome_traces[-1]
+    assert all(json.loads(trace)["traceEvents"] for trace in kept.chrome_traces)
+    last_only = measurer.measure(mlp, placement, replace(QUICK, profile_steps=3))
+    assert last_only.ok and last_only.chrome_trace and last_only.chrome_traces == ()
+
+
 def test_op_moved_by_soft_placement_is_reported(mlp):
     """An op TensorFlow cannot put where asked (here: a device that does not exist) is moved, and reported."""
     op_devices = {op.name: "/job:localhost/replica:0/task:0/device:CPU:0" for op in mlp.ops}
