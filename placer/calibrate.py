@@ -204,12 +204,13 @@ at once to about 6 ms late, round by round, so a few rounds put the delay where 
 
 REQUEST_TRACED_STEPS = 3
 """Traced steps of the request probe per measurement, after its untraced timed ones; the last one's hop counts.
-Which traced step is read moves the delay, and none of them holds it still: the first after the untraced steps
-was late (> 1 ms) in 80-100 % of rounds and those after it in 25-80 %, drifting from minute to minute; four
-repeats of 20 rounds on one testbed put the delay within 14 % and 57 % of their median (two runs) read from the
-first traced step, within 65 % from the third (`experiments/probes/request_delay_repeats.py --hops-per-round 1 5`,
-2026-11-29). Replayed on the four decisions runs of 2026-11-26, a delay of 3.0 ms in place of their 1.7-2.8 ms
-moved no model's median error by more than 1.6 points."""
+Which traced step is read moves the delay, and none holds it within 20 %: the first after the untraced steps was
+late (> 1 ms) in 95-100 % of rounds, those after it in 50-80 %; four repeats of 20 rounds on one testbed put the
+delay within 34 % of their median read from the third traced step (this reading), 23 % from the first, 19 % from
+five in a row pooled (`experiments/probes/request_delay_repeats.py --rounds 20 --hops-per-round 1 5 --repeats 4`,
+2026-11-29; results/request_delay_repeats_hops.json). Earlier runs of the same minutes found the pooled delay at
+1.0-1.3 ms and 1.9-2.4 ms: the delay itself moves from minute to minute. Replayed on the four decisions runs of
+2026-11-26, 3.0 ms in place of their 1.7-2.8 ms moved no model's median error by more than 1.6 points."""
 
 REQUEST_TRIM = 0.1
 """Share of the request probe's hops left out at each end before averaging: a stray hop (a worker descheduled
