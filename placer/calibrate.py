@@ -204,13 +204,14 @@ at once to about 6 ms late, round by round, so a few rounds put the delay where 
 
 REQUEST_TRACED_STEPS = 3
 """Traced steps of the request probe per measurement, after its untraced timed ones; the last one's hop counts.
-Which traced step is read moves the delay, and none holds it within 20 %: the first after the untraced steps was
-late (> 1 ms) in 95-100 % of rounds, those after it in 50-80 %; four repeats of 20 rounds on one testbed put the
-delay within 34 % of their median read from the third traced step (this reading), 23 % from the first, 19 % from
-five in a row pooled (`experiments/probes/request_delay_repeats.py --rounds 20 --hops-per-round 1 5 --repeats 4`,
-2026-11-29; results/request_delay_repeats_hops.json). Earlier runs of the same minutes found the pooled delay at
-1.0-1.3 ms and 1.9-2.4 ms: the delay itself moves from minute to minute. Replayed on the four decisions runs of
-2026-11-26, 3.0 ms in place of their 1.7-2.8 ms moved no model's median error by more than 1.6 points."""
+Which traced step is read moves the delay: the first after the untraced steps was late (> 1 ms) in 95-100 % of
+rounds, those after it in 50-80 %. Four repeats of 20 rounds on one testbed put the delay within 34 % of their
+median read from the third traced step (this reading), 23 % from the first, 19 % from five in a row pooled
+(`experiments/probes/request_delay_repeats.py --rounds 20 --hops-per-round 1 5 --repeats 4`, 2026-11-29,
+results/request_delay_repeats_hops.json); in earlier runs of the same minutes the pooled reading spread 18-29 %
+and sat at 1.0-1.3 ms in one run, 1.4-2.4 ms in another: the delay itself moves from minute to minute. Replayed
+on the four decisions runs of 2026-11-26, 3.0 ms in place of their 1.7-2.8 ms moved no model's median error by
+more than 1.6 points."""
 
 REQUEST_TRIM = 0.1
 """Share of the request probe's hops left out at each end before averaging: a stray hop (a worker descheduled
