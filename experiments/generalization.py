@@ -26,8 +26,8 @@ Every pre-training starts with `--imitation-updates` updates of imitating each t
 heuristic, and also trains on `--pretrain-generated` generated graphs (seeds 0, 1, ...). The held-out
 generated graphs (placer.models.branchy, seeds 1000, 1001, ...), and the `--unseen` models (outside every
 family: GPT-2, Llama, keras.applications through `experiments.model_coverage`), are placed by a policy
-pre-trained on every family; `--finetune-seconds` bounds each fine-tuning by time. Aims: zero-shot within 5 % of the best baseline on held-out
-families; fine-tuning beating it with at least 5x fewer samples than from scratch (`finetuned_beat_5x_fewer`
+pre-trained on every family; `--finetune-seconds` bounds each fine-tuning by time. Aims: zero-shot within 5 %
+of the best baseline on held-out families; fine-tuning beating it with at least 5x fewer samples than from scratch (`finetuned_beat_5x_fewer`
 counts the rows; where the planner from scratch never beat it, its whole budget is the lower bound).
 The folds are independent and run in parallel with --workers N (local processes) or --ray (Ray actors),
 with the rows of the serial run.

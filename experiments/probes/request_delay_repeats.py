@@ -10,10 +10,10 @@ calibration finds depends on how many hops it took. Here the probe runs `--repea
 `--rounds` and of `--hops-per-round` (repeats interleaved, on one testbed): 1 reads a round as `placer
 calibrate` does (the last of `placer.calibrate.REQUEST_TRACED_STEPS` traced steps), K > 1 the hops of K traced
 steps in a row, so the JSON's hops say how the first traced step after the untraced ones differs from those
-after it. Each repeat's hops are averaged two ways: as `placer
-calibrate` does (`placer.calibrate.request_delay`: means without the highest and lowest tenth) and as medians.
-Reported per round count, hops a round and average: each repeat's delay, their median, and the largest distance of a repeat
-from that median (the calibration-stability aim is within 20 %).
+after it. Each repeat's hops are averaged two ways: as `placer calibrate` does (`placer.calibrate.request_delay`:
+means without the highest and lowest tenth) and as medians. Reported per round count, hops a round and average:
+each repeat's delay, their median, and the largest distance of a repeat from that median (the
+calibration-stability aim is within 20 %).
 """
 
 from __future__ import annotations

@@ -120,8 +120,8 @@ def keras_residual_mlp_graph(size: str = "tiny") -> OpGraph:
     """A Keras 3 MLP with three residual branches, as a user writes one: a dense stem, three parallel branches of
     two dense layers each added back onto the stem, then two more such blocks in sequence, and a softmax head;
     Adam. Its branches are what a placement splits, and each split cuts the stem's activations and gradients
-    three ways: the graph the twin drifted on where placements cut many edges. Sizes: (batch, features,
-    width, classes)."""
+    three ways, so its placements range from a few cut edges to hundreds. Sizes: (batch, features, width,
+    classes)."""
     import keras
 
     from placer.graph.keras_model import graph_from_keras_model, keras_names_from_zero
