@@ -210,8 +210,15 @@ def test_the_measuring_client_runs_on_the_first_workers_core(testbed):
     """The session's client shares the core of the worker that runs the master (`placer.measure.worker.pin_to_cores`)."""
     info = testbed.testbed_info
     assert info["client_cores"] == list(info["cores"][0])
+    checked = 0
     for thread in os.listdir(f"/proc/{testbed.worker_pid}/task"):
-        assert sorted(os.sched_getaffinity(int(thread))) == list(info["cores"][0])
+        try:
+            cores = os.sched_getaffinity(int(thread))
+        except ProcessLookupError:  # TensorFlow's pools end threads while this loop reads them
+            continue
+        assert sorted(cores) == list(info["cores"][0])
+        checked += 1
+    assert checked > 0
 
 
 def test_a_server_killed_by_sigkill_is_said_to_be_what_the_kernel_does_out_of_memory(monkeypatch):
