@@ -202,16 +202,20 @@ REQUEST_PROBE_ROUNDS = 20
 at once to about 6 ms late, round by round, so a few rounds put the delay where chance has it (0.2 s a round on
 `local:2`; `experiments/probes/request_delay_repeats.py` compares 5 and 20)."""
 
-REQUEST_TRACED_STEPS = 3
-"""Traced steps of the request probe per measurement, after its untraced timed ones; the last one's hop counts.
-Which traced step is read moves the delay: the first after the untraced steps was late (> 1 ms) in 95-100 % of
-rounds, those after it in 50-80 %. Four repeats of 20 rounds on one testbed put the delay within 34 % of their
-median read from the third traced step (this reading), 23 % from the first, 19 % from five in a row pooled
-(`experiments/probes/request_delay_repeats.py --rounds 20 --hops-per-round 1 5 --repeats 4`, 2026-11-29,
-results/request_delay_repeats_hops.json); in earlier runs of the same minutes the pooled reading spread 18-29 %
-and sat at 1.0-1.3 ms in one run, 1.4-2.4 ms in another: the delay itself moves from minute to minute. Replayed
-on the four decisions runs of 2026-11-26, 3.0 ms in place of their 1.7-2.8 ms moved no model's median error by
-more than 1.6 points."""
+REQUEST_TRACED_STEPS = 5
+"""Traced steps of the request probe per measurement, after its untraced timed ones, read in a row: each but the
+first `REQUEST_SKIPPED_STEPS` gives a hop. A late hop (busy sender) lands 1.5-5.5 ms after the send, spread
+evenly over one 4 ms scheduler tick (this kernel's HZ is 250): its mean held at 3.5-3.7 ms in six calibrations,
+while the share of hops that were late moved from 79 % to 33 % within ten minutes on a quiet machine
+(`experiments/probes/calibration_stability.py`, 2026-11-29, results/calibration_stability_pooled*.json). Reading
+four hops a round takes out the chance of a few hops: four repeats of 20 rounds put the delay within 34 % of their
+median from one traced step a round (the third of three), 12 % from the four after the first
+(results/request_delay_repeats_hops.json); the share's drift stays. Replayed on the four decisions runs of
+2026-11-26, 3.0 ms in place of their 1.7-2.8 ms moved no model's median error by more than 1.6 points."""
+
+REQUEST_SKIPPED_STEPS = 1
+"""Traced steps of each measurement whose hop is not read: the first traced step after the untraced ones was
+late (> 1 ms) in 95-100 % of rounds, those after it in 50-80 % (results/request_delay_repeats_hops.json)."""
 
 REQUEST_TRIM = 0.1
 """Share of the request probe's hops left out at each end before averaging: a stray hop (a worker descheduled
@@ -273,23 +277,23 @@ def traced_hop(trace: str) -> tuple[float, float, float]:
     return spans["far/consumer"].start - made, arrival, chain_span
 
 
-def measure_request_delay(measurer, rounds: int, size: int = 256, hops_per_round: int = 1
-                          ) -> tuple[float, dict[str, tuple[float, ...]]]:
+def measure_request_delay(measurer, rounds: int, size: int = 256, traced_steps: int = REQUEST_TRACED_STEPS,
+                          skipped_steps: int = REQUEST_SKIPPED_STEPS) -> tuple[float, dict[str, tuple[float, ...]]]:
     """(delay, hops): how much later a tensor reaches device 1 when device 0 goes on computing after making it
     than when it idles: the traced hops beside a chain of about `REQUEST_CHAIN_SECONDS` and beside an idle
     sender, in `rounds` interleaved rounds, averaged as `request_delay` does (`SimulatorConfig.request_delay`).
-    A round reads the hop of the last of `REQUEST_TRACED_STEPS` traced steps of each, or with `hops_per_round`
-    K > 1 the hops of K traced steps in a row (a probe of how the traced steps differ)."""
-    every_step = hops_per_round > 1
-    config = replace(measurer.config, profile_steps=hops_per_round if every_step else REQUEST_TRACED_STEPS,
-                     trace_every_placement=True, keep_every_trace=every_step)
+    Each measurement traces `traced_steps` steps in a row and reads the hops of all but the first
+    `skipped_steps` (the defaults: `REQUEST_TRACED_STEPS`, `REQUEST_SKIPPED_STEPS`)."""
+    if not 0 <= skipped_steps < traced_steps:
+        raise ValueError(f"read at least one of the {traced_steps} traced steps: skip fewer than them, not {skipped_steps}")
+    config = replace(measurer.config, profile_steps=traced_steps, trace_every_placement=True, keep_every_trace=True)
 
     def hops_of(graph) -> list[tuple[float, float, float]]:
         result = measurer.measure(graph, request_probe_placement(graph, measurer.devices), config)
-        if not result.ok or not result.chrome_trace:
+        if not result.ok or len(result.chrome_traces) < traced_steps:
             raise ProfileError(f"the request probe ({graph.name}) failed: "
-                               f"{result.failure.message if result.failure else 'no trace'}")
-        return [traced_hop(trace) for trace in (result.chrome_traces if every_step else (result.chrome_trace,))]
+                               f"{result.failure.message if result.failure else 'fewer traced steps than asked'}")
+        return [traced_hop(trace) for trace in result.chrome_traces[skipped_steps:traced_steps]]
 
     link = max(statistics.median(chain for _, _, chain in hops_of(request_probe_graph(size, 4))) / 4, 1e-5)
     idle_graph = request_probe_graph(size, 0)

@@ -1,16 +1,16 @@
 """How far apart do calibrations put the request delay? The request probe repeated, at a few round counts.
 
-    python experiments/probes/request_delay_repeats.py [--target local:2] [--rounds 5 20] [--hops-per-round 1 5]
-        [--repeats 6] [--out results/request_delay_repeats.json]
+    python experiments/probes/request_delay_repeats.py [--target local:2] [--rounds 5 20] [--traced-steps 3 5]
+        [--skipped-steps 0 1 2] [--repeats 6] [--out results/request_delay_repeats.json]
 
 `placer calibrate` fits `request_delay` from the request probe (`placer.calibrate.measure_request_delay`): a
 small tensor's hop beside a sender that goes on computing, against its hop beside an idle sender, in interleaved
 rounds. The busy hop lands anywhere from at once to milliseconds late from round to round, so the delay a
 calibration finds depends on how many hops it took. Here the probe runs `--repeats` times at each count of
-`--rounds` and of `--hops-per-round` (repeats interleaved, on one testbed): 1 reads a round as `placer
-calibrate` does (the last of `placer.calibrate.REQUEST_TRACED_STEPS` traced steps), K > 1 the hops of K traced
-steps in a row, so the JSON's hops say how the first traced step after the untraced ones differs from those
-after it. Each repeat's hops are averaged two ways: as `placer calibrate` does (`placer.calibrate.request_delay`:
+`--rounds` and each reading (repeats interleaved, on one testbed): a reading traces `--traced-steps` steps in a
+row per measurement and reads the hops of all but the first `--skipped-steps` (`placer calibrate` reads
+`placer.calibrate.REQUEST_TRACED_STEPS` and skips `REQUEST_SKIPPED_STEPS`); with nothing skipped, the JSON's hops
+say how the first traced step after the untraced ones differs from those after it. Each repeat's hops are averaged two ways: as `placer calibrate` does (`placer.calibrate.request_delay`:
 means without the highest and lowest tenth) and as medians. Reported per round count, hops a round and average:
 each repeat's delay, their median, and the largest distance of a repeat from that median (the
 calibration-stability aim is within 20 %).
@@ -42,40 +42,46 @@ def main(argv=None) -> int:
     parser.add_argument("--target", default="local:2", help="a measured target with two workers (default local:2)")
     parser.add_argument("--rounds", type=int, nargs="+", default=[5, 20],
                         help="rounds of the probe per repeat, one or more counts (default 5 20)")
-    parser.add_argument("--hops-per-round", type=int, nargs="+", default=[1, 5],
-                        help="hops a round, one or more counts: 1 as placer calibrate reads them, K > 1 the hops "
-                        "of K traced steps in a row (default 1 5)")
+    parser.add_argument("--traced-steps", type=int, nargs="+", default=None,
+                        help="traced steps a measurement, one or more counts (default: as placer calibrate traces)")
+    parser.add_argument("--skipped-steps", type=int, nargs="+", default=None,
+                        help="traced steps not read at the start of each, one or more counts; pairs that would "
+                        "read nothing are left out (default: as placer calibrate skips)")
     parser.add_argument("--repeats", type=int, default=6, help="repeats at each round count (default 6)")
     parser.add_argument("--out", default="results/request_delay_repeats.json")
     args = parser.parse_args(argv)
-    if min(args.rounds) < 2 or args.repeats < 2 or min(args.hops_per_round) < 1:
-        parser.error("give at least 2 rounds per repeat, at least 2 repeats and at least 1 hop a round")
+    from placer.calibrate import REQUEST_SKIPPED_STEPS, REQUEST_TRACED_STEPS, measure_request_delay, request_delay
 
-    from placer.calibrate import measure_request_delay, request_delay
+    readings = [(traced, skipped) for traced in args.traced_steps or [REQUEST_TRACED_STEPS]
+                for skipped in args.skipped_steps or [REQUEST_SKIPPED_STEPS] if 0 <= skipped < traced]
+    if min(args.rounds) < 2 or args.repeats < 2 or not readings:
+        parser.error("give at least 2 rounds per repeat, at least 2 repeats and a reading that reads a traced step "
+                     "(fewer steps skipped than traced)")
+
     from placer.measure import Measurer, parse_target
 
-    delays: dict[tuple[int, int, str], list[float]] = {}
-    settings = [(rounds, hops_per_round) for rounds in args.rounds for hops_per_round in args.hops_per_round]
-    hops_kept: dict[str, list[dict]] = {f"{r}x{h}": [] for r, h in settings}
+    delays: dict[tuple[int, int, int, str], list[float]] = {}
+    settings = [(rounds, traced, skipped) for rounds in args.rounds for traced, skipped in readings]
+    hops_kept: dict[str, list[dict]] = {f"{r}x{t}-{s}": [] for r, t, s in settings}
     with Measurer(parse_target(args.target)) as measurer:
         for repeat in range(args.repeats):
-            for rounds, hops_per_round in settings:
-                _, hops = measure_request_delay(measurer, rounds, hops_per_round=hops_per_round)
-                hops_kept[f"{rounds}x{hops_per_round}"].append(
+            for rounds, traced, skipped in settings:
+                _, hops = measure_request_delay(measurer, rounds, traced_steps=traced, skipped_steps=skipped)
+                hops_kept[f"{rounds}x{traced}-{skipped}"].append(
                     {name: [h * 1e3 for h in values] for name, values in hops.items()})
                 for average, delay in (("trimmed mean", request_delay(hops)), ("median", median_delay(hops))):
-                    delays.setdefault((rounds, hops_per_round, average), []).append(delay)
-                print(f"repeat {repeat + 1}, {rounds} rounds of {hops_per_round} hops: "
+                    delays.setdefault((rounds, traced, skipped, average), []).append(delay)
+                print(f"repeat {repeat + 1}, {rounds} rounds, {traced} traced steps, {skipped} skipped: "
                       f"{request_delay(hops) * 1e3:.2f} ms", file=sys.stderr, flush=True)
     rows = []
-    for (rounds, hops_per_round, average), values in delays.items():
+    for (rounds, traced, skipped, average), values in delays.items():
         middle = statistics.median(values)
-        rows.append({"rounds": rounds, "hops_per_round": hops_per_round, "average": average,
+        rows.append({"rounds": rounds, "traced_steps": traced, "skipped_steps": skipped, "average": average,
                      "median_ms": middle * 1e3,
                      "farthest_pct": 100 * max(abs(v - middle) for v in values) / middle if middle > 0 else None,
                      "repeats_ms": " ".join(f"{v * 1e3:.2f}" for v in values)})
     command = "python experiments/probes/request_delay_repeats.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    write_report("request_delay_repeats", ["rounds", "hops_per_round", "average", "median_ms", "farthest_pct",
+    write_report("request_delay_repeats", ["rounds", "traced_steps", "skipped_steps", "average", "median_ms", "farthest_pct",
                                            "repeats_ms"], rows,
                  args.out, command=command.strip(), target=args.target, repeats=args.repeats, hops_ms=hops_kept)
     return 0
