@@ -34,6 +34,9 @@ miss. A miss whose rounds disagree in sign is noise, which calibrating again on 
 makes the calibration a poor fit, and predictions from it are flagged. A miss the same way in every round is
 what the transfer model cannot express (e.g. a per-byte cost that is not linear in the size): calibrating
 again would not change it, so it is reported as the model's limit, not as a poor fit."""
+LATE_HOP = 1e-3
+"""Seconds past which a busy hop of the request probe is late: prompt ones take 0.1-0.9 ms, as idle ones do;
+late ones 1.5-5.5 ms, spread over one 4 ms scheduler tick (results/calibration_stability_pooled*.json)."""
 
 @dataclass(frozen=True)
 class Calibration:
@@ -78,10 +81,22 @@ class Calibration:
     request_delay`), from the request probe (`placer.calibrate.measure_request_delay`); 0 in files made before
     it."""
     request_hops: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
-    """The request probe's traced hops, one a round: "idle" and "busy" seconds."""
+    """The request probe's traced hops, "idle" and "busy" seconds (`placer.calibrate.REQUEST_TRACED_STEPS` less
+    the skipped ones a round; one a round in files made before)."""
     first_misses: Mapping[str, float] = field(default_factory=dict)
     """Where the first rounds' fit missed probes by noise, those misses: the probes were then timed as many rounds
     again and this fit pools both (`placer.calibrate.fit_repeating_a_poor_fit`); empty where the first fit held."""
+
+    @property
+    def late_hops(self) -> tuple[float, float] | None:
+        """(share, mean seconds) of the request probe's busy hops that were late (`LATE_HOP`): the delay is about
+        their product beyond an idle hop. The wait of a late hop holds from calibration to calibration; the share
+        moves with the scheduler's state from minute to minute (docs/results/calibration.md). None without hops."""
+        busy = self.request_hops.get("busy", ())
+        if not busy:
+            return None
+        late = [hop for hop in busy if hop > LATE_HOP]
+        return len(late) / len(busy), (sum(late) / len(late) if late else 0.0)
 
     @property
     def check_families(self) -> tuple[str, ...]:
@@ -178,9 +193,11 @@ class Calibration:
                          f"[{low * scale:.3f}, {high * scale:.3f}]")
         if self.request_hops:
             low, high = self.intervals.get("request_delay", (math.nan, math.nan))
+            share, wait = self.late_hops
             lines.append(f"  {'request_delay':<18} {self.request_delay * 1e3:10.3f} ms     90% interval "
                          f"[{low * 1e3:.3f}, {high * 1e3:.3f}]: a hop from a busy worker beyond one from an idle one "
-                         "(request probe)")
+                         f"(request probe: {100 * share:.0f} % of the busy hops late, by {wait * 1e3:.1f} ms on average; "
+                         "the share moves from minute to minute)")
         if self.first_misses:
             lines.append(f"  timed twice: the first {self.rounds // 2} rounds missed "
                          + ", ".join(f"{name} {100 * value:+.0f}%" for name, value in self.first_misses.items())

@@ -140,6 +140,16 @@ def test_the_request_delay_reaches_the_simulator_and_a_file_from_before_it_loads
     assert load_calibration(path).request_delay == 0.0
 
 
+def test_the_request_delay_is_said_as_the_share_of_busy_hops_that_were_late_and_by_how_much():
+    import dataclasses
+
+    hops = {"idle": (4e-4,) * 4, "busy": (3e-3, 4e-3, 3e-4, 2e-4)}  # two late, two as prompt as idle ones
+    calibration = dataclasses.replace(fit_calibration(PROBES, _timings()), request_delay=1.4e-3, request_hops=hops)
+    assert calibration.late_hops == pytest.approx((0.5, 3.5e-3))
+    assert "50 % of the busy hops late, by 3.5 ms on average" in calibration.describe()
+    assert dataclasses.replace(calibration, request_hops={}).late_hops is None
+
+
 def test_a_wire_slower_than_both_cores_is_found():
     truth = {**TRUTH, "bandwidth": 0.5e9}  # 2 ns per byte, slower than either core
     calibration = fit_calibration(PROBES, _timings(noise=0.002, drift=0.0, truth=truth))
