@@ -111,3 +111,49 @@ def test_the_tournament_refines_its_first_starts_and_keeps_each_result(hand_buil
     assert len(refinements) == TOURNAMENT_STARTS
     # Each reached the optimum in its first round, so none was halved away before it got there.
     assert all(r.seconds == pytest.approx(30 * hand_built.MS, rel=0.05) for r in refinements)
+
+
+def four_devices():
+    from placer.devices import machine_from_dict
+
+    names = [f"CPU:{d}" for d in range(4)]
+    return machine_from_dict({"devices": [{"name": name, "memory": "1GiB"} for name in names],
+                              "links": [{"source": a, "target": b, "bandwidth": "1e9", "latency": 1e-4}
+                                        for a in names for b in names if a != b]})
+
+
+def test_with_neighbours_a_piece_is_tried_where_its_neighbours_are_and_on_the_least_loaded_device(hand_built):
+    from placer.heuristics.refine import Refiner
+
+    graph = hand_built.towers_graph(towers=3, depth=3)
+    simulator = hand_built.simulator(graph, four_devices(), {f"t{t}/op{i}": TOWER_MS for t in range(3) for i in range(3)})
+    first_op = [group.ops[0] for group in graph.groups]
+    tower = np.array([int(name[1]) if name[0] == "t" and name[1].isdigit() else 0 for name in first_op])
+    start = tower.copy()  # tower t on device t, the sum on device 0, device 3 idle
+    every = Refiner(graph, simulator, start, devices_tried="every")
+    near = Refiner(graph, simulator, start, devices_tried="neighbours")
+    middle = np.flatnonzero([name == "t1/op1" for name in first_op])
+    assert every._devices_to_try(middle).tolist() == [0, 1, 2, 3]
+    assert near._devices_to_try(middle).tolist() == [1, 3]  # its own tower's device, and the idle one
+    with pytest.raises(ValueError, match="devices_tried is one of every, neighbours"):
+        Refiner(graph, simulator, start, devices_tried="some")
+
+
+def test_with_neighbours_two_towers_on_one_device_are_still_spread_to_the_optimum(hand_built):
+    graph = hand_built.towers_graph(towers=2, depth=3)
+    simulator = hand_built.simulator(graph, hand_built.devices(), {f"t{t}/op{i}": TOWER_MS for t in range(2) for i in range(3)})
+    refined = refine_placement(graph, simulator, everything_on(graph, 0), deadline=time.monotonic() + 60,
+                               devices_tried="neighbours")
+    assert refined.seconds == pytest.approx(30 * hand_built.MS, rel=0.05)
+
+
+def test_with_neighbours_the_optimum_is_one_no_single_unit_leaves_for_any_device(hand_built):
+    graph = hand_built.towers_graph(towers=3, depth=3)
+    simulator = hand_built.simulator(graph, four_devices(), {f"t{t}/op{i}": TOWER_MS for t in range(3) for i in range(3)})
+    refined = refine_placement(graph, simulator, everything_on(graph, 0), deadline=time.monotonic() + 60)
+    step = simulator.simulate(refined.group_devices).step_time
+    for unit in range(len(graph.groups)):
+        for device in range(4):
+            moved = refined.group_devices.copy()
+            moved[unit] = device
+            assert simulator.simulate(moved).step_time >= step - 1e-12, (unit, device)

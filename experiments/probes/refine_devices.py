@@ -1,0 +1,105 @@
+"""Does the refinement go further in the same time when each piece is tried only on the devices next to it?
+
+    python experiments/probes/refine_devices.py [--setups nmt-4:paper@8xH100 ...] [--seconds 120]
+        [--checkpoints 15 30 60 120] [--out results/refine_devices.json]
+
+The refinement (`placer.heuristics.refine.Refiner`) tries every piece of the graph on every other device and
+keeps the move that shortens the simulated step most. On 8 GPUs that is 7 simulations a piece, a few
+milliseconds each at paper size, and in `placer optimize`'s budget the refinement of the 8-GPU setups ends at
+coarse pieces (144 or 576 pieces of 12-18k units, docs/results/learned-placement.md). A move that takes a piece
+to a device none of its neighbours is on adds cuts; one that proposed fewer, better moves would let the
+refinement go further in the same time, which is what a learned proposal of moves (GiPH's, DOPPLER's) would
+have to beat. Here the rule without learning: `devices_tried="neighbours"`, the devices holding a unit the piece
+exchanges tensors with, and the device with the least compute.
+
+Per setup, from its fastest heuristic placement (`placer.heuristics.time_heuristics`), each rule refines for
+--seconds, one after the other in this process (pin it to a core of its own: the rules are compared by what
+they reach in wall time). Reported: the step time each reached at every checkpoint, the finest pieces reached,
+the simulations run, and the share of the best heuristic's gap to the placements' bound closed at the end.
+Simulated; nothing is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+
+from placer import tf_logs  # noqa: E402
+
+tf_logs.configure()
+
+from experiments._report import write_report  # noqa: E402
+
+COLUMNS = ["setup", "units", "devices_tried", "heuristic", "heuristic_ms", "at_checkpoints_ms", "refined_ms",
+           "closed_pct", "finest_pieces", "evaluations", "moves", "wall_s"]
+
+
+def refine_with_checkpoints(refiner, checkpoints: list[float]) -> list[float]:
+    """Step seconds of `refiner`'s placement at each of `checkpoints` (seconds of refining, ascending)."""
+    at, spent = [], 0.0
+    for checkpoint in checkpoints:
+        refiner.run(time.monotonic() + checkpoint - spent)
+        spent = checkpoint
+        at.append(refiner.seconds)
+    return at
+
+
+def setup_rows(setup: str, checkpoints: list[float], seed: int = 0) -> list[dict]:
+    from experiments.gpu_machines import parse_setup
+    from placer.cost import open_target
+    from placer.heuristics import applicable_heuristics, time_heuristics
+    from placer.heuristics.refine import DEVICE_CHOICES, Refiner
+    from placer.models import load_model
+    from placer.simulate.bound import gap_closed, step_time_bound
+
+    model, size, spec = parse_setup(setup)
+    graph = load_model(model, size)
+    rows = []
+    with open_target(graph, spec) as target:
+        simulator = target.simulator
+        bound = step_time_bound(simulator, simulated_on=spec.split(":", 1)[1])
+        names = applicable_heuristics(builtin_model=True, simulator=True, model=model)
+        timings = {name: t for name, t in time_heuristics(target, names, model=model, seed=seed).items()
+                   if t.placement is not None and t.ok}
+        heuristic = min(timings, key=lambda name: timings[name].step_time.seconds)
+        best = timings[heuristic].step_time.seconds
+        for devices_tried in DEVICE_CHOICES:
+            refiner = Refiner(graph, simulator, timings[heuristic].placement.group_device_array, seed=seed,
+                              devices_tried=devices_tried)
+            at = refine_with_checkpoints(refiner, checkpoints)
+            done = refiner.refinement()
+            closed = gap_closed(best, done.seconds, bound)
+            rows.append(dict(setup=setup, units=len(graph.groups), devices_tried=devices_tried, heuristic=heuristic,
+                             heuristic_ms=best * 1e3, at_checkpoints_ms=" ".join(f"{s * 1e3:.2f}" for s in at),
+                             refined_ms=done.seconds * 1e3, closed_pct=None if closed is None else 100 * closed,
+                             finest_pieces=done.finest_pieces, evaluations=done.evaluations, moves=done.moves,
+                             wall_s=done.wall_seconds))
+            print(f"{setup}, {devices_tried}: {heuristic} {best * 1e3:.2f} ms -> "
+                  + ", ".join(f"{c:g} s {s * 1e3:.2f}" for c, s in zip(checkpoints, at))
+                  + f" ({done.finest_pieces} pieces, {done.evaluations} simulated)", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--setups", nargs="+", default=["nmt-4:paper@8xH100", "transformer:paper@8xH100"])
+    parser.add_argument("--checkpoints", type=float, nargs="+", default=[15, 30, 60, 120],
+                        help="seconds of refining at which each rule's step time is read (ascending; the last is "
+                        "how long each rule refines)")
+    parser.add_argument("--out", default="results/refine_devices.json")
+    args = parser.parse_args(argv)
+    if any(b <= a for a, b in zip(args.checkpoints, args.checkpoints[1:])) or min(args.checkpoints) <= 0:
+        parser.error("give positive --checkpoints in ascending order")
+    rows = [row for setup in args.setups for row in setup_rows(setup, args.checkpoints)]
+    command = "python experiments/probes/refine_devices.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    write_report("refine_devices", COLUMNS, rows, args.out, command=command.strip(), checkpoints=args.checkpoints,
+                 caveat="simulated on modeled machines; each rule refined for the same wall time on one core")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
