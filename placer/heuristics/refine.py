@@ -1,5 +1,6 @@
 """Refining a placement on the simulator, coarse to fine: pieces of the graph are moved to the device that
-shortens the simulated step most, first large pieces, then ever smaller ones, until the deadline.
+shortens the simulated step most, first large pieces, then ever smaller ones, until the deadline. A piece is
+tried first on the devices its neighbours are on and the least loaded one (`DEVICE_CHOICES`).
 
 A multilevel partitioner (METIS) refines its cut this way, by the bytes it cuts; here each move is priced by the
 simulator's whole step (transfers, overlap, memory), a millisecond or two at 20k ops, so tens of thousands of
