@@ -33,9 +33,9 @@ DEVICE_CHOICES = ("every", "neighbours")
 that hold a unit it exchanges tensors with and the device with the least compute (a move that cuts nothing new,
 or one that balances the load), and every device once no such move shortens the step. From METIS's placement of
 NMT-4 (paper size) on 8 modeled H100s, 240 s of refining ended at 52.27 ms with neighbours and 56.38 ms with
-every device (the neighbours' rule was ahead at every checkpoint from 15 s); of the Transformer, 24.41 ms (its
-optimum, at 147 s) against 24.49 ms (`experiments/probes/refine_devices.py`, 2026-11-29,
-results/refine_devices_nmt4.json, results/refine_devices_transformer.json)."""
+every device (the neighbours' rule was ahead at every checkpoint from 15 s); of the Transformer, 24.28 against
+24.51 ms, every device tried after the neighbours' optimum (`experiments/probes/refine_devices.py`, 2026-11-29,
+results/refine_devices_nmt4.json, results/refine_devices_transformer_fallback.json)."""
 LEVEL_GAIN = 0.01
 """A level is left for the next, finer one after a pass over its pieces shortened the step by less than this
 share: coarse moves stop paying long before they stop finding anything. The finest level goes on while any
