@@ -93,6 +93,18 @@ def parse_setup(setup: str) -> tuple[str, str, str]:
     return model, size or "paper", f"modeled:{machine}"
 
 
+def fastest_heuristic(target, model: str, *, seed: int = 0):
+    """(name, timing) of the fastest heuristic placement of the built-in `model` on the simulated `target`
+    (`placer.heuristics.time_heuristics`): the start the probes of the refinement and of the policies begin from."""
+    from placer.heuristics import applicable_heuristics, time_heuristics
+
+    names = applicable_heuristics(builtin_model=True, simulator=True, model=model)
+    timings = {name: t for name, t in time_heuristics(target, names, model=model, seed=seed).items()
+               if t.placement is not None and t.ok}
+    name = min(timings, key=lambda n: timings[n].step_time.seconds)
+    return name, timings[name]
+
+
 def decide(model: str, size: str, spec: str, micro_batches: int | None, learn_updates: int, budget: float,
            schedule_top: int = 3) -> dict:
     """One row: every decision's predicted step time for `model` on the modeled machine `spec`, from the search

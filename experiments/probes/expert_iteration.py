@@ -52,9 +52,8 @@ def setup_rows(setup: str, refine_seconds: float, rounds: int, imitation_steps: 
     from agents.graph_policy.agent import GraphAgentConfig, GraphPolicyAgent
     from agents.graph_policy.pretrain import step_seconds
     from agents.graph_policy.priors import align_to
-    from experiments.gpu_machines import parse_setup
+    from experiments.gpu_machines import fastest_heuristic, parse_setup
     from placer.cost import open_target
-    from placer.heuristics import applicable_heuristics, time_heuristics
     from placer.heuristics.refine import Refiner
     from placer.models import load_model
     from placer.simulate.bound import gap_closed, step_time_bound
@@ -65,12 +64,9 @@ def setup_rows(setup: str, refine_seconds: float, rounds: int, imitation_steps: 
     with open_target(graph, spec) as target:
         simulator = target.simulator
         bound = step_time_bound(simulator, simulated_on=machine)
-        names = applicable_heuristics(builtin_model=True, simulator=True, model=model)
-        timings = {name: t for name, t in time_heuristics(target, names, model=model, seed=seed).items()
-                   if t.placement is not None and t.ok}
-        heuristic = min(timings, key=lambda name: timings[name].step_time.seconds)
-        best = timings[heuristic].step_time.seconds
-        start = timings[heuristic].placement.group_device_array
+        heuristic, timing = fastest_heuristic(target, model, seed=seed)
+        best = timing.step_time.seconds
+        start = timing.placement.group_device_array
 
         def closed(seconds: float) -> float | None:
             return _percent(gap_closed(best, seconds, bound))

@@ -67,9 +67,8 @@ def setup_row(setup: str, refine_seconds: float, policy_seconds: float, samples:
               seed: int = 0) -> dict:
     from agents.graph_policy.agent import GraphAgentConfig, GraphPolicyAgent
     from agents.graph_policy.pretrain import step_seconds
-    from experiments.gpu_machines import parse_setup
+    from experiments.gpu_machines import fastest_heuristic, parse_setup
     from placer.cost import open_target
-    from placer.heuristics import applicable_heuristics, time_heuristics
     from placer.heuristics.refine import Refiner
     from placer.models import load_model
     from placer.simulate.bound import gap_closed, step_time_bound
@@ -79,16 +78,13 @@ def setup_row(setup: str, refine_seconds: float, policy_seconds: float, samples:
     with open_target(graph, spec) as target:
         simulator = target.simulator
         bound = step_time_bound(simulator, simulated_on=spec.split(":", 1)[1])
-        names = applicable_heuristics(builtin_model=True, simulator=True, model=model)
-        timings = {name: t for name, t in time_heuristics(target, names, model=model, seed=seed).items()
-                   if t.placement is not None and t.ok}
-        heuristic = min(timings, key=lambda name: timings[name].step_time.seconds)
-        best = timings[heuristic].step_time.seconds
+        heuristic, timing = fastest_heuristic(target, model, seed=seed)
+        best = timing.step_time.seconds
 
         def closed(seconds: float) -> float | None:
             return _percent(gap_closed(best, seconds, bound))
 
-        refiner = Refiner(graph, simulator, timings[heuristic].placement.group_device_array, seed=seed)
+        refiner = Refiner(graph, simulator, timing.placement.group_device_array, seed=seed)
         refined = refiner.run(time.monotonic() + refine_seconds)
         refined_for = refined.wall_seconds
         mask = np.stack([~graph.groups_without_kernel(device.kind) for device in simulator.devices], axis=1)

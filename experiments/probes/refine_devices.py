@@ -49,9 +49,8 @@ def refine_with_checkpoints(refiner, checkpoints: list[float]) -> list[float]:
 
 
 def setup_rows(setup: str, checkpoints: list[float], seed: int = 0) -> list[dict]:
-    from experiments.gpu_machines import parse_setup
+    from experiments.gpu_machines import fastest_heuristic, parse_setup
     from placer.cost import open_target
-    from placer.heuristics import applicable_heuristics, time_heuristics
     from placer.heuristics.refine import DEVICE_CHOICES, Refiner
     from placer.models import load_model
     from placer.simulate.bound import gap_closed, step_time_bound
@@ -62,13 +61,10 @@ def setup_rows(setup: str, checkpoints: list[float], seed: int = 0) -> list[dict
     with open_target(graph, spec) as target:
         simulator = target.simulator
         bound = step_time_bound(simulator, simulated_on=spec.split(":", 1)[1])
-        names = applicable_heuristics(builtin_model=True, simulator=True, model=model)
-        timings = {name: t for name, t in time_heuristics(target, names, model=model, seed=seed).items()
-                   if t.placement is not None and t.ok}
-        heuristic = min(timings, key=lambda name: timings[name].step_time.seconds)
-        best = timings[heuristic].step_time.seconds
+        heuristic, timing = fastest_heuristic(target, model, seed=seed)
+        best = timing.step_time.seconds
         for devices_tried in DEVICE_CHOICES:
-            refiner = Refiner(graph, simulator, timings[heuristic].placement.group_device_array, seed=seed,
+            refiner = Refiner(graph, simulator, timing.placement.group_device_array, seed=seed,
                               devices_tried=devices_tried)
             at = refine_with_checkpoints(refiner, checkpoints)
             done = refiner.refinement()
