@@ -122,7 +122,8 @@ class OptimizeArgs:
     micro_batches: int | None = setting(None, metavar="M")
     """Micro-batches per step of the schedules (must divide the batch); default 2 on a real target, and on a
     modeled machine one per GPU (a pipeline stage each) when that divides the batch, else 2, then the pipelines'
-    placements again over twice and four times that, where they divide the batch (given, only this count)."""
+    placements again over twice and four times that, where they divide the batch, until a count's bound shows
+    that none of its schedules can beat the fastest plan found (given, only this count, scheduled even then)."""
     replicas: int | None = setting(None, metavar="D")
     """Data parallelism: D replicas only (1: none). Modeled machines: each on GPUs / D GPUs and batch / D samples,
     its gradients all-reduced; default every D above 1 that divides both the GPUs and the batch, each replica

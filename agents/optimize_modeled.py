@@ -220,12 +220,14 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
                    micro_batches: int | None = None, more_micro_batches: Sequence[int] = (),
                    schedule_top: int = SCHEDULE_TOP, seed: int = 0,
                    replica_degrees: Sequence[int] = (), deadline: float = math.inf, progress: bool = False,
-                   say: Callable[[str], None] = lambda line: None) -> ModeledSearch:
+                   every_schedule: bool = False, say: Callable[[str], None] = lambda line: None) -> ModeledSearch:
     """Every heuristic placement of `model` at `size` on the modeled machine `spec`, the learned one (with
     `learn_updates`), with `micro_batches` the schedules of the expert's, the `schedule_top` fastest and one
     GPU's placements, with each of `more_micro_batches` (larger counts) the pipelines' placements' schedules
     again, and data parallelism of each of `replica_degrees` (`replicated_candidates`); nothing
-    learned, scheduled or replicated is started after `deadline` (a `time.monotonic()`).
+    learned, scheduled or replicated is started after `deadline` (a `time.monotonic()`). A count of micro-batches
+    whose bound shows that none of its schedules can beat the fastest plan found before it is not scheduled, nor
+    are larger ones, with a note; `every_schedule` schedules them all the same (a count the user named).
 
     graph: the model's graph at its full batch, if already built."""
     from placer.cost import open_target
@@ -259,15 +261,21 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
         # The pipelines' own placements (else one GPU's) are scheduled before learning can spend the budget.
         first = _pipeline_placements(heuristic_placements) or _to_schedule(heuristic_placements, 0)[:1]
         more: list[_Scheduling] = []
+        def to_beat(*plans: Sequence[Candidate]) -> float:
+            """What a schedule must be able to beat to be priced: the fastest of `plans` (inf: anything)."""
+            return math.inf if every_schedule else _fastest_seconds(*plans)
+
+        # A count whose bound shows that no schedule of it beats the fastest plan found is not scheduled: on
+        # paper-size models on H100s that leaves learning minutes that schedules which could not win took.
         if scheduling is not None:
-            scheduling.schedule(first)
+            scheduling.schedule(first, to_beat(found))
             more = _more_micro_batches(model, size, graph, target, more_micro_batches, first, deadline, notes, say,
-                                       took=time.monotonic() - started)
+                                       took=time.monotonic() - started, fastest=to_beat(found), after=scheduling)
             phase_done("schedules")
         # Data parallelism before learning can spend the budget: plain data parallelism is the plan practitioners
         # start from, and each degree costs one graph build and one heuristic pass.
         replication = _Replication(model, size, spec, replica_degrees, deadline, notes, say, seed)
-        replication.price(replica_degrees)
+        replication.price(replica_degrees, to_beat(found, *_scheduled(scheduling, more)))
         phase_done("data parallel")
         if learn_updates:
             left = deadline - time.monotonic()
@@ -286,22 +294,33 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
         if scheduling is not None:
             done = {tuple(c.placement.group_devices) for c in first}
             scheduling.schedule([c for c in _to_schedule(placements, schedule_top)
-                                 if tuple(c.placement.group_devices) not in done])
+                                 if tuple(c.placement.group_devices) not in done],
+                                to_beat(placements, *_scheduled(scheduling, more), replication.candidates))
             scheduled = _named_as(scheduling.scheduled + [c for m in more for c in m.scheduled], placements)
             scheduling.note_skipped()
         phase_done("schedules after learning")
         schedule_bounds: dict[int, StepTimeBound] = {}
         slices = dict(replication.graphs)
-        if scheduled:
-            for each in [scheduling, *more]:
-                if each.scheduled:
-                    schedule_bounds[each.micro_batches] = each.bound
-                    slices.setdefault(each.micro_batches, each.micro_batch_graph)
+        for each in [scheduling, *more] if scheduling is not None else []:
+            if each.scheduled:
+                schedule_bounds[each.micro_batches] = each.bound
+                slices.setdefault(each.micro_batches, each.micro_batch_graph)
+            elif each.cannot_beat:  # the bound that says why the count has no schedule
+                schedule_bounds[each.micro_batches] = each.bound
         machine = _machine_bound(bound, slices, spec)
         phase_done("bounds")
     return ModeledSearch(spec, tuple(placements), tuple(scheduled), bound, micro_batches, tuple(notes),
                          clock.seconds, schedule_bounds.get(micro_batches), tuple(replication.candidates), machine,
                          schedule_bounds)
+
+
+def _fastest_seconds(*plans: Sequence[Candidate]) -> float:
+    """The fastest predicted step among `plans` (lists of candidates), in seconds; inf where none was priced."""
+    return min((c.predicted_seconds for group in plans for c in group), default=math.inf)
+
+
+def _scheduled(scheduling: _Scheduling | None, more: Sequence[_Scheduling]) -> list[list[Candidate]]:
+    return [each.scheduled for each in ([scheduling] if scheduling is not None else []) + list(more)]
 
 
 def planner_degrees(degrees: Sequence[int], seconds: float, took: float, notes: list[str]) -> list[int]:
@@ -491,10 +510,32 @@ class _Scheduling:
         """The longest one template's schedules took: a placement on several GPUs has two (the whole backward
         and the split one), one GPU's one."""
         self.bound: StepTimeBound | None = None
-        """What no schedule of this many micro-batches beats, once something was scheduled: made then, inside
-        the budget (tens of seconds at paper size), not after it."""
+        """What no schedule of this many micro-batches beats, once something was scheduled or a plan to beat was
+        given: made then, inside the budget (seconds to a minute at paper size), not after it."""
+        self.cannot_beat: list[str] = []
+        """Placements left unscheduled because this count's bound is at or above the fastest plan found."""
+        self.fastest = math.inf
+        """The fastest plan's seconds that the bound was last read against."""
 
-    def schedule(self, candidates: list[Candidate]) -> None:
+    def beaten(self, fastest: float) -> bool:
+        """Whether no schedule of this many micro-batches can beat `fastest` seconds (the fastest plan found so
+        far): its bound (made here, once) is at or above it. Always False for an infinite `fastest`."""
+        if math.isinf(fastest):
+            return False
+        if self.bound is None:
+            from placer.schedule.predict import schedule_bound
+
+            self.bound = schedule_bound(self.micro_batch_graph, self.micro_batches, self.target.spec)
+        self.fastest = fastest
+        return self.bound.value >= fastest
+
+    def schedule(self, candidates: list[Candidate], fastest: float = math.inf) -> None:
+        """Each of `candidates` under every schedule, while the budget lasts; none when this count's bound shows
+        that no schedule of it can beat `fastest` (seconds: the fastest plan found so far), as on paper-size
+        recurrent models on H100s, whose micro-batches' small kernels add more work than a pipeline saves."""
+        if candidates and self.beaten(fastest):
+            self.cannot_beat += [c.name for c in candidates]
+            return
         for candidate in candidates:
             left = self.deadline - time.monotonic()
             # One template's time starts a placement: the split template is then started only if what is left
@@ -519,9 +560,16 @@ class _Scheduling:
     def reserve(self) -> float:
         """Seconds to keep for scheduling one more placement over several GPUs (the learned one): its two
         templates, each as long as the longest so far; the whole budget left where nothing was scheduled yet."""
+        if self.cannot_beat:  # what learning finds is only faster: no schedule of this count will beat it
+            return 0.0
         return 2 * self.template_seconds if self.template_seconds else math.inf
 
     def note_skipped(self) -> None:
+        if self.cannot_beat:
+            self.notes.append(
+                f"no schedules over {self.micro_batches} micro-batches of {', '.join(self.cannot_beat)}: none can "
+                f"beat the fastest plan found ({self.fastest * 1e3:.2f} ms), their bound is "
+                f"{self.bound.value * 1e3:.2f} ms")
         if self.skipped:
             self.notes.append(f"--budget was spent before the schedules of {', '.join(self.skipped)}"
                               + (f" (the last placement's took {self.took:.0f} s)" if self.took else "")
@@ -530,14 +578,24 @@ class _Scheduling:
 
 def _more_micro_batches(model: str, size: str, graph: OpGraph, target, counts: Sequence[int],
                         pipelines: list[Candidate], deadline: float, notes: list[str],
-                        say: Callable[[str], None], *, took: float) -> list[_Scheduling]:
+                        say: Callable[[str], None], *, took: float, fastest: float = math.inf,
+                        after: _Scheduling | None = None) -> list[_Scheduling]:
     """`pipelines` (the placements scheduled first) scheduled again over each of `counts` micro-batches, fewest
     first, while a count is judged to fit MORE_MICRO_BATCHES_SHARE of the budget left: at twice what the count
-    before it `took` (its graph built and its schedules priced)."""
+    before it `took` (its graph built and its schedules priced), and until a count's bound shows that none of
+    its schedules can beat `fastest` (seconds: the fastest plan found so far; `_Scheduling.schedule`), that of
+    `after` (the count scheduled before these) included: more micro-batches, each smaller, cost the GPUs more work
+    in all (a kernel of B/k samples takes at least 1/k of one of B), so the larger counts cannot beat it either."""
     from placer.schedule.micro_batch import build_micro_batch_graph
 
     done = []
     for index, count in enumerate(counts):
+        last = done[-1] if done else after
+        if last is not None and last.cannot_beat:
+            notes.append(f"no schedules over {', '.join(str(c) for c in counts[index:])} micro-batches: more "
+                         f"micro-batches than {last.micro_batches}, whose bound the fastest plan beats, only "
+                         "add work")
+            break
         left = deadline - time.monotonic()
         if 2 * took > left * MORE_MICRO_BATCHES_SHARE:
             notes.append(f"no schedules over {', '.join(str(c) for c in counts[index:])} micro-batches: each more "
@@ -547,7 +605,7 @@ def _more_micro_batches(model: str, size: str, graph: OpGraph, target, counts: S
         started = time.monotonic()
         scheduling = _Scheduling(graph, build_micro_batch_graph(model, size, count), target, count, deadline, notes,
                                  say)
-        scheduling.schedule(pipelines)
+        scheduling.schedule(pipelines, fastest)
         scheduling.note_skipped()
         took = time.monotonic() - started
         done.append(scheduling)
@@ -570,15 +628,19 @@ class _Replication:
         self.took = 0.0
         """The longest one degree took to price."""
 
-    def price(self, degrees: Sequence[int]) -> None:
+    def price(self, degrees: Sequence[int], fastest: float = math.inf) -> None:
+        """Each of `degrees` while the budget lasts; `fastest`: seconds of the fastest plan found before, which
+        a hybrid's pipelines must be able to beat to be priced (`_pipelined_replicas`)."""
         skipped = []
         for degree in degrees:
             if self.deadline - time.monotonic() < max(1.0, self.took):
                 skipped.append(degree)
                 continue
             started = time.monotonic()
-            self.candidates += replicated_candidates(self.model, self.size, self.spec, degree, self.notes, self.say,
-                                                     graphs=self.graphs, deadline=self.deadline, seed=self.seed)
+            self.candidates += replicated_candidates(
+                self.model, self.size, self.spec, degree, self.notes, self.say, graphs=self.graphs,
+                deadline=self.deadline, seed=self.seed,
+                fastest=min([fastest, *(c.predicted_seconds for c in self.candidates)]))
             self.took = max(self.took, time.monotonic() - started)
         if skipped:
             self.notes.append(f"--budget was spent before data parallelism of {', '.join(f'x{d}' for d in skipped)} "
@@ -594,12 +656,13 @@ it as far from its bound as they leave the whole machine."""
 def replicated_candidates(model: str, size: str, spec: str, degree: int, notes: list[str],
                           say: Callable[[str], None] = lambda line: None, *,
                           graphs: dict[int, OpGraph] | None = None, deadline: float = math.inf,
-                          seed: int = 0) -> list[Candidate]:
+                          seed: int = 0, fastest: float = math.inf) -> list[Candidate]:
     """`degree` replicas of `model` on the modeled machine `spec`, each on its share of the GPUs and of the batch,
     priced with the all-reduce of their gradients (`placer.cost.replicated`): one replica a GPU holds every op on it
     (plain data parallelism); a replica of several GPUs is placed by every heuristic, then the fastest few are
-    refined on the simulator for at most HYBRID_REFINE_SECONDS (and not past `deadline`), and the fastest kept.
-    Adds the replica's graph to `graphs` (by degree)."""
+    refined on the simulator for at most HYBRID_REFINE_SECONDS (and not past `deadline`), and the fastest kept,
+    then run as pipelines where their bound does not show that they cannot beat `fastest` (seconds: the fastest
+    plan found before). Adds the replica's graph to `graphs` (by degree)."""
     from placer.cost import open_target
     from placer.cost.replicated import price_replicated, replica_spec
     from placer.errors import PlacerError
@@ -645,7 +708,7 @@ def replicated_candidates(model: str, size: str, spec: str, degree: int, notes: 
             starts = [(n, timings[n].placement) for n in PIPELINE_PLACEMENTS
                       if n in timings and timings[n].placement is not None and timings[n].ok] or [(best[0], best[3])]
             pipelines = _pipelined_replicas(model, size, spec, replicas, graph, target, starts, gpus, notes, say,
-                                            deadline=deadline, graphs=graphs)
+                                            deadline=deadline, graphs=graphs, fastest=fastest)
     name, step_time, step, placement = best
     row = replicas.name if gpus == 1 else f"{replicas.name} over {name}"
     made_by = (f"{degree} replicas of {replicas.batch} samples, one replica placed by heuristic {name.replace(', refined', ', then refined on the simulator')} on {group}, "
@@ -662,19 +725,22 @@ replica, where that divides its slice of the batch."""
 def _pipelined_replicas(model: str, size: str, spec: str, replicas: Replicas, graph: OpGraph, target,
                         starts: Sequence[tuple[str, Placement]], gpus: int, notes: list[str],
                         say: Callable[[str], None], *, deadline: float,
-                        graphs: dict[int, OpGraph] | None = None) -> list[Candidate]:
+                        graphs: dict[int, OpGraph] | None = None, fastest: float = math.inf) -> list[Candidate]:
     """Data parallelism over pipeline stages: each of `replicas` runs its slice of the batch in micro-batches under
     a schedule of one of `starts` (placements of one replica's step, `graph`, on its `gpus` GPUs: the pipelines'
     own and the hybrid's fastest), its merged gradients all-reduced (`placer.cost.replicated.
     price_replicated_schedule`). The fastest schedule of each count of micro-batches is a row. A count is started
     only with HYBRID_REFINE_SECONDS left before `deadline`, and one after the first only while
-    MORE_MICRO_BATCHES_SHARE of what is left holds twice what the count before took. A micro-batch smaller than
-    every slice in `graphs` (slices of the batch -> the step at one) takes its place there: the machine's bound
-    reads it."""
+    MORE_MICRO_BATCHES_SHARE of what is left holds twice what the count before took, and only while one replica's
+    schedule bound over the count (`placer.schedule.predict.schedule_bound` on its GPUs, which its pipeline with
+    the all-reduce after cannot beat) is below `fastest` (seconds: the fastest plan found so far); a larger count
+    only adds work (`_more_micro_batches`). A micro-batch smaller than every slice in `graphs` (slices of the
+    batch -> the step at one) takes its place there: the machine's bound reads it."""
     from placer.cost.replicated import price_replicated_schedule, replica_spec
     from placer.errors import PlacerError
     from placer.models import build_model_apart
     from placer.schedule.micro_batch import placement_at_micro_batch
+    from placer.schedule.predict import schedule_bound
 
     group = replica_spec(spec, replicas.degree)
     rows = []
@@ -695,6 +761,13 @@ def _pipelined_replicas(model: str, size: str, spec: str, replicas: Replicas, gr
         started = time.monotonic()
         say(f"pricing {replicas.name} over pipelines of {count} micro-batches of {replicas.batch // count} samples")
         micro_batch_graph = build_model_apart(model, size, batch=replicas.batch // count)
+        if not math.isinf(fastest):
+            bound = schedule_bound(micro_batch_graph, count, group)
+            if bound.value >= fastest:
+                notes.append(f"{replicas.name}: no pipelines of {count} or more micro-batches: none can beat the "
+                             f"fastest plan found ({fastest * 1e3:.2f} ms), one replica's bound over {count} is "
+                             f"{bound.value * 1e3:.2f} ms")
+                break
         slices = replicas.degree * count
         if graphs is not None and slices > max(graphs, default=0):
             graphs.clear()
@@ -1042,8 +1115,8 @@ def optimize_modeled(args: OptimizeArgs, *, command: str | None = None,
     say_when(graph.summary())
     search = search_modeled(args.model, args.size, str(spec), graph=graph, learn_updates=args.learn_updates,
                             micro_batches=micro_batches, more_micro_batches=more_micro_batches, seed=args.seed,
-                            replica_degrees=degrees,
-                            deadline=started + args.budget,
+                            replica_degrees=degrees, deadline=started + args.budget,
+                            every_schedule=args.micro_batches is not None,  # the user asked to see that count
                             progress=args.progress, say=say_when)
     best = search.fastest
     plan = Plan.made_for(args.model, args.size, best.replica_graph or graph, best.placement, str(spec),

@@ -216,8 +216,8 @@ def test_bad_input_on_a_modeled_machine_is_refused_before_any_work(flags, refusa
 
 @pytest.fixture(scope="module")
 def two_tower(tmp_path_factory):
-    """The tiny two-tower model optimized on two modeled H100s with 2 learning updates (about a minute on 2
-    cores: the exact baseline's 10 s, learning, and the schedules of four placements)."""
+    """The tiny two-tower model optimized on two modeled H100s with 2 learning updates (about 20 s on 2 cores: the
+    exact baseline's 10 s and learning; its schedules cannot beat its fastest placement, so none is priced)."""
     plan = tmp_path_factory.mktemp("modeled") / "plan.json"
     status, out, err = _run(["optimize", "two-tower", "--size", "tiny", "--target", "modeled:2xH100",
                              "--learn-updates", "2", "--no-progress", "--out", str(plan)])
@@ -237,7 +237,12 @@ def test_optimize_on_a_modeled_machine_prints_the_simulated_table_with_its_bound
     learners = re.search(r"the planner alone ([\d.]+) ms.*the planner refined ([\d.]+) ms.*the heuristics refined "
                          r"([\d.]+) ms", out)
     assert learners and float(learners.group(2)) <= float(learners.group(1))
-    assert re.search(r"\+ (gpipe|1f1b|zb-h1|tessel-fast) x2", out)  # schedules searched by default
+    # schedules searched by default, none priced where their bound shows they cannot beat the fastest plan
+    recommended = float(re.search(r"^recommended: .+, ([\d.]+) ms per step simulated$", out, re.M).group(1))
+    schedules = float(re.search(r"the schedules' bound ([\d.]+) ms", out).group(1))
+    assert schedules >= recommended and not re.search(r"\+ (gpipe|1f1b|zb-h1|tessel-fast) x\d", out)
+    assert re.search(r"note: no schedules over 2 micro-batches of .*expert.*: none can beat the fastest plan", out)
+    assert "note: no schedules over 4, 8 micro-batches" in out
     assert "measured" not in out.replace("nothing was measured", "")
 
 
@@ -331,6 +336,71 @@ def test_a_count_s_schedule_bound_is_made_with_its_first_schedules_inside_the_bu
     assert all(c.predicted_seconds >= scheduling.bound.value * (1 - 1e-9) for c in scheduling.scheduled)
 
 
+def test_a_count_whose_bound_the_fastest_plan_beats_is_not_scheduled_and_leaves_learning_the_time():
+    """Two-tower (tiny) over 2 micro-batches on 2 H100s: no schedule beats the count's bound (0.56 ms). Asked to
+    beat a plan slower than that, its schedules are priced; asked to beat one faster, none is, the note says why,
+    and nothing is kept back from learning for them."""
+    import time
+
+    import agents.optimize_modeled as modeled
+    from placer.cost import open_target
+    from placer.heuristics import make_heuristic
+    from placer.models import load_model
+    from placer.schedule.micro_batch import build_micro_batch_graph
+
+    graph, micro_batch_graph = load_model("two-tower", "tiny"), build_micro_batch_graph("two-tower", "tiny", 2)
+    with open_target(graph, "modeled:2xH100") as target:
+        expert = make_heuristic("expert", graph, target.devices, model="two-tower")
+        candidate = Candidate("expert", ("placement",), "modeled:2xH100", expert, predicted=target.evaluate(expert))
+
+        def scheduling_against(fastest):
+            notes = []
+            scheduling = modeled._Scheduling(graph, micro_batch_graph, target, 2, deadline=time.monotonic() + 300,
+                                             notes=notes, say=lambda line: None)
+            scheduling.schedule([candidate], fastest)
+            scheduling.note_skipped()
+            return scheduling, notes
+
+        slower, notes = scheduling_against(1.0)  # a plan of a second: schedules can beat it
+        assert slower.scheduled and not slower.cannot_beat and not notes
+        bound = slower.bound.value
+        faster, notes = scheduling_against(bound * 0.99)
+    assert faster.scheduled == [] and faster.cannot_beat == ["expert"] and faster.bound.value == pytest.approx(bound)
+    assert faster.reserve() == 0.0
+    assert len(notes) == 1 and "no schedules over 2 micro-batches of expert: none can beat" in notes[0]
+
+
+def test_larger_counts_are_not_scheduled_after_one_whose_bound_the_fastest_plan_beats():
+    """More micro-batches, each smaller, only add work: the search relies on it to skip them, so it holds for
+    the zoo's models here (the schedules' work bound at twice the micro-batches is at least as large)."""
+    import time
+    import types
+
+    from agents.optimize_modeled import _more_micro_batches
+    from placer.schedule.micro_batch import build_micro_batch_graph
+    from placer.schedule.predict import schedule_bound
+
+    notes = []
+    beaten = types.SimpleNamespace(cannot_beat=["expert"], micro_batches=2)
+    assert _more_micro_batches("gpt2", "tiny", None, None, (4, 8), [], time.monotonic() + 600, notes,
+                               lambda line: None, took=1.0, fastest=1e-3, after=beaten) == []
+    assert notes == ["no schedules over 4, 8 micro-batches: more micro-batches than 2, whose bound the fastest "
+                     "plan beats, only add work"]
+    for model, spec, count in (("two-tower", "modeled:2xH100", 2), ("gpt2", "modeled:4xH100", 2)):
+        work = [schedule_bound(build_micro_batch_graph(model, "tiny", k), k, spec).work for k in (count, 2 * count)]
+        assert work[1] >= work[0], model
+
+
+def test_a_hybrid_s_pipelines_are_not_priced_where_one_replica_s_bound_cannot_beat_the_fastest_plan():
+    from agents.optimize_modeled import replicated_candidates
+
+    notes = []
+    rows = replicated_candidates("two-tower", "tiny", "modeled:4xH100", 2, notes, fastest=1e-6)
+    assert [c.schedule for c in rows] == [None]  # the hybrid itself, no pipeline of it
+    assert any("data parallel x2: no pipelines of 2 or more micro-batches: none can beat the fastest plan found "
+               "(0.00 ms), one replica's bound over 2 is" in note for note in notes)
+
+
 def test_learning_leaves_the_time_one_more_placement_s_two_schedule_templates_took(monkeypatch):
     import types
 
@@ -390,7 +460,7 @@ def test_every_kind_of_plan_is_at_or_above_the_machine_s_bound_and_data_parallel
     from agents.optimize_modeled import search_modeled
 
     search = search_modeled("two-tower", "tiny", "modeled:2xH100", micro_batches=2, more_micro_batches=(8,),
-                            replica_degrees=(2,))
+                            replica_degrees=(2,), every_schedule=True)
     # the pipelines' placement scheduled over both counts, each plan within its own count's bound
     assert search.micro_batch_counts == (2, 8)
     assert {c.schedule.micro_batches for c in search.scheduled if c.schedule.method == "1f1b"} == {2, 8}
