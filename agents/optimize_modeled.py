@@ -28,7 +28,9 @@ experiments/gpu_machines.py):
    learning cannot spend the budget they need), the `schedule_top` other placements priced fastest and one
    GPU's, each under GPipe, 1F1B, Tessel's fast search and ZB-H1 over the micro-batches, priced op by op
    (`placer.schedule.predict`): seconds to a minute per placement, so the next placement is scheduled only
-   while the budget left holds one of its templates (the longest so far).
+   while the budget left holds one of its templates (the longest so far). A count whose bound the fastest plan
+   found so far beats is not scheduled, nor are larger ones; likewise a hybrid's pipelines (step 2) against one
+   replica's bound: no schedule of them could win, and learning gets their time.
 
 Every plan is read against the machine's bound (`placer.simulate.bound.machine_bound`), which no plan searched,
 replicated, scheduled or placed, can beat. Thread pools and one process are a host CPU's choices, and a GPU machine's ops run on its GPUs: neither is searched.

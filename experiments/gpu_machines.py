@@ -14,7 +14,8 @@ schedule. Each setup is the search of `placer optimize MODEL --target modeled:Nx
 - bound: the step time no placement of the whole batch can beat (`placer.simulate.bound`); schedule bound: what no
   schedule of the first count of micro-batches can beat (`placer.schedule.predict.schedule_bound`); the counts are
   `placer optimize`'s (one per GPU, then the pipelines' placements over twice and four times that, while the
-  budget holds them) unless --micro-batches gives one;
+  budget holds them and until a count's bound shows that none of its schedules can beat the fastest plan found:
+  a note then names the counts left out) unless --micro-batches gives one;
 - single: every op on one GPU; best heuristic: the fastest heuristic placement (the exact baseline included);
 - the learners, each with the share it closed of the gap between the best plan made without them (`baseline`: the
   heuristics' placements and data parallelism, unscheduled) and the machine's bound

@@ -131,8 +131,9 @@ def test_training_improves_on_the_first_samples_and_writes_the_best_placement(en
 
 
 @pytest.mark.parametrize("make_agent", [
-    lambda env: HierarchicalPlanner(env.graph, device_mask(env), SMALL),
-    lambda env: ColocationPlacer(env.graph, device_mask(env), SMALL_COLOCATION),
+    # the two planners without imitation are slow-marked (9 s each): their imitating runs save all they save, and more
+    pytest.param(lambda env: HierarchicalPlanner(env.graph, device_mask(env), SMALL), marks=pytest.mark.slow),
+    pytest.param(lambda env: ColocationPlacer(env.graph, device_mask(env), SMALL_COLOCATION), marks=pytest.mark.slow),
     lambda env: CrossEntropyMethod(device_mask(env), seed=5),
     # self-imitation keeps the best sample in the agent: a resumed run must imitate the same one
     lambda env: HierarchicalPlanner(env.graph, device_mask(env), replace(SMALL, imitation_weight=0.5)),

@@ -61,6 +61,7 @@ def _double(value: int) -> int:
     return 2 * value
 
 
+@pytest.mark.slow  # 13 s; the default run pretrains on worker processes with one killed mid-run, and on Ray
 def test_pretraining_on_two_worker_processes_gives_the_serial_policy(tmp_path, serial_policy):
     from agents.graph_policy.pretrain import pretrain
     from agents.workers import ProcessWorkers
