@@ -15,12 +15,13 @@ experiments/gpu_machines.py):
    placement of its GPUs under every schedule, over one and two micro-batches per GPU of the replica:
    `_pipelined_replicas`). Priced before learning, so that the plan practitioners start from is always a row.
 3. The hierarchical planner trained for --learn-updates on the same simulator (`agents.loop.train`), cut to
-   PLANNER_SHARE of learning's seconds ("planner"); then two refinements on the simulator, coarse to fine
-   (`placer.heuristics.refine`), sharing the rest evenly: the heuristics' fastest placements by successive halving
-   (after each round the faster half goes on; the fastest refined is named after its start: "metis, refined"),
-   and the planner's plan alone ("planner, refined": the refinement as the policy's last step), so that the
-   table reads the planner alone, the planner refined and the heuristics refined side by side
-   (`ModeledSearch.learners`). Learning takes the budget
+   PLANNER_SHARE of learning's seconds ("planner"); then one tournament of refinements on the simulator for the
+   rest, coarse to fine (`placer.heuristics.refine`): the heuristics' fastest placements and the planner's beside
+   them, by successive halving (after each round the faster half goes on; the heuristics' fastest refined is
+   named after its start, "metis, refined", the planner's is "planner, refined": the refinement as the policy's
+   last step, read against the heuristics' at the same time spent), so that the table reads the planner alone,
+   the planner refined and the heuristics refined side by side (`ModeledSearch.learners`), and refining time
+   goes to the starts that stay ahead. Learning takes the budget
    left less what scheduling one more placement over several GPUs needs, judged by the schedules before it, and
    at least half of it.
 4. With schedules (on by default when the model can be built at the micro-batch size): the expert's and the
@@ -79,7 +80,7 @@ LEARNING_SHARE = 0.5
 """Of the budget left when learning starts, the least share it takes when schedules follow it; it takes more when
 the schedules before it showed that scheduling one more placement needs less (`_Scheduling.reserve`)."""
 PLANNER_SHARE = 0.4
-"""Of learning's seconds, the most the hierarchical planner may take; refining the fastest placement found on
+"""Of learning's seconds, the most the hierarchical planner may take; refining the fastest placements found on
 the simulator takes the rest: thousands of moves priced in the time the planner samples a few hundred. Half way
 through its share, a planner whose best is slower than every placement of the refinement's tournament stops
 (`out_of_the_tournament`)."""
@@ -341,16 +342,18 @@ def _learned(graph: OpGraph, spec: str, target, found: list[Candidate], *, learn
              seed: int, notes: list[str], progress: bool, say: Callable[[str], None],
              replicas_of: tuple[str, str, Sequence[int]] | None = None) -> list[Candidate]:
     """The planner's plan ("planner": trained for `learn_updates` updates, at most PLANNER_SHARE of `seconds`),
-    then two refinements on the simulator that share the rest of `seconds` evenly, so that each reads against the
-    other at the same time spent: the heuristics' fastest placements by successive halving
-    (`placer.heuristics.refine.refine_starts`, named after the start that won: "metis, refined"), and the planner's
-    plan alone ("planner, refined": the refinement as the policy's last step). The heuristics' runs first: time it
-    leaves at its local optimum goes to the planner's.
+    then one tournament of refinements on the simulator for the rest (`placer.heuristics.refine.refine_starts`):
+    the heuristics' fastest placements and the planner's beside them, the faster half going on after each round.
+    The heuristics' best is named after its start ("metis, refined"); the planner's is "planner, refined" (the
+    refinement as the policy's last step), read against the heuristics' at the same time spent. Every start gets
+    time for as long as it is among the faster half, so a planner's plan that is not worth refining costs a
+    round, not half of the time.
 
     replicas_of: (model, size, degrees): the planner chooses among those degrees of data parallelism too; when it
-    chose more than one replica, its refinement moves the ops of one replica over the replica's GPUs (nothing to
-    move, and the heuristics' refinement takes all the time, when a replica has one GPU)."""
-    from placer.heuristics.refine import TOURNAMENT_STARTS, Refiner, refine_starts
+    chose more than one replica, its replica is another graph: the tournament takes half the time and the replica's
+    placement is refined over the replica's GPUs for the rest (nothing to move, and the tournament takes all the
+    time, when a replica has one GPU)."""
+    from placer.heuristics.refine import TOURNAMENT_STARTS, refine_starts
     from placer.placement import Placement
 
     if seconds < 1:
@@ -390,37 +393,57 @@ def _learned(graph: OpGraph, spec: str, target, found: list[Candidate], *, learn
                 seen.add(tuple(candidate.placement.group_devices))
                 starts.append(candidate)
         entrants = ", ".join(c.name for c in starts[:TOURNAMENT_STARTS])
-        halfway = time.monotonic() + (until - time.monotonic()) / 2 if policy_start is not None else until
-        say(f"refining the placements of {entrants} on the simulator, the faster half going on after each round, "
-            f"at most {halfway - time.monotonic():.0f} s")
+        # The planner's placement enters the heuristics' tournament: it gets refining time for as long as it is
+        # among the faster half, read against them at the same time spent. A replicated plan's replica is another
+        # graph, refined on its own for half the time.
+        challenger = policy_start is not None and not replicated
+        halfway = time.monotonic() + (until - time.monotonic()) / 2 if replicated and policy_start is not None else until
+        say(f"refining the placements of {entrants}{' and the planner' if challenger else ''} on the simulator, the "
+            f"faster half going on after each round, at most {halfway - time.monotonic():.0f} s")
         refinements = refine_starts(graph, target.simulator, [c.placement.group_device_array for c in starts],
-                                    deadline=halfway, seed=seed)
-        best = min(range(len(refinements)), key=lambda k: refinements[k].seconds)
-        refined, start = refinements[best], starts[best]
+                                    deadline=halfway, seed=seed,
+                                    challengers=[policy_start.group_device_array] if challenger else [])
+        heuristics_refined = refinements[:min(len(starts), TOURNAMENT_STARTS)]
+        best = min(range(len(heuristics_refined)), key=lambda k: heuristics_refined[k].seconds)
+        refined, start = heuristics_refined[best], starts[best]
         placement = Placement.from_assignment(graph, target.devices, refined.group_devices)
         others = [f"{starts[k].name}'s {r.seconds * 1e3:.2f} ms after {r.wall_seconds:.0f} s"
-                  for k, r in enumerate(refinements) if k != best and r.wall_seconds > 0]
+                  for k, r in enumerate(heuristics_refined) if k != best and r.wall_seconds > 0]
         name = start.placement_name.split(" = ")[0] + REFINED
         made.append(Candidate(
             name, ("placement",), spec, placement, predicted=target.evaluate(placement),
             made_by=f"{start.name}'s placement refined on the simulator ({_refinement_made(refined)}"
                     + (f"; fastest of {len(others) + 1} starts refined, the others ended at {', '.join(others)})"
                        if others else ")")))
-        if policy_start is not None:
+        if challenger:
+            made.append(_planner_in_the_tournament(graph, spec, target, refinements[-1], heuristics_refined))
+        elif policy_start is not None:
             say(f"refining the planner's plan on the simulator, at most {until - time.monotonic():.0f} s")
-            if replicated:
-                made.append(_refined_replicated_planner(pricer, made[0], until, seed))
-            else:
-                refinement = Refiner(graph, target.simulator, policy_start.group_device_array, seed=seed).run(until)
-                placement = Placement.from_assignment(graph, target.devices, refinement.group_devices)
-                name = PLANNER + REFINED
-                made.append(Candidate(name, ("placement",), spec, placement, predicted=target.evaluate(placement),
-                                      made_by=f"the planner's placement refined on the simulator "
-                                              f"({_refinement_made(refinement)})"))
+            made.append(_refined_replicated_planner(pricer, made[0], until, seed))
         return made
     finally:
         if pricer is not None:
             pricer.close()
+
+
+def _planner_in_the_tournament(graph: OpGraph, spec: str, target, refinement, heuristics_refined) -> Candidate:
+    """The planner's placement as refined in the heuristics' tournament ("planner, refined"), with its standing
+    there: against the heuristics' fastest at the end of the last round it ran in, the same time spent (in its
+    placement's metadata, "tournament_standing", and in what made it)."""
+    from placer.heuristics.refine import standing
+    from placer.placement import Placement
+
+    read = standing(refinement, heuristics_refined)
+    metadata = {} if read is None else {"tournament_standing": dataclasses.asdict(read)}
+    placement = Placement.from_assignment(graph, target.devices, refinement.group_devices, metadata)
+    made_by = f"the planner's placement refined on the simulator ({_refinement_made(refinement)})"
+    if read is not None:
+        stayed = "to its last round" if read.last else f"for {read.rounds} round(s), then halved away"
+        made_by += (f", in the heuristics' tournament {stayed}: {read.seconds * 1e3:.2f} ms against the heuristics' "
+                    f"fastest {read.others_seconds * 1e3:.2f} ms at the end of round {read.rounds} "
+                    f"({100 * read.ahead:+.1f}%)")
+    return Candidate(PLANNER + REFINED, ("placement",), spec, placement, predicted=target.evaluate(placement),
+                     made_by=made_by)
 
 
 def _refinement_made(refinement) -> str:

@@ -22,9 +22,11 @@ schedule. Each setup is the search of `placer optimize MODEL --target modeled:Nx
   (`agents.optimize_modeled.ModeledSearch.learners`): planner, what the policy learned in what the budget leaves
   it (the hierarchical planner's best sample, trained on the simulator, at most --learn-updates, choosing data
   parallelism's degree too where replicas were priced), and it over the best plan; planner refined, its plan
-  refined on the simulator by greedy moves (`placer.heuristics.refine`); heuristics refined, the fastest
-  placements of the heuristics refined the same way for the same time (or the fastest plan made without the
-  planner, where that is faster), and the planner refined against it;
+  refined on the simulator by greedy moves (`placer.heuristics.refine`) in one tournament with the heuristics'
+  fastest placements, the faster half going on after each round; heuristics refined, the fastest placements of
+  the heuristics refined there (or the fastest plan made without the planner, where that is faster), the planner
+  refined against it, and against the heuristics' fastest at the end of the last round the planner's plan ran
+  in (the same time spent: `planner_refined_same_time_vs_heuristics_pct`);
 - refined: the heuristics' refined placement (not learned: `refined_from` names the start that won); its best
   schedule, its share of the best heuristic placement's gap to the placements' bound closed, and against the
   expert's placement (the seed papers' metric);
@@ -66,6 +68,8 @@ from experiments._report import write_report  # noqa: E402
 COLUMNS = ["setup", "bound_ms", "schedule_bound_ms", "single_ms", "placement", "placement_ms", "baseline", "baseline_ms", "planner_ms", "planner_replicas", "planner_x_best",
            "planner_closed_pct", "planner_refined_ms", "planner_refined_closed_pct", "heuristics_refined",
            "heuristics_refined_ms", "heuristics_refined_closed_pct", "planner_refined_vs_heuristics_refined_pct",
+           "planner_refined_rounds", "planner_refined_at_its_last_round_ms",
+           "heuristics_refined_at_that_round_ms", "planner_refined_same_time_vs_heuristics_pct",
            "refined_ms", "refined_from", "refined_schedule",
            "refined_scheduled_ms", "refined_gap_closed_pct", "refined_vs_expert_pct", "expert_ms", "expert_schedule",
            "expert_scheduled_ms", "stages_ms", "pipeline_best", "pipeline_speedup", "bubble_arithmetic", "sequential",
@@ -220,7 +224,21 @@ def learner_columns(search) -> dict:
             "heuristics_refined": None if heuristics is None else heuristics.name,
             "heuristics_refined_ms": ms(heuristics), "heuristics_refined_closed_pct": closed_pct(heuristics),
             "planner_refined_vs_heuristics_refined_pct":
-                None if refined is None or heuristics is None else 100 * (1 - refined.predicted_seconds / heuristics.predicted_seconds)}
+                None if refined is None or heuristics is None else 100 * (1 - refined.predicted_seconds / heuristics.predicted_seconds),
+            **_tournament_standing(refined)}
+
+
+def _tournament_standing(refined) -> dict:
+    """The planner's plan as it stood in the refinement's tournament (`agents.optimize_modeled`): the rounds it
+    ran in, and it against the heuristics' fastest at the end of the last of them, the same time spent."""
+    standing = None if refined is None else refined.placement.metadata.get("tournament_standing")
+    if standing is None:
+        return {"planner_refined_rounds": None, "planner_refined_at_its_last_round_ms": None,
+                "heuristics_refined_at_that_round_ms": None, "planner_refined_same_time_vs_heuristics_pct": None}
+    return {"planner_refined_rounds": standing["rounds"],
+            "planner_refined_at_its_last_round_ms": standing["seconds"] * 1e3,
+            "heuristics_refined_at_that_round_ms": standing["others_seconds"] * 1e3,
+            "planner_refined_same_time_vs_heuristics_pct": 100 * (1 - standing["seconds"] / standing["others_seconds"])}
 
 
 def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float], bound: float | None = None,
@@ -417,7 +435,11 @@ def main(argv=None) -> int:
                    f"{row['refined_gap_closed_pct'] or 0:.0f} % of the gap closed")
         planner = ("" if row.get("planner_ms") is None else
                    f"planner {row['planner_ms']:.2f} ms ({row['planner_replicas']} replica(s), "
-                   f"{row['planner_x_best']:.2f}x the best), refined {_ms(row['planner_refined_ms'])}; "
+                   f"{row['planner_x_best']:.2f}x the best), refined {_ms(row['planner_refined_ms'])}"
+                   + ("" if row["planner_refined_rounds"] is None else
+                      f" (after round {row['planner_refined_rounds']} of the tournament "
+                      f"{row['planner_refined_same_time_vs_heuristics_pct']:+.1f}% against the heuristics')")
+                   + "; "
                    f"heuristics refined {_ms(row['heuristics_refined_ms'])}; ")
         print(f"{row['setup']}: bound {row['bound_ms']:.2f} ms, best heuristic {row['placement_ms']:.2f} ms "
               f"({row['placement']}), {planner}{refined}; joint {row['joint_ms']:.2f} ms ({row['joint']}); "

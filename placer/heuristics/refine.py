@@ -59,6 +59,9 @@ class Refinement:
     finest_pieces: int
     """Pieces of the finest level reached (the units of the graph when refining got to single units)."""
     wall_seconds: float
+    round_seconds: tuple[float, ...] = ()
+    """Its simulated step time at the end of each round of `refine_starts` it ran in (empty outside one): each
+    round's time is dealt out evenly, so two refinements compare at the same time spent in the same round."""
 
     @property
     def gain(self) -> float:
@@ -111,6 +114,7 @@ class Refiner:
         self.levels = piece_levels(units, self.devices)
         self.evaluations = self.moves = self.finest_pieces = 0
         self.wall_seconds = 0.0
+        self.round_seconds: list[float] = []  # filled by `refine_starts`
         self.best = self._score(self.current)
         self.start_seconds = self.best[1] if not self.best[0] else math.inf
         self.at_optimum = False
@@ -128,7 +132,7 @@ class Refiner:
 
     def refinement(self) -> Refinement:
         return Refinement(self.current.copy(), self.start_seconds, self.seconds, self.evaluations, self.moves,
-                          self.finest_pieces, self.wall_seconds)
+                          self.finest_pieces, self.wall_seconds, tuple(self.round_seconds))
 
     def run(self, until: float) -> Refinement:
         """Refine until `until` (a `time.monotonic()`) or the local optimum, whichever comes first."""
@@ -216,22 +220,57 @@ class Refiner:
         return float(over), result.step_time
 
 
-def refine_starts(graph: OpGraph, simulator, starts: Sequence[np.ndarray], *, deadline: float,
-                  seed: int = 0, devices_tried: str = "neighbours") -> list[Refinement]:
-    """Refine the first `TOURNAMENT_STARTS` of `starts` by successive halving until `deadline`: the time left is
-    cut into a round per halving, each round's time split evenly over the starts still in it, and after a round
-    the faster half goes on from where it stopped; in the last round the fastest goes on alone. A refinement that
-    reaches its local optimum leaves the rest of its turn to the others, and one still in the last round with time
-    left hands it to the next fastest. Local optima differ by start and are not ranked by the starts' own step
-    times: on NMT-2 at paper size on 2 modeled V100s, 140 s from each heuristic's placement ended between 234.5 and
-    247.2 ms, the fastest start among the worst ends (docs/results/learned-placement.md).
+@dataclass(frozen=True)
+class RoundStanding:
+    """A refinement of a tournament (`refine_starts`) against the fastest of the others at the same time spent: at
+    the end of the last round both ran in."""
 
-    Returns a refinement per start in the tournament, in the order of `starts`: one never run (the deadline had
-    passed) is its start, with no wall time."""
-    if not len(starts):
+    rounds: int
+    """The rounds it ran in, and at whose end the two are read."""
+    seconds: float
+    others_seconds: float
+    """The fastest of the others at the end of that round (one halved away before it: at its last round)."""
+    last: bool
+    """True when it ran in the tournament's last round: it was never halved away."""
+
+    @property
+    def ahead(self) -> float:
+        """Its step's share shorter than the others' fastest (negative: behind)."""
+        return 1 - self.seconds / self.others_seconds
+
+
+def standing(refinement: Refinement, others: Sequence[Refinement]) -> RoundStanding | None:
+    """`refinement` read against the fastest of `others` of the same tournament at the same time spent; None where
+    it, or all of them, ran no round."""
+    rounds_run = [len(o.round_seconds) for o in others if o.round_seconds]
+    if not refinement.round_seconds or not rounds_run:
+        return None
+    rounds = min(len(refinement.round_seconds), max(rounds_run))
+    others_seconds = min(o.round_seconds[min(rounds, len(o.round_seconds)) - 1] for o in others if o.round_seconds)
+    return RoundStanding(rounds, refinement.round_seconds[rounds - 1], others_seconds,
+                         len(refinement.round_seconds) >= max(rounds_run))
+
+
+def refine_starts(graph: OpGraph, simulator, starts: Sequence[np.ndarray], *, deadline: float,
+                  seed: int = 0, devices_tried: str = "neighbours",
+                  challengers: Sequence[np.ndarray] = ()) -> list[Refinement]:
+    """Refine the first `TOURNAMENT_STARTS` of `starts`, and every one of `challengers` beside them, by successive
+    halving until `deadline`: the time left is cut into a round per halving, each round's time split evenly over
+    the starts still in it, and after a round the faster half goes on from where it stopped; in the last round the
+    fastest goes on alone. A refinement that reaches its local optimum leaves the rest of its turn to the others,
+    and one still in the last round with time left hands it to the next fastest. Local optima differ by start and
+    are not ranked by the starts' own step times: on NMT-2 at paper size on 2 modeled V100s, 140 s from each
+    heuristic's placement ended between 234.5 and 247.2 ms, the fastest start among the worst ends
+    (docs/results/learned-placement.md). A challenger (a start no heuristic made: the planner's plan) competes for
+    the time on the same terms, so that a start worth refining gets it and one that is not leaves after a round.
+
+    Returns a refinement per start in the tournament, in the order of `starts` then `challengers`, each with its
+    step time at the end of every round it ran in: one never run (the deadline had passed) is its start, with no
+    wall time."""
+    entrants = [*starts[:TOURNAMENT_STARTS], *challengers]
+    if not entrants:
         raise ValueError("refine_starts needs at least one start")
-    refiners = [Refiner(graph, simulator, start, seed=seed, devices_tried=devices_tried)
-                for start in starts[:TOURNAMENT_STARTS]]
+    refiners = [Refiner(graph, simulator, start, seed=seed, devices_tried=devices_tried) for start in entrants]
 
     def fastest_first(indices) -> list[int]:
         return sorted(indices, key=lambda k: refiners[k].best)
@@ -250,5 +289,7 @@ def refine_starts(graph: OpGraph, simulator, starts: Sequence[np.ndarray], *, de
         for turn, k in enumerate(running):
             # Even shares of what is left: one that reaches its optimum early leaves its time to those after it.
             refiners[k].run(time.monotonic() + (round_end - time.monotonic()) / (len(running) - turn))
+        for k in alive:
+            refiners[k].round_seconds.append(refiners[k].seconds)
         alive = fastest_first(alive)[:math.ceil(len(alive) / 2)]
     return [refiner.refinement() for refiner in refiners]

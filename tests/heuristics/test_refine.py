@@ -113,6 +113,49 @@ def test_the_tournament_refines_its_first_starts_and_keeps_each_result(hand_buil
     assert all(r.seconds == pytest.approx(30 * hand_built.MS, rel=0.05) for r in refinements)
 
 
+def test_a_challenger_enters_beside_the_first_starts_and_each_records_its_rounds(hand_built):
+    from placer.heuristics.refine import TOURNAMENT_STARTS, refine_starts
+
+    graph = hand_built.towers_graph(towers=2, depth=3)
+    simulator = hand_built.simulator(graph, hand_built.devices(),
+                                     {f"t{t}/op{i}": TOWER_MS for t in range(2) for i in range(3)})
+    starts = [everything_on(graph, k % 2) for k in range(TOURNAMENT_STARTS + 2)]
+    challenger = np.arange(len(graph.groups)) % 2  # the towers' ops alternate: every edge cut
+    refinements = refine_starts(graph, simulator, starts, deadline=time.monotonic() + 60, challengers=[challenger])
+    assert len(refinements) == TOURNAMENT_STARTS + 1
+    assert refinements[-1].start_seconds == pytest.approx(simulator.simulate(challenger).step_time)
+    assert refinements[-1].seconds < refinements[-1].start_seconds  # refined like the others
+    # every entrant ran the first round, and its last round's step is where it ended
+    assert all(r.round_seconds and r.round_seconds[-1] == r.seconds for r in refinements)
+
+
+def _ran(*round_ms):
+    from placer.heuristics.refine import Refinement
+
+    return Refinement(np.zeros(1, np.int64), 100.0, round_ms[-1], 1, 0, 1, 1.0, tuple(round_ms))
+
+
+@pytest.mark.parametrize("challenger, heuristics, expected", [
+    # halved away after the first round: read at its end, against the heuristics' fastest then, not at the finish
+    (_ran(60), [_ran(50, 40, 30), _ran(55, 45), _ran(70)], (1, 60, 50, False)),
+    # never halved away: read at the last round a heuristic ran in, the same time spent
+    (_ran(50, 40, 38, 35), [_ran(52, 45, 41), _ran(55, 47)], (3, 38, 41, True)),
+])
+def test_a_challenger_is_read_against_the_heuristics_at_the_same_round(challenger, heuristics, expected):
+    from placer.heuristics.refine import standing
+
+    read = standing(challenger, heuristics)
+    assert (read.rounds, read.seconds, read.others_seconds, read.last) == expected
+    assert read.ahead == pytest.approx(1 - expected[1] / expected[2])
+
+
+def test_a_refinement_that_ran_no_round_has_no_standing():
+    from placer.heuristics.refine import Refinement, standing
+
+    never = Refinement(np.zeros(1, np.int64), 100.0, 100.0, 1, 0, 0, 0.0)
+    assert standing(never, [_ran(50)]) is None and standing(_ran(50), [never]) is None
+
+
 def four_devices():
     from placer.devices import machine_from_dict
 
