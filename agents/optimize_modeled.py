@@ -350,10 +350,10 @@ def _learned(graph: OpGraph, spec: str, target, found: list[Candidate], *, learn
     round, not half of the time.
 
     replicas_of: (model, size, degrees): the planner chooses among those degrees of data parallelism too; when it
-    chose more than one replica, its replica is another graph: the tournament takes half the time and the replica's
-    placement is refined over the replica's GPUs for the rest (nothing to move, and the tournament takes all the
-    time, when a replica has one GPU)."""
-    from placer.heuristics.refine import TOURNAMENT_STARTS, refine_starts
+    chose more than one replica, its replica is another graph: its placement is refined over the replica's GPUs
+    first, for the share one start gets in the tournament's first round, and read against the heuristics at the
+    end of that round (nothing to move, and the tournament takes all the time, when a replica has one GPU)."""
+    from placer.heuristics.refine import TOURNAMENT_STARTS, RoundStanding, refine_starts, standing
     from placer.placement import Placement
 
     if seconds < 1:
@@ -395,13 +395,19 @@ def _learned(graph: OpGraph, spec: str, target, found: list[Candidate], *, learn
         entrants = ", ".join(c.name for c in starts[:TOURNAMENT_STARTS])
         # The planner's placement enters the heuristics' tournament: it gets refining time for as long as it is
         # among the faster half, read against them at the same time spent. A replicated plan's replica is another
-        # graph, refined on its own for half the time.
+        # graph, priced with its gradients' exchange: it is refined first, for the share one start gets in the
+        # tournament's first round, and read against the heuristics at the end of that round.
         challenger = policy_start is not None and not replicated
-        halfway = time.monotonic() + (until - time.monotonic()) / 2 if replicated and policy_start is not None else until
+        replica_refined = None
+        if policy_start is not None and replicated:
+            heuristics = min(len(starts), TOURNAMENT_STARTS)
+            share = (until - time.monotonic()) / (heuristics * (math.ceil(math.log2(heuristics)) + 1) + 1)
+            say(f"refining the planner's replica on the simulator, at most {share:.0f} s")
+            replica_refined = _refined_replicated_planner(pricer, made[0], time.monotonic() + share, seed)
         say(f"refining the placements of {entrants}{' and the planner' if challenger else ''} on the simulator, the "
-            f"faster half going on after each round, at most {halfway - time.monotonic():.0f} s")
+            f"faster half going on after each round, at most {until - time.monotonic():.0f} s")
         refinements = refine_starts(graph, target.simulator, [c.placement.group_device_array for c in starts],
-                                    deadline=halfway, seed=seed,
+                                    deadline=until, seed=seed,
                                     challengers=[policy_start.group_device_array] if challenger else [])
         heuristics_refined = refinements[:min(len(starts), TOURNAMENT_STARTS)]
         best = min(range(len(heuristics_refined)), key=lambda k: heuristics_refined[k].seconds)
@@ -416,34 +422,35 @@ def _learned(graph: OpGraph, spec: str, target, found: list[Candidate], *, learn
                     + (f"; fastest of {len(others) + 1} starts refined, the others ended at {', '.join(others)})"
                        if others else ")")))
         if challenger:
-            made.append(_planner_in_the_tournament(graph, spec, target, refinements[-1], heuristics_refined))
-        elif policy_start is not None:
-            say(f"refining the planner's plan on the simulator, at most {until - time.monotonic():.0f} s")
-            made.append(_refined_replicated_planner(pricer, made[0], until, seed))
+            refinement = refinements[-1]
+            placement = Placement.from_assignment(graph, target.devices, refinement.group_devices)
+            planner_refined = Candidate(PLANNER + REFINED, ("placement",), spec, placement,
+                                        predicted=target.evaluate(placement),
+                                        made_by=f"the planner's placement refined on the simulator "
+                                                f"({_refinement_made(refinement)})")
+            made.append(_with_standing(planner_refined, standing(refinement, heuristics_refined)))
+        elif replica_refined is not None:
+            first_round = [r.round_seconds[0] for r in heuristics_refined if r.round_seconds]
+            made.append(_with_standing(replica_refined, RoundStanding(
+                1, replica_refined.predicted_seconds, min(first_round), last=False) if first_round else None))
         return made
     finally:
         if pricer is not None:
             pricer.close()
 
 
-def _planner_in_the_tournament(graph: OpGraph, spec: str, target, refinement, heuristics_refined) -> Candidate:
-    """The planner's placement as refined in the heuristics' tournament ("planner, refined"), with its standing
-    there: against the heuristics' fastest at the end of the last round it ran in, the same time spent (in its
-    placement's metadata, "tournament_standing", and in what made it)."""
-    from placer.heuristics.refine import standing
-    from placer.placement import Placement
-
-    read = standing(refinement, heuristics_refined)
-    metadata = {} if read is None else {"tournament_standing": dataclasses.asdict(read)}
-    placement = Placement.from_assignment(graph, target.devices, refinement.group_devices, metadata)
-    made_by = f"the planner's placement refined on the simulator ({_refinement_made(refinement)})"
-    if read is not None:
-        stayed = "to its last round" if read.last else f"for {read.rounds} round(s), then halved away"
-        made_by += (f", in the heuristics' tournament {stayed}: {read.seconds * 1e3:.2f} ms against the heuristics' "
-                    f"fastest {read.others_seconds * 1e3:.2f} ms at the end of round {read.rounds} "
-                    f"({100 * read.ahead:+.1f}%)")
-    return Candidate(PLANNER + REFINED, ("placement",), spec, placement, predicted=target.evaluate(placement),
-                     made_by=made_by)
+def _with_standing(planner_refined: Candidate, read) -> Candidate:
+    """The planner's refined plan with how it stood against the heuristics' refinements at the same time spent
+    (a `placer.heuristics.refine.RoundStanding`, None where there is no reading): in its placement's metadata
+    ("tournament_standing") and in what made it."""
+    if read is None:
+        return planner_refined
+    stayed = "to its last round" if read.last else f"for {read.rounds} round(s)"
+    return dataclasses.replace(
+        planner_refined, placement=planner_refined.placement.with_metadata(tournament_standing=dataclasses.asdict(read)),
+        made_by=f"{planner_refined.made_by}; in the heuristics' tournament {stayed}: {read.seconds * 1e3:.2f} ms "
+                f"against the heuristics' fastest {read.others_seconds * 1e3:.2f} ms at the end of round "
+                f"{read.rounds} ({100 * read.ahead:+.1f}%)")
 
 
 def _refinement_made(refinement) -> str:

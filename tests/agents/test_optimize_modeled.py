@@ -586,3 +586,42 @@ def _devices_of(graph, spec):
 
     with open_target(graph, spec) as target:
         return target.devices
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_the_planner_s_plan_is_refined_beside_the_heuristics_and_read_against_them_at_the_same_time(
+        monkeypatch, replicas):
+    """Two-tower (tiny) on 4 modeled H100s, the planner's training replaced by a plan of round-robin's: a plan of the
+    whole batch enters the heuristics' tournament; a plan of 2 replicas (2 GPUs each, another graph) is refined
+    first for one start's share of the first round. Either is read against the heuristics' fastest at the end of
+    the last round it ran in."""
+    import time
+
+    import agents.optimize_modeled as optimize_modeled
+    from placer.cost import open_target
+    from placer.heuristics import make_heuristic
+    from placer.models import load_model
+
+    graph = load_model("two-tower", "tiny")
+    with open_target(graph, "modeled:4xH100") as target:
+        found = [Candidate(name, ("placement",), "modeled:4xH100", placement, predicted=target.evaluate(placement))
+                 for name in ("single-device", "metis", "round-robin")
+                 for placement in [make_heuristic(name, graph, target.devices, model="two-tower",
+                                                  simulator=target.simulator)]]
+        planned = found[2].placement.with_metadata(replicas=replicas, method="hierarchical planner")
+        monkeypatch.setattr(optimize_modeled, "learned_placement", lambda *args, **kwargs: planned)
+        started, seconds = time.monotonic(), 6.0
+        made = optimize_modeled._learned(graph, "modeled:4xH100", target, found, learn_updates=1, seconds=seconds,
+                                         seed=0, notes=[], progress=False, say=lambda line: None,
+                                         replicas_of=("two-tower", "tiny", (2,)))
+        took = time.monotonic() - started
+    names = [c.name for c in made]
+    assert names[0] == "planner" and names[-1] == "planner, refined" and names[1].endswith(", refined")
+    assert (made[-1].replicas is None) == (replicas == 1)
+    read = made[-1].placement.metadata["tournament_standing"]
+    assert read["seconds"] == pytest.approx(made[-1].predicted_seconds) or replicas == 1
+    assert read["others_seconds"] >= made[1].predicted_seconds  # the heuristics went on from there, or stopped
+    assert "in the heuristics' tournament" in made[-1].made_by and f"round {read['rounds']}" in made[-1].made_by
+    if replicas == 2:
+        assert read["rounds"] == 1 and not read["last"]
+    assert took < seconds + 3  # one budget for both, not one each
