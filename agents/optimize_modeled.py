@@ -353,7 +353,7 @@ def _learned(graph: OpGraph, spec: str, target, found: list[Candidate], *, learn
     chose more than one replica, its replica is another graph: its placement is refined over the replica's GPUs
     first, for the share one start gets in the tournament's first round, and read against the heuristics at the
     end of that round (nothing to move, and the tournament takes all the time, when a replica has one GPU)."""
-    from placer.heuristics.refine import TOURNAMENT_STARTS, RoundStanding, refine_starts, standing
+    from placer.heuristics.refine import TOURNAMENT_STARTS, refine_starts, standing
     from placer.placement import Placement
 
     if seconds < 1:
@@ -428,11 +428,10 @@ def _learned(graph: OpGraph, spec: str, target, found: list[Candidate], *, learn
                                         predicted=target.evaluate(placement),
                                         made_by=f"the planner's placement refined on the simulator "
                                                 f"({_refinement_made(refinement)})")
-            made.append(_with_standing(planner_refined, standing(refinement, heuristics_refined)))
-        elif replica_refined is not None:
-            first_round = [r.round_seconds[0] for r in heuristics_refined if r.round_seconds]
-            made.append(_with_standing(replica_refined, RoundStanding(
-                1, replica_refined.predicted_seconds, min(first_round), last=False) if first_round else None))
+            made.append(_with_standing(planner_refined, standing(refinement.round_seconds, heuristics_refined)))
+        elif replica_refined is not None:  # one round's share, read at the end of the tournament's first round
+            made.append(_with_standing(replica_refined,
+                                       standing((replica_refined.predicted_seconds,), heuristics_refined)))
         return made
     finally:
         if pricer is not None:

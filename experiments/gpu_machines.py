@@ -231,14 +231,16 @@ def learner_columns(search) -> dict:
 def _tournament_standing(refined) -> dict:
     """The planner's plan as it stood in the refinement's tournament (`agents.optimize_modeled`): the rounds it
     ran in, and it against the heuristics' fastest at the end of the last of them, the same time spent."""
-    standing = None if refined is None else refined.placement.metadata.get("tournament_standing")
-    if standing is None:
+    from placer.heuristics.refine import RoundStanding
+
+    recorded = None if refined is None else refined.placement.metadata.get("tournament_standing")
+    if recorded is None:
         return {"planner_refined_rounds": None, "planner_refined_at_its_last_round_ms": None,
                 "heuristics_refined_at_that_round_ms": None, "planner_refined_same_time_vs_heuristics_pct": None}
-    return {"planner_refined_rounds": standing["rounds"],
-            "planner_refined_at_its_last_round_ms": standing["seconds"] * 1e3,
-            "heuristics_refined_at_that_round_ms": standing["others_seconds"] * 1e3,
-            "planner_refined_same_time_vs_heuristics_pct": 100 * (1 - standing["seconds"] / standing["others_seconds"])}
+    read = RoundStanding(**recorded)
+    return {"planner_refined_rounds": read.rounds, "planner_refined_at_its_last_round_ms": read.seconds * 1e3,
+            "heuristics_refined_at_that_round_ms": read.others_seconds * 1e3,
+            "planner_refined_same_time_vs_heuristics_pct": 100 * read.ahead}
 
 
 def summarize(alone: dict[str, float], scheduled: dict[tuple[str, str], float], bound: float | None = None,

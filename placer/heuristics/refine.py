@@ -239,16 +239,16 @@ class RoundStanding:
         return 1 - self.seconds / self.others_seconds
 
 
-def standing(refinement: Refinement, others: Sequence[Refinement]) -> RoundStanding | None:
-    """`refinement` read against the fastest of `others` of the same tournament at the same time spent; None where
-    it, or all of them, ran no round."""
+def standing(round_seconds: Sequence[float], others: Sequence[Refinement]) -> RoundStanding | None:
+    """A start whose step time at the end of each round it ran in was `round_seconds` (a refinement's of the
+    tournament, or one round's of a plan refined apart for one start's share of it), read against the fastest of
+    `others` of the tournament at the same time spent; None where it, or all of them, ran no round."""
     rounds_run = [len(o.round_seconds) for o in others if o.round_seconds]
-    if not refinement.round_seconds or not rounds_run:
+    if not len(round_seconds) or not rounds_run:
         return None
-    rounds = min(len(refinement.round_seconds), max(rounds_run))
+    rounds = min(len(round_seconds), max(rounds_run))
     others_seconds = min(o.round_seconds[min(rounds, len(o.round_seconds)) - 1] for o in others if o.round_seconds)
-    return RoundStanding(rounds, refinement.round_seconds[rounds - 1], others_seconds,
-                         len(refinement.round_seconds) >= max(rounds_run))
+    return RoundStanding(rounds, round_seconds[rounds - 1], others_seconds, len(round_seconds) >= max(rounds_run))
 
 
 def refine_starts(graph: OpGraph, simulator, starts: Sequence[np.ndarray], *, deadline: float,

@@ -144,7 +144,7 @@ def _ran(*round_ms):
 def test_a_challenger_is_read_against_the_heuristics_at_the_same_round(challenger, heuristics, expected):
     from placer.heuristics.refine import standing
 
-    read = standing(challenger, heuristics)
+    read = standing(challenger.round_seconds, heuristics)
     assert (read.rounds, read.seconds, read.others_seconds, read.last) == expected
     assert read.ahead == pytest.approx(1 - expected[1] / expected[2])
 
@@ -153,7 +153,7 @@ def test_a_refinement_that_ran_no_round_has_no_standing():
     from placer.heuristics.refine import Refinement, standing
 
     never = Refinement(np.zeros(1, np.int64), 100.0, 100.0, 1, 0, 0, 0.0)
-    assert standing(never, [_ran(50)]) is None and standing(_ran(50), [never]) is None
+    assert standing(never.round_seconds, [_ran(50)]) is None and standing((50,), [never]) is None
 
 
 def four_devices():
