@@ -36,6 +36,12 @@ NMT-4 (paper size) on 8 modeled H100s, 240 s of refining ended at 52.27 ms with 
 every device (the neighbours' rule was ahead at every checkpoint from 15 s); of the Transformer, 24.28 against
 24.51 ms, every device tried after the neighbours' optimum (`experiments/probes/refine_devices.py`, 2026-11-29,
 results/refine_devices_nmt4.json, results/refine_devices_transformer_fallback.json)."""
+PIECE_CHOICES = ("every", "learned")
+"""Which pieces a pass tries: every piece of the level, in random order; or, with "learned", those a model fitted on
+the moves tried so far scores best (`placer.heuristics.move_proposal`), and every piece once they move nothing.
+From the fastest heuristic's placement of NMT-4 (paper size) on 8 modeled H100s, 240 s of the learned choice ended
+at 53.37 ms against every piece's 52.06 (the Transformer: 24.16 against 24.27), ahead only in the first 30 s
+(`experiments/probes/move_proposal.py`, 2026-11-29): every piece is the default."""
 LEVEL_GAIN = 0.01
 """A level is left for the next, finer one after a pass over its pieces shortened the step by less than this
 share: coarse moves stop paying long before they stop finding anything. The finest level goes on while any
@@ -79,37 +85,48 @@ def piece_levels(units: int, devices: int) -> list[int]:
 
 
 def refine_placement(graph: OpGraph, simulator, start: np.ndarray, *, deadline: float, seed: int = 0,
-                     devices_tried: str = "neighbours") -> Refinement:
+                     devices_tried: str = "neighbours", pieces_tried: str = "every") -> Refinement:
     """Refine `start` ([U] device index per unit of `graph`) on `simulator` until `deadline` (a
     `time.monotonic()`) or until no move of a single unit shortens the step. Only devices the unit has kernels for
     are tried, and a placement that runs out of memory never replaces one that fits (from a start that does not
     fit, moves that overflow the devices' memory by less are kept first)."""
-    return Refiner(graph, simulator, start, seed=seed, devices_tried=devices_tried).run(deadline)
+    return Refiner(graph, simulator, start, seed=seed, devices_tried=devices_tried,
+                   pieces_tried=pieces_tried).run(deadline)
 
 
 class Refiner:
     """One refinement of a placement, resumable: each `run(until)` goes on where the last one stopped, so time
     can be dealt out to several starts in turns (`refine_starts`)."""
 
-    def __init__(self, graph: OpGraph, simulator, start: np.ndarray, *, seed: int = 0, devices_tried: str = "neighbours"):
+    def __init__(self, graph: OpGraph, simulator, start: np.ndarray, *, seed: int = 0, devices_tried: str = "neighbours",
+                 pieces_tried: str = "every"):
         if devices_tried not in DEVICE_CHOICES:
             raise ValueError(f"devices_tried is one of {', '.join(DEVICE_CHOICES)}, not {devices_tried!r}")
+        if pieces_tried not in PIECE_CHOICES:
+            raise ValueError(f"pieces_tried is one of {', '.join(PIECE_CHOICES)}, not {pieces_tried!r}")
         self.graph, self.simulator, self.seed = graph, simulator, seed
         self.current = np.asarray(start, np.int64).copy()
         units, self.devices = len(self.current), len(simulator.devices)
         if units != len(graph.groups):
             raise ValueError(f"the start places {units} units, but graph {graph.name!r} has {len(graph.groups)}")
         self.allowed = np.stack([~graph.groups_without_kernel(device.kind) for device in simulator.devices], axis=1)
-        self._neighbours = self._unit_compute = None
-        if devices_tried == "neighbours":
+        self._neighbours = self._adjacent = self._unit_edges = self._unit_compute = self._proposal = None
+        if devices_tried == "neighbours" or pieces_tried == "learned":
             from placer.heuristics.units import unit_problem
 
             problem = unit_problem(simulator)
             pairs = problem.edges[:, :2].astype(np.int64)
             both = np.concatenate([pairs, pairs[:, ::-1]])
             both = both[np.argsort(both[:, 0], kind="stable")]
-            self._neighbours = np.split(both[:, 1], np.searchsorted(both[:, 0], np.arange(1, units)))
+            self._adjacent = np.split(both[:, 1], np.searchsorted(both[:, 0], np.arange(1, units)))
+            self._unit_edges = problem.edges
             self._unit_compute = np.where(np.isfinite(problem.compute), problem.compute, 0.0)
+            if devices_tried == "neighbours":
+                self._neighbours = self._adjacent
+            if pieces_tried == "learned":
+                from placer.heuristics.move_proposal import MoveProposal
+
+                self._proposal = MoveProposal(self._unit_edges, self._unit_compute, self.devices, seed=seed)
         self.rng = np.random.default_rng(seed)
         self.levels = piece_levels(units, self.devices)
         self.evaluations = self.moves = self.finest_pieces = 0
@@ -123,6 +140,7 @@ class Refiner:
         self._part: np.ndarray | None = None
         self._keys = np.zeros(0, np.int64)  # this pass's piece per unit (part * devices + device at its start)
         self._queue: list[int] = []  # the pieces this pass has yet to try
+        self._full_pass = True  # this pass tries every piece of its level
         self._pass_before = self.best
 
     @property
@@ -145,7 +163,7 @@ class Refiner:
                         break
                     self._neighbours = None  # no neighbour's device shortens the step: on with every device
                     self._pass_before = self.best
-                    self._queue = self.rng.permutation(np.unique(self._keys)).tolist()[::-1]
+                    self._queue, self._full_pass = self._every_piece(), True
                     continue
                 self._try_piece(self._queue.pop())
         finally:
@@ -159,6 +177,9 @@ class Refiner:
             passed, self._pass_before = self._pass_before, self.best
             finest = self.levels[self._level] == units
             if self.best == passed:  # no piece of this size moves: on to finer ones, or the optimum at units
+                if not self._full_pass:  # only the proposed pieces were tried: every one before leaving the level
+                    self._queue, self._full_pass = self._every_piece(), True
+                    return True
                 if finest:
                     return False
                 self._start_level(self._level + 1)
@@ -168,8 +189,16 @@ class Refiner:
             self._start_level(0)
         # A piece is a part on one device: the placement's own cut is never blurred by a level's parts.
         self._keys = self._part * self.devices + self.current
-        self._queue = self.rng.permutation(np.unique(self._keys)).tolist()[::-1]
+        if self._proposal is None:
+            self._queue, self._full_pass = self._every_piece(), True
+        else:
+            chosen, self._full_pass = self._proposal.choose(self._keys, self.current, self.finest_pieces)
+            self._queue = chosen[::-1]
         return True
+
+    def _every_piece(self) -> list[int]:
+        """This pass's pieces in random order, as a queue (the last is tried first)."""
+        return self.rng.permutation(np.unique(self._keys)).tolist()[::-1]
 
     def _start_level(self, level: int) -> None:
         self._level = level
@@ -195,6 +224,9 @@ class Refiner:
             self.current[members] = choice
             self.best = choice_score
             self.moves += 1
+        if self._proposal is not None:
+            near = np.concatenate([self._adjacent[m] for m in members]) if choice is not None else members[:0]
+            self._proposal.record(key, members, choice is not None, near)
 
     def _devices_to_try(self, members: np.ndarray) -> np.ndarray:
         """The devices `members` (a piece, all on one device) may move to, as `devices_tried` says."""
