@@ -90,7 +90,7 @@ def observed_trials(graph, simulator, start: np.ndarray, seconds: float, seed: i
 
 
 def level_rows(setup: str, trials: list[tuple]) -> list[dict]:
-    from placer.heuristics.move_proposal import FEATURES, MoveProposal
+    from placer.heuristics.move_proposal import FEATURES, fit_kept_model
 
     rows = []
     for pieces in sorted({t[0] for t in trials}):
@@ -106,11 +106,9 @@ def level_rows(setup: str, trials: list[tuple]) -> list[dict]:
             row.update(best_feature=best, best_feature_auc=areas[best])
         half = len(level) // 2
         if kept[:half].sum() >= 5 and kept[half:].sum() >= 5:
-            model = MoveProposal(np.zeros((0, 3)), np.zeros((1, 1)), 1)
-            model._x, model._kept = list(x[:half]), list(kept[:half])
-            model._fit()
-            if model._weights is not None:
-                score = model._score(x[half:])
+            model = fit_kept_model(x[:half], kept[:half])
+            if model is not None:
+                score = model.score(x[half:])
                 ranked = gain[half:][np.argsort(-score, kind="stable")]
                 total = ranked.sum()
                 row.update(model_auc=area_under_roc(score, kept[half:]),

@@ -21,6 +21,7 @@ refinement tries every piece by default (`placer.heuristics.refine.PIECE_CHOICES
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,6 +35,37 @@ MIN_TRIALS, MIN_KEPT = 200, 20
 """Moves tried, and kept, before the model chooses: until then every piece is tried, in random order."""
 RECENT_TRIALS = 20_000
 """The model is fitted on the latest trials only: what makes a move pay changes as the placement does."""
+
+
+@dataclass(frozen=True)
+class KeptModel:
+    """A logistic model of "the simulator kept the move" from a piece's features."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+    weights: np.ndarray
+    bias: float
+
+    def score(self, x: np.ndarray) -> np.ndarray:
+        """[P] log-odds that a move of each piece ([P, len(FEATURES)] features) is kept."""
+        return (x - self.mean) / self.scale @ self.weights + self.bias
+
+
+def fit_kept_model(x: np.ndarray, kept: np.ndarray) -> KeptModel | None:
+    """Logistic regression of `kept` on `x` by gradient descent on standardized features (a few thousand rows of ten
+    numbers: milliseconds); None with fewer than `MIN_TRIALS` moves or `MIN_KEPT` kept, or none rejected."""
+    kept = np.asarray(kept, float)
+    if len(kept) < MIN_TRIALS or kept.sum() < MIN_KEPT or kept.sum() == len(kept):
+        return None
+    x = np.asarray(x, float)
+    mean, scale = x.mean(axis=0), x.std(axis=0) + 1e-9
+    z = (x - mean) / scale
+    weights, bias = np.zeros(z.shape[1]), math.log(kept.mean() / (1 - kept.mean()))
+    for _ in range(300):
+        error = 1.0 / (1.0 + np.exp(-(z @ weights + bias))) - kept
+        weights -= 0.5 * (z.T @ error / len(kept) + 1e-3 * weights)
+        bias -= 0.5 * error.mean()
+    return KeptModel(mean, scale, weights, bias)
 
 
 class MoveProposal:
@@ -55,7 +87,8 @@ class MoveProposal:
         self._x: list[np.ndarray] = []
         self._kept: list[bool] = []
         self._rows: dict[int, np.ndarray] = {}  # this pass's features per piece key
-        self._weights: np.ndarray | None = None
+        self.model: KeptModel | None = None
+        """The model the last pass chose by (None while every piece is tried)."""
 
     def choose(self, keys: np.ndarray, current: np.ndarray, pieces: int) -> tuple[list[int], bool]:
         """The piece keys a pass tries, first to try first, and whether that is every piece. `keys`: [U] piece key
@@ -64,10 +97,10 @@ class MoveProposal:
         unique, x = self.features(keys, current, pieces)
         self._rows = dict(zip(unique.tolist(), x))
         order = self._rng.permutation(len(unique))
-        self._fit()
-        if self._weights is None:
+        self.model = fit_kept_model(self._x[-RECENT_TRIALS:], self._kept[-RECENT_TRIALS:])
+        if self.model is None:
             return unique[order].tolist(), True
-        score = self._score(x)
+        score = self.model.score(x)
         ranked = np.argsort(-score, kind="stable")
         chosen = math.ceil(PROPOSED_SHARE * len(unique))
         rest = ranked[chosen:]
@@ -117,22 +150,3 @@ class MoveProposal:
             np.bincount(piece, weights=self._failures, minlength=count) / units, (changed > 0).astype(float),
             (never == units).astype(float)], axis=1)
         return unique, x
-
-    def _fit(self) -> None:
-        """Logistic regression of kept on the features of the latest trials, by gradient descent on standardized
-        features (a few thousand rows of ten numbers: milliseconds)."""
-        kept = np.asarray(self._kept[-RECENT_TRIALS:], float)
-        if len(kept) < MIN_TRIALS or kept.sum() < MIN_KEPT or kept.sum() == len(kept):
-            return
-        x = np.asarray(self._x[-RECENT_TRIALS:])
-        self._mean, self._scale = x.mean(axis=0), x.std(axis=0) + 1e-9
-        z = (x - self._mean) / self._scale
-        weights, bias = np.zeros(z.shape[1]), math.log(kept.mean() / (1 - kept.mean()))
-        for _ in range(300):
-            error = 1.0 / (1.0 + np.exp(-(z @ weights + bias))) - kept
-            weights -= 0.5 * (z.T @ error / len(kept) + 1e-3 * weights)
-            bias -= 0.5 * error.mean()
-        self._weights, self._bias = weights, bias
-
-    def _score(self, x: np.ndarray) -> np.ndarray:
-        return (x - self._mean) / self._scale @ self._weights + self._bias

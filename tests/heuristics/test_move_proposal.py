@@ -60,7 +60,7 @@ def test_with_learned_pieces_the_refinement_still_ends_where_no_single_unit_move
     scattered = np.random.default_rng(0).integers(0, 2, len(graph.groups))
     refiner = Refiner(graph, simulator, scattered, pieces_tried="learned")
     refined = refiner.run(time.monotonic() + 120)
-    assert refiner.at_optimum and refiner._proposal._weights is not None  # the model chose some passes
+    assert refiner.at_optimum and refiner._proposal.model is not None  # the model chose the last passes
     step = simulator.simulate(refined.group_devices).step_time
     assert refined.seconds == step < refined.start_seconds
     for unit in range(len(graph.groups)):
