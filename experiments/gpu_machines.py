@@ -53,6 +53,7 @@ over the bound, a scheduled plan over the schedule bound; with the wall time the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -96,6 +97,20 @@ def parse_setup(setup: str) -> tuple[str, str, str]:
         raise ValueError(f"setup {setup!r} is not MODEL[:SIZE]@NxGPU (e.g. nmt-4:paper@4xH100)")
     model, _, size = model_size.partition(":")
     return model, size or "paper", f"modeled:{machine}"
+
+
+@contextlib.contextmanager
+def opened_setup(setup: str):
+    """The setup MODEL[:SIZE]@NxGPU built and its modeled machine open for the block: (model, graph, target, the
+    step-time bound of placements on it), what the probes of the refinement and of the policies start from."""
+    from placer.cost import open_target
+    from placer.models import load_model
+    from placer.simulate.bound import step_time_bound
+
+    model, size, spec = parse_setup(setup)
+    graph = load_model(model, size)
+    with open_target(graph, spec) as target:
+        yield model, graph, target, step_time_bound(target.simulator, simulated_on=spec.split(":", 1)[1])
 
 
 def fastest_heuristic(target, model: str, *, seed: int = 0):

@@ -67,17 +67,12 @@ def setup_row(setup: str, refine_seconds: float, policy_seconds: float, samples:
               seed: int = 0) -> dict:
     from agents.graph_policy.agent import GraphAgentConfig, GraphPolicyAgent
     from agents.graph_policy.pretrain import step_seconds
-    from experiments.gpu_machines import fastest_heuristic, parse_setup
-    from placer.cost import open_target
+    from experiments.gpu_machines import fastest_heuristic, opened_setup
     from placer.heuristics.refine import Refiner
-    from placer.models import load_model
-    from placer.simulate.bound import gap_closed, step_time_bound
+    from placer.simulate.bound import gap_closed
 
-    model, size, spec = parse_setup(setup)
-    graph = load_model(model, size)
-    with open_target(graph, spec) as target:
+    with opened_setup(setup) as (model, graph, target, bound):
         simulator = target.simulator
-        bound = step_time_bound(simulator, simulated_on=spec.split(":", 1)[1])
         heuristic, timing = fastest_heuristic(target, model, seed=seed)
         best = timing.step_time.seconds
 

@@ -34,7 +34,7 @@ from placer import tf_logs  # noqa: E402
 tf_logs.configure()
 
 from experiments._report import write_report  # noqa: E402
-from experiments.probes.refine_devices import refine_with_checkpoints  # noqa: E402
+from experiments.probes.refine_devices import checkpoint_rows  # noqa: E402
 
 COLUMNS = ["setup", "units", "pieces_tried", "heuristic", "heuristic_ms", "at_checkpoints_ms", "refined_ms",
            "closed_pct", "finest_pieces", "evaluations", "moves", "wall_s"]
@@ -122,35 +122,17 @@ def level_rows(setup: str, trials: list[tuple]) -> list[dict]:
 
 
 def setup_rows(setup: str, checkpoints: list[float], observe: float, seed: int = 0) -> tuple[list[dict], list[dict]]:
-    from experiments.gpu_machines import fastest_heuristic, parse_setup
-    from placer.cost import open_target
-    from placer.heuristics.refine import PIECE_CHOICES, Refiner
-    from placer.models import load_model
-    from placer.simulate.bound import gap_closed, step_time_bound
+    from experiments.gpu_machines import fastest_heuristic, opened_setup
+    from placer.heuristics.refine import PIECE_CHOICES
 
-    model, size, spec = parse_setup(setup)
-    graph = load_model(model, size)
-    rows, levels = [], []
-    with open_target(graph, spec) as target:
-        simulator = target.simulator
-        bound = step_time_bound(simulator, simulated_on=spec.split(":", 1)[1])
+    levels = []
+    with opened_setup(setup) as (model, graph, target, bound):
         heuristic, timing = fastest_heuristic(target, model, seed=seed)
-        start, best = timing.placement.group_device_array, timing.step_time.seconds
         if observe > 0:
-            levels = level_rows(setup, observed_trials(graph, simulator, start, observe, seed))
-        for pieces_tried in PIECE_CHOICES:
-            refiner = Refiner(graph, simulator, start, seed=seed, pieces_tried=pieces_tried)
-            at = refine_with_checkpoints(refiner, checkpoints)
-            done = refiner.refinement()
-            closed = gap_closed(best, done.seconds, bound)
-            rows.append(dict(setup=setup, units=len(graph.groups), pieces_tried=pieces_tried, heuristic=heuristic,
-                             heuristic_ms=best * 1e3, at_checkpoints_ms=" ".join(f"{s * 1e3:.2f}" for s in at),
-                             refined_ms=done.seconds * 1e3, closed_pct=None if closed is None else 100 * closed,
-                             finest_pieces=done.finest_pieces, evaluations=done.evaluations, moves=done.moves,
-                             wall_s=done.wall_seconds))
-            print(f"{setup}, {pieces_tried}: {heuristic} {best * 1e3:.2f} ms -> "
-                  + ", ".join(f"{c:g} s {s * 1e3:.2f}" for c, s in zip(checkpoints, at))
-                  + f" ({done.finest_pieces} pieces, {done.evaluations} simulated, {done.moves} kept)", flush=True)
+            levels = level_rows(setup, observed_trials(graph, target.simulator, timing.placement.group_device_array,
+                                                       observe, seed))
+        rows = checkpoint_rows(setup, graph, target, bound, heuristic, timing, checkpoints, "pieces_tried",
+                               {choice: {"pieces_tried": choice} for choice in PIECE_CHOICES}, seed)
     return rows, levels
 
 

@@ -25,6 +25,7 @@ import argparse
 import os
 import sys
 import time
+from typing import Mapping
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -48,36 +49,39 @@ def refine_with_checkpoints(refiner, checkpoints: list[float]) -> list[float]:
     return at
 
 
-def setup_rows(setup: str, checkpoints: list[float], seed: int = 0) -> list[dict]:
-    from experiments.gpu_machines import fastest_heuristic, parse_setup
-    from placer.cost import open_target
-    from placer.heuristics.refine import DEVICE_CHOICES, Refiner
-    from placer.models import load_model
-    from placer.simulate.bound import gap_closed, step_time_bound
+def checkpoint_rows(setup: str, graph, target, bound, heuristic: str, timing, checkpoints: list[float], column: str,
+                    choices: Mapping[str, Mapping], seed: int = 0) -> list[dict]:
+    """A row per choice (`choices`: its value of `column` -> the `Refiner` arguments it sets): each refined from
+    `heuristic`'s placement (`timing`) on the open `target` for the last checkpoint, one after the other, its step
+    time read at every checkpoint."""
+    from placer.heuristics.refine import Refiner
+    from placer.simulate.bound import gap_closed
 
-    model, size, spec = parse_setup(setup)
-    graph = load_model(model, size)
-    rows = []
-    with open_target(graph, spec) as target:
-        simulator = target.simulator
-        bound = step_time_bound(simulator, simulated_on=spec.split(":", 1)[1])
-        heuristic, timing = fastest_heuristic(target, model, seed=seed)
-        best = timing.step_time.seconds
-        for devices_tried in DEVICE_CHOICES:
-            refiner = Refiner(graph, simulator, timing.placement.group_device_array, seed=seed,
-                              devices_tried=devices_tried)
-            at = refine_with_checkpoints(refiner, checkpoints)
-            done = refiner.refinement()
-            closed = gap_closed(best, done.seconds, bound)
-            rows.append(dict(setup=setup, units=len(graph.groups), devices_tried=devices_tried, heuristic=heuristic,
-                             heuristic_ms=best * 1e3, at_checkpoints_ms=" ".join(f"{s * 1e3:.2f}" for s in at),
-                             refined_ms=done.seconds * 1e3, closed_pct=None if closed is None else 100 * closed,
-                             finest_pieces=done.finest_pieces, evaluations=done.evaluations, moves=done.moves,
-                             wall_s=done.wall_seconds))
-            print(f"{setup}, {devices_tried}: {heuristic} {best * 1e3:.2f} ms -> "
-                  + ", ".join(f"{c:g} s {s * 1e3:.2f}" for c, s in zip(checkpoints, at))
-                  + f" ({done.finest_pieces} pieces, {done.evaluations} simulated)", flush=True)
+    rows, best = [], timing.step_time.seconds
+    for choice, arguments in choices.items():
+        refiner = Refiner(graph, target.simulator, timing.placement.group_device_array, seed=seed, **arguments)
+        at = refine_with_checkpoints(refiner, checkpoints)
+        done = refiner.refinement()
+        closed = gap_closed(best, done.seconds, bound)
+        rows.append({"setup": setup, "units": len(graph.groups), column: choice, "heuristic": heuristic,
+                     "heuristic_ms": best * 1e3, "at_checkpoints_ms": " ".join(f"{s * 1e3:.2f}" for s in at),
+                     "refined_ms": done.seconds * 1e3, "closed_pct": None if closed is None else 100 * closed,
+                     "finest_pieces": done.finest_pieces, "evaluations": done.evaluations, "moves": done.moves,
+                     "wall_s": done.wall_seconds})
+        print(f"{setup}, {choice}: {heuristic} {best * 1e3:.2f} ms -> "
+              + ", ".join(f"{c:g} s {s * 1e3:.2f}" for c, s in zip(checkpoints, at))
+              + f" ({done.finest_pieces} pieces, {done.evaluations} simulated, {done.moves} kept)", flush=True)
     return rows
+
+
+def setup_rows(setup: str, checkpoints: list[float], seed: int = 0) -> list[dict]:
+    from experiments.gpu_machines import fastest_heuristic, opened_setup
+    from placer.heuristics.refine import DEVICE_CHOICES
+
+    with opened_setup(setup) as (model, graph, target, bound):
+        heuristic, timing = fastest_heuristic(target, model, seed=seed)
+        return checkpoint_rows(setup, graph, target, bound, heuristic, timing, checkpoints, "devices_tried",
+                               {choice: {"devices_tried": choice} for choice in DEVICE_CHOICES}, seed)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,18 +43,13 @@ COLUMNS = ["setup", "units", "bound_ms", "heuristic", "heuristic_ms", "heuristic
 def setup_row(setup: str, seconds: float, policy_share: float, refine_each: float, samples: int,
               seed: int = 0) -> dict:
     from agents.factory import make_agent
-    from experiments.gpu_machines import parse_setup
-    from placer.cost import open_target
+    from experiments.gpu_machines import opened_setup
     from placer.heuristics import applicable_heuristics, time_heuristics
     from placer.heuristics.refine import TOURNAMENT_STARTS, Refiner, refine_starts
-    from placer.models import load_model
-    from placer.simulate.bound import gap_closed, step_time_bound
+    from placer.simulate.bound import gap_closed
 
-    model, size, spec = parse_setup(setup)
-    graph = load_model(model, size)
-    with open_target(graph, spec) as target:
+    with opened_setup(setup) as (model, graph, target, bound):
         simulator = target.simulator
-        bound = step_time_bound(simulator, simulated_on=spec.split(":", 1)[1])
         names = applicable_heuristics(builtin_model=True, simulator=True, model=model)
         timed = {name: t for name, t in time_heuristics(target, names, model=model, seed=seed).items()
                  if t.placement is not None and t.ok}
