@@ -115,6 +115,8 @@ class MoveProposal:
         if row is not None:
             self._x.append(row)
             self._kept.append(kept)
+            if len(self._kept) > 2 * RECENT_TRIALS:  # only the latest are fitted: a long refinement keeps no more
+                del self._x[:-RECENT_TRIALS], self._kept[:-RECENT_TRIALS]
         self._trials += 1
         self._tried_at[members] = self._trials
         if kept:
