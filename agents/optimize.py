@@ -15,7 +15,10 @@ different means at very different costs:
    measuring decides. Past `MAX_SETTINGS` (N*N pairs on N cores), the priced fastest are measured.
 2. Placements on TARGET: every heuristic of the registry and, optionally, the hierarchical planner trained for
    a few updates on the twin (`agents.loop.train`), or a run's learned placement (`--from-run`). Priced in
-   milliseconds each on the twin, so all of them are priced.
+   milliseconds each on the twin, so all of them are priced. Before the planner learns, the `REFIT_PLACEMENTS`
+   heuristics' placements the twin predicts fastest among those that span devices are measured once each, beside
+   a one-device placement, and the twin's core time per transfer is refit to them (`placer.cost.refit`: how much a tensor costs the testbed
+   depends on the graph's cuts), so that the planner does not learn to cut where the calibration underprices it.
 3. For the placement predicted fastest only: the target's workers under the other thread settings of `placer
    tune` (each setting needs a testbed of its own, so not for every placement), and with `--schedules` GPipe,
    1F1B and Tessel over micro-batches, priced op by op on the twin (each needs the model rebuilt at the
@@ -79,6 +82,10 @@ CALIBRATION_SECONDS = 60.0
 """About what calibrating a 2-worker testbed takes, before anything of the model is measured."""
 MEASURING_MINIMUM = 20.0
 """Seconds below which a budget left after calibrating cannot profile a model and measure one placement."""
+REFIT_PLACEMENTS = 4
+"""Heuristics' placements measured before learning, to refit the twin's per-transfer core time to this graph
+(`placer.cost.refit`): the fastest it predicts among those that span devices."""
+
 MEASURING_RESERVE = 60.0
 """Seconds of the budget kept for the measured comparison: optional stages (learning, schedules) are skipped
 rather than eat into it."""
@@ -639,6 +646,20 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
 
         placements = _heuristic_candidates(args, target, twin, notes)
         phase_done("heuristics")
+        twin_calibration, twin_calibration_path = calibration, calibration_path  # what the twin prices with
+        if left() - MEASURING_RESERVE >= 10:
+            refit = _refit_twin(args, placements, real, twin, calibration_path, say)
+            if refit is not None:
+                refit_fit, refit_path = refit
+                notes.append(refit_fit.describe())
+                if refit_path is not None:  # the planner, pools and schedules are priced on the refit twin
+                    twin_spec = f"{PREFIX}{refit_path.resolve()}"
+                    twin_calibration, twin_calibration_path = _read_calibration(refit_path, target), refit_path
+                    twin = stack.enter_context(open_target(graph, twin_spec))
+                    bound = step_time_bound(twin.simulator, simulated_on=twin_spec)
+                    placements = [c if c.placement is None else dataclasses.replace(c, predicted=twin.evaluate(c.placement))
+                                  for c in placements]
+            phase_done("checking the twin")
         if args.learn_updates:
             seconds = left() - MEASURING_RESERVE
             if seconds < 5:
@@ -666,15 +687,16 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
             else:
                 say(f"pricing {', '.join(SCHEDULE_METHODS)} over {args.micro_batches} micro-batches of {best.name} "
                     "op by op on the calibrated simulator")
-                joint += _schedule_candidates(args, graph, best, real, twin, calibration, calibration_path, notes,
-                                              time_limit=min(10.0, max(1.0, left() - MEASURING_RESERVE)))
+                joint += _schedule_candidates(args, graph, best, real, twin, twin_calibration, twin_calibration_path,
+                                              notes, time_limit=min(10.0, max(1.0, left() - MEASURING_RESERVE)))
                 # The expert's placement is what pipeline schedules were made for: its best schedule is the
                 # schedule-only decision a user of those papers would take.
                 expert = next((c for c in placements if "expert" in c.name.split(" = ")), None)
                 if expert is not None and expert is not best and left() - MEASURING_RESERVE >= 10:
                     say(f"pricing the same schedules of {expert.name}")
-                    joint += _schedule_candidates(args, graph, expert, real, twin, calibration, calibration_path,
-                                                  notes, time_limit=min(10.0, max(1.0, left() - MEASURING_RESERVE)))
+                    joint += _schedule_candidates(args, graph, expert, real, twin, twin_calibration,
+                                                  twin_calibration_path, notes,
+                                                  time_limit=min(10.0, max(1.0, left() - MEASURING_RESERVE)))
         replicated = [] if args.replicas == 1 else _data_parallel_candidates(args, target, real, notes)
         phase_done("pools and schedules")
         # Measured in this order each round: when --budget runs out, the untimed are the ones predicted slowest.
@@ -869,6 +891,43 @@ def _data_parallel_candidates(args: OptimizeArgs, target, real, notes: list[str]
                                  f"{degree} replicas of {replicas.batch} samples, one a device, the variables and the "
                                  "update on the first",
                                  replicated=data_parallel_step(replica_graph, replica, machine, degree))]
+
+
+def _refit_twin(args: OptimizeArgs, placements: Sequence[Candidate], real, twin, calibration_path: Path,
+                say: Callable[[str], None]):
+    """The twin checked against the target on the `REFIT_PLACEMENTS` heuristics' placements it predicts fastest
+    among those that span devices, each measured once, and its per-transfer core time refit to them
+    (`placer.cost.refit`): (the fit, the refit calibration's path or None where the calibration stands), or None
+    when too few could be measured."""
+    from placer.cost.calibrated import calibration_variant, remove_calibration
+    from placer.cost.refit import MIN_PLACEMENTS, fit_transfer_factor, refit_changes
+
+    spanning = [c for c in placements if c.priced and c.placement is not None
+                and len(set(c.placement.group_device_array.tolist())) > 1]
+    chosen = sorted(spanning, key=lambda c: c.predicted_seconds)[:REFIT_PLACEMENTS]
+    if len(chosen) < MIN_PLACEMENTS:
+        return None
+    alone = next((c for c in placements if c.placement is not None
+                  and len(set(c.placement.group_device_array.tolist())) == 1), None)
+    say(f"checking the twin against {real.spec}: {', '.join(c.name for c in chosen)}"
+        f"{f', and {alone.name} beside them' if alone else ''}, measured once each")
+    reference = None
+    if alone is not None:
+        step = real.evaluate(alone.placement)
+        reference = (alone.name, alone.placement, step.seconds) if step.ok else None
+    measured = {}
+    for candidate in chosen:
+        step = real.evaluate(candidate.placement)
+        if step.ok:
+            measured[candidate.name] = (candidate.placement, step.seconds)
+    fit = fit_transfer_factor(twin.simulator, measured, reference)
+    into = Path(args.out).with_suffix(".refit.calibration.json")
+    if fit is None or not fit.changed:
+        remove_calibration(into)  # an earlier run's refit: the plan of this one names the calibration itself
+        return None if fit is None else (fit, None)
+    from placer.calibration import load_calibration
+
+    return fit, calibration_variant(calibration_path, refit_changes(load_calibration(calibration_path), fit), into)
 
 
 def _placement_candidate(name: str, placement: Placement, target, twin, made_by: str) -> Candidate:

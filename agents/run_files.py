@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 CONFIG = "config.json"
 LOG = "log.txt"
 CALIBRATION = "calibration.json"
+REFIT_CALIBRATION = "calibration.refit.json"
+"""The calibration refit to the run's measured baselines (`placer.cost.refit`), where the fit changed it."""
 BASELINES = "baselines.json"
 BASELINE_PLACEMENTS = "baselines"
 START = "start_placement.json"

@@ -84,6 +84,8 @@ def run_experiment(config: ExperimentConfig, run_dir: str | Path | None = None) 
         # with its calibrated simulator and measured beside the others
         calibration = _calibrate_target(config, env, run_dir, log) if config.simulator_updates else None
         baselines = _load_or_time_baselines(config, env, run_dir, log, calibration)
+        if calibration is not None:  # the simulator phase learns on the twin refit to the measured baselines
+            calibration = _refit_calibration(env, run_dir, log, calibration, baselines)
         best_baseline = min(((b.seconds, name) for name, b in baselines.items() if b.ok), default=(math.inf, None))
         agent = make_agent(config.agent, graph, env.device_mask, devices, options=config.agent_settings, seed=config.seed,
                            init=config.init)
@@ -428,6 +430,40 @@ def _calibrate_target(config: ExperimentConfig, env, run_dir: Path, log) -> Path
         log.info("%s", calibration.describe())
     profiled_costs(env.graph, calibration, calibration_path, measurer=env.target.measurer)
     return calibration_path
+
+
+def _refit_calibration(env, run_dir: Path, log, calibration_path: Path,
+                       baselines: Mapping[str, BaselineTiming]) -> Path:
+    """The calibration refit to the baselines the run measured on its target (`placer.cost.refit`: the core time
+    per transfer, against a one-device baseline's step), kept in the run directory: what the simulator phase
+    trains on. The calibration itself where the fit keeps it, or too few baselines span devices."""
+    from placer.calibration import load_calibration
+    from placer.cost import open_target
+    from placer.cost.calibrated import PREFIX, calibration_variant
+    from placer.cost.refit import fit_transfer_factor, refit_changes
+    from placer.placement import Placement
+
+    refit_path = run_dir / run_files.REFIT_CALIBRATION
+    if refit_path.exists():  # resuming: refit when the run started
+        return refit_path
+    measured, reference = {}, None
+    for name, timing in baselines.items():
+        if not timing.ok:
+            continue
+        placement = Placement.from_assignment(env.graph, env.devices,
+                                              run_files.baseline_assignment(run_dir, timing, env.graph, env.devices))
+        if len(set(placement.group_device_array.tolist())) == 1:
+            reference = reference or (name, placement, timing.seconds)
+        else:
+            measured[name] = (placement, timing.seconds)
+    with open_target(env.graph, f"{PREFIX}{calibration_path}") as twin:
+        fit = fit_transfer_factor(twin.simulator, measured, reference)
+    if fit is None:
+        return calibration_path
+    log.info("%s", fit.describe())
+    if not fit.changed:
+        return calibration_path
+    return calibration_variant(calibration_path, refit_changes(load_calibration(calibration_path), fit), refit_path)
 
 
 def _train_on_simulator(config: ExperimentConfig, env, agent, run_dir: Path, log,

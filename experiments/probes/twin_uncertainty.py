@@ -16,11 +16,9 @@ a quiet machine.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -44,22 +42,6 @@ COSTLY_END = {"bandwidth": 0, "latency": 1, "send_cpu": 1, "send_cpu_per_byte": 
 """Which end of each parameter's interval makes a step slower: the low end of a bandwidth, the high end of a cost."""
 
 
-def with_parameters(calibration_path: Path, changes: dict, into: Path) -> Path:
-    """A copy of the calibration at `calibration_path` with `changes`, with the op costs profiled for it beside
-    it: the same op costs, so that only the changed parameters move a prediction (the cache names each table
-    after its calibration's digest, `placer.cost.calibrated.cost_cache`)."""
-    from placer.calibration import calibration_digest, load_calibration
-    from placer.cost.calibrated import cost_cache_dir
-
-    saved = dataclasses.replace(load_calibration(calibration_path), **changes).save(into)
-    old, new = calibration_digest(calibration_path)[:8], calibration_digest(saved)[:8]
-    target = cost_cache_dir(saved)
-    target.mkdir(parents=True, exist_ok=True)
-    for table in cost_cache_dir(calibration_path).glob(f"*-{old}.json"):
-        shutil.copy(table, target / (table.name[:-len(f"{old}.json")] + f"{new}.json"))
-    return saved
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", required=True, help="recommendation_stability.py's JSON")
@@ -75,6 +57,7 @@ def main(argv=None) -> int:
 
     from placer.calibration import load_calibration
     from placer.cost import open_target
+    from placer.cost.calibrated import calibration_variant
     from placer.heuristics import time_heuristics
     from placer.models import load_model
 
@@ -110,7 +93,7 @@ def main(argv=None) -> int:
                     and math.isfinite(fitted.intervals[par][end])}
         variants["all at once"] = {k: v for change in variants.values() for k, v in change.items()}
         for label, changes in variants.items():
-            path = with_parameters(calibration, changes, Path(scratch) / f"{label.replace(' ', '-')}.json")
+            path = calibration_variant(calibration, changes, Path(scratch) / f"{label.replace(' ', '-')}.json")
             with open_target(graph, f"calibrated:{path}") as twin:
                 moved[label] = {n: twin.evaluate(p).seconds for n, p in placements.items()}
     rows = []

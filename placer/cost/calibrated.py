@@ -8,8 +8,11 @@ was made on (e.g. `local:2`): milliseconds per placement instead of a real step.
 from __future__ import annotations
 
 import json
+import shutil
 import warnings
+from dataclasses import replace
 from pathlib import Path
+from typing import Mapping
 
 from placer.calibration import Calibration, calibration_digest, load_calibration
 from placer.devices import Device, DeviceSet, machine_from_dict
@@ -77,6 +80,30 @@ def profiled_costs(graph: OpGraph, calibration: Calibration, calibration_path: s
             table = profile(opened)
     table.save(cached)
     return table
+
+
+def calibration_variant(calibration_path: str | Path, changes: Mapping[str, object], into: str | Path) -> Path:
+    """A copy of the calibration at `calibration_path` with `changes`, saved at `into`, with the op costs profiled
+    for the original beside it: the same op costs, so that only the changed parameters move a prediction (each
+    table is named after its calibration's digest, `cost_cache`), and nothing is profiled again."""
+    if Path(into).resolve() == Path(calibration_path).resolve():
+        raise ValueError(f"a variant of {calibration_path} is saved beside it, not over it")
+    saved = replace(load_calibration(calibration_path), **changes).save(into)
+    old, new = calibration_digest(calibration_path)[:8], calibration_digest(saved)[:8]
+    target = cost_cache_dir(saved)
+    shutil.rmtree(target, ignore_errors=True)  # tables of an earlier variant saved there: stale, and large
+    target.mkdir(parents=True)
+    for table in cost_cache_dir(calibration_path).glob(f"*-{old}.json"):
+        shutil.copy(table, target / (table.name[:-len(f"{old}.json")] + f"{new}.json"))
+    for constants in cost_cache_dir(calibration_path).glob("*-sent-constants.json"):  # a fact of the graph
+        shutil.copy(constants, target / constants.name)
+    return saved
+
+
+def remove_calibration(path: str | Path) -> None:
+    """Delete a calibration file and the op costs cached for it, where they exist."""
+    Path(path).unlink(missing_ok=True)
+    shutil.rmtree(cost_cache_dir(path), ignore_errors=True)
 
 
 def sent_constants_cache(calibration_path: str | Path, graph: OpGraph) -> Path:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+from dataclasses import dataclass, replace
 from typing import Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -86,6 +87,11 @@ class SimulatorConfig:
     graphs TensorFlow partitioned for one real step (`placer.measure.partitions.constants_sent_when_cut`).
     None: the calibrated twin learns them once per graph, other simulators send none; a set (empty: the rule
     alone) is used as given."""
+
+
+RECONFIGURABLE = frozenset({"send_cpu", "send_cpu_per_byte", "recv_cpu", "recv_cpu_per_byte", "request_delay",
+                            "step_overhead", "spanning_overhead", "remote_overhead"})
+"""`SimulatorConfig` fields read at simulation time, not compiled into the simulator's arrays (`Simulator.reconfigured`)."""
 
 
 class Simulator:
@@ -237,6 +243,25 @@ class Simulator:
                 )
         table.check_graph(self.graph)
         return table
+
+    def reconfigured(self, **changes) -> Simulator:
+        """This simulator with `changes` to the config fields `RECONFIGURABLE` names (transfer costs, overheads),
+        sharing its compiled graph: a fit that tries many values need not compile a 10,000-op graph for each."""
+        unknown = set(changes) - RECONFIGURABLE
+        if unknown:
+            raise ValueError(f"only {', '.join(sorted(RECONFIGURABLE))} change without compiling the graph again, "
+                             f"not {', '.join(sorted(unknown))}")
+        other = copy.copy(self)
+        config = other.config = replace(self.config, **changes)
+        other._engine_devices = self._engine_devices._replace(
+            send_fixed=float(config.send_cpu), send_per_byte=float(config.send_cpu_per_byte),
+            recv_fixed=float(config.recv_cpu), recv_per_byte=float(config.recv_cpu_per_byte),
+            request_delay=float(config.request_delay))
+        # What a simulation writes in: its own, so that the two simulators never share a call's scratch.
+        other._work = Workspace.allocate(self._engine_graph, other._engine_devices)
+        other._op_device, other._persistent = np.empty_like(self._op_device), np.empty_like(self._persistent)
+        other._memory_bound = np.empty_like(self._memory_bound)
+        return other
 
     # -- simulation --------------------------------------------------------------------------------
 

@@ -297,6 +297,9 @@ def test_optimize_measures_one_process_every_heuristic_and_tuned_pools_side_by_s
     for heuristic in applicable_heuristics(builtin_model=True, simulator=True, model="mlp"):  # measured, or said why not
         assert heuristic in names or any(note.startswith(f"heuristic {heuristic} ") for note in optimized.notes)
     assert any(m.candidate.dimensions == ("placement", "pools") for m in optimized.measured)
+    # the twin was checked on measured placements before anything was learned on it, and the table says how
+    assert any(line.split("] ", 1)[-1].startswith("checking the twin against inprocess:2") for line in SAID)
+    assert any(note.startswith("the twin's core time per transfer") for note in optimized.notes)
     # data parallelism beside them: a replica a device, each on half the batch
     replicated = next(m for m in optimized.measured if m.candidate.replicas is not None)
     assert replicated.candidate.name == "data parallel x2" and replicated.candidate.replicas.batch == 16
@@ -404,7 +407,8 @@ def test_schedules_are_priced_for_the_best_placement_and_the_expert_s_and_measur
     placements = {m.candidate.name.split(" + ")[0] for m in scheduled}
     assert any("expert" in name.split(" = ") for name in placements), [m.candidate.name for m in result.measured]
     assert all(m.compared.timings for m in scheduled)
-    assert result.recommended.median == min(m.median for m in result.measured if m.ok)
+    # the fastest, or the simplest plan within the noise of it
+    assert result.recommended in tied_with_fastest(result.measured)
     # a scheduled plan is read against what no schedule can beat, not the whole batch's placements' bound
     assert result.schedule_bound is not None and result.schedule_bound.simulated_on.startswith("calibrated:")
     rows = {row["name"]: row for row in result.to_json_dict()["measured"]}
