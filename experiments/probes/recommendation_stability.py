@@ -54,6 +54,8 @@ def one_run(model: str, target: str, budget: float, out: Path) -> dict:
             "fastest": fastest["name"], "fastest_ms": fastest["median"] * 1e3,
             "medians_ms": {r["name"]: r["median"] * 1e3 for r in rows},
             "rounds": {r["name"]: len(r["rounds"]) for r in rows},
+            "twin_refit": next((note for note in result.get("notes", ())
+                                if note.startswith("the twin's core time per transfer")), None),
             "seconds": time.monotonic() - started}
 
 

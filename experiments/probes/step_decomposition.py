@@ -7,7 +7,8 @@
 The model's step is measured on the first worker alone (single-device) and under `--placement`, alternately
 for `--rounds` rounds, each measurement tracing `--steps` steps. Per layout: the step time (median), each
 worker's busy time (the sum of its traced ops' compute times; not a sender's RecvTensor handler, which spans a
-request's wait for its tensor), and the step time not covered by the busiest
+request's wait for its tensor), each worker process's CPU time per timed step (measured only: ops, sends,
+receives and gRPC together), and the step time not covered by the busiest
 worker's ops (the time a step spends outside ops on its longest worker: scheduling, waiting for transfers,
 the step's own start and end). Per op type over the ops both layouts run: their compute time in each, and the
 ops only the split runs (receives, cross-device control edges). A simulator whose op costs come from the
@@ -129,7 +130,7 @@ def main(argv=None) -> int:
             if args.sends:
                 annotate_sends(hops[name], beside_sends(graph, placement, devices), inputs,
                                [read_chrome_trace(result.chrome_trace) for result in traced[name]])
-    columns = ["target", "layout", "step_ms", "busy_ms", "outside_ops_ms", "path_ops_ms", "hop_wait_ms",
+    columns = ["target", "layout", "step_ms", "busy_ms", "cpu_ms", "outside_ops_ms", "path_ops_ms", "hop_wait_ms",
                "core_wait_ms", "slowest_hop_ms"]
     measured = measured[str(targets[0])]  # the op-type comparison: on the first target
     split = list(layouts)[1]
@@ -189,7 +190,11 @@ def _layout_rows(by_layout: dict[str, list], inputs: dict[str, tuple[str, ...]])
             paths.append(_path_stats(read_chrome_trace(result.chrome_trace), inputs))
         step = statistics.median(r.median for r in results)
         device_busy = {device: statistics.median(values) for device, values in busy.items()}
-        rows.append({"layout": name, "step_ms": step * 1e3, "busy_ms": "+".join(f"{b * 1e3:.2f}" for b in device_busy.values()),
+        # Each worker process's CPU time per timed step, all its threads (ops, sends, receives, gRPC): beside its
+        # busy time, what the step's transfers and scheduling cost its core.
+        cpu = [statistics.median(values) for values in zip(*(r.worker_cpu for r in results))]
+        rows.append({"layout": name, "step_ms": step * 1e3, "busy_ms": _busy_text(device_busy),
+                     "cpu_ms": " + ".join(f"worker {i} {seconds * 1e3:.2f}" for i, seconds in enumerate(cpu)) or "-",
                      "all_ops_ms": sum(device_busy.values()) * 1e3,
                      "outside_ops_ms": (step - max(device_busy.values())) * 1e3,
                      "path_ops_ms": statistics.median(p["path_ops"] for p in paths) * 1e3,
@@ -295,10 +300,17 @@ def _timeline_row(step: float, timeline, inputs: dict[str, tuple[str, ...]]) -> 
     overheads of a step, as a timed step has them), busy time and critical path."""
     busy = {device: timeline.busy(device) for device in timeline.devices}
     path = _path_stats(timeline, inputs)
-    return {"step_ms": step * 1e3, "busy_ms": "+".join(f"{b * 1e3:.2f}" for b in busy.values()),
+    return {"step_ms": step * 1e3, "busy_ms": _busy_text(busy), "cpu_ms": "-",
             "all_ops_ms": sum(busy.values()) * 1e3, "outside_ops_ms": (step - max(busy.values())) * 1e3,
             "path_ops_ms": path["path_ops"] * 1e3, "hop_wait_ms": path["hop"] * 1e3,
             "core_wait_ms": path["core"] * 1e3, "slowest_hop_ms": f"{path['slowest_hop'] * 1e3:.2f}"}
+
+
+def _busy_text(busy: dict[str, float]) -> str:
+    """Each device's busy milliseconds, by its short name, in device order: which worker carries the load."""
+    from placer.devices import short_name
+
+    return " + ".join(f"{short_name(device)} {busy[device] * 1e3:.2f}" for device in sorted(busy))
 
 
 def _path_stats(timeline, inputs: dict[str, tuple[str, ...]]) -> dict[str, float]:

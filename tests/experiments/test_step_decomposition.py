@@ -1,6 +1,6 @@
 import pytest
 
-from experiments.probes.step_decomposition import cross_device_hops
+from experiments.probes.step_decomposition import _busy_text, cross_device_hops
 from placer.timeline import Span, StepTimeline
 
 W0, W1 = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
@@ -69,3 +69,8 @@ def test_ops_beside_a_send_are_counted_in_the_partition_that_sends():
         node("alone", "Neg"), node("alone/_1", "_Send", "alone"), node("alone/_2", "_Send", "alone")])
     receiver = tf.compat.v1.GraphDef(node=[node("made/_3", "_Recv"), node("used", "Neg", "made/_3")])
     assert ops_beside_sends([sender, receiver]) == {"made": 2, "alone": 0}
+
+
+def test_busy_time_names_each_worker_whichever_was_seen_first():
+    # A trace lists devices in the order their ops appear: the table must say which worker carried the load.
+    assert _busy_text({W1: 0.019, W0: 0.008}) == "worker:0/CPU:0 8.00 + worker:1/CPU:0 19.00"
