@@ -903,12 +903,12 @@ def _refit_twin(args: OptimizeArgs, placements: Sequence[Candidate], real, twin,
     from placer.cost.refit import MIN_PLACEMENTS, fit_transfer_factor, refit_changes
 
     spanning = [c for c in placements if c.priced and c.placement is not None
-                and len(set(c.placement.group_device_array.tolist())) > 1]
+                and c.placement.devices_used > 1]
     chosen = sorted(spanning, key=lambda c: c.predicted_seconds)[:REFIT_PLACEMENTS]
     if len(chosen) < MIN_PLACEMENTS:
         return None
     alone = next((c for c in placements if c.placement is not None
-                  and len(set(c.placement.group_device_array.tolist())) == 1), None)
+                  and c.placement.devices_used == 1), None)
     say(f"checking the twin against {real.spec}: {', '.join(c.name for c in chosen)}"
         f"{f', and {alone.name} beside them' if alone else ''}, measured once each")
     reference = None

@@ -150,6 +150,11 @@ class Placement:
         values.flags.writeable = False
         return values
 
+    @property
+    def devices_used(self) -> int:
+        """How many devices run its groups: 1 for a placement that sends nothing between devices."""
+        return len(set(self.group_devices))
+
     def check_kernels(self, graph: OpGraph, devices: DeviceSet) -> None:
         """Raise if an op is placed on a device type for which TensorFlow has no kernel for it."""
         assigned = self.group_device_array

@@ -452,7 +452,7 @@ def _refit_calibration(env, run_dir: Path, log, calibration_path: Path,
             continue
         placement = Placement.from_assignment(env.graph, env.devices,
                                               run_files.baseline_assignment(run_dir, timing, env.graph, env.devices))
-        if len(set(placement.group_device_array.tolist())) == 1:
+        if placement.devices_used == 1:
             reference = reference or (name, placement, timing.seconds)
         else:
             measured[name] = (placement, timing.seconds)

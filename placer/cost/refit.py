@@ -89,7 +89,7 @@ def fit_transfer_factor(simulator, measured: Mapping[str, tuple[Placement, float
         return None
     cuts = {}
     for name, (placement, seconds) in measured.items():
-        if seconds > 0 and math.isfinite(seconds) and len(set(placement.group_device_array.tolist())) > 1:
+        if seconds > 0 and math.isfinite(seconds) and placement.devices_used > 1:
             cuts[name] = (placement.group_device_array, seconds)
     if len(cuts) < MIN_PLACEMENTS:
         return None
