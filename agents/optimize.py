@@ -710,11 +710,12 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
                        *_one_process_candidates({name: sweep[name] for name in left_out}, left_out))
 
         targets = {str(target): real}
-        # The real target's processes have run the graph (profiled it): together they hold what one machine
-        # running it does (one process under a thread setting holds about as much: the graph and all its state).
-        machine_bytes = sum(descendants_resident_bytes().values())
+        machine_bytes = _machine_bytes(graph, real)
         measured_candidates, no_memory = fit_in_memory(measured_candidates, set(targets), machine_bytes,
                                                        memory_available())
+        if no_memory and real.measurer.release_memory():  # what its past sessions held, back to the machine
+            measured_candidates, no_memory = fit_in_memory([*measured_candidates, *no_memory], set(targets),
+                                                           machine_bytes, memory_available())
         if no_memory:
             notes.append(f"not measured for lack of memory: {'; '.join(c.name for c in no_memory)}. Each starts "
                          f"processes of its own, {target}'s hold {machine_bytes / 2**30:.1f} GiB for this graph, "
@@ -761,6 +762,11 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
             notes.append(f"not measured for lack of memory: {'; '.join(short_of_memory)}. A first run of this graph "
                          f"grew a machine's processes by up to {memory.estimate / 2**30:.1f} GiB, more than the "
                          "machine had left")
+        restarted = {key: on.measurer.memory_restarts for key, on in targets.items() if on.measurer.memory_restarts}
+        if restarted:
+            notes.append("started afresh to give back the memory their past sessions held (a TensorFlow process keeps "
+                         "what a closed session of a big graph held): " + ", ".join(
+                             f"{key} {count} time{'s' * (count > 1)}" for key, count in restarted.items()))
         cut_short = [m.candidate.name for m in measured
                      if m.compared.failure is None and len(m.compared.timings) < args.rounds and not m.not_measured]
         if cut_short:
@@ -862,6 +868,17 @@ def _heuristic_candidates(args: OptimizeArgs, target, twin, notes: list[str]) ->
     if not candidates:
         raise OptimizeError(f"no heuristic could place {args.model} on {args.target}: {'; '.join(notes)}")
     return candidates
+
+
+def _machine_bytes(graph: OpGraph, real) -> int:
+    """What one more machine running `graph` (a process under a thread setting) holds: what a session of it grew the
+    real target's processes by, with what they held fresh; where none was measured here (a cached profile), what
+    those processes hold now, having run the graph. Not what they hold after several sessions: a TensorFlow
+    process keeps what a closed session of a big graph held (`placer.measure.service.MEMORY_RESERVE_SHARE`)."""
+    session = real.measurer.session_bytes(graph)
+    if session:
+        return session + real.measurer.fresh_bytes
+    return sum(descendants_resident_bytes().values())
 
 
 def _data_parallel_candidates(args: OptimizeArgs, target, real, notes: list[str]) -> list[Candidate]:

@@ -110,6 +110,12 @@ def descendants_resident_bytes(pid: int | None = None) -> dict[int, int]:
     return {child: table[child].resident_bytes for child in descendants(table, os.getpid() if pid is None else pid)}
 
 
+def tree_resident_bytes(pid: int) -> int:
+    """Resident memory of process `pid` and every process below it, in bytes; 0 where /proc is missing."""
+    table = processes()
+    return sum(table[member].resident_bytes for member in {pid} | descendants(table, pid) if member in table)
+
+
 @dataclass(frozen=True)
 class ProcessStat:
     """One process as /proc/PID/stat and statm describe it."""

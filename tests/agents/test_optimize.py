@@ -484,3 +484,17 @@ def test_candidates_that_need_processes_past_the_machines_memory_are_left_out_in
     # the default is kept even without room; no reading of the memory keeps everything
     assert fit_in_memory(candidates, {str(testbed)}, 2 * gib, int(spare))[0] == [default, on_testbed]
     assert fit_in_memory(candidates, set(), 2 * gib, None) == (candidates, [])
+
+
+def test_a_machine_is_sized_by_one_session_of_the_graph_not_by_what_the_targets_past_sessions_hold(mlp, monkeypatch):
+    """A TensorFlow process keeps what a closed session of a big graph held: the testbed's processes held 8.3 GiB
+    for NASNetMobile after the twin's check, and every process under a thread setting was left out for it."""
+    import agents.optimize as optimize
+    from types import SimpleNamespace
+
+    gib = 2**30
+    monkeypatch.setattr(optimize, "descendants_resident_bytes", lambda: {1: int(8.3 * gib)})
+    measured = SimpleNamespace(measurer=SimpleNamespace(session_bytes=lambda graph: 3 * gib, fresh_bytes=gib))
+    assert optimize._machine_bytes(mlp, measured) == 4 * gib
+    cached = SimpleNamespace(measurer=SimpleNamespace(session_bytes=lambda graph: 0, fresh_bytes=gib))
+    assert optimize._machine_bytes(mlp, cached) == int(8.3 * gib)  # no session measured: what they hold now

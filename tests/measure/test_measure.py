@@ -288,6 +288,64 @@ def test_a_session_is_kept_only_while_the_memory_left_would_hold_one_more_new_se
     assert loaded.session_bytes == 3 * gib and len(loaded._kept) == 1  # the second grew nothing: still 3 GiB
 
 
+def _fake_process_memory(measurer, monkeypatch, grows_by: int) -> dict[int, int]:
+    """Each worker process holds 1 GiB when started, and every measurement grows it by `grows_by` (a TensorFlow
+    process keeps what a closed session of a big graph held)."""
+    import placer.measure.service as service
+
+    resident: dict[int, int] = {}
+    monkeypatch.setattr(service, "tree_resident_bytes", lambda pid: resident.setdefault(pid, 2**30))
+    request = measurer._request_measurement
+
+    def measure_and_grow(*args):
+        result = request(*args)
+        resident[measurer.worker_pid] = resident.setdefault(measurer.worker_pid, 2**30) + grows_by
+        return result
+
+    monkeypatch.setattr(measurer, "_request_measurement", measure_and_grow)
+    return resident
+
+
+def test_a_worker_whose_past_sessions_hold_the_memory_the_next_needs_is_started_afresh(mlp, monkeypatch):
+    import placer.measure.service as service
+
+    gib = 2**30
+    monkeypatch.setattr(service, "memory_total", lambda: 16 * gib)  # 1.6 GiB kept free
+    measurer = Measurer("inprocess:1", QUICK)
+    _fake_process_memory(measurer, monkeypatch, grows_by=3 * gib)
+    with measurer:
+        placement = Placement.on_device(mlp, measurer.devices, 0)
+        first = measurer.worker_pid
+        monkeypatch.setattr(service, "memory_available", lambda: 12 * gib)
+        assert measurer.measure(mlp, placement).ok
+        assert measurer.session_bytes(mlp) == 3 * gib and measurer.held_bytes == 3 * gib
+        assert measurer.measure(mlp, placement).ok and measurer.worker_pid == first  # room for 3 GiB more
+        monkeypatch.setattr(service, "memory_available", lambda: 4 * gib)  # 3 GiB more would leave 1 GiB
+        result = measurer.measure(mlp, placement)
+        assert result.ok, result.failure
+        assert measurer.worker_pid != first and measurer.memory_restarts == 1 and measurer.restarts == 0
+        assert measurer.held_bytes == 3 * gib  # the fresh worker's one session
+
+
+def test_a_worker_that_gives_back_too_little_is_not_restarted_and_release_gives_back_what_it_holds(mlp, monkeypatch):
+    import placer.measure.service as service
+
+    gib = 2**30
+    monkeypatch.setattr(service, "memory_total", lambda: 16 * gib)
+    measurer = Measurer("inprocess:1", QUICK)
+    resident = _fake_process_memory(measurer, monkeypatch, grows_by=3 * gib)
+    with measurer:
+        placement = Placement.on_device(mlp, measurer.devices, 0)
+        monkeypatch.setattr(service, "memory_available", lambda: 12 * gib)
+        assert measurer.measure(mlp, placement).ok
+        first = measurer.worker_pid
+        resident[first] = 2**30 + gib // 4  # its session's memory given back but a quarter GiB
+        monkeypatch.setattr(service, "memory_available", lambda: 4 * gib)
+        assert measurer.measure(mlp, placement).ok and measurer.worker_pid == first  # a restart frees too little
+        assert measurer.release_memory() == gib // 4 + 3 * gib and measurer.worker_pid != first
+        assert measurer.release_memory() == 0 and measurer.memory_restarts == 1  # fresh: nothing to give back
+
+
 def test_a_session_error_is_summed_up_by_its_cause_and_node_not_by_its_header():
     from placer.measure.runner import _first_line
 
