@@ -19,6 +19,7 @@ different means at very different costs:
    heuristics' placements the twin predicts fastest among those that span devices are measured once each, beside
    a one-device placement, and the twin's core time per transfer is refit to them (`placer.cost.refit`: how much a tensor costs the testbed
    depends on the graph's cuts), so that the planner does not learn to cut where the calibration underprices it.
+   The check takes at most `REFIT_SHARE` of --budget: a big graph's measurements leave the comparison its time.
 3. For the placement predicted fastest only: the target's workers under the other thread settings of `placer
    tune` (each setting needs a testbed of its own, so not for every placement), and with `--schedules` GPipe,
    1F1B and Tessel over micro-batches, priced op by op on the twin (each needs the model rebuilt at the
@@ -85,6 +86,12 @@ MEASURING_MINIMUM = 20.0
 REFIT_PLACEMENTS = 4
 """Heuristics' placements measured before learning, to refit the twin's per-transfer core time to this graph
 (`placer.cost.refit`): the fastest it predicts among those that span devices."""
+
+REFIT_SHARE = 0.25
+"""Most of --budget the twin's check takes: no placement of it starts past that share after the check began (the
+first run's calibration comes before it, and can take a quarter of a short budget). Each measurement of a big graph
+sets up a session of its own: InceptionResNetV2's five took 326 s of a 600 s budget on `local:2` (2026-11-30), and the
+measured comparison, which decides the plan, was left 216 s for 10 candidates."""
 
 MEASURING_RESERVE = 60.0
 """Seconds of the budget kept for the measured comparison: optional stages (learning, schedules) are skipped
@@ -241,6 +248,26 @@ class FirstRunMemory:
         if machine in self.ran or machine in self.always or available is None:
             return True
         return available - MEMORY_KEPT_FREE * (memory_total() or 0) >= self.estimate
+
+    def make_room(self, machine: str, measurers: Mapping[str, Any]) -> list[str]:
+        """Before a measurement on `machine`: the other machines' measurers (by name) give back what their past
+        sessions hold (`Measurer.release_memory`), the one holding most first, until a first run's worth (`estimate`)
+        fits beside `MEMORY_KEPT_FREE` of the machine's memory, or none holds any. A TensorFlow process keeps what
+        its sessions of a big graph held: on 2026-11-30 one process under TensorFlow's default held 7 GiB of
+        InceptionResNetV2 while the testbed set up a session of 12, and the machine ran out. The machines released,
+        in order."""
+        released: list[str] = []
+        while True:
+            available = memory_available()
+            if available is None or available - MEMORY_KEPT_FREE * (memory_total() or 0) >= self.estimate:
+                return released
+            holding = {key: measurer.held_bytes for key, measurer in measurers.items()
+                       if key != machine and key not in released}
+            fullest = max(holding, key=holding.get, default=None)
+            if fullest is None or holding[fullest] <= 0:
+                return released
+            measurers[fullest].release_memory()
+            released.append(fullest)
 
     def first_run(self, machine: str, run: Callable[[], StepTime]) -> StepTime:
         """`run()`, the first on `machine` (later ones just run), weighed."""
@@ -648,7 +675,8 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
         phase_done("heuristics")
         twin_calibration, twin_calibration_path = calibration, calibration_path  # what the twin prices with
         if left() - MEASURING_RESERVE >= 10:
-            refit = _refit_twin(args, placements, real, twin, calibration_path, say)
+            refit = _refit_twin(args, placements, real, twin, calibration_path, say, notes,
+                                deadline=time.monotonic() + REFIT_SHARE * args.budget)
             if refit is not None:
                 refit_fit, refit_path = refit
                 notes.append(refit_fit.describe())
@@ -711,11 +739,10 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
 
         targets = {str(target): real}
         machine_bytes = _machine_bytes(graph, real)
-        measured_candidates, no_memory = fit_in_memory(measured_candidates, set(targets), machine_bytes,
-                                                       memory_available())
+        in_order = measured_candidates
+        measured_candidates, no_memory = fit_in_memory(in_order, set(targets), machine_bytes, memory_available())
         if no_memory and real.measurer.release_memory():  # what its past sessions held, back to the machine
-            measured_candidates, no_memory = fit_in_memory([*measured_candidates, *no_memory], set(targets),
-                                                           machine_bytes, memory_available())
+            measured_candidates, no_memory = fit_in_memory(in_order, set(targets), machine_bytes, memory_available())
         if no_memory:
             notes.append(f"not measured for lack of memory: {'; '.join(c.name for c in no_memory)}. Each starts "
                          f"processes of its own, {target}'s hold {machine_bytes / 2**30:.1f} GiB for this graph, "
@@ -740,6 +767,7 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
             if not memory.admits(key):
                 refused.add(candidate.name)
                 return []  # untimed this round; weighed again in the next
+            memory.make_room(key, {name: opened_target.measurer for name, opened_target in targets.items()})
             on = targets[key]
             if candidate.replicated is not None:  # the data-parallel step, as `placer apply` runs a replicated plan
                 step_graph, placement = candidate.replicated
@@ -871,13 +899,15 @@ def _heuristic_candidates(args: OptimizeArgs, target, twin, notes: list[str]) ->
 
 
 def _machine_bytes(graph: OpGraph, real) -> int:
-    """What one more machine running `graph` (a process under a thread setting) holds: what a session of it grew the
-    real target's processes by, with what they held fresh; where none was measured here (a cached profile), what
-    those processes hold now, having run the graph. Not what they hold after several sessions: a TensorFlow
-    process keeps what a closed session of a big graph held (`placer.measure.service.MEMORY_RESERVE_SHARE`)."""
-    session = real.measurer.session_bytes(graph)
-    if session:
-        return session + real.measurer.fresh_bytes
+    """What one more machine running `graph` (a process under a thread setting) holds: the most one of the real
+    target's processes held after a session of it (`Measurer.process_bytes`); where none was measured here (a cached
+    profile), what those processes hold now, having run the graph. Not what they hold together after several
+    sessions: a TensorFlow process keeps what a closed session of a big graph held, and on a testbed the client's
+    copy of the graph is a process apart (InceptionResNetV2 on `local:2`: 12 GiB a session over three processes, 7
+    GiB the largest; one process under TensorFlow's default held 7 GiB, 2026-11-30)."""
+    largest = real.measurer.process_bytes(graph)
+    if largest:
+        return largest
     return sum(descendants_resident_bytes().values())
 
 
@@ -911,11 +941,11 @@ def _data_parallel_candidates(args: OptimizeArgs, target, real, notes: list[str]
 
 
 def _refit_twin(args: OptimizeArgs, placements: Sequence[Candidate], real, twin, calibration_path: Path,
-                say: Callable[[str], None]):
+                say: Callable[[str], None], notes: list[str], deadline: float):
     """The twin checked against the target on the `REFIT_PLACEMENTS` heuristics' placements it predicts fastest
-    among those that span devices, each measured once, and its per-transfer core time refit to them
-    (`placer.cost.refit`): (the fit, the refit calibration's path or None where the calibration stands), or None
-    when too few could be measured."""
+    among those that span devices, each measured once, none started after `deadline` (a `time.monotonic()`), and
+    its per-transfer core time refit to them (`placer.cost.refit`): (the fit, the refit calibration's path or None
+    where the calibration stands), or None when too few could be measured (said in `notes` when time cut it)."""
     from placer.cost.calibrated import calibration_variant, remove_calibration
     from placer.cost.refit import MIN_PLACEMENTS, fit_transfer_factor, refit_changes
 
@@ -934,6 +964,11 @@ def _refit_twin(args: OptimizeArgs, placements: Sequence[Candidate], real, twin,
         reference = (alone.name, alone.placement, step.seconds) if step.ok else None
     measured = {}
     for candidate in chosen:
+        if time.monotonic() >= deadline:
+            notes.append(f"the twin was checked on {len(measured)} of {len(chosen)} placements: the check takes at most "
+                         f"{100 * REFIT_SHARE:.0f} % of --budget, and each measurement of this graph sets up a session "
+                         f"of its own{'' if len(measured) >= MIN_PLACEMENTS else '; too few to refit it'}")
+            break
         step = real.evaluate(candidate.placement)
         if step.ok:
             measured[candidate.name] = (candidate.placement, step.seconds)

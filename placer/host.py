@@ -110,10 +110,11 @@ def descendants_resident_bytes(pid: int | None = None) -> dict[int, int]:
     return {child: table[child].resident_bytes for child in descendants(table, os.getpid() if pid is None else pid)}
 
 
-def tree_resident_bytes(pid: int) -> int:
-    """Resident memory of process `pid` and every process below it, in bytes; 0 where /proc is missing."""
+def tree_resident_bytes(pid: int) -> dict[int, int]:
+    """Resident memory of process `pid` and of every process below it, in bytes by pid; empty where /proc is
+    missing."""
     table = processes()
-    return sum(table[member].resident_bytes for member in {pid} | descendants(table, pid) if member in table)
+    return {member: table[member].resident_bytes for member in {pid} | descendants(table, pid) if member in table}
 
 
 @dataclass(frozen=True)

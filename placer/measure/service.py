@@ -72,6 +72,7 @@ class Measurer:
         self.memory_restarts = 0
         """How many workers were started afresh to give back the memory their past sessions held."""
         self._session_bytes: dict[str, int] = {}
+        self._process_bytes: dict[str, int] = {}
         self._fresh_bytes = 0
         self._process: subprocess.Popen | None = None
         self._hello: dict[str, Any] = {}
@@ -111,7 +112,7 @@ class Measurer:
             self._kill()
             raise TestbedError(f"the measurement worker for {self.target} could not start: {hello['error']}")
         self._hello = hello
-        self._fresh_bytes = tree_resident_bytes(self._process.pid)
+        self._fresh_bytes = sum(tree_resident_bytes(self._process.pid).values())
 
     def close(self) -> None:
         if self._process is None:
@@ -162,7 +163,7 @@ class Measurer:
         when started: the graphs and sessions of past measurements."""
         if self._process is None or self._process.poll() is not None:
             return 0
-        return max(tree_resident_bytes(self._process.pid) - self._fresh_bytes, 0)
+        return max(sum(tree_resident_bytes(self._process.pid).values()) - self._fresh_bytes, 0)
 
     @property
     def fresh_bytes(self) -> int:
@@ -173,6 +174,12 @@ class Measurer:
         """The most one measurement of `graph` grew the worker's processes by (0: none measured yet): a first
         session, with its graph loaded, is the largest."""
         return self._session_bytes.get(graph.fingerprint, 0)
+
+    def process_bytes(self, graph: OpGraph) -> int:
+        """The most one of the worker's processes held after a measurement of `graph` (0: none measured yet): about
+        what a process that runs the whole graph holds (on a testbed the graph's master and its ops share one
+        server; the worker holds the client's copy apart)."""
+        return self._process_bytes.get(graph.fingerprint, 0)
 
     def release_memory(self) -> int:
         """Start the worker afresh if it holds memory past sessions left (`held_bytes`); the bytes it gave back."""
@@ -236,13 +243,15 @@ class Measurer:
     def _measure_once(self, graph: OpGraph, op_devices: Mapping[str, str], config: MeasureConfig) -> Measurement:
         self.start()
         pid = self._process.pid
-        before = tree_resident_bytes(pid)
+        before = sum(tree_resident_bytes(pid).values())
         try:
             return self._request_measurement(graph, op_devices, config)
         finally:
             if self._process is not None and self._process.pid == pid:  # not killed meanwhile
-                grown = tree_resident_bytes(pid) - before
-                self._session_bytes[graph.fingerprint] = max(self.session_bytes(graph), grown)
+                after = tree_resident_bytes(pid)
+                key = graph.fingerprint
+                self._session_bytes[key] = max(self.session_bytes(graph), sum(after.values()) - before)
+                self._process_bytes[key] = max(self.process_bytes(graph), max(after.values(), default=0))
 
     def _request_measurement(self, graph: OpGraph, op_devices: Mapping[str, str],
                              config: MeasureConfig) -> Measurement:

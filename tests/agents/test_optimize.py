@@ -494,7 +494,64 @@ def test_a_machine_is_sized_by_one_session_of_the_graph_not_by_what_the_targets_
 
     gib = 2**30
     monkeypatch.setattr(optimize, "descendants_resident_bytes", lambda: {1: int(8.3 * gib)})
-    measured = SimpleNamespace(measurer=SimpleNamespace(session_bytes=lambda graph: 3 * gib, fresh_bytes=gib))
+    measured = SimpleNamespace(measurer=SimpleNamespace(process_bytes=lambda graph: 4 * gib))
     assert optimize._machine_bytes(mlp, measured) == 4 * gib
-    cached = SimpleNamespace(measurer=SimpleNamespace(session_bytes=lambda graph: 0, fresh_bytes=gib))
+    cached = SimpleNamespace(measurer=SimpleNamespace(process_bytes=lambda graph: 0))
     assert optimize._machine_bytes(mlp, cached) == int(8.3 * gib)  # no session measured: what they hold now
+
+
+def test_the_twins_check_starts_no_placement_past_its_share_of_the_budget_and_says_what_it_cut(mlp, cpus2, tmp_path,
+                                                                                               monkeypatch):
+    """InceptionResNetV2's five measurements took 326 s of a 600 s budget and left the comparison 216 s."""
+    import agents.optimize as optimize
+    from types import SimpleNamespace
+
+    from placer.placement import Placement
+
+    clock = {"now": 0.0}
+    monkeypatch.setattr(optimize.time, "monotonic", lambda: clock["now"])
+
+    def evaluate(placement):
+        clock["now"] += 60.0  # a session of a big graph set up for each
+        return StepTime(0.1, backend="measured", target="local:2")
+
+    split = Placement.round_robin(mlp, cpus2)
+    placements = [Candidate(f"split {n}", ("placement",), "local:2", split,
+                            predicted=StepTime(0.01 * (n + 1), backend="simulated", target="twin")) for n in range(4)]
+    placements.append(Candidate("single-device", ("placement",), "local:2", Placement.on_device(mlp, cpus2, 0),
+                                predicted=StepTime(0.05, backend="simulated", target="twin")))
+    real = SimpleNamespace(spec="local:2", evaluate=evaluate)
+    twin = SimpleNamespace(simulator=SimpleNamespace(config=SimpleNamespace(send_cpu=3e-5, recv_cpu=3e-5)))
+    args = SimpleNamespace(out=str(tmp_path / "plan.json"))
+    notes = []
+    refit = optimize._refit_twin(args, placements, real, twin, tmp_path / "calibration.json", lambda line: None,
+                                 notes, deadline=150.0)
+    assert refit is None and clock["now"] == 180.0  # single-device, then two splits: the third would start at 180 s
+    assert notes == ["the twin was checked on 2 of 4 placements: the check takes at most 25 % of --budget, and each "
+                     "measurement of this graph sets up a session of its own; too few to refit it"]
+
+
+def test_before_a_measurement_the_other_machines_give_back_what_their_past_sessions_hold_fullest_first(monkeypatch):
+    import agents.optimize as optimize
+    from agents.optimize import FirstRunMemory
+
+    gib = 2**30
+    monkeypatch.setattr(optimize, "memory_total", lambda: 20 * gib)  # 4 GiB kept free
+    machine = {"available": 6 * gib}
+    monkeypatch.setattr(optimize, "memory_available", lambda: machine["available"])
+
+    class Holding:
+        def __init__(self, held):
+            self.held_bytes = held
+
+        def release_memory(self):
+            machine["available"] += self.held_bytes
+            self.held_bytes = 0
+
+    measurers = {"local:2": Holding(9 * gib), "inprocess:1": Holding(3 * gib), "inprocess:1,intra=1": Holding(5 * gib)}
+    memory = FirstRunMemory(4 * gib)
+    assert memory.make_room("local:2", measurers) == ["inprocess:1,intra=1"]  # 11 GiB then: 7 above the 4 kept free
+    assert measurers["local:2"].held_bytes == 9 * gib and measurers["inprocess:1"].held_bytes == 3 * gib
+    assert memory.make_room("local:2", measurers) == []  # room already
+    machine["available"] = 2 * gib
+    assert memory.make_room("local:2", measurers) == ["inprocess:1"]  # 5 GiB: all the others give back, still short

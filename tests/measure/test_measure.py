@@ -294,7 +294,7 @@ def _fake_process_memory(measurer, monkeypatch, grows_by: int) -> dict[int, int]
     import placer.measure.service as service
 
     resident: dict[int, int] = {}
-    monkeypatch.setattr(service, "tree_resident_bytes", lambda pid: resident.setdefault(pid, 2**30))
+    monkeypatch.setattr(service, "tree_resident_bytes", lambda pid: {pid: resident.setdefault(pid, 2**30)})
     request = measurer._request_measurement
 
     def measure_and_grow(*args):
@@ -319,6 +319,7 @@ def test_a_worker_whose_past_sessions_hold_the_memory_the_next_needs_is_started_
         monkeypatch.setattr(service, "memory_available", lambda: 12 * gib)
         assert measurer.measure(mlp, placement).ok
         assert measurer.session_bytes(mlp) == 3 * gib and measurer.held_bytes == 3 * gib
+        assert measurer.process_bytes(mlp) == 4 * gib  # the fresh gibibyte and the session's three
         assert measurer.measure(mlp, placement).ok and measurer.worker_pid == first  # room for 3 GiB more
         monkeypatch.setattr(service, "memory_available", lambda: 4 * gib)  # 3 GiB more would leave 1 GiB
         result = measurer.measure(mlp, placement)
