@@ -165,11 +165,6 @@ class Measurer:
             return 0
         return max(sum(tree_resident_bytes(self._process.pid).values()) - self._fresh_bytes, 0)
 
-    @property
-    def fresh_bytes(self) -> int:
-        """What the worker's processes held when last started, before any graph."""
-        return self._fresh_bytes
-
     def session_bytes(self, graph: OpGraph) -> int:
         """The most one measurement of `graph` grew the worker's processes by (0: none measured yet): a first
         session, with its graph loaded, is the largest."""
