@@ -69,7 +69,9 @@ class TransferRefit:
                     f"error {100 * self.error_before:.1f} % -> {100 * self.error_after:.1f} %")
         kept = (f"the twin's core time per transfer kept as calibrated: on {fitted_on} its median error is "
                 f"{100 * self.error_before:.1f} %")
-        if self.best_factor == 1.0:
+        if self.best_factor == 1.0 or self.error_after >= self.error_before:
+            # The fit ranks factors by the median |log error|, which can favour one whose median |error| in per
+            # cent is no lower: naming it ("x3.43 would give 10.9 %" beside 10.6 %) reads as a contradiction.
             return kept + " (no dearer transfer fits them better)"
         return kept + f" (x{self.best_factor:.2f} would give {100 * self.error_after:.1f} %)"
 

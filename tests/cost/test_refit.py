@@ -75,6 +75,15 @@ def test_a_twin_that_already_fits_keeps_the_calibration_s_costs(two_tower):
     assert "kept as calibrated" in fit.describe()
 
 
+def test_a_kept_calibration_names_a_dearer_factor_only_where_it_would_lower_the_error():
+    from placer.cost.refit import TransferRefit
+
+    better = TransferRefit(1.0, ("metis", "scotch", "exact"), 0.106, 0.095, 1.26, "single-device")
+    assert "(x1.26 would give 9.5 %)" in better.describe()
+    worse = TransferRefit(1.0, ("metis", "scotch", "exact"), 0.106, 0.109, 3.43, "single-device")
+    assert worse.describe().endswith("its median error is 10.6 % (no dearer transfer fits them better)")
+
+
 def test_no_fit_from_too_few_placements_that_span_devices_or_without_core_costs(two_tower):
     simulator = _simulator(two_tower, **ON_CORES)
     spanning = list(_placements(two_tower, simulator, MIN_PLACEMENTS - 1).items())
