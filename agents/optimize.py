@@ -745,8 +745,8 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
             measured_candidates, no_memory = fit_in_memory(in_order, set(targets), machine_bytes, memory_available())
         if no_memory:
             notes.append(f"not measured for lack of memory: {'; '.join(c.name for c in no_memory)}. Each starts "
-                         f"processes of its own, {target}'s hold {machine_bytes / 2**30:.1f} GiB for this graph, "
-                         f"and {(memory_available() or 0) / 2**30:.1f} GiB of the machine is available")
+                         f"processes of its own (about {machine_bytes / 2**30:.1f} GiB for this graph), and "
+                         f"{(memory_available() or 0) / 2**30:.1f} GiB of the machine is available")
         for candidate in measured_candidates:
             key = str(candidate.machine)
             if key not in targets:  # every process started before any timing: one that cannot start fails first
