@@ -96,11 +96,7 @@ def _meminfo(key: str) -> int | None:
 def own_and_descendants_resident_bytes() -> int:
     """Resident memory of this process and every process below it (a measurement worker and the testbed servers
     it started), in bytes; 0 where /proc is missing."""
-    try:
-        own = int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
-    return own + sum(descendants_resident_bytes().values())
+    return sum(tree_resident_bytes(os.getpid()).values())
 
 
 def descendants_resident_bytes(pid: int | None = None) -> dict[int, int]:

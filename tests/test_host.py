@@ -38,3 +38,18 @@ def test_sockets_count_the_physical_packages_of_the_usable_cores(monkeypatch):
     assert host.sockets() == min(len(allowed), 2)  # the package of a core this process may not use is not counted
     monkeypatch.setattr(host, "_cpuinfo", lambda: "")
     assert host.sockets() == 1
+
+
+def test_a_process_trees_memory_counts_the_process_and_what_it_started():
+    import os
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        tree = host.tree_resident_bytes(os.getpid())
+        assert tree[os.getpid()] > 0 and child.pid in tree
+        assert host.own_and_descendants_resident_bytes() >= tree[os.getpid()]
+        assert os.getpid() not in host.tree_resident_bytes(child.pid)  # its parent is not below it
+    finally:
+        child.kill()
+        child.wait()
