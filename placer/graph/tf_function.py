@@ -33,8 +33,16 @@ _VALID_NODE_NAME = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\-/]*")
 
 CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 
-# Above this many elements a variable is initialized randomly (same mean/std) so the GraphDef stays small.
-LARGE_VARIABLE_ELEMENTS = 1_000_000
+EXACT_INITIAL_VALUE_ELEMENTS = 1024
+"""Up to this many elements a varied floating-point variable starts from its own values, stored in the GraphDef;
+above, from values drawn with their mean and spread, between their least and greatest (a step's time does not
+depend on the weights' values; the range is kept for ops that expect it, a square root's input). Stored values go
+with the graph to every session and are held by every process that runs one: stored exactly, the variables and
+Adam's slots of Keras InceptionResNetV2 made a 607 MB GraphDef, and one session on `local:2` grew its processes
+by 10 GiB (2026-11-30)."""
+EXACT_INTEGER_ELEMENTS = 1_000_000
+"""Up to this many elements a varied integer variable starts from its own values (ids and counts may steer a
+step); above, every element is the values' rounded mean."""
 
 # Attributes that make grappler (or the runtime) keep a call instead of inlining it; we want every op placeable.
 _NO_INLINE_ATTRS = ("_noinline", "_XlaMustCompile", "_XlaCompile", "_xla_compile_device_type", "api_implements")
@@ -235,7 +243,9 @@ def _build_initializers(graph: tf.Graph, variables: dict[str, _Capture], name: s
     assigns = []
     for index, (node_name, capture) in enumerate(sorted(variables.items())):
         handle = graph.get_tensor_by_name(f"{node_name}:0")
-        with tf.name_scope(f"{node_name}/"):
+        # The initial value is made where its variable lives, as part of the variable's unit: it runs once,
+        # and as units of their own the ops that draw it would outnumber the variables several times.
+        with tf.name_scope(f"{node_name}/"), tf.compat.v1.colocate_with(handle.op):
             with tf.name_scope("Initializer"):
                 value = _initial_value(capture.value, capture.variable.dtype.base_dtype, seed=index)
             assigns.append(tf.raw_ops.AssignVariableOp(resource=handle, value=value, name="Assign"))
@@ -244,14 +254,20 @@ def _build_initializers(graph: tf.Graph, variables: dict[str, _Capture], name: s
 
 
 def _initial_value(value: np.ndarray, dtype: tf.DType, seed: int) -> tf.Tensor:
-    if value.size <= LARGE_VARIABLE_ELEMENTS or not (dtype.is_floating or dtype.is_integer or dtype.is_bool):
-        return tf.constant(value, dtype=dtype, name="initial_value")
-    mean = float(np.mean(value, dtype=np.float64))
-    if not dtype.is_floating:
-        return tf.fill(value.shape, tf.cast(round(mean), dtype), name="initial_value")
-    std = float(np.std(value, dtype=np.float64))
-    noise = tf.random.stateless_normal(value.shape, seed=[seed, 0], mean=mean, stddev=std, dtype=tf.float32)
-    return tf.cast(noise, dtype, name="initial_value")
+    """The tensor a variable of these values starts from: exactly its values where they are one value repeated
+    (zeros, ones: Adam's slots, a norm's scale) or few, else drawn to keep the GraphDef small."""
+    numeric = dtype.is_floating or dtype.is_integer or dtype.is_bool
+    if numeric and value.size > 1 and np.all(value == value.flat[0]):
+        return tf.fill(value.shape, tf.constant(value.flat[0], dtype=dtype), name="initial_value")
+    if dtype.is_floating and value.size > EXACT_INITIAL_VALUE_ELEMENTS:
+        mean, std = float(np.mean(value, dtype=np.float64)), float(np.std(value, dtype=np.float64))
+        drawn = tf.random.stateless_normal(value.shape, seed=[seed, 0], mean=mean, stddev=std, dtype=tf.float32)
+        drawn = tf.clip_by_value(drawn, float(np.min(value)), float(np.max(value)))
+        return tf.cast(drawn, dtype, name="initial_value")
+    if dtype.is_integer and value.size > EXACT_INTEGER_ELEMENTS:
+        return tf.fill(value.shape, tf.cast(round(float(np.mean(value, dtype=np.float64))), dtype),
+                       name="initial_value")
+    return tf.constant(value, dtype=dtype, name="initial_value")
 
 
 def _allow_inlining(graph_def: graph_pb2.GraphDef) -> None:

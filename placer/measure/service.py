@@ -45,8 +45,9 @@ MEMORY_RESERVE_SHARE = 0.1
 """Share of the machine's memory a measurement leaves free. A TensorFlow process does not give back what a closed
 session of a big graph held: on `local:2`, one session of Keras InceptionResNetV2 (42,059 ops) grew the worker and
 its servers by 10 GiB, the next placement by 8 more, and the kernel killed a server for memory (2026-11-30, 24 GiB
-machine). So where the memory available, less what a session of the graph grew the worker's processes by, would
-fall below this share, a worker holding past sessions is started afresh first: its memory goes back to the machine."""
+machine; 3.2 GiB and 2.1 more once the variables' initial values left its GraphDef). So where the memory
+available, less what a session of the graph grew the worker's processes by, would fall below this share, a worker
+holding past sessions is started afresh first: its memory goes back to the machine."""
 
 
 KILLED_GONE_WITHIN = 5.0
