@@ -229,6 +229,17 @@ def fit_in_memory(candidates: Sequence[Candidate], running: set[str], machine_by
     return kept, left_out
 
 
+def left_out_for_memory_note(left_out: Sequence[Candidate], kept: Sequence[Candidate], running: set[str],
+                              machine_bytes: int, available_bytes: int | None) -> str:
+    """Why `fit_in_memory` left these candidates out: what one more machine costs, and which machines the memory
+    went to."""
+    started = list(dict.fromkeys(str(c.machine) for c in kept if str(c.machine) not in running))
+    return (f"not measured for lack of memory: {'; '.join(c.name for c in left_out)}. Each starts processes of its "
+            f"own (about {machine_bytes / 2**30:.1f} GiB for this graph): of the {(available_bytes or 0) / 2**30:.1f} "
+            f"GiB available, {MEMORY_KEPT_FREE:.0%} of the machine's memory is kept free and the rest holds "
+            f"{len(started)} such machine{'s' * (len(started) != 1)} beside the target ({', '.join(started) or 'none'})")
+
+
 class FirstRunMemory:
     """Whether the memory holds one more machine's first run of the graph. A process loads the graph, its session
     and their state only when it first runs a step, so a machine's cost is known only then (a profile read from
@@ -744,9 +755,8 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
         if no_memory and real.measurer.release_memory():  # what its past sessions held, back to the machine
             measured_candidates, no_memory = fit_in_memory(in_order, set(targets), machine_bytes, memory_available())
         if no_memory:
-            notes.append(f"not measured for lack of memory: {'; '.join(c.name for c in no_memory)}. Each starts "
-                         f"processes of its own (about {machine_bytes / 2**30:.1f} GiB for this graph), and "
-                         f"{(memory_available() or 0) / 2**30:.1f} GiB of the machine is available")
+            notes.append(left_out_for_memory_note(no_memory, measured_candidates, set(targets), machine_bytes,
+                                                  memory_available()))
         for candidate in measured_candidates:
             key = str(candidate.machine)
             if key not in targets:  # every process started before any timing: one that cannot start fails first

@@ -245,7 +245,7 @@ def _build_initializers(graph: tf.Graph, variables: dict[str, _Capture], name: s
         handle = graph.get_tensor_by_name(f"{node_name}:0")
         # The initial value is made where its variable lives, as part of the variable's unit: it runs once,
         # and as units of their own the ops that draw it would outnumber the variables several times.
-        with tf.name_scope(f"{node_name}/"), tf.compat.v1.colocate_with(handle.op):
+        with tf.name_scope(f"{node_name}/"), graph.colocate_with(handle.op):
             with tf.name_scope("Initializer"):
                 value = _initial_value(capture.value, capture.variable.dtype.base_dtype, seed=index)
             assigns.append(tf.raw_ops.AssignVariableOp(resource=handle, value=value, name="Assign"))

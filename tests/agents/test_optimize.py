@@ -466,7 +466,7 @@ def test_a_machines_first_run_is_refused_once_the_memory_left_would_not_hold_wha
 
 
 def test_candidates_that_need_processes_past_the_machines_memory_are_left_out_in_order():
-    from agents.optimize import fit_in_memory
+    from agents.optimize import fit_in_memory, left_out_for_memory_note
     from placer.host import memory_total
     from placer.measure import InProcess, LocalTestbed
 
@@ -484,6 +484,11 @@ def test_candidates_that_need_processes_past_the_machines_memory_are_left_out_in
     # the default is kept even without room; no reading of the memory keeps everything
     assert fit_in_memory(candidates, {str(testbed)}, 2 * gib, int(spare))[0] == [default, on_testbed]
     assert fit_in_memory(candidates, set(), 2 * gib, None) == (candidates, [])
+    # the note says where the memory went: "19.8 GiB available" alone read as if there were room
+    note = left_out_for_memory_note(left_out, kept, {str(testbed)}, 2 * gib, int(spare + 4.5 * gib))
+    assert note.startswith("not measured for lack of memory: one process, intra 2; metis, pools intra 1. ")
+    assert "about 2.0 GiB for this graph" in note and "20% of the machine's memory is kept free" in note
+    assert note.endswith(f"holds 2 such machines beside the target ({default.machine}, {tuned[0].machine})")
 
 
 def test_a_machine_is_sized_by_one_session_of_the_graph_not_by_what_the_targets_past_sessions_hold(mlp, monkeypatch):

@@ -321,6 +321,8 @@ def test_a_worker_whose_past_sessions_hold_the_memory_the_next_needs_is_started_
         assert measurer.session_bytes(mlp) == 3 * gib and measurer.held_bytes == 3 * gib
         assert measurer.process_bytes(mlp) == 4 * gib  # the fresh gibibyte and the session's three
         assert measurer.measure(mlp, placement).ok and measurer.worker_pid == first  # room for 3 GiB more
+        assert measurer.held_bytes == 6 * gib
+        assert measurer.process_bytes(mlp) == 4 * gib  # not 7: the first session's three are not a fresh one's
         monkeypatch.setattr(service, "memory_available", lambda: 4 * gib)  # 3 GiB more would leave 1 GiB
         result = measurer.measure(mlp, placement)
         assert result.ok, result.failure
