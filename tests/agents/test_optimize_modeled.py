@@ -533,10 +533,13 @@ def test_a_hybrid_s_replica_is_placed_by_the_heuristics_then_refined_and_never_s
     from agents.optimize_modeled import replicated_candidates
 
     notes = []
-    hybrid, = replicated_candidates("two-tower", "tiny", "modeled:4xH100", 2, notes)
+    hybrid, *pipelines = replicated_candidates("two-tower", "tiny", "modeled:4xH100", 2, notes)
     assert hybrid.name.startswith("data parallel x2 over ") and hybrid.replicas.batch == 32
     assert hybrid.priced and "all-reduced in a ring" in hybrid.made_by
-    unrefined, = replicated_candidates("two-tower", "tiny", "modeled:4xH100", 2, [], deadline=0.0)
+    # then the replica run as pipelines, which no bound rules out when nothing faster was found before
+    assert pipelines and all(" + gpipe x" in c.name or " + 1f1b x" in c.name or " + tessel x" in c.name
+                             for c in pipelines)
+    unrefined = replicated_candidates("two-tower", "tiny", "modeled:4xH100", 2, [], deadline=0.0)[0]
     assert "refined" not in unrefined.name
     assert hybrid.predicted_seconds <= unrefined.predicted_seconds
     assert hybrid.name.endswith(", refined") == (hybrid.predicted_seconds < unrefined.predicted_seconds)
