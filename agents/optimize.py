@@ -234,10 +234,11 @@ def left_out_for_memory_note(left_out: Sequence[Candidate], kept: Sequence[Candi
     """Why `fit_in_memory` left these candidates out: what one more machine costs, and which machines the memory
     went to."""
     started = list(dict.fromkeys(str(c.machine) for c in kept if str(c.machine) not in running))
+    available = (available_bytes or 0) / 2**30
     return (f"not measured for lack of memory: {'; '.join(c.name for c in left_out)}. Each starts processes of its "
-            f"own (about {machine_bytes / 2**30:.1f} GiB for this graph): of the {(available_bytes or 0) / 2**30:.1f} "
-            f"GiB available, {MEMORY_KEPT_FREE:.0%} of the machine's memory is kept free and the rest holds "
-            f"{len(started)} such machine{'s' * (len(started) != 1)} beside the target ({', '.join(started) or 'none'})")
+            f"own (about {machine_bytes / 2**30:.1f} GiB for this graph): of the {available:.1f} GiB available, "
+            f"{MEMORY_KEPT_FREE:.0%} of the machine's memory is kept free and the rest holds {len(started)} such "
+            f"machine{'s' * (len(started) != 1)} beside the target ({', '.join(started) or 'none'})")
 
 
 class FirstRunMemory:

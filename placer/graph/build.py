@@ -321,8 +321,8 @@ def graph_from_tf_function(step_fn: Callable[..., Any], *args: Any, name: str = 
     """Build from a TF2 training step (a tf.function or plain callable; Keras 3 models work this way).
 
     Nested function calls are inlined so every op is placeable; `While`/`If` stay single ops (see
-    `placer.graph.tf_function`). Variables become graph variables initialized with their current values (drawn alike where large:
-    `placer.graph.tf_function.EXACT_INITIAL_VALUE_ELEMENTS`).
+    `placer.graph.tf_function`). Variables become graph variables initialized with their current values, or
+    with values drawn alike where large (`placer.graph.tf_function.EXACT_INITIAL_VALUE_ELEMENTS`).
     """
     from placer.graph.tf_function import trace_tf_function_step
 
