@@ -207,7 +207,10 @@ REQUEST_TRACED_STEPS = 5
 first `REQUEST_SKIPPED_STEPS` gives a hop. A late hop (busy sender) lands 1.5-5.5 ms after the send, spread
 evenly over one 4 ms scheduler tick (this kernel's HZ is 250): its mean held at 3.5-3.7 ms in six calibrations,
 while the share of hops that were late moved from 79 % to 33 % within ten minutes on a quiet machine
-(`experiments/probes/calibration_stability.py`, 2026-11-29, results/calibration_stability_pooled*.json). Reading
+(`experiments/probes/calibration_stability.py`, 2026-11-29, results/calibration_stability_pooled*.json). The
+late ones wait for the worker's compute thread to run out its kernel scheduler slice: at 20 ms compute slices,
+12 % of hops were late, not 62 %, and the steps did not change, but the twin fitted so predicted splits 15-28 %
+fast (`experiments/probes/compute_slices.py`, docs/results/calibration.md), so the workers keep the kernel's. Reading
 four hops a round takes out the chance of a few hops: four repeats of 20 rounds put the delay within 34 % of their
 median from one traced step a round (the third of three), 12 % from the four after the first
 (results/request_delay_repeats_hops.json); the share's drift stays. Replayed on the four decisions runs of
