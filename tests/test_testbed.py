@@ -96,6 +96,24 @@ def test_expert_and_single_device_placements_of_a_tiny_benchmark_model_run_on_th
     assert len(set(placements["expert"].group_devices)) == 2
 
 
+def test_a_started_testbed_is_idle_so_the_next_timing_has_the_cores_to_itself():
+    """`Measurer.start()` returns once its worker has loaded what measuring runs: a testbed's worker that imported
+    TensorFlow after saying it was ready took a core for 2.3 s, beside the next candidate's first timing."""
+    import time
+
+    from placer.host import descendants, processes
+
+    def cpu_seconds(pid: int) -> float:
+        table = processes()
+        return sum(table[p].cpu_ticks for p in {pid} | descendants(table, pid) if p in table) / os.sysconf("SC_CLK_TCK")
+
+    with Measurer("local:2") as measurer:
+        before = cpu_seconds(measurer.worker_pid)
+        time.sleep(1.5)
+        used = cpu_seconds(measurer.worker_pid) - before
+    assert used < 0.3, f"the testbed's processes used {used:.2f} CPU seconds in the 1.5 s after it started"
+
+
 def test_no_process_survives_the_testbed():
     measurer = Measurer("local:2")
     measurer.start()
