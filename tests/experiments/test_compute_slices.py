@@ -47,13 +47,14 @@ def test_the_compute_threads_get_the_slice_asked_for_and_the_others_keep_the_ker
     other, stop_other = _named_thread("grpc_server")
     try:
         kernel_default = thread_slice(other)
-        assert threads_named(COMPUTE_THREAD_NAME) == [compute]
-        assert set_compute_slices(["self"], 0.020) == 1
+        assert compute in threads_named(COMPUTE_THREAD_NAME)  # beside TensorFlow's own, in a test run's process
+        assert set_compute_slices(["self"], 0.020) >= 1
         assert thread_slice(compute) == pytest.approx(0.020) and thread_slice(other) == kernel_default
         assert slices_hold(["self"], 0.020) and not slices_hold(["self"], 0.010)
         set_compute_slices(["self"], 0.0)
         assert thread_slice(compute) == kernel_default and slices_hold(["self"], 0.0)
     finally:
+        set_compute_slices(["self"], 0.0)  # TensorFlow's threads in this process back to the kernel's slice
         stop_compute.set()
         stop_other.set()
 
