@@ -19,7 +19,6 @@ default: below 1, the long slices are faster); for the request probe, the share 
 1 ms and the delay as `placer calibrate` computes it, from the sender's side and from the receiver's.
 """
 
-
 from __future__ import annotations
 
 import argparse
@@ -40,7 +39,7 @@ from experiments._report import write_report  # noqa: E402
 
 SETTINGS = ("kernel", "long")
 LATE_SECONDS = 1e-3
-
+"""Seconds past the median idle hop from which a busy hop counts as late."""
 
 COMPUTE_THREAD_NAME = "tf_Compute"
 """What TensorFlow names the threads of a worker's executor pool, which run its ops."""

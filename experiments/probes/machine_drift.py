@@ -1,7 +1,8 @@
 """How far does the testbed's speed move in minutes? The same placements measured again and again.
 
     python experiments/probes/machine_drift.py [--models two-tower nmt-2 placer.models.heldout:branchy_0_graph]
-        [--size tiny] [--minutes 15] [--interval 20] [--lags 1 2 4 8] [--out results/machine_drift.json]
+        [--size tiny] [--minutes 15] [--interval 20] [--lags 1 2 4 8] [--request-rounds 0]
+        [--out results/machine_drift.json]
 
 Every prediction of the calibrated simulator rests on measurements made before it: the calibration's probes and
 each graph's profile, minutes before the steps it is compared with. Here each model runs on `local:2` with all
@@ -13,6 +14,11 @@ drift at each lag of `--lags` minutes: the median |change| between two of its me
 same for each cut placement's ratio to the single worker measured beside it in the same sample, which is what
 the machine's drift leaves of a comparison made side by side. A prediction made from measurements taken a lag
 before its check carries about that lag's drift on top of the model's own error.
+
+With `--request-rounds N`, each sample also runs `placer calibrate`'s request probe for N rounds: the share of its
+busy-sender hops that were late (`placer.calibration.LATE_HOP`) and its delay (`placer.calibrate.request_delay`)
+become series of their own, and each cut placement's ratio is set against the late share over the samples
+(Spearman's rank correlation): does a split's cost move with the share the calibration's request delay drifts with?
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from experiments._report import write_report  # noqa: E402
 
 PLACEMENTS = ("worker 0", "round-robin", "split 0.50")
 REFERENCE = "worker 0"
+REQUEST_PROBE = "request probe"
 
 
 def lag_drift(samples: Sequence[tuple[float, float]], lag: float, tolerance: float) -> float | None:
@@ -46,9 +53,12 @@ def lag_drift(samples: Sequence[tuple[float, float]], lag: float, tolerance: flo
 
 
 def spread(values: Sequence[float]) -> tuple[float, float]:
-    """The 10th and 90th percentiles of `values` against their median, as percentages."""
+    """The 10th and 90th percentiles of `values` against their median, as percentages (nan about a median of 0,
+    as a request probe whose hops were mostly prompt has)."""
     ordered = sorted(values)
     median = statistics.median(ordered)
+    if median == 0:
+        return math.nan, math.nan
 
     def percentile(q: float) -> float:
         position = q * (len(ordered) - 1)
@@ -81,8 +91,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--lags", type=float, nargs="+", default=[1, 2, 4, 8], help="minutes")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--request-rounds", type=int, default=0,
+                        help="rounds of the request probe in each sample (default 0: none)")
     parser.add_argument("--out", default="results/machine_drift.json")
     args = parser.parse_args(argv)
+    if args.request_rounds < 0:
+        parser.error("--request-rounds must be 0 (none) or more")
     if args.interval <= 0 or args.minutes * 60 < 3 * args.interval:
         parser.error("give a positive --interval and --minutes for at least three samples")
     if min(args.lags) <= 0 or max(args.lags) * 60 > args.minutes * 60 - args.interval:
@@ -92,9 +106,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     from tqdm.auto import tqdm
 
     from experiments.simulator_fidelity import split_assignment
+    from placer.calibrate import measure_request_delay
+    from placer.calibration import LATE_HOP
     from placer.measure import MeasureConfig, Measurer, parse_target
     from placer.models import load_model
     from placer.placement import Placement
+    from placer.simulate.fidelity import spearman
 
     graphs = [load_model(model, args.size) for model in args.models]  # a bad spec fails before a testbed starts
     config = MeasureConfig(warmup_steps=args.warmup, timed_steps=args.repeats)
@@ -123,6 +140,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                               f"{result.failure.message}", flush=True)
                         continue
                     steps.setdefault((graph.name, label), []).append((at, result.median))
+            if args.request_rounds:
+                delay, hops = measure_request_delay(measurer, args.request_rounds)
+                late = sum(hop > LATE_HOP for hop in hops["busy"]) / len(hops["busy"])
+                steps.setdefault((REQUEST_PROBE, "late share"), []).append((at, late))
+                steps.setdefault((REQUEST_PROBE, "delay"), []).append((at, delay))
 
     series: dict[tuple[str, str], list[tuple[float, float]]] = {key: value for key, value in steps.items()}
     for graph in graphs:
@@ -134,11 +156,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                 (at, value / reference[at]) for at, value in steps.get((graph.name, label), []) if at in reference]
     rows = drift_rows({key: value for key, value in series.items() if len(value) >= 3}, args.lags,
                       tolerance=args.interval / 2)
+    late = dict(series.get((REQUEST_PROBE, "late share"), []))
     for row in rows:
-        if "/" not in row["measured"]:
-            row["median"] *= 1e3  # step times in ms; ratios stay ratios
+        if "/" not in row["measured"] and row["model"] != REQUEST_PROBE or row["measured"] == "delay":
+            row["median"] *= 1e3  # step times and the delay in ms; ratios and shares stay as they are
+        if late and "/" in row["measured"]:
+            pairs = [(late[at], value) for at, value in series[(row["model"], row["measured"])] if at in late]
+            row["spearman_with_late_share"] = spearman(*zip(*pairs)) if len(pairs) >= 3 else None
     columns = ["model", "measured", "samples", "median", "p10_pct", "p90_pct",
-               *(f"drift_{lag:g}min_pct" for lag in args.lags)]
+               *(f"drift_{lag:g}min_pct" for lag in args.lags), *(["spearman_with_late_share"] * bool(late))]
     write_report("machine_drift", columns, rows, args.out, models=args.models, size=args.size, minutes=args.minutes,
                  interval=args.interval, lags=args.lags, warmup=args.warmup, repeats=args.repeats,
                  samples={f"{model} | {label}": values for (model, label), values in steps.items()},

@@ -12,6 +12,9 @@ def test_bad_arguments_are_refused_before_a_testbed_starts(no_testbed, capsys):
             main(arguments)
         assert stopped.value.code == 2, arguments
     assert "leave room in the run" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:
+        main(["--request-rounds", "-1"])
+    assert stopped.value.code == 2 and "--request-rounds must be 0 (none) or more" in capsys.readouterr().err
 
 
 def test_drift_at_a_lag_compares_only_samples_that_far_apart():
@@ -27,6 +30,8 @@ def test_spread_is_the_tenth_and_ninetieth_percentiles_against_the_median():
     low, high = spread([1.0] * 8 + [0.5, 2.0])
     assert low == pytest.approx(-5.0)  # 10th percentile between 0.5 and 1.0: 0.95
     assert high == pytest.approx(10.0)  # 90th between 1.0 and 2.0: 1.1
+    # A share of late hops mostly 0: no spread about a median of nothing.
+    assert all(value != value for value in spread([0.0, 0.0, 0.25]))
 
 
 def test_a_series_keeps_its_samples_count_and_each_lags_drift():
