@@ -7,12 +7,15 @@ those devices on the same ops of the graph your code builds. TF2 eager code plac
 not per op name, so for a `tf.function` step the placed graph runs through placer's session route
 (`place_tf_function` + `run_training`); `placement_mapping` gives the raw op -> device mapping. The file
 itself is read by `placer.placement.read_placement_file`. `run_with_schedule` runs a placement over
-micro-batches in the order of a schedule plan (`placer.schedule`).
+micro-batches in the order of a schedule plan (`placer.schedule`). `use_plan_pools` gives your own TensorFlow 2
+process the thread pools of a plan that runs in one process (what `placer optimize` most often recommends on a
+CPU machine).
 """
 
 from placer.apply.place import (
     UNCOVERED_POLICIES, PlacementReport, UncoveredOp, as_placement_file, place_graph, place_tf_function,
 )
+from placer.apply.pools import use_plan_pools
 from placer.apply.run import APPLY_CONFIG, run_training
 from placer.apply.scheduled import run_with_schedule
 from placer.placement import (
@@ -28,5 +31,5 @@ __all__ = [
     "APPLY_CONFIG", "UNCOVERED_POLICIES", "ExportedPlacement", "PlacementFile", "PlacementReport", "UncoveredOp",
     "as_placement_file", "check_same_graph", "exported_placement_from_json_dict", "load_exported_placement",
     "place_graph", "place_tf_function", "placement_file_from_json_dict", "placement_mapping", "read_placement_file",
-    "run_training", "run_with_schedule",
+    "run_training", "run_with_schedule", "use_plan_pools",
 ]

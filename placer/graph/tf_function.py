@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -46,6 +47,7 @@ step); above, every element is the values' rounded mean."""
 
 # Attributes that make grappler (or the runtime) keep a call instead of inlining it; we want every op placeable.
 _NO_INLINE_ATTRS = ("_noinline", "_XlaMustCompile", "_XlaCompile", "_xla_compile_device_type", "api_implements")
+_XLA_ATTRS = ("_XlaMustCompile", "_XlaCompile")
 
 # Grappler would lower functional control flow to Switch/Merge; we switch that off while inlining and keep the
 # original setting here so the Session lowers (or not) exactly as it would for the original function.
@@ -130,7 +132,14 @@ def _inline_function_calls(graph_def: graph_pb2.GraphDef, fetches: Iterable[str]
     graph_def = _copy(graph_def)
     if not graph_def.library.function:
         return graph_def
-    _allow_inlining(graph_def)
+    compiled = _allow_inlining(graph_def)
+    if compiled:
+        warnings.warn(
+            f"{len(compiled)} function(s) of this step are compiled with XLA when TensorFlow runs the step itself "
+            f"({', '.join(compiled[:3])}{', ...' if len(compiled) > 3 else ''}; Keras does so for grouped "
+            "convolutions on CPU). placer runs them as TensorFlow's kernels, so its measured steps can differ from "
+            "your own `fit`'s: RegNetX-200MF's fit step took 3.9x placer's (docs/results/keras-models.md)",
+            RuntimeWarning, stacklevel=4)
     _hold_control_flow_functional(graph_def)
 
     meta_graph = meta_graph_pb2.MetaGraphDef()
@@ -270,7 +279,14 @@ def _initial_value(value: np.ndarray, dtype: tf.DType, seed: int) -> tf.Tensor:
     return tf.constant(value, dtype=dtype, name="initial_value")
 
 
-def _allow_inlining(graph_def: graph_pb2.GraphDef) -> None:
+def _allow_inlining(graph_def: graph_pb2.GraphDef) -> list[str]:
+    """Takes off what keeps calls from being inlined; returns the functions that were marked to be compiled by XLA
+    (Keras's TensorFlow backend marks grouped convolutions so on CPU), which the graph now runs as TensorFlow's
+    kernels."""
+    compiled = {function.signature.name for function in graph_def.library.function
+                if any(function.attr[key].b for key in _XLA_ATTRS if key in function.attr)}
+    compiled |= {node.attr["f"].func.name if "f" in node.attr else node.op for node in _all_nodes(graph_def)
+                 if any(node.attr[key].b for key in _XLA_ATTRS if key in node.attr)}
     for function in graph_def.library.function:
         for key in _NO_INLINE_ATTRS:
             function.attr.pop(key, None)
@@ -280,6 +296,7 @@ def _allow_inlining(graph_def: graph_pb2.GraphDef) -> None:
     for node in graph_def.node:
         for key in _NO_INLINE_ATTRS:
             node.attr.pop(key, None)
+    return sorted(compiled)
 
 
 def _hold_control_flow_functional(graph_def: graph_pb2.GraphDef) -> None:

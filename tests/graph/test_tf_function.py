@@ -83,6 +83,34 @@ def test_nested_tf_functions_are_inlined():
     )
 
 
+def test_a_call_tensorflow_compiles_with_xla_is_inlined_and_said_to_run_otherwise_here():
+    """Keras's TensorFlow backend compiles grouped convolutions with XLA on CPU; placer's graph runs them as
+    TensorFlow's kernels, so its steps can differ from `fit`'s, and the trace says so."""
+    v = tf.Variable(tf.ones([4, 4]))
+
+    @tf.function(jit_compile=True)
+    def compiled(x):
+        return tf.matmul(x, x)
+
+    @tf.function
+    def step():
+        v.assign_add(compiled(v) * 0.01)
+
+    with pytest.warns(RuntimeWarning, match=r"1 function\(s\) of this step are compiled with XLA .*TensorFlow's kernels"):
+        traced = trace_tf_function_step(step)
+    assert not [op for op in traced.graph.get_operations() if op.type in CALL_OPS]
+
+    @tf.function
+    def plain_step():
+        v.assign_add(tf.matmul(v, v) * 0.01)
+
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        trace_tf_function_step(plain_step)
+
+
 def test_inlined_step_trains_plain_variables_in_a_session():
     step_fn, (w, b) = _linear_regression_step()
     step = trace_tf_function_step(step_fn)
@@ -268,7 +296,8 @@ def test_nested_call_with_only_side_effects_runs_once_per_step():
     def step():
         count()
 
-    step_obj = trace_tf_function_step(step)
+    with pytest.warns(RuntimeWarning, match="compiled with XLA"):  # inlined: it runs as TensorFlow's kernels here
+        step_obj = trace_tf_function_step(step)
 
     assert function_call_ops(step_obj.graph) == []
     with tf.compat.v1.Session(graph=step_obj.graph) as session:
