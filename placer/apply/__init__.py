@@ -8,8 +8,8 @@ not per op name, so for a `tf.function` step the placed graph runs through place
 (`place_tf_function` + `run_training`); `placement_mapping` gives the raw op -> device mapping. The file
 itself is read by `placer.placement.read_placement_file`. `run_with_schedule` runs a placement over
 micro-batches in the order of a schedule plan (`placer.schedule`). `use_plan_pools` gives your own TensorFlow 2
-process the thread pools of a plan that runs in one process (what `placer optimize` most often recommends on a
-CPU machine).
+process the thread pools of a plan that runs in one process (what `placer optimize` recommended for 14 of 15
+Keras families on a 2-core machine, docs/results/keras-models.md).
 """
 
 from placer.apply.place import (
