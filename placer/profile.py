@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from placer.errors import ProfileError
-from placer.graph.control_flow import CONTROL_FLOW_OPS
+from placer.graph.control_flow import CALL_OPS, CONTROL_FLOW_OPS
 from placer.graph.opgraph import OpGraph
 from placer.hardware import DeviceModel
 from placer.measure.config import ENOUGH_TIMED_SECONDS
@@ -193,11 +193,12 @@ def roofline_costs(graph: OpGraph, model: DeviceModel) -> CostTable:
     `KernelModel` has it (per-op-type efficiencies, a floor, TF32); bookkeeping ops (`FREE_OP_TYPES`) cost
     nothing."""
     output_bytes = {op.name: sum(op.output_bytes) for op in graph.ops}
-    bodies = [op.name for op in graph.step_ops if op.type in CONTROL_FLOW_OPS]
+    bodies = [op.name for op in graph.step_ops if op.type in CONTROL_FLOW_OPS or op.type in CALL_OPS]
     if bodies:
         warnings.warn(
-            f"{model.name} prices each op from its FLOPs and bytes, but {len(bodies)} loops or conditionals of "
-            f"{graph.name!r} ({', '.join(bodies[:3])}{', ...' if len(bodies) > 3 else ''}) run bodies whose ops it does not see: they are priced as one cheap op "
+            f"{model.name} prices each op from its FLOPs and bytes, but {len(bodies)} loops, conditionals or calls "
+            f"compiled with XLA of {graph.name!r} ({', '.join(bodies[:3])}{', ...' if len(bodies) > 3 else ''}) "
+            "run bodies whose ops it does not see: they are priced as one cheap op "
             "each, so simulated step times of this graph are too short; profile it on a real target "
             "(`calibrated:FILE`) for their cost", stacklevel=2)
     kernels = model.kernels

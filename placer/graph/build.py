@@ -320,8 +320,8 @@ def _parameters(op: tf.Operation) -> int:
 def graph_from_tf_function(step_fn: Callable[..., Any], *args: Any, name: str = "tf_function_step") -> OpGraph:
     """Build from a TF2 training step (a tf.function or plain callable; Keras 3 models work this way).
 
-    Nested function calls are inlined so every op is placeable; `While`/`If` stay single ops (see
-    `placer.graph.tf_function`). Variables become graph variables initialized with their current values, or
+    Nested function calls are inlined so every op is placeable; `While`/`If`, and calls TensorFlow compiles with
+    XLA, stay single ops (see `placer.graph.tf_function`). Variables become graph variables initialized with their current values, or
     with values drawn alike where large (`placer.graph.tf_function.EXACT_INITIAL_VALUE_ELEMENTS`).
     """
     from placer.graph.tf_function import trace_tf_function_step

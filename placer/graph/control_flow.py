@@ -15,6 +15,9 @@ from collections.abc import Iterable, Mapping
 
 CONTROL_FLOW_OPS = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase"})
 LOOP_OPS = frozenset({"While", "StatelessWhile"})
+CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
+"""Function calls. A traced step inlines them, except the calls TensorFlow compiles with XLA
+(`placer.graph.tf_function`): those stay one op each, whose body, like a loop's, is in the function library."""
 
 LOOP_CONDITION_OP = "LoopCond"
 """The lowered node that decides, once per iteration and once more to leave, whether a loop goes on."""

@@ -4,8 +4,11 @@ with real variables, an `init_op` and one `train_op` that runs the whole step in
 Nested calls (`PartitionedCall`, `StatefulPartitionedCall`, ops typed as a library function) are inlined
 recursively by grappler's function optimizer, as `convert_variables_to_constants_v2` does. Body nodes become
 `<call>/<node>`; `Func/<call>/input/_N` and `Func/<call>/output/_N` Identities and `input_control_node` /
-`output_control_node` NoOps carry the call's data and control edges. Calls marked `_noinline` or for XLA are
-inlined too.
+`output_control_node` NoOps carry the call's data and control edges. Calls marked `_noinline` are inlined too.
+A call TensorFlow compiles with XLA (`jit_compile=True`; Keras's TensorFlow backend marks its grouped
+convolutions so on CPU) stays one op, which a Session compiles with XLA as TensorFlow does when it runs the step
+itself: inlined, its ops would run as TensorFlow's kernels, and placer would time another step than the user's
+(Keras RegNetX-200MF's: 20.9 ms inlined, 81.8 ms in `fit`, docs/results/keras-models.md).
 
 Limit: functional control flow (`While`, `StatelessWhile`, `If`, `StatelessIf`, `Case`, `StatelessCase`) stays
 one op each. Its bodies (and any calls inside them) stay in the graph's function library, so the graph still
@@ -16,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -28,11 +30,9 @@ from tensorflow.python.framework import tensor_util
 from tensorflow.python.grappler import tf_optimizer
 
 from placer.errors import GraphBuildError
-from placer.graph.control_flow import CONTROL_FLOW_OPS
+from placer.graph.control_flow import CALL_OPS, CONTROL_FLOW_OPS
 
 _VALID_NODE_NAME = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\-/]*")
-
-CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 
 EXACT_INITIAL_VALUE_ELEMENTS = 1024
 """Up to this many elements a varied floating-point variable starts from its own values, stored in the GraphDef;
@@ -132,14 +132,7 @@ def _inline_function_calls(graph_def: graph_pb2.GraphDef, fetches: Iterable[str]
     graph_def = _copy(graph_def)
     if not graph_def.library.function:
         return graph_def
-    compiled = _allow_inlining(graph_def)
-    if compiled:
-        warnings.warn(
-            f"{len(compiled)} function(s) of this step are compiled with XLA when TensorFlow runs the step itself "
-            f"({', '.join(compiled[:3])}{', ...' if len(compiled) > 3 else ''}; Keras does so for grouped "
-            "convolutions on CPU). placer runs them as TensorFlow's kernels, so its measured steps can differ from "
-            "your own `fit`'s: RegNetX-200MF's fit step took 3.9x placer's (docs/results/keras-models.md)",
-            RuntimeWarning, stacklevel=4)
+    _allow_inlining(graph_def)
     _hold_control_flow_functional(graph_def)
 
     meta_graph = meta_graph_pb2.MetaGraphDef()
@@ -279,24 +272,41 @@ def _initial_value(value: np.ndarray, dtype: tf.DType, seed: int) -> tf.Tensor:
     return tf.constant(value, dtype=dtype, name="initial_value")
 
 
-def _allow_inlining(graph_def: graph_pb2.GraphDef) -> list[str]:
-    """Takes off what keeps calls from being inlined; returns the functions that were marked to be compiled by XLA
-    (Keras's TensorFlow backend marks grouped convolutions so on CPU), which the graph now runs as TensorFlow's
-    kernels."""
-    compiled = {function.signature.name for function in graph_def.library.function
-                if any(function.attr[key].b for key in _XLA_ATTRS if key in function.attr)}
-    compiled |= {node.attr["f"].func.name if "f" in node.attr else node.op for node in _all_nodes(graph_def)
-                 if any(node.attr[key].b for key in _XLA_ATTRS if key in node.attr)}
+def _allow_inlining(graph_def: graph_pb2.GraphDef) -> None:
+    """Takes off what keeps calls from being inlined, except from the functions TensorFlow compiles with XLA and
+    the calls to them: those stay one op each (grappler does not inline what XLA compiles)."""
+    compiled = xla_compiled_functions(graph_def)
     for function in graph_def.library.function:
-        for key in _NO_INLINE_ATTRS:
-            function.attr.pop(key, None)
+        if function.signature.name not in compiled:
+            for key in _NO_INLINE_ATTRS:
+                function.attr.pop(key, None)
         for node in function.node_def:
+            if not _calls(node, compiled):
+                for key in _NO_INLINE_ATTRS:
+                    node.attr.pop(key, None)
+    for node in graph_def.node:
+        if not _calls(node, compiled):
             for key in _NO_INLINE_ATTRS:
                 node.attr.pop(key, None)
-    for node in graph_def.node:
-        for key in _NO_INLINE_ATTRS:
-            node.attr.pop(key, None)
-    return sorted(compiled)
+
+
+def xla_compiled_functions(graph_def: graph_pb2.GraphDef) -> set[str]:
+    """The functions of `graph_def`'s library that TensorFlow compiles with XLA: marked so themselves, or called by
+    a node marked so."""
+    compiled = {function.signature.name for function in graph_def.library.function
+                if any(function.attr[key].b for key in _XLA_ATTRS if key in function.attr)}
+    compiled |= {_called(node) for node in _all_nodes(graph_def)
+                 if any(node.attr[key].b for key in _XLA_ATTRS if key in node.attr)}
+    return compiled
+
+
+def _called(node: node_def_pb2.NodeDef) -> str:
+    """The function a call node calls: its `f` attribute, or its type where the node is typed as the function."""
+    return node.attr["f"].func.name if "f" in node.attr else node.op
+
+
+def _calls(node: node_def_pb2.NodeDef, functions: set[str]) -> bool:
+    return (node.op in CALL_OPS or node.op in functions) and _called(node) in functions
 
 
 def _hold_control_flow_functional(graph_def: graph_pb2.GraphDef) -> None:
@@ -356,9 +366,12 @@ def _rename_inputs(graph_def: graph_pb2.GraphDef, renames: dict[str, str]) -> No
 
 
 def _function_call_ops(graph: tf.Graph) -> list[str]:
-    """Names of the ops in `graph` that call a function (other than functional control flow)."""
-    call_types = CALL_OPS | {f.signature.name for f in graph.as_graph_def().library.function}
-    return sorted(op.name for op in graph.get_operations() if op.type in call_types)
+    """Names of the ops in `graph` that call a function, other than functional control flow and the calls
+    TensorFlow compiles with XLA (kept as one op each)."""
+    graph_def = graph.as_graph_def()
+    compiled = xla_compiled_functions(graph_def)
+    call_types = CALL_OPS | {f.signature.name for f in graph_def.library.function}
+    return sorted(node.name for node in graph_def.node if node.op in call_types and not _calls(node, compiled))
 
 
 def _first_float_scalar(outputs: Iterable[tf.Tensor]) -> tf.Tensor | None:

@@ -111,7 +111,7 @@ def test_a_roofline_names_the_loops_whose_bodies_it_cannot_price(lstm_graph):
     from placer.hardware import GPUS
     from placer.profile import roofline_costs
 
-    with pytest.warns(UserWarning, match=r"2 loops or conditionals of .* priced as one cheap op each"):
+    with pytest.warns(UserWarning, match=r"2 loops, conditionals or calls compiled with XLA of .* priced as one cheap op each"):
         table = roofline_costs(lstm_graph, GPUS["V100"])
     assert set(table.metadata["control_flow_not_priced"]) == {op.name for op in _loops(lstm_graph)}
 
