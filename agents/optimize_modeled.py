@@ -236,7 +236,8 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
     from placer.cost import open_target
     from placer.models import is_builtin_model, load_model
     from placer.schedule.micro_batch import build_micro_batch_graph
-    from placer.simulate.bound import step_time_bound
+    from placer.schedule.predict import slice_bound
+    from placer.simulate.bound import machine_bound, step_time_bound
 
     from agents.candidates import heuristic_candidates
     from agents.optimize import PhaseClock, progress_bar
@@ -303,14 +304,15 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
             scheduling.note_skipped()
         phase_done("schedules after learning")
         schedule_bounds: dict[int, StepTimeBound] = {}
-        slices = dict(replication.graphs)
+        slice_bounds = dict(replication.slice_bounds)
         for each in [scheduling, *more] if scheduling is not None else []:
             if each.scheduled:
                 schedule_bounds[each.micro_batches] = each.bound
-                slices.setdefault(each.micro_batches, each.micro_batch_graph)
+                if each.micro_batches not in slice_bounds:
+                    slice_bounds[each.micro_batches] = slice_bound(each.micro_batch_graph, each.micro_batches, spec)
             elif each.cannot_beat:  # the bound that says why the count has no schedule
                 schedule_bounds[each.micro_batches] = each.bound
-        machine = _machine_bound(bound, slices, spec)
+        machine = machine_bound([bound, *slice_bounds.values()]) if slice_bounds else None
         phase_done("bounds")
     return ModeledSearch(spec, tuple(placements), tuple(scheduled), bound, micro_batches, tuple(notes),
                          clock.seconds, schedule_bounds.get(micro_batches), tuple(replication.candidates), machine,
@@ -654,8 +656,10 @@ class _Replication:
         self.model, self.size, self.spec, self.degrees, self.seed = model, size, spec, tuple(degrees), seed
         self.deadline, self.notes, self.say = deadline, notes, say
         self.candidates: list[Candidate] = []
-        self.graphs: dict[int, OpGraph] = {}
-        """The most replicas priced -> the step built at their slice of the batch (the smallest slice)."""
+        self.slice_bounds: dict[int, StepTimeBound] = {}
+        """Slices of the batch the plans priced run (replicas, times micro-batches where they are pipelines) ->
+        the bound of every such plan on the machine (`placer.schedule.predict.slice_bound`): the machine's bound
+        reads them."""
         self.took = 0.0
         """The longest one degree took to price."""
 
@@ -669,7 +673,7 @@ class _Replication:
                 continue
             started = time.monotonic()
             self.candidates += replicated_candidates(
-                self.model, self.size, self.spec, degree, self.notes, self.say, graphs=self.graphs,
+                self.model, self.size, self.spec, degree, self.notes, self.say, slice_bounds=self.slice_bounds,
                 deadline=self.deadline, seed=self.seed,
                 fastest=min([fastest, *(c.predicted_seconds for c in self.candidates)]))
             self.took = max(self.took, time.monotonic() - started)
@@ -686,26 +690,26 @@ it as far from its bound as they leave the whole machine."""
 
 def replicated_candidates(model: str, size: str, spec: str, degree: int, notes: list[str],
                           say: Callable[[str], None] = lambda line: None, *,
-                          graphs: dict[int, OpGraph] | None = None, deadline: float = math.inf,
+                          slice_bounds: dict[int, StepTimeBound] | None = None, deadline: float = math.inf,
                           seed: int = 0, fastest: float = math.inf) -> list[Candidate]:
     """`degree` replicas of `model` on the modeled machine `spec`, each on its share of the GPUs and of the batch,
     priced with the all-reduce of their gradients (`placer.cost.replicated`): one replica a GPU holds every op on it
     (plain data parallelism); a replica of several GPUs is placed by every heuristic, then the fastest few are
     refined on the simulator for at most HYBRID_REFINE_SECONDS (and not past `deadline`), and the fastest kept,
     then run as pipelines where their bound does not show that they cannot beat `fastest` (seconds: the fastest
-    plan found before). Adds the replica's graph to `graphs` (by degree)."""
+    plan found before). Adds to `slice_bounds` the bound of each count of slices it priced plans of."""
     from placer.cost import open_target
     from placer.cost.replicated import price_replicated, replica_spec
     from placer.errors import PlacerError
     from placer.heuristics import applicable_heuristics, time_heuristics
+    from placer.schedule.predict import slice_bound
 
     group = replica_spec(spec, degree)
     say(f"pricing {degree} replicas: the step at 1/{degree} of the batch on each replica's {group.split(':')[1]}, "
         "its gradients all-reduced")
     replicas, graph = replica_step(model, size, degree, apart=True)
-    if graphs is not None and degree > max(graphs, default=0):  # only the smallest slice's: the machine's bound
-        graphs.clear()                                            # reads it, and a paper-size step is GBs
-        graphs[degree] = graph
+    if slice_bounds is not None and degree not in slice_bounds:
+        slice_bounds[degree] = slice_bound(graph, degree, spec)
     with open_target(graph, group) as target:
         gpus = sum(1 for device in target.devices.devices if device.kind == "GPU")
         names = ["single-device"] if gpus == 1 else applicable_heuristics(builtin_model=True, simulator=True,
@@ -739,7 +743,7 @@ def replicated_candidates(model: str, size: str, spec: str, degree: int, notes: 
             starts = [(n, timings[n].placement) for n in PIPELINE_PLACEMENTS
                       if n in timings and timings[n].placement is not None and timings[n].ok] or [(best[0], best[3])]
             pipelines = _pipelined_replicas(model, size, spec, replicas, graph, target, starts, gpus, notes, say,
-                                            deadline=deadline, graphs=graphs, fastest=fastest)
+                                            deadline=deadline, slice_bounds=slice_bounds, fastest=fastest)
     name, step_time, step, placement = best
     row = replicas.name if gpus == 1 else f"{replicas.name} over {name}"
     made_by = (f"{degree} replicas of {replicas.batch} samples, one replica placed by heuristic {name.replace(', refined', ', then refined on the simulator')} on {group}, "
@@ -756,7 +760,8 @@ replica, where that divides its slice of the batch."""
 def _pipelined_replicas(model: str, size: str, spec: str, replicas: Replicas, graph: OpGraph, target,
                         starts: Sequence[tuple[str, Placement]], gpus: int, notes: list[str],
                         say: Callable[[str], None], *, deadline: float,
-                        graphs: dict[int, OpGraph] | None = None, fastest: float = math.inf) -> list[Candidate]:
+                        slice_bounds: dict[int, StepTimeBound] | None = None,
+                        fastest: float = math.inf) -> list[Candidate]:
     """Data parallelism over pipeline stages: each of `replicas` runs its slice of the batch in micro-batches under
     a schedule of one of `starts` (placements of one replica's step, `graph`, on its `gpus` GPUs: the pipelines'
     own and the hybrid's fastest), its merged gradients all-reduced (`placer.cost.replicated.
@@ -765,13 +770,13 @@ def _pipelined_replicas(model: str, size: str, spec: str, replicas: Replicas, gr
     MORE_MICRO_BATCHES_SHARE of what is left holds twice what the count before took, and only while one replica's
     schedule bound over the count (`placer.schedule.predict.schedule_bound` on its GPUs, which its pipeline with
     the all-reduce after cannot beat) is below `fastest` (seconds: the fastest plan found so far); a larger count
-    only adds work (`_more_micro_batches`). A micro-batch smaller than every slice in `graphs` (slices of the
-    batch -> the step at one) takes its place there: the machine's bound reads it."""
+    only adds work (`_more_micro_batches`). Adds to `slice_bounds` the bound of each count of slices (replicas
+    times micro-batches) it schedules: the machine's bound reads them."""
     from placer.cost.replicated import price_replicated_schedule, replica_spec
     from placer.errors import PlacerError
     from placer.models import build_model_apart
     from placer.schedule.micro_batch import placement_at_micro_batch
-    from placer.schedule.predict import schedule_bound
+    from placer.schedule.predict import schedule_bound, slice_bound
 
     group = replica_spec(spec, replicas.degree)
     rows = []
@@ -800,9 +805,8 @@ def _pipelined_replicas(model: str, size: str, spec: str, replicas: Replicas, gr
                              f"{bound.value * 1e3:.2f} ms")
                 break
         slices = replicas.degree * count
-        if graphs is not None and slices > max(graphs, default=0):
-            graphs.clear()
-            graphs[slices] = micro_batch_graph
+        if slice_bounds is not None and slices not in slice_bounds:
+            slice_bounds[slices] = slice_bound(micro_batch_graph, slices, spec)
         best = None
         for name, placement in distinct:
             unreplicated = Candidate(name, ("placement",), group, placement, predicted=target.evaluate(placement))
@@ -857,19 +861,6 @@ def _refined_replica(graph: OpGraph, target, timings, deadline: float, seed: int
     if refinements[best].wall_seconds <= 0:
         return None
     return distinct[best][0], Placement.from_assignment(graph, target.devices, refinements[best].group_devices)
-
-
-def _machine_bound(bound: StepTimeBound, slices: Mapping[int, OpGraph], spec: str) -> StepTimeBound | None:
-    """The machine's bound (`placer.simulate.bound.machine_bound`) from the whole batch's `bound` and the step
-    at the smallest slice searched (`slices`: how many slices the batch was cut into -> the step at one); None
-    where nothing was sliced."""
-    if not slices:
-        return None
-    from placer.cost import open_target
-    from placer.simulate.bound import machine_bound, step_time_bound
-
-    with open_target(slices[max(slices)], spec) as target:
-        return machine_bound(bound, step_time_bound(target.simulator, simulated_on=spec))
 
 
 def _named_as(scheduled: list[Candidate], placements: list[Candidate]) -> list[Candidate]:

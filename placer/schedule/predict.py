@@ -71,6 +71,30 @@ def schedule_bound(micro_batch_graph: OpGraph, micro_batches: int, target: str |
         return step_time_bound(simulated.simulator, simulated_on=str(spec))
 
 
+def slice_bound(slice_graph: OpGraph, slices: int, target: str | TargetSpec) -> StepTimeBound:
+    """The step time no plan of `slices` slices of the batch (replicas, micro-batches of each, or both) can beat on
+    the simulated `target`, whatever its placement and schedule: `placer.simulate.bound.sliced_step_bound` of
+    `slice_graph` (the step built at one slice) on the whole machine, its batch-dependent ops counted once per
+    slice and its gradient gates left out of the chain (a split backward drops some)."""
+    import numpy as np
+
+    from placer.schedule.from_placement import gradient_gates
+    from placer.schedule.micro_batch import batch_dependent_ops
+    from placer.simulate.bound import sliced_step_bound
+
+    spec = parse_target_spec(target, "simulated")
+    dependent = batch_dependent_ops(slice_graph)
+    gates = gradient_gates(slice_graph)
+    names = [op.name for op in slice_graph.step_ops]
+    with open_target(slice_graph, spec) as simulated:
+        simulator = simulated.simulator
+        unordered = np.fromiter(((names[dst], names[src]) in gates
+                                 for src, dst in zip(simulator.edge_src.tolist(), simulator.out_dst.tolist())),
+                                dtype=bool, count=len(simulator.edge_src))
+        return sliced_step_bound(simulator, slices, np.array([name in dependent for name in names], dtype=bool),
+                                 unordered=unordered, simulated_on=str(spec))
+
+
 def simulated_timeline(scheduled: ScheduledStep, target: str | TargetSpec, *, costs: Any = "roofline") -> SimResult:
     """`scheduled` simulated on `target` as `predict_scheduled_step` simulates it, with every op's start and end."""
     spec = parse_target_spec(target, "simulated")

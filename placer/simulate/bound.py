@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
@@ -47,6 +47,9 @@ class StepTimeBound:
     simulated_on: str = ""
     """The simulated target whose costs the bound comes from: a modeled machine, or the calibrated twin of a
     measured target, whose bound is then a prediction for that target."""
+    slices: int = 1
+    """How many slices of the batch (replicas times micro-batches) the plans it bounds run: 1, a placement of the
+    whole batch (`sliced_step_bound`)."""
 
     @property
     def feasible(self) -> bool:
@@ -72,14 +75,16 @@ class StepTimeBound:
         if not self.feasible:
             return f"no placement fits{where}: the variables exceed the devices' memory"
         needed = f", the variables need {self.devices_needed} devices" if self.devices_needed > 1 else ""
-        return (f"bound {self.value * 1e3:.3f} ms (simulated{where}): {self.binding} binds; critical path "
+        sliced = f", the batch in {self.slices} slices" if self.slices > 1 else ""
+        return (f"bound {self.value * 1e3:.3f} ms (simulated{where}{sliced}): {self.binding} binds; critical path "
                 f"{self.critical_path * 1e3:.3f} ms, work over the devices {self.work * 1e3:.3f} ms, memory "
                 f"{self.memory * 1e3:.3f} ms{needed}, fixed overhead {self.overhead * 1e3:.3f} ms")
 
     def to_dict(self) -> dict[str, Any]:
         return {"seconds": self.value if self.feasible else None, "binding": self.binding,
                 "critical_path": self.critical_path, "work": self.work, "memory": self.memory,
-                "overhead": self.overhead, "devices_needed": self.devices_needed, "simulated_on": self.simulated_on}
+                "overhead": self.overhead, "devices_needed": self.devices_needed, "simulated_on": self.simulated_on,
+                "slices": self.slices}
 
 
 def times_bound(seconds: float | None, bound: StepTimeBound | float | None) -> float | None:
@@ -116,6 +121,28 @@ def step_time_bound(simulator: Simulator, *, simulated_on: str = "") -> StepTime
         critical_path=float(finish.max()) if len(finish) else 0.0,
         work=work_bound(fastest, simulator.slots.astype(np.float64)),
         memory=memory, overhead=overhead, devices_needed=devices_needed, simulated_on=simulated_on,
+    )
+
+
+def sliced_step_bound(simulator: Simulator, slices: int, batch_dependent: np.ndarray, *,
+                      unordered: np.ndarray | None = None, simulated_on: str = "") -> StepTimeBound:
+    """The lower bound on every plan that runs the step as `slices` slices of its batch (replicas, micro-batches of
+    each, or both), `simulator` pricing the step built at one slice on the whole machine.
+
+    Work: every op `batch_dependent` marks (one flag per step op: the forward and backward) runs once per slice,
+    every other op (the update) at least once, each anywhere on the machine's devices. Critical path: one slice's
+    chain of ops, the update after it, less the edges `unordered` marks (one flag per simulator edge: ordering
+    that some such plans drop, a schedule's gradient gates). No memory part: replicas each hold the weights and
+    pipelines split them, so no one cut is forced."""
+    fastest = fastest_op_seconds(simulator)
+    copies = np.where(np.asarray(batch_dependent, dtype=bool), float(slices), 1.0)
+    finish, _ = _longest_chains(simulator, fastest.min(axis=1), kept=None if unordered is None else ~unordered)
+    config = simulator.config
+    return StepTimeBound(
+        critical_path=float(finish.max()) if len(finish) else 0.0,
+        work=work_bound(fastest * copies[:, None], simulator.slots.astype(np.float64)),
+        memory=0.0, overhead=config.step_overhead, devices_needed=_devices_needed(simulator),
+        simulated_on=simulated_on, slices=slices,
     )
 
 
@@ -207,13 +234,17 @@ def _two_kinds(first: np.ndarray, second: np.ndarray) -> float:
     return float((breaks * first_after + (1.0 - breaks) * second_before).max())
 
 
-def _longest_chains(simulator: Simulator, seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _longest_chains(simulator: Simulator, seconds: np.ndarray,
+                    kept: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per op, the longest chain of op seconds that ends with it (its earliest finish) and that starts with it
-    (the least time from its start to the end of the step), over the edges the simulator orders ops by."""
+    (the least time from its start to the end of the step), over the edges the simulator orders ops by (those
+    `kept` marks, when given)."""
     n = len(seconds)
     src, dst = simulator.edge_src, simulator.out_dst
+    if kept is not None:
+        src, dst = src[kept], dst[kept]
     order = _topological_order(n, src, dst)
-    out_ptr = simulator.out_ptr
+    out_ptr = np.searchsorted(src, np.arange(n + 1))  # the simulator's edges are sorted by their source
     by_dst = np.argsort(dst, kind="stable")
     in_ptr = np.searchsorted(dst[by_dst], np.arange(n + 1))
     in_src = src[by_dst].tolist()
@@ -309,17 +340,14 @@ def _forced_cut(simulator: Simulator, finish: np.ndarray, tail: np.ndarray) -> f
     return float(through.min())
 
 
-def machine_bound(whole_batch: StepTimeBound, smallest_slice: StepTimeBound) -> StepTimeBound:
+def machine_bound(bounds: Iterable[StepTimeBound]) -> StepTimeBound:
     """What no plan of the search can beat on one machine, whatever it runs: a placement of the whole batch,
-    micro-batches under a schedule, replicas on slices of the batch, or any mix, none of whose ops runs at fewer
-    samples than the smallest slice searched. `whole_batch` is the bound of the step at its full batch,
-    `smallest_slice` the bound of the step built at that smallest slice, both on the same machine.
-
-    The work part is the whole batch's: under the simulator's op costs (a launch floor, then time growing with
-    the samples) k ops of B/k samples take at least as long as one of B, so no slicing does less work. The
-    critical path is the smallest slice's: a chain at fewer samples is never longer. The memory part is left
-    out: replicas each hold the weights, and pipelines split them, so no one cut is forced."""
-    return StepTimeBound(critical_path=min(whole_batch.critical_path, smallest_slice.critical_path),
-                         work=whole_batch.work, memory=0.0, overhead=min(whole_batch.overhead, smallest_slice.overhead),
-                         devices_needed=whole_batch.devices_needed if whole_batch.feasible else smallest_slice.devices_needed,
-                         simulated_on=whole_batch.simulated_on)
+    micro-batches under a schedule, replicas on slices of the batch, or any mix. Each such plan runs every op of
+    the step at one slice of the batch, so it is bounded by the bound of its count of slices (`bounds`: the whole
+    batch's `step_time_bound`, and a `sliced_step_bound` for every other count the search made plans of); the
+    least of them holds for all. Fewer samples an op shorten the chain of dependent ops but, under the simulator's
+    op costs (a launch floor, then time growing with the samples), never lessen the work."""
+    bounds = list(bounds)
+    if not bounds:
+        raise ValueError("machine_bound needs the bound of at least one count of slices")
+    return min(bounds, key=lambda bound: bound.value)

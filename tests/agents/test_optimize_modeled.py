@@ -473,6 +473,7 @@ def test_every_kind_of_plan_is_at_or_above_the_machine_s_bound_and_data_parallel
     assert plain.priced and len(plain.placement.group_devices) == len(plain.replica_graph.groups)
     bound = search.machine_bound
     assert bound is not None and bound.value <= search.bound.value and bound.value <= search.schedule_bound.value
+    assert bound.slices in (1, 2, 8)  # the count of slices whose bound is the least
     kinds = {"placement": search.placements, "scheduled": search.scheduled, "replicated": search.replicated}
     assert all(kinds.values())
     for kind, candidates in kinds.items():
@@ -484,11 +485,11 @@ def test_every_kind_of_plan_is_at_or_above_the_machine_s_bound_and_data_parallel
 
 def test_replicas_of_several_gpus_are_also_priced_as_pipelines_over_their_slice_of_the_batch():
     """Two-tower (tiny, batch 64) as 2 replicas of 2 H100s: besides the fastest placement of a replica, each
-    replica run as a pipeline over 2 and 4 micro-batches; the smallest micro-batch is kept for the machine's bound."""
+    replica run as a pipeline over 2 and 4 micro-batches; each count of slices keeps its bound for the machine's."""
     from agents.optimize_modeled import replicated_candidates
 
-    notes, graphs = [], {}
-    rows = replicated_candidates("two-tower", "tiny", "modeled:4xH100", 2, notes, graphs=graphs)
+    notes, slice_bounds = [], {}
+    rows = replicated_candidates("two-tower", "tiny", "modeled:4xH100", 2, notes, slice_bounds=slice_bounds)
     unscheduled = [c for c in rows if c.schedule is None]
     pipelined = {c.schedule.micro_batches: c for c in rows if c.schedule is not None}
     assert len(unscheduled) == 1 and unscheduled[0].replicas.degree == 2
@@ -498,7 +499,12 @@ def test_replicas_of_several_gpus_are_also_priced_as_pipelines_over_their_slice_
         assert row.name.startswith("data parallel x2 over ") and row.name.endswith(f" x{count}")
         assert f"each a pipeline on modeled:2xH100" in row.made_by and "all-reduced" in row.made_by
         assert len(row.placement.group_devices) == len(row.replica_graph.groups)
-    assert list(graphs) == [8] and graphs[8].name.endswith("batch8")  # 2 replicas x 4 micro-batches of 8 samples
+    # 2 replicas; of 2 pipelines of 2 micro-batches; of 2 of 4: each plan at or above its count's bound
+    assert sorted(slice_bounds) == [2, 4, 8]
+    assert all(bound.slices == count and bound.simulated_on == "modeled:4xH100" for count, bound in slice_bounds.items())
+    assert unscheduled[0].predicted_seconds >= slice_bounds[2].value * (1 - 1e-9)
+    for count, row in pipelined.items():
+        assert row.predicted_seconds >= slice_bounds[2 * count].value * (1 - 1e-9)
 
 
 def test_a_data_parallel_plan_is_written_with_its_replicas_and_read_back(tmp_path):
