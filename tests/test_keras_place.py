@@ -231,6 +231,32 @@ def test_placement_of_layers_is_the_op_placement_whose_layer_placement_it_was_ma
     assert set(placement.group_devices) == {0, 1}
 
 
+def test_a_grouped_convolution_s_compiled_call_and_its_gradient_go_with_its_layer(cpus2):
+    """Keras compiles a grouped convolution with XLA on CPU: one call op forward, and a gradient call outside every
+    layer's scope; `place` colocates the gradient with the forward call, on the layer's device, and so does the
+    placement made from the layer placement."""
+    import keras
+
+    from placer.graph import graph_from_keras_model
+    from placer.graph.control_flow import CALL_OPS
+    from placer.keras import LayerPlacement, layer_paths, placement_of_layers
+    from placer.keras.layers import layer_ops
+
+    model = keras.Sequential([keras.Input((8, 8, 8), batch_size=4),
+                              keras.layers.Conv2D(8, 3, padding="same", groups=4), keras.layers.GlobalAveragePooling2D(),
+                              keras.layers.Dense(4)])
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    graph = graph_from_keras_model(model)
+    calls = {op.name for op in graph.step_ops if op.type in CALL_OPS}
+    assert len(calls) == 2  # the convolution and its gradient, each compiled
+    grouped = next(path for path in layer_paths(model) if path.endswith("Conv2D"))
+    assert calls <= layer_ops(graph, model)[grouped]
+    layers = LayerPlacement({path: cpus2.names[1] if path == grouped else cpus2.names[0] for path in layer_paths(model)})
+    placement = placement_of_layers(graph, model, layers, cpus2)
+    on = placement.op_devices(graph)
+    assert {on[call] for call in calls} == {cpus2.names[1]}
+
+
 def test_export_keras_refuses_a_run_whose_model_is_not_a_keras_model(simulated_run, tmp_path):
     export = _python("-m", "agents.cli", "export", str(simulated_run), "--out", str(tmp_path / "p.json"), "--keras")
     assert export.returncode == 2

@@ -143,8 +143,25 @@ def layer_ops(graph: OpGraph, model: Any) -> dict[str, set[str]]:
             raise KerasPlacementError(f"layer {path} ({layer.name!r}) has no op in graph {graph.name!r}: the graph is "
                                       "not this model's training step")
         layers[path] = ops
+    _add_compiled_gradients(graph, layers)
     _add_update_ops(graph, model, layers)
     return layers
+
+
+def _add_compiled_gradients(graph: OpGraph, layers: dict[str, set[str]]) -> None:
+    """Give each layer the gradients of its calls compiled with XLA (Keras's grouped convolutions on CPU): such a
+    gradient is a call of its own, outside every layer's scope, that reads the forward call's outputs (what the
+    backward needs of it); `place` colocates it with the call it differentiates, on the layer's device."""
+    from placer.graph.control_flow import CALL_OPS
+
+    owner = {op: path for path, ops in layers.items() for op in ops}
+    for op in graph.ops:
+        if op.type not in CALL_OPS or op.name in owner:
+            continue
+        forward = {owner.get(producer) for producer in op.producers if graph.op(producer).type in CALL_OPS}
+        forward.discard(None)
+        if len(forward) == 1:
+            layers[forward.pop()].add(op.name)
 
 
 def _add_update_ops(graph: OpGraph, model: Any, layers: dict[str, set[str]]) -> None:
