@@ -123,6 +123,10 @@ def test_the_planner_and_both_refinements_are_read_against_the_best_plan_made_wi
     learners = result.to_json_dict()["learners"]
     assert learners["planner_refined"] == {"name": "planner, refined", "seconds": pytest.approx(7 * MS),
                                            "gap_closed": pytest.approx(0.25)}
+    # a learner that lost more than the whole gap is read as a multiple of the baseline's step, not as -500%
+    behind = _search_with([_candidate("metis", 9), _candidate("planner", 28)], [_replicated("data parallel x4", 8, 4, 1)],
+                          machine_bound_ms=4)
+    assert behind.learners().describe_closed(behind.learners().planner) == "28.00 ms (3.50x the best plan without them)"
 
 
 def test_replicas_of_one_gpu_each_leave_the_planner_nothing_to_refine():
