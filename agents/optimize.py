@@ -675,9 +675,8 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
         phase_done("starting and calibrating")
         say(f"profiling {graph.name}'s ops on {target} and learning which small constants TensorFlow sends, for the "
             "calibrated simulator (once per graph, cached)")
-        loop_note = control_flow_note(profiled_costs(graph, calibration, calibration_path, measurer=real.measurer))
-        if loop_note:
-            notes.append(loop_note)
+        profile = profiled_costs(graph, calibration, calibration_path, measurer=real.measurer)
+        notes += [note for note in (control_flow_note(profile), compiled_calls_note(graph, profile)) if note]
         twin_spec = f"{PREFIX}{calibration_path.resolve()}"  # the plan names it: readable from any directory
         twin = stack.enter_context(open_target(graph, twin_spec))
         bound = step_time_bound(twin.simulator, simulated_on=twin_spec)
@@ -852,6 +851,20 @@ def control_flow_note(costs) -> str:
                  for name, loop in loops.items()]
     return (f"{len(loops)} loops or conditionals, priced by the bodies they ran and each placed with the ops that "
             f"start it: {', '.join(described)}")
+
+
+def compiled_calls_note(graph, costs) -> str:
+    """One line naming how many calls TensorFlow compiles with XLA the step keeps as one op each (Keras's grouped
+    convolutions on CPU) and what a profile priced them at, or "" when it has none: such a unit is placed whole."""
+    from placer.graph.control_flow import CALL_OPS
+
+    calls = [op.name for op in graph.step_ops if op.type in CALL_OPS]
+    if not calls:
+        return ""
+    seconds = sum(costs.seconds(name) for name in calls)
+    return (f"{len(calls)} call{'' if len(calls) == 1 else 's'} compiled with XLA (Keras compiles grouped convolutions "
+            f"so on CPU), each one op, placed whole and run compiled as `fit` runs them: {seconds * 1e3:.2f} ms of "
+            "the profiled ops' time")
 
 
 def settings_to_measure(settings: Mapping[str, ThreadSetting], count: int,

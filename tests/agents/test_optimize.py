@@ -431,6 +431,32 @@ def test_the_loops_a_profile_priced_are_named_with_their_iterations():
     assert control_flow_note(CostTable("f", "calibrated", {}, "profiled", {"control_flow": {}})) == ""
 
 
+def test_the_calls_compiled_with_xla_are_named_with_their_profiled_time():
+    import tensorflow as tf
+
+    from agents.optimize import compiled_calls_note
+    from placer.graph import graph_from_tf_function
+    from placer.graph.control_flow import CALL_OPS
+    from placer.profile import CostTable
+
+    v = tf.Variable(tf.ones([8, 8]), name="w")
+
+    @tf.function(jit_compile=True)
+    def compiled(x):
+        return tf.matmul(x, x)
+
+    @tf.function
+    def step():
+        v.assign_add(compiled(v) * 0.01)
+
+    graph = graph_from_tf_function(step)
+    (call,) = [op.name for op in graph.step_ops if op.type in CALL_OPS]
+    note = compiled_calls_note(graph, CostTable("f", "calibrated", {call: 0.0025}, "profiled", {}))
+    assert note.startswith("1 call compiled with XLA") and note.endswith("2.50 ms of the profiled ops' time")
+    plain = graph_from_tf_function(tf.function(lambda: v.assign_add(tf.ones([8, 8]))))
+    assert compiled_calls_note(plain, CostTable("f", "calibrated", {}, "profiled", {})) == ""
+
+
 def test_a_machines_first_run_is_refused_once_the_memory_left_would_not_hold_what_a_first_run_grew(monkeypatch):
     """A profile read from the cache leaves the target's processes small: the first run of one process on a 40k-op
     graph then grew by 6 GB, and three of them started side by side filled the machine."""
