@@ -58,6 +58,25 @@ def slow_graph():
     return graph_from_function(build, name="slow")
 
 
+@pytest.fixture
+def compiled_call_step():
+    """A tf.function training step whose matmul TensorFlow compiles with XLA (`jit_compile=True`), as Keras's
+    TensorFlow backend compiles grouped convolutions on CPU."""
+    import tensorflow as tf
+
+    weights = tf.Variable(tf.ones([8, 8]), name="w")
+
+    @tf.function(jit_compile=True)
+    def compiled(x):
+        return tf.matmul(x, x)
+
+    @tf.function
+    def step():
+        weights.assign_add(compiled(weights) * 0.01)
+
+    return step
+
+
 @pytest.fixture(scope="session")
 def cpus2():
     from placer.devices import local_devices

@@ -431,7 +431,7 @@ def test_the_loops_a_profile_priced_are_named_with_their_iterations():
     assert control_flow_note(CostTable("f", "calibrated", {}, "profiled", {"control_flow": {}})) == ""
 
 
-def test_the_calls_compiled_with_xla_are_named_with_their_profiled_time():
+def test_the_calls_compiled_with_xla_are_named_with_their_profiled_time(compiled_call_step):
     import tensorflow as tf
 
     from agents.optimize import compiled_calls_note
@@ -439,20 +439,11 @@ def test_the_calls_compiled_with_xla_are_named_with_their_profiled_time():
     from placer.graph.control_flow import CALL_OPS
     from placer.profile import CostTable
 
-    v = tf.Variable(tf.ones([8, 8]), name="w")
-
-    @tf.function(jit_compile=True)
-    def compiled(x):
-        return tf.matmul(x, x)
-
-    @tf.function
-    def step():
-        v.assign_add(compiled(v) * 0.01)
-
-    graph = graph_from_tf_function(step)
+    graph = graph_from_tf_function(compiled_call_step)
     (call,) = [op.name for op in graph.step_ops if op.type in CALL_OPS]
     note = compiled_calls_note(graph, CostTable("f", "calibrated", {call: 0.0025}, "profiled", {}))
     assert note.startswith("1 call compiled with XLA") and note.endswith("2.50 ms of the profiled ops' time")
+    v = tf.Variable(tf.ones([8, 8]))
     plain = graph_from_tf_function(tf.function(lambda: v.assign_add(tf.ones([8, 8]))))
     assert compiled_calls_note(plain, CostTable("f", "calibrated", {}, "profiled", {})) == ""
 

@@ -292,23 +292,13 @@ def test_initial_values_are_made_in_their_variables_unit():
         assert {graph.group_of(op.name).index for op in made} == {graph.group_of(variable).index}
 
 
-def test_a_compiled_call_is_one_op_of_the_step_that_a_roofline_says_it_cannot_see_into():
+def test_a_compiled_call_is_one_op_of_the_step_that_a_roofline_says_it_cannot_see_into(compiled_call_step):
     """Modeled GPUs price ops from their FLOPs and bytes; a call compiled with XLA hides its body's, as a loop
     does, and the pricing says so rather than pricing the step too short in silence."""
     from placer.hardware import GPUS
     from placer.profile import roofline_costs
 
-    v = tf.Variable(tf.ones([64, 64]), name="w")
-
-    @tf.function(jit_compile=True)
-    def compiled(x):
-        return tf.matmul(x, x)
-
-    @tf.function
-    def step():
-        v.assign_add(compiled(v) * 0.01)
-
-    graph = graph_from_tf_function(step)
+    graph = graph_from_tf_function(compiled_call_step)
     (call,) = [op.name for op in graph.step_ops if op.type in CALL_OPS]
     with pytest.warns(UserWarning, match=r"1 loops, conditionals or calls compiled with XLA of .*" + call):
         roofline_costs(graph, GPUS["V100"])
