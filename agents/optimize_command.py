@@ -40,6 +40,7 @@ def optimize_command_run(args) -> int:
 optimize_command = Command(
     "search how to run MODEL's step here (one process and its thread pools, the target's workers and a placement, "
     "a micro-batch schedule) on the target's calibrated simulator, measure the best side by side, and write the "
-    "fastest measured as a plan; on a modeled GPU machine (--target modeled:4xH100), search placement and schedule "
-    "on its simulator alone and write the fastest simulated as a plan for that machine", add_optimize_arguments,
+    "fastest measured (the simplest of those within its noise) as a plan; on a modeled GPU machine (--target "
+    "modeled:4xH100), search placement, schedule and replicas on its simulator alone and write the fastest simulated "
+    "(the simplest of those tied with it) as a plan for that machine", add_optimize_arguments,
     optimize_command_run)

@@ -1,6 +1,6 @@
 """`placer optimize MODEL --target modeled:NxGPU`: where the ops run and the micro-batch schedule, searched together
 on a modeled GPU machine. Nothing runs: every step time is the simulator's, each beside the machine's bound, and
-the fastest is written as a plan marked simulated for that machine.
+the simplest of the plans tied with the fastest is written as a plan marked simulated for that machine.
 
 TensorFlow runs no GPU here, so the search is one pass of predictions (`search_modeled`, also the search of
 experiments/gpu_machines.py):
@@ -34,7 +34,9 @@ experiments/gpu_machines.py):
    replica's bound: no schedule of them could win, and learning gets their time.
 
 Every plan is read against the machine's bound (`placer.simulate.bound.machine_bound`), which no plan searched,
-replicated, scheduled or placed, can beat. Thread pools and one process are a host CPU's choices, and a GPU machine's ops run on its GPUs: neither is searched.
+replicated, scheduled or placed, can beat. Plans within MODELED_TIE of the fastest are a tie, and the simplest of
+them is recommended (`modeled_simplicity`: one GPU, then plain data parallelism, then a placement over several
+devices, then replicas of such placements and schedules). Thread pools and one process are a host CPU's choices, and a GPU machine's ops run on its GPUs: neither is searched.
 """
 
 from __future__ import annotations
@@ -84,6 +86,30 @@ PLANNER_SHARE = 0.4
 the simulator takes the rest: thousands of moves priced in the time the planner samples a few hundred. Half way
 through its share, a planner whose best is slower than every placement of the refinement's tournament stops
 (`out_of_the_tournament`)."""
+
+
+MODELED_TIE = 0.02
+"""Plans whose simulated steps lie within this share of the fastest's are a tie, and the simplest of them is
+recommended: simulators of training steps on real GPUs err by 1.9-5 % on average (SimAI, Proteus, Lumos, dPRO),
+and this one's error on GPUs is unmeasured, so a smaller lead is not known to be one."""
+
+
+def modeled_simplicity(candidate: Candidate) -> tuple[int, bool]:
+    """How far a plan on a modeled machine is from the ones practitioners start from (lower is simpler): the whole
+    step on one GPU (0), plain data parallelism (1: each replica on one GPU, every op on it), a placement of the
+    whole batch over several devices (2), replicas placed otherwise (3), a placement under a micro-batch schedule
+    (4), replicas under one (5); then, at the same level, a placement the search made (the planner's, a refined
+    one) after one a named method made."""
+    searched = candidate.from_planner or REFINED in candidate.placement_name
+    if candidate.replicas is None:
+        placement = candidate.placement  # None: every op on the first device
+        one_device = placement is None or len(set(placement.group_devices)) == 1
+        level = 4 if candidate.schedule is not None else 0 if one_device else 2
+    elif candidate.schedule is not None:
+        level = 5
+    else:
+        level = 1 if candidate.name == candidate.replicas.name else 3
+    return level, searched
 
 
 @dataclass(frozen=True)
@@ -184,6 +210,20 @@ class ModeledSearch:
     @property
     def fastest(self) -> Candidate:
         return self.candidates[0]
+
+    def tied_with_fastest(self) -> list[Candidate]:
+        """The plans within MODELED_TIE of the fastest's simulated step, the fastest first; the fastest alone where
+        nothing was priced."""
+        fastest = self.fastest
+        if not fastest.priced:
+            return [fastest]
+        limit = fastest.predicted_seconds * (1 + MODELED_TIE)
+        return [c for c in self.candidates if c.priced and c.predicted_seconds <= limit]
+
+    @property
+    def recommended(self) -> Candidate:
+        """The simplest plan tied with the fastest (`modeled_simplicity`), the faster between equally simple ones."""
+        return min(self.tied_with_fastest(), key=lambda c: (modeled_simplicity(c), c.predicted_seconds))
 
     def unscheduled(self, name: str) -> Candidate | None:
         """The placement `name` ("expert", "single-device", "planner") proposed, unscheduled."""
@@ -1023,15 +1063,24 @@ class ModeledOptimizeResult:
         rows = search.candidates
         lines = [f"{self.model} ({self.size}, graph {self.graph!r}): {len(rows)} ways to run its step on {self.target}, "
                  "SIMULATED (nothing was measured: every step time is the simulator's)"]
+        tied = search.tied_with_fastest()
         table = []
         for c in rows:
             if c.priced:
                 simulated, versus = milliseconds(c.predicted_seconds), f"{c.predicted_seconds / winner:.2f}x"
+                if len(tied) > 1 and c in tied:
+                    versus += " tie"
             else:
                 simulated, versus = c.predicted.failure or "failed", f"({c.predicted.message[:60]})"
             table.append(Row(c, c is self.recommended, simulated,
                              ratio(times_bound(c.predicted_seconds if c.priced else None, search.bound_of(c))), versus))
         lines += candidate_table(table, predicted_title="simulated")
+        if len(tied) > 1:
+            lines.append(f"  tie: {len(tied)} plans within {100 * MODELED_TIE:.0f}% of the fastest's simulated step "
+                         f"(less than simulators of training steps err by on real GPUs): "
+                         f"{', '.join(c.name for c in tied)}; the recommended is the simplest of them (one GPU, then "
+                         "plain data parallelism, then a placement over several devices, then replicas of such "
+                         "placements and schedules)")
         if search.machine_bound is not None:
             lines.append(f"  x bound: every plan over the machine's {search.machine_bound.describe()}: what no plan "
                          "searched beats, whole batch, micro-batches or replicas")
@@ -1044,8 +1093,16 @@ class ModeledOptimizeResult:
                          f"{count} micro-batches, gradient gates left out")
         plain = search.data_parallel()
         if plain is not None and plain.priced:
-            verdict = ("data parallelism is the fastest plan" if plain is self.recommended else
-                       f"the recommended plan is {plain.predicted_seconds / winner:.2f}x faster than data parallelism")
+            if plain is search.fastest:
+                verdict = "data parallelism is the fastest plan"
+            elif plain is self.recommended:
+                verdict = (f"data parallelism is recommended, the simplest of the tie with the fastest plan "
+                           f"({search.fastest.name}, {search.fastest.predicted_seconds * 1e3:.2f} ms)")
+            elif plain.predicted_seconds < winner:
+                verdict = (f"{100 * (1 - plain.predicted_seconds / winner):.1f}% faster than the recommended plan, "
+                           "within the tie, and the recommended is simpler")
+            else:
+                verdict = f"the recommended plan is {plain.predicted_seconds / winner:.2f}x faster than data parallelism"
             lines.append(f"  replicas: {plain.name} ({plain.replicas.batch} samples a GPU): "
                          f"{plain.predicted_seconds * 1e3:.2f} ms; {verdict}")
         for c in search.replicated:
@@ -1091,16 +1148,19 @@ class ModeledOptimizeResult:
                     "seconds": c.predicted_seconds if c.priced else None,
                     "vs_fastest": c.predicted_seconds / self.recommended.predicted_seconds if c.priced else None,
                     "x_bound": times_bound(c.predicted_seconds if c.priced else None, search.bound_of(c)),
+                    "tied_with_fastest": any(c is t for t in tied),
                     "replicas": None if c.replicas is None else c.replicas.to_json_dict()}
 
         expert = search.unscheduled("expert")
         learners = search.learners()
+        tied = search.tied_with_fastest()
 
         def learner(c: Candidate | None) -> dict[str, Any] | None:
             return None if c is None else {"name": c.name, "seconds": c.predicted_seconds, "gap_closed": learners.gap_closed(c)}
 
         return {"model": self.model, "size": self.size, "graph": self.graph, "target": self.target,
                 "simulated": True, "measured": False, "recommended": self.recommended.name, "plan": self.plan_path,
+                "fastest": search.fastest.name, "tie_share": MODELED_TIE,
                 "candidates": [row(c) for c in search.candidates], "micro_batches": search.micro_batches,
                 "micro_batch_counts": list(search.micro_batch_counts),
                 "schedule_bounds": {str(count): {**b.to_dict(), "simulated": True}
@@ -1121,7 +1181,7 @@ class ModeledOptimizeResult:
 def optimize_modeled(args: OptimizeArgs, *, command: str | None = None,
                      say: Callable[[str], None] | None = None) -> ModeledOptimizeResult:
     """Search `args.model`'s placement and schedule on the modeled machine `args.target` within `args.budget`
-    seconds, and write the fastest simulated as a plan for that machine to `args.out`."""
+    seconds, and write the recommended (`ModeledSearch.recommended`) as a plan for that machine to `args.out`."""
     from placer.models import load_model
     from placer.plan import Plan
 
@@ -1145,13 +1205,14 @@ def optimize_modeled(args: OptimizeArgs, *, command: str | None = None,
                             replica_degrees=degrees, deadline=started + args.budget,
                             every_schedule=args.micro_batches is not None,  # the user asked to see that count
                             progress=args.progress, say=say_when)
-    best = search.fastest
+    best = search.recommended
     plan = Plan.made_for(args.model, args.size, best.replica_graph or graph, best.placement, str(spec),
                          schedule=best.schedule, predicted=best.predicted, replicas=best.replicas,
                          made_by="placer optimize",
                          command=command or _command_line(args))
     plan = dataclasses.replace(plan, provenance={
         **plan.provenance, "simulated": True, "candidate": best.name, "made_from": best.made_by,
+        "tied_with": [c.name for c in search.tied_with_fastest() if c is not best],
         "alternatives": {c.name: c.predicted_seconds if c.priced else None for c in search.candidates}})
     plan.save(args.out)
     return ModeledOptimizeResult(args.model, args.size, graph.name, search, best, plan, str(args.out),

@@ -44,7 +44,8 @@ schedule. Each setup is the search of `placer optimize MODEL --target modeled:Nx
   links (`placer.simulate.replicas`); hybrid: the fastest of fewer replicas, each over a group of GPUs placed by
   the heuristics, or run as a pipeline under a schedule (pipelined hybrid: the fastest of those); best: the fastest plan of any kind, and data parallel over it (vs data parallel, x: above 1 the
   best plan is faster), and it over the machine's bound (what no plan searched beats:
-  `placer.simulate.bound.machine_bound`).
+  `placer.simulate.bound.machine_bound`); recommended: what `placer optimize` writes, the simplest of the plans
+  within 2 % of the best (`ModeledSearch.recommended`).
 A schedule is priced op by op (`placer.schedule.predict`): its micro-batched step with transfers, the merge of the
 micro-batches' gradients and the update. Each decision is shown over its bound (simulated): a placement unscheduled
 over the bound, a scheduled plan over the schedule bound; with the wall time the setup's search took.
@@ -76,7 +77,7 @@ COLUMNS = ["setup", "bound_ms", "schedule_bound_ms", "single_ms", "placement", "
            "expert_scheduled_ms", "stages_ms", "pipeline_best", "pipeline_speedup", "bubble_arithmetic", "sequential",
            "sequential_ms", "joint", "joint_ms", "joint_vs_best_one_dim_pct",
            "placement_x_bound", "refined_x_bound", "joint_x_bound", "machine_bound_ms", "data_parallel_ms",
-           "hybrid", "hybrid_ms", "pipelined_hybrid_ms", "best", "best_ms", "vs_data_parallel", "best_x_machine_bound", "search_s"]
+           "hybrid", "hybrid_ms", "pipelined_hybrid_ms", "best", "best_ms", "vs_data_parallel", "best_x_machine_bound", "recommended", "recommended_ms", "search_s"]
 
 PAPER_SETUPS = ("nmt-2:paper@2xV100", "nmt-2:paper@4xV100", "nmt-4:paper@2xV100", "nmt-4:paper@4xV100",
                 "inception-v3:paper@2xV100")
@@ -212,7 +213,9 @@ def replicated_columns(search) -> dict:
             "pipelined_hybrid_ms": None if pipelined is None else pipelined.predicted_seconds * 1e3,
             "best": best.name, "best_ms": best.predicted_seconds * 1e3,
             "vs_data_parallel": None if data_parallel is None else data_parallel / best.predicted_seconds,
-            "best_x_machine_bound": times_bound(best.predicted_seconds, machine)}
+            "best_x_machine_bound": times_bound(best.predicted_seconds, machine),
+            "recommended": search.recommended.name, "recommended_ms": search.recommended.predicted_seconds * 1e3,
+            "tied_with_best": [c.name for c in search.tied_with_fastest() if c is not best]}
 
 
 def learner_columns(search) -> dict:
@@ -463,7 +466,9 @@ def main(argv=None) -> int:
               + ("" if row["data_parallel_ms"] is None else f"data parallel {row['data_parallel_ms']:.2f} ms; ")
               + f"best {row['best_ms']:.2f} ms ({row['best']}, {row['best_x_machine_bound']:.2f}x the machine's bound "
               f"{row['machine_bound_ms']:.2f}); "
-              f"{row['search_s']:.0f} s", flush=True)
+              + ("" if row.get("recommended", row["best"]) == row["best"] else
+                 f"recommended {row['recommended_ms']:.2f} ms ({row['recommended']}, the simplest of its tie); ")
+              + f"{row['search_s']:.0f} s", flush=True)
         done = {r["setup"] for r in rows}
         # Written after every setup: a run of an hour stopped part way keeps the setups it finished.
         write_report("gpu_machines", COLUMNS, sorted(rows, key=lambda r: order[r["setup"]]), args.out,

@@ -32,12 +32,15 @@ def _run(argv):
 # -- what the table says ---------------------------------------------------------------------------------
 
 
-def _candidate(name, ms, method=None, placement_name=None):
+def _candidate(name, ms, method=None, placement_name=None, devices_used=2):
+    import types
+
     from placer.schedule.methods import make_schedule
     from placer.schedule.shapes import shape_template
 
     schedule = None if method is None else make_schedule(method, shape_template("pipeline", 2), 4)
-    return Candidate(name, ("placement",), "modeled:4xH100", None, schedule,
+    placement = types.SimpleNamespace(group_devices=tuple(k % devices_used for k in range(6)))
+    return Candidate(name, ("placement",), "modeled:4xH100", placement, schedule,
                      StepTime(ms * MS, "simulated", "modeled:4xH100"), placement_name=placement_name or name)
 
 
@@ -48,7 +51,7 @@ def _result(placements, scheduled, bound_ms=4.0, schedule_bound_ms=None):
 
     search = ModeledSearch("modeled:4xH100", tuple(placements), tuple(scheduled), bound(bound_ms), 4,
                            schedule_bound=None if schedule_bound_ms is None else bound(schedule_bound_ms))
-    return ModeledOptimizeResult("gpt2", "tiny", "gpt2-tiny", search, search.fastest, None, "plan.json")
+    return ModeledOptimizeResult("gpt2", "tiny", "gpt2-tiny", search, search.recommended, None, "plan.json")
 
 
 def test_the_table_says_simulated_and_shows_each_plan_against_the_bound_the_refined_gap_and_the_expert():
@@ -152,6 +155,50 @@ def test_the_recommended_plan_is_shown_against_the_expert_s_placement_unschedule
 def test_between_equal_step_times_the_unscheduled_placement_is_recommended():
     result = _result([_candidate("metis", 5)], [_candidate("metis + gpipe x4", 5, "gpipe", "metis")])
     assert result.recommended.name == "metis"
+
+
+def test_plans_within_the_tie_of_the_fastest_recommend_the_simplest_and_say_so():
+    """A lead of less than MODELED_TIE on a simulator whose error on GPUs is unmeasured is not known to be one:
+    data parallelism 0.3 % behind the planner's replicas is recommended, and the table names the tie."""
+    from agents.optimize_modeled import MODELED_TIE
+
+    assert MODELED_TIE == pytest.approx(0.02)
+    search = _search_with([_candidate("metis", 9), _candidate("metis, refined", 6.01)],
+                          [_replicated("data parallel x4", 6.0, 4, 1), _replicated("planner", 5.98, 4, 1)],
+                          machine_bound_ms=4)
+    assert search.fastest.name == "planner" and search.recommended.name == "data parallel x4"
+    assert [c.name for c in search.tied_with_fastest()] == ["planner", "data parallel x4", "metis, refined"]
+    result = ModeledOptimizeResult("gpt2", "tiny", "gpt2-tiny", search, search.recommended, None, "plan.json")
+    text = result.describe()
+    assert re.search(r"\* data parallel x4\s+4 x 16\s+none\s+6\.00 ms\s+1\.50x\s+1\.00x tie", text)
+    assert re.search(r"  planner\s+4 x 16\s+none\s+5\.98 ms\s+1\.50x\s+1\.00x tie", text)
+    assert re.search(r"  metis\s+1\s+none\s+9\.00 ms\s+2\.25x\s+1\.50x$", text, re.M)  # not tied: no mark
+    assert ("tie: 3 plans within 2% of the fastest's simulated step (less than simulators of training steps err by "
+            "on real GPUs): planner, data parallel x4, metis, refined; the recommended is the simplest") in text
+    assert ("data parallelism is recommended, the simplest of the tie with the fastest plan (planner, 5.98 ms)"
+            in text)
+    assert "recommended: data parallel x4 on modeled:4xH100, 6.00 ms per step simulated" in text
+    data = result.to_json_dict()
+    assert data["recommended"] == "data parallel x4" and data["fastest"] == "planner"
+    assert {row["name"]: row["tied_with_fastest"] for row in data["candidates"]} == {
+        "planner": True, "data parallel x4": True, "metis, refined": True, "metis": False}
+    # a lead past the tie wins, however much less simple the plan
+    ahead = _search_with([_candidate("metis", 9)], [_replicated("data parallel x4", 6.0, 4, 1),
+                                                     _replicated("data parallel x2 over metis, refined", 5.8, 2, 2)],
+                         machine_bound_ms=4)
+    assert ahead.recommended.name == "data parallel x2 over metis, refined" and len(ahead.tied_with_fastest()) == 1
+
+
+def test_the_simplest_plan_is_one_gpu_then_data_parallelism_then_placements_then_replicas_then_schedules():
+    from agents.optimize_modeled import modeled_simplicity
+
+    plans = [_candidate("expert + 1f1b x4", 5, "1f1b", "expert"),
+             _replicated("data parallel x2 over metis", 5, 2, 2),
+             _candidate("metis, refined", 5), _candidate("planner", 5), _candidate("metis", 5),
+             _replicated("data parallel x4", 5, 4, 1), _candidate("single-device", 5, devices_used=1)]
+    ranked = sorted(plans, key=modeled_simplicity)
+    assert [c.name for c in ranked] == ["single-device", "data parallel x4", "metis", "metis, refined", "planner",
+                                        "data parallel x2 over metis", "expert + 1f1b x4"]
 
 
 @pytest.mark.parametrize("schedules, micro_batches, gpus, batch, expected", [
@@ -258,7 +305,10 @@ def test_the_plan_written_is_the_recommended_placement_and_schedule_marked_simul
     assert plan.provenance["candidate"] == recommended.group(1) and plan.provenance["simulated"] is True
     assert plan.predicted.backend == "simulated" and plan.predicted.target == "modeled:2xH100"
     assert plan.predicted.seconds * 1e3 == pytest.approx(float(recommended.group(2)), abs=0.01)
-    assert plan.predicted.seconds == min(s for s in plan.provenance["alternatives"].values() if s is not None)
+    fastest = min(s for s in plan.provenance["alternatives"].values() if s is not None)
+    assert fastest <= plan.predicted.seconds <= fastest * 1.02  # the fastest, or the simplest of its tie
+    tied = plan.provenance["tied_with"]
+    assert plan.predicted.seconds == fastest or any(plan.provenance["alternatives"][n] == fastest for n in tied)
     method = re.search(r" \+ (\S+) x\d+$", recommended.group(1))
     assert (plan.schedule is None) == (method is None)
     if method:

@@ -136,6 +136,9 @@ def test_a_small_run_prices_every_heuristic_and_schedule(tmp_path):
     assert row["data_parallel_ms"] is not None and row["best_ms"] <= row["data_parallel_ms"]
     assert row["vs_data_parallel"] == pytest.approx(row["data_parallel_ms"] / row["best_ms"])
     assert row["machine_bound_ms"] <= min(row["best_ms"], row["bound_ms"]) * (1 + 1e-9)
+    # what placer optimize writes: the best, or the simplest of the plans within 2 % of it
+    assert row["best_ms"] <= row["recommended_ms"] <= row["best_ms"] * 1.02
+    assert (row["recommended"] == row["best"]) == (row["recommended"] not in row["tied_with_best"])
 
 
 def test_more_jobs_than_cores_is_refused_before_any_search():
