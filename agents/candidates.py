@@ -270,14 +270,15 @@ def scheduled_candidates(candidate: Candidate, graph: OpGraph, micro_batch_graph
 
 
 def replica_step(model: str, size: str, degree: int, *, apart: bool = False) -> tuple[Replicas, OpGraph]:
-    """`degree` replicas of the built-in `model` at `size` (refused when they do not divide its batch), and the
-    step one replica runs, built at its slice of the batch (`apart`: in a process of its own, for a paper-size step
-    whose building would otherwise keep GBs in this one)."""
-    from placer.models import build_model, build_model_apart, model_batch
+    """`degree` replicas of `model` at `size` (a model that can be built at a slice of its batch,
+    `placer.models.rebuildable_batch`; refused when they do not divide it), and the step one replica runs, built at
+    its slice of the batch (`apart`: a built-in model in a process of its own, for a paper-size step whose building
+    would otherwise keep GBs in this one)."""
+    from placer.models import build_model_apart, load_model, require_rebuildable_batch
     from placer.replicas import Replicas
 
-    replicas = Replicas.of_batch(model_batch(model, size), degree)
-    return replicas, (build_model_apart if apart else build_model)(model, size, batch=replicas.batch)
+    replicas = Replicas.of_batch(require_rebuildable_batch(model, size), degree)
+    return replicas, (build_model_apart if apart else load_model)(model, size, batch=replicas.batch)
 
 
 def replicated_candidate(name: str, machine: Any, replicas: Replicas, replica_graph: OpGraph, placement: Placement,

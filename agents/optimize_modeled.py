@@ -747,6 +747,7 @@ def replicated_candidates(model: str, size: str, spec: str, degree: int, notes: 
     from placer.cost.replicated import price_replicated, replica_spec
     from placer.errors import PlacerError
     from placer.heuristics import applicable_heuristics, time_heuristics
+    from placer.models import is_builtin_model
     from placer.schedule.predict import slice_bound
 
     group = replica_spec(spec, degree)
@@ -757,9 +758,10 @@ def replicated_candidates(model: str, size: str, spec: str, degree: int, notes: 
         slice_bounds[degree] = slice_bound(graph, degree, spec)
     with open_target(graph, group) as target:
         gpus = sum(1 for device in target.devices.devices if device.kind == "GPU")
-        names = ["single-device"] if gpus == 1 else applicable_heuristics(builtin_model=True, simulator=True,
-                                                                          model=model)
-        timings = time_heuristics(target, names, model=model)
+        builtin = is_builtin_model(model)
+        names = ["single-device"] if gpus == 1 else applicable_heuristics(builtin_model=builtin, simulator=True,
+                                                                          model=model if builtin else None)
+        timings = time_heuristics(target, names, model=model if builtin else None)
         best = None
         for name, timing in timings.items():
             if timing.placement is None or not timing.ok:
@@ -783,7 +785,11 @@ def replicated_candidates(model: str, size: str, spec: str, degree: int, notes: 
                 if step_time.ok and step_time.seconds < best[1].seconds:
                     best = (f"{start}, refined", step_time, step, placement)
         pipelines = []
-        if gpus > 1:
+        if gpus > 1 and not is_builtin_model(model):
+            note = f"{replicas.name}: not run as pipelines: schedules need a built-in model"
+            if note not in notes:
+                notes.append(note)
+        elif gpus > 1:
             # The placements pipeline schedules were made for, else the replica's fastest.
             starts = [(n, timings[n].placement) for n in PIPELINE_PLACEMENTS
                       if n in timings and timings[n].placement is not None and timings[n].ok] or [(best[0], best[3])]
@@ -964,7 +970,8 @@ def modeled_more_micro_batches(args: OptimizeArgs, first: int | None, batch: int
 def check_modeled_args(args: OptimizeArgs):
     """Refuse, before any work, what `placer optimize` cannot search on a modeled machine; returns the target's
     parsed spec, the micro-batches of its schedules (None: none), the larger counts the pipelines' placements are
-    scheduled over too, and the data-parallel degrees."""
+    scheduled over too, and the data-parallel degrees (None for a model function: `user_model_degrees` once it is
+    loaded)."""
     from placer.cost import parse_target_spec
     from placer.files import check_output_file
     from placer.models import check_model_spec, is_builtin_model, model_spec
@@ -997,9 +1004,27 @@ def check_modeled_args(args: OptimizeArgs):
     micro_batches = modeled_micro_batches(args, gpus, batch)
     if micro_batches is not None:
         check_micro_batches(batch, micro_batches)
-    degrees = modeled_replica_degrees(args, str(spec), gpus, batch)
+    if is_builtin_model(args.model):
+        degrees = modeled_replica_degrees(args, str(spec), gpus, batch)
+    else:  # whether a model function can be built at a slice of its batch is known once it is loaded
+        degrees = None
+        if args.replicas is not None and args.replicas > 1:
+            from placer.cost.replicated import replica_spec
+
+            replica_spec(str(spec), args.replicas)  # refuses a degree that does not divide the GPUs
     check_output_file(args.out, "--out")
     return spec, micro_batches, modeled_more_micro_batches(args, micro_batches, batch), degrees
+
+
+def user_model_degrees(args: OptimizeArgs, spec: str, gpus: int) -> tuple[int, ...]:
+    """The data-parallel degrees searched for a model function, loaded: `modeled_replica_degrees` at the batch it
+    can be built at a slice of (`placer.models.rebuildable_batch`); none where it cannot, unless --replicas asked
+    for some (refused, saying what the model function needs)."""
+    from placer.models import rebuildable_batch, require_rebuildable_batch
+
+    if args.replicas is not None and args.replicas > 1:
+        return modeled_replica_degrees(args, spec, gpus, require_rebuildable_batch(args.model, args.size))
+    return modeled_replica_degrees(args, spec, gpus, rebuildable_batch(args.model, args.size))
 
 
 def modeled_replica_degrees(args: OptimizeArgs, spec: str, gpus: int, batch: int | None) -> tuple[int, ...]:
@@ -1125,8 +1150,8 @@ class ModeledOptimizeResult:
         lines.append("  thread settings and one process: not searched, they are a host CPU's choices and this machine's "
                      "ops run on its GPUs")
         if search.micro_batches is None:
-            lines.append("  schedules: none searched (the model cannot be built at the micro-batch size, or "
-                         "--no-schedules)")
+            lines.append("  schedules: none searched (they need a built-in model that can be built at the "
+                         "micro-batch size; or --no-schedules)")
         lines += [f"  note: {note}" for note in search.notes]
         best = self.recommended
         lines.append(f"recommended: {best.name} on {self.target}, {winner * 1e3:.2f} ms per step simulated")
@@ -1200,6 +1225,9 @@ def optimize_modeled(args: OptimizeArgs, *, command: str | None = None,
 
         check_replicas_fit(graph, spec.devices, args.replicas)
     say_when(graph.summary())
+    if degrees is None:
+        gpus = sum(1 for device in spec.devices.devices if device.kind == "GPU")
+        degrees = user_model_degrees(args, str(spec), gpus)
     search = search_modeled(args.model, args.size, str(spec), graph=graph, learn_updates=args.learn_updates,
                             micro_batches=micro_batches, more_micro_batches=more_micro_batches, seed=args.seed,
                             replica_degrees=degrees, deadline=started + args.budget,

@@ -23,23 +23,23 @@ from envs.placement import PlacementProblemEnv
 class ReplicatedPlacementEnv(PlacementProblemEnv):
     def __init__(self, *args, replica_degrees: Sequence[int] | None = None, slices_of: str | None = None, **kwargs):
         """replica_degrees: the degrees the action chooses from (default: every one the GPUs and the batch allow).
-        slices_of: the built-in model whose step is rebuilt at each replica's slice of the batch, where `model` is
-        its graph already built (default: `model`, a built-in model's name)."""
+        slices_of: the model whose step is rebuilt at each replica's slice of the batch, where `model` is its graph
+        already built (default: `model`, a model's name or spec)."""
         super().__init__(*args, **kwargs)
         if slices_of is not None:
             self.model_name = slices_of
         from placer.cost.replicated import ReplicaPricer, replica_spec
-        from placer.models import is_builtin_model, model_spec
+        from placer.models import rebuildable_batch
         from placer.replicas import Replicas
         from placer.replicas import replica_degrees as every_degree
 
         spec = str(self.target.spec)
         if self.backend != "simulated" or not spec.startswith("modeled:"):
             raise ValueError(f"replicas are priced on modeled machines (devices='modeled:8xH100'), not on {spec!r}")
-        if not isinstance(self.model_name, str) or not is_builtin_model(self.model_name) \
-                or model_spec(self.model_name).batch_of is None:
-            raise ValueError(f"replicas slice the batch: {self.model_name!r} is not a built-in model that can be built "
-                             "at another batch (placer models)")
+        if not isinstance(self.model_name, str) or rebuildable_batch(self.model_name, self.size) is None:
+            raise ValueError(f"replicas slice the batch: {self.model_name!r} is not a model that can be built at "
+                             "another batch (a built-in model that can, placer models, or a model function with a "
+                             "`batch` parameter, or returning a Keras model whose inputs fix no batch)")
         self._pricer = ReplicaPricer(self.model_name, self.size, spec, self.graph)
         gpus = sum(1 for device in self.devices if device.kind == "GPU")
         degrees = tuple(replica_degrees) if replica_degrees is not None else tuple(

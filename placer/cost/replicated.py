@@ -78,16 +78,16 @@ def _replicated_step_time(timeline, replica_gradients, spec: TargetSpec, group_d
 
 
 class ReplicaPricer:
-    """Data-parallel plans of one built-in model on one modeled machine, priced a degree at a time: the step at
-    each degree's slice is built once, and its replica's machine opened once. A plan is a degree and a placement of
-    the whole step over the machine, folded onto one replica's group (`placer.replicas.fold_onto_group`) and
+    """Data-parallel plans of one model that can be built at a slice of its batch, on one modeled machine, priced a
+    degree at a time: the step at each degree's slice is built once, and its replica's machine opened once. A plan
+    is a degree and a placement of the whole step over the machine, folded onto one replica's group (`placer.replicas.fold_onto_group`) and
     carried over to the slice's step by op name."""
 
     def __init__(self, model: str, size: str, spec: str | TargetSpec, graph):
-        from placer.models import model_batch
+        from placer.models import require_rebuildable_batch
 
         self.model, self.size, self.spec, self.graph = model, size, str(spec), graph
-        self.batch = model_batch(model, size)
+        self.batch = require_rebuildable_batch(model, size)
         self._targets: dict[int, SimulatedCost] = {}
 
     def replica_target(self, degree: int) -> SimulatedCost:

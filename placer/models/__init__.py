@@ -9,7 +9,9 @@ name: `placer.heuristics.make_heuristic("expert", graph, devices, model=name)`).
 """
 
 from placer.models.apart import build_model_apart
-from placer.models.loader import absolute_model_spec, check_model_spec, is_builtin_model, load_model
+from placer.models.loader import (
+    absolute_model_spec, check_model_spec, is_builtin_model, load_model, rebuildable_batch, require_rebuildable_batch,
+)
 from placer.models.registry import (
     MODELS, SIZES, ModelSpec, build_model, model_batch, model_names, model_spec, require_size,
 )
@@ -17,5 +19,6 @@ from placer.models.registry import (
 __all__ = [
     "MODELS", "SIZES", "ModelSpec", "absolute_model_spec", "build_model", "build_model_apart", "check_model_spec",
     "is_builtin_model",
-    "load_model", "model_batch", "model_names", "model_spec", "require_size",
+    "load_model", "model_batch", "model_names", "model_spec", "rebuildable_batch", "require_rebuildable_batch",
+    "require_size",
 ]

@@ -25,9 +25,13 @@ APART_SIZES = ("paper",)
 
 def build_model_apart(name: str, size: str = "tiny", batch: int | None = None):
     """`placer.models.build_model(name, size, batch)`, in a process of its own at the sizes of `APART_SIZES`. Bad
-    input is refused here, before any process starts; a build that fails in the child raises its error here."""
+    input is refused here, before any process starts; a build that fails in the child raises its error here. A
+    model function (`placer.models.load_model`) is built in this process: the user's model, at the size it has."""
+    from placer.models.loader import is_builtin_model, load_model
     from placer.models.registry import build_model, check_batch, require_size
 
+    if not is_builtin_model(name):
+        return load_model(name, size, batch)
     require_size(name, size)
     check_batch(name, size, batch)
     if size not in APART_SIZES:

@@ -13,7 +13,7 @@ import inspect
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from placer.errors import GraphBuildError, PlacerError
 from placer.models.registry import MODELS, build_model, model_names, require_size
@@ -64,17 +64,73 @@ def absolute_model_spec(spec: str) -> str:
     return spec if path is None else f"{path.resolve()}:{function_name}"
 
 
-def load_model(spec: str | OpGraph | Any, size: str = "tiny") -> OpGraph:
+def load_model(spec: str | OpGraph | Any, size: str = "tiny", batch: int | None = None) -> OpGraph:
     """The training-step graph that `spec` names: a built-in model at `size`, or what a model function returns.
 
-    A model function is called with `size=size` if it has a parameter named `size`, else with no arguments.
+    A model function is called with `size=size` if it has a parameter named `size`, else with no arguments, and
+    with `batch=batch` where a batch is asked for and it has a parameter named `batch`. `batch`: the step at
+    another batch, where the spec can be built at one (`rebuildable_batch`); refused where it cannot.
     An OpGraph is returned as it is. A compiled `keras.Model` (Keras 3 or tf-keras) becomes its own
     `train_step` on a synthetic batch of its input shapes (`placer.graph.graph_from_keras_model`: 32 examples,
     or the batch its inputs fix). Keras's layer-name counters start from zero for each model function, so a
     spec builds the same op names (and fingerprint) in every call and process. A model file is executed once
     per process, as a module of its own (keyed by its resolved path, so two files with the same name do not
     clash)."""
-    return _load(spec, size)[0]
+    return _load(spec, size, batch)[0]
+
+
+def rebuildable_batch(spec: str | OpGraph | Any, size: str = "tiny") -> int | None:
+    """The batch of the step `spec` names at `size`, where `load_model(spec, size, batch=...)` can build it at
+    another batch (data parallelism runs each replica on a slice of it); None where it cannot.
+
+    It can for a built-in model that has a batch (`placer models`); a model function with a parameter named
+    `batch` (its default is the batch: a whole number); a model function returning a Keras model whose inputs
+    fix no batch (traced at 32 examples, as `fit` batches; built at another batch by tracing it there). Not for a
+    model function returning an OpGraph without a `batch` parameter, nor a Keras model whose inputs fix the batch
+    (`keras.Input(batch_size=...)`: give its function a `batch` parameter that sets it), nor an OpGraph or
+    keras.Model given as an object. A model function returning a Keras model is built once to find out."""
+    from placer.models.registry import model_batch, model_spec
+
+    if not isinstance(spec, str):
+        return None
+    if is_builtin_model(spec):
+        require_size(spec, size)
+        return model_batch(spec, size) if model_spec(spec).batch_of is not None else None
+    builder = _builder(spec)
+    batch_parameter = _parameters(builder).get("batch")
+    if batch_parameter is not None:
+        default = batch_parameter.default
+        if not isinstance(default, int) or isinstance(default, bool) or default < 1:
+            raise GraphBuildError(f"model function {spec!r} has a `batch` parameter whose default is {default!r}: "
+                                  "give it the batch of the step, a positive whole number (def model(batch=32): ...)")
+        return default
+    key = (absolute_model_spec(spec), size)
+    if key not in _TRACED_BATCHES:
+        _load(spec, size)
+    traced = _TRACED_BATCHES.get(key)
+    return traced.size if traced is not None and traced.chosen_by == "default" else None
+
+
+def require_rebuildable_batch(spec: str | OpGraph | Any, size: str = "tiny") -> int:
+    """`rebuildable_batch`, refused in one message where there is none: what a spec needs to be built at a slice of
+    its batch."""
+    from placer.models.registry import model_batch
+
+    batch = rebuildable_batch(spec, size)
+    if batch is not None:
+        return batch
+    if is_builtin_model(spec):
+        model_batch(spec, size)  # says which built-in models can
+    name = spec if isinstance(spec, str) else "given as an object"
+    raise GraphBuildError(
+        f"model {name!r} cannot be built at another batch (replicas and micro-batches run the step at a slice of "
+        "it): give its model function a `batch` parameter with the step's batch as default (def model(batch=32): "
+        "...), or return a Keras model whose inputs fix no batch")
+
+
+_TRACED_BATCHES: dict[tuple[str, str], Any] = {}
+"""(resolved spec, size) -> the `TracedBatch` of the Keras model its function returned at its own batch (None: an
+OpGraph): whether it can be traced at another batch, without building it twice."""
 
 
 def load_keras_model(spec: str, size: str = "tiny") -> tuple[Any, OpGraph]:
@@ -87,25 +143,32 @@ def load_keras_model(spec: str, size: str = "tiny") -> tuple[Any, OpGraph]:
     return model, graph
 
 
-def _load(spec: str | OpGraph | Any, size: str) -> tuple[OpGraph, Any]:
-    """The graph `spec` names, and the Keras model it was derived from (None when the spec gave no Keras model)."""
+def _load(spec: str | OpGraph | Any, size: str, batch: int | None = None) -> tuple[OpGraph, Any]:
+    """The graph `spec` names (at `batch`, if given), and the Keras model it was derived from (None when the spec
+    gave no Keras model)."""
     from placer.graph.keras_model import is_keras_model, keras_names_from_zero
     from placer.graph.opgraph import OpGraph
 
+    if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1):
+        raise GraphBuildError(f"batch must be a positive whole number, got {batch!r}")
     if not isinstance(spec, str):
+        if batch is not None:
+            raise GraphBuildError("a model given as an object cannot be built at another batch: give a model "
+                                  "function (module:function or file.py:function) that can (placer.models."
+                                  "rebuildable_batch)")
         return _require_op_graph(spec), spec if is_keras_model(spec) else None
     if is_builtin_model(spec):
-        return build_model(spec, size), None
-    where, function_name, path = _split(spec)
-    module = _module_from_file(path, spec) if path is not None else _import_module(where, spec)
-    builder = _function_of(module, where, function_name, spec)
+        return build_model(spec, size, batch), None
+    builder = _builder(spec)
+    function_name = spec.rpartition(":")[2]
+    takes_batch = "batch" in _parameters(builder)
     keras_model = None
     with keras_names_from_zero():
-        graph = _call(builder, size, spec)
+        graph = _call(builder, size, spec, batch if takes_batch else None)
         if is_keras_model(graph):
             keras_model = graph
             graph = _keras_model_step(graph, f"model function {spec!r} returned a Keras model, but",
-                                      name=function_name)
+                                      name=function_name, batch_size=batch)
     if not isinstance(graph, OpGraph):
         raise GraphBuildError(
             f"model function {spec!r} returned {_describe_value(graph)}, not an OpGraph or a keras.Model. Return "
@@ -113,7 +176,26 @@ def _load(spec: str | OpGraph | Any, size: str) -> tuple[OpGraph, Any]:
             "tf-keras model, loss and optimizer), graph_from_function (a function adding the step to a tf.Graph), "
             "graph_from_tf_function (a TF2 step) or graph_from_keras_model (a compiled model at another batch)"
         )
+    if batch is None:
+        _TRACED_BATCHES[(absolute_model_spec(spec), size)] = graph.batch if keras_model is not None else None
+    elif not takes_batch and keras_model is None:
+        raise GraphBuildError(f"model function {spec!r} returns an OpGraph and has no `batch` parameter, so it cannot "
+                              f"be built at batch {batch}: give it one (def {function_name}(batch=32): ...)")
     return graph, keras_model
+
+
+def _builder(spec: str) -> Callable[..., Any]:
+    """The model function `spec` names (its module loaded once per process)."""
+    where, function_name, path = _split(spec)
+    module = _module_from_file(path, spec) if path is not None else _import_module(where, spec)
+    return _function_of(module, where, function_name, spec)
+
+
+def _parameters(builder: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:
+    try:
+        return inspect.signature(builder).parameters
+    except (TypeError, ValueError):  # some callables (C functions) have no signature: call them plainly
+        return {}
 
 
 def _require_op_graph(spec: Any) -> OpGraph:
@@ -130,12 +212,13 @@ def _require_op_graph(spec: Any) -> OpGraph:
     return spec
 
 
-def _keras_model_step(model: Any, context: str, name: str | None = None) -> OpGraph:
-    """The model's training step, its graph named `name` (a model function's name), else after the model."""
+def _keras_model_step(model: Any, context: str, name: str | None = None, batch_size: int | None = None) -> OpGraph:
+    """The model's training step (at `batch_size` examples, if given), its graph named `name` (a model function's
+    name), else after the model."""
     from placer.graph.keras_model import graph_from_keras_model
 
     try:
-        return graph_from_keras_model(model, name=name)
+        return graph_from_keras_model(model, name=name, batch_size=batch_size)
     except PlacerError as error:  # says what the model lacks
         raise GraphBuildError(f"{context} {error}") from error
     except Exception as error:  # the model's own train_step failed while tracing
@@ -238,25 +321,28 @@ def _function_of(module: ModuleType, where: str, function_name: str, spec: str) 
     return builder
 
 
-def _call(builder: Callable[..., Any], size: str, spec: str) -> Any:
-    try:
-        parameters = inspect.signature(builder).parameters
-    except (TypeError, ValueError):  # some callables (C functions) have no signature: call them plainly
-        parameters = {}
+def _call(builder: Callable[..., Any], size: str, spec: str, batch: int | None = None) -> Any:
+    """`builder` called with `size` if it takes one, and `batch` (given: it takes one) by name."""
+    parameters = _parameters(builder)
     size_parameter = parameters.get("size")
-    required = [name for name, p in parameters.items() if name != "size" and p.default is p.empty
+    required = [name for name, p in parameters.items() if name not in ("size", "batch") and p.default is p.empty
                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    batch_parameter = parameters.get("batch")
+    if batch_parameter is not None and batch_parameter.default is batch_parameter.empty:
+        required.append("batch, without a default")
     if required:
         raise GraphBuildError(
             f"model function {spec!r} needs arguments ({', '.join(required)}): a model function takes none, or only "
-            "`size`. Wrap it in one that builds your model with fixed arguments"
+            "`size` and `batch` (with a default: the batch of its step). Wrap it in one that builds your model with "
+            "fixed arguments"
         )
+    extra = {} if batch is None else {"batch": batch}
     try:
         if size_parameter is None:
-            return builder()
+            return builder(**extra)
         if size_parameter.kind is size_parameter.POSITIONAL_ONLY:
-            return builder(size)
-        return builder(size=size)
+            return builder(size, **extra)
+        return builder(size=size, **extra)
     except PlacerError as error:  # already says what was wrong (e.g. a placer.graph builder refused the step)
         raise GraphBuildError(f"model function {spec!r} failed: {error}") from error
     except Exception as error:

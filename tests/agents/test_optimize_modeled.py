@@ -689,3 +689,40 @@ def test_the_planner_s_plan_is_refined_beside_the_heuristics_and_read_against_th
         assert read["rounds"] == 1
         assert read["seconds"] == pytest.approx(made[-1].predicted_seconds)
     assert took < seconds + 3  # one budget for both, not one each
+
+
+KERAS_MODEL_FILE = """
+import keras
+
+
+def build():
+    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(4)])
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def fixed_batch():
+    model = keras.Sequential([keras.Input((32,), batch_size=16), keras.layers.Dense(4)])
+    model.compile(optimizer="sgd", loss="mse")
+    return model
+"""
+
+
+def test_a_keras_model_function_gets_data_parallelism_on_a_modeled_machine_or_a_refusal_saying_what_it_needs(
+        tmp_path):
+    from agents.optimize_modeled import optimize_modeled
+
+    model_file = tmp_path / "my_model.py"
+    model_file.write_text(KERAS_MODEL_FILE)
+    args = OptimizeArgs(f"{model_file}:build", target="modeled:2xH100", learn_updates=0, budget=60,
+                        out=str(tmp_path / "plan.json"), progress=False)
+    result = optimize_modeled(args, say=lambda line: None)
+    plain = result.search.data_parallel()
+    assert plain is not None and plain.replicas.degree == 2 and plain.replicas.batch == 16  # 32 examples, halved
+    assert plain.replica_graph.batch.size == 16 and plain.priced
+    assert "replicas: data parallel x2 (16 samples a GPU)" in result.describe()
+
+    status, _, err = _run(["optimize", f"{model_file}:fixed_batch", "--target", "modeled:2xH100", "--replicas", "2",
+                           "--out", str(tmp_path / "fixed.json")])
+    assert status == 2 and "cannot be built at another batch" in err and "`batch` parameter" in err
+    assert not (tmp_path / "fixed.json").exists()

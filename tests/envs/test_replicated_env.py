@@ -55,6 +55,6 @@ def test_replicas_are_refused_where_the_batch_cannot_be_sliced_or_nothing_is_mod
     with pytest.raises(ReplicaError, match="3 replicas do not divide the batch of 64"):
         gym.make("placer/ReplicatedPlacement-v0", model="two-tower", size="tiny", devices="modeled:3xH100",
                  replica_degrees=(1, 3)).unwrapped
-    with pytest.raises(ValueError, match="not a built-in model that can be built at another batch"):
+    with pytest.raises(ValueError, match="is not a model that can be built at another batch"):
         gym.make("placer/ReplicatedPlacement-v0", model="placer.models.heldout:branchy_0_graph", size="tiny",
                  devices="modeled:2xH100").unwrapped

@@ -13,7 +13,7 @@ import pytest
 import envs  # noqa: F401  (registers the environments)
 import placer.graph.build
 from placer.errors import GraphBuildError
-from placer.models import check_model_spec, load_model
+from placer.models import check_model_spec, load_model, rebuildable_batch, require_rebuildable_batch
 
 # A user's model file: a 2-layer MLP as a Keras user writes it, compiled or not, with input shapes or not.
 KERAS_MODEL_FILE = """
@@ -33,6 +33,22 @@ def uncompiled_without_shapes():
 
 def uncompiled():
     return keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+
+
+def fixed_batch():
+    model = keras.Sequential([keras.Input((8,), batch_size=16), keras.layers.Dense(4)])
+    model.compile(optimizer="sgd", loss="mse")
+    return model
+
+
+def with_batch(batch=16):
+    model = keras.Sequential([keras.Input((8,), batch_size=batch), keras.layers.Dense(4)])
+    model.compile(optimizer="sgd", loss="mse")
+    return model
+
+
+def bad_batch_default(batch="sixteen"):
+    return with_batch()
 """
 
 
@@ -122,3 +138,29 @@ def test_placer_measure_runs_a_keras_model_spec_end_to_end(keras_model_file):
     )
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "model.compile(optimizer=..., loss=...)" in refused.stderr
+
+
+def test_a_keras_model_is_built_at_a_slice_of_its_batch_where_nothing_fixes_it_or_its_function_takes_one(
+        keras_model_file):
+    """Data parallelism runs each replica on a slice of the batch: a model function whose inputs fix no batch is
+    traced there, one with a `batch` parameter is called with it; one whose inputs fix the batch cannot be."""
+    spec = f"{keras_model_file}:build"
+    assert rebuildable_batch(spec) == 32  # traced at fit's default, as load_model traces it
+    sliced = load_model(spec, batch=8)
+    assert sliced.batch.size == 8 and sliced.op("synthetic_input_0/RandomUniform").output_shapes == ((8, 8),)
+    assert sliced.name == load_model(spec).name  # the same model: op names carry a placement over by name
+
+    taking = f"{keras_model_file}:with_batch"
+    assert rebuildable_batch(taking) == 16
+    assert load_model(taking, batch=4).batch.size == 4
+
+    fixed = f"{keras_model_file}:fixed_batch"
+    assert rebuildable_batch(fixed) is None
+    with pytest.raises(GraphBuildError, match=r"cannot be built at another batch .*`batch` parameter"):
+        require_rebuildable_batch(fixed)
+    with pytest.raises(GraphBuildError, match="batch_size 8 differs from the batch size 16"):
+        load_model(fixed, batch=8)
+    with pytest.raises(GraphBuildError, match=r"`batch` parameter whose default is 'sixteen'"):
+        rebuildable_batch(f"{keras_model_file}:bad_batch_default")
+    with pytest.raises(GraphBuildError, match="batch must be a positive whole number"):
+        load_model(spec, batch=0)

@@ -7,7 +7,7 @@ import pytest
 
 from placer.errors import GraphBuildError
 from placer.graph import OpGraph
-from placer.models import check_model_spec, is_builtin_model, load_model
+from placer.models import check_model_spec, is_builtin_model, load_model, rebuildable_batch
 
 # A user's model file: a tiny graph-mode training step, one builder that takes the size and one that does not.
 MODEL_FILE = """
@@ -42,6 +42,14 @@ def not_a_graph():
 
 
 def needs_arguments(layers, size="tiny"):
+    return fixed()
+
+
+def batched(size="tiny", batch=6):
+    return graph_from_function(lambda: _step(batch), name=f"{NAME}-batched")
+
+
+def batch_without_default(batch):
     return fixed()
 
 
@@ -120,7 +128,7 @@ def test_missing_file_is_named(tmp_path):
 
 
 def test_missing_function_is_named_with_the_functions_the_file_defines(model_file):
-    with pytest.raises(GraphBuildError, match=r"has no function 'build' \(it defines broken, fixed, needs_arguments"):
+    with pytest.raises(GraphBuildError, match=r"has no function 'build' \(it defines batch_without_default, batched, broken, fixed, needs_arguments"):
         load_model(f"{model_file}:build")
 
 
@@ -191,3 +199,15 @@ def test_check_refuses_bad_specs_without_building_or_importing(tmp_path):
         check_model_spec("mlp", "huge")
     with pytest.raises(GraphBuildError, match="got a list"):
         check_model_spec(["mlp"])
+
+
+def test_a_model_function_with_a_batch_parameter_is_built_at_another_batch_and_one_without_is_refused(model_file):
+    assert rebuildable_batch(f"{model_file}:batched") == 6
+    assert load_model(f"{model_file}:batched", batch=3).op("features/RandomUniform").output_shapes == ((3, 4),)
+    assert load_model(f"{model_file}:batched").op("features/RandomUniform").output_shapes == ((6, 4),)
+    assert rebuildable_batch(f"{model_file}:fixed") is None  # an OpGraph: nothing says how to build it at another
+    with pytest.raises(GraphBuildError, match=r"has no `batch` parameter, so it cannot be built at batch 3"):
+        load_model(f"{model_file}:fixed", batch=3)
+    with pytest.raises(GraphBuildError, match=r"needs arguments \(batch, without a default\)"):
+        load_model(f"{model_file}:batch_without_default")
+    assert rebuildable_batch("two-tower", "tiny") == 64 and load_model("two-tower", "tiny", batch=8).name
