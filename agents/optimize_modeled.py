@@ -57,6 +57,7 @@ from agents.candidates import (
 
 if TYPE_CHECKING:
     from placer.cost import StepTime
+    from placer.cost.spec import TargetSpec
     from placer.replicas import Replicas
     from placer.graph.opgraph import OpGraph
     from placer.placement import Placement
@@ -279,7 +280,7 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
 
     graph: the model's graph at its full batch, if already built."""
     from placer.cost import open_target
-    from placer.models import is_builtin_model, load_model
+    from placer.models import load_model
     from placer.schedule.micro_batch import build_micro_batch_graph
     from placer.schedule.predict import slice_bound
     from placer.simulate.bound import machine_bound, step_time_bound
@@ -290,7 +291,6 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
     clock = PhaseClock()
     phase_done = clock.done
     graph = graph if graph is not None else load_model(model, size)
-    builtin = is_builtin_model(model)
     notes: list[str] = []
     phase_done("building the graph")
     with open_target(graph, spec) as target:
@@ -331,8 +331,8 @@ def search_modeled(model: str, size: str, spec: str, *, graph: OpGraph | None = 
             # What learning leaves is what scheduling its placement takes: more would leave the budget idle.
             seconds = left if scheduling is None else max(left * LEARNING_SHARE, left - scheduling.reserve())
             # With data parallelism priced, the planner chooses replicas too: it may learn the plan the search found.
-            degrees = planner_degrees(sorted({c.replicas.degree for c in replication.candidates}) if builtin else [],
-                                      seconds, replication.took, notes)
+            degrees = planner_degrees(sorted({c.replicas.degree for c in replication.candidates}), seconds,
+                                      replication.took, notes)
             learned = _learned(graph, spec, target, found, learn_updates=learn_updates, seed=seed, seconds=seconds,
                                notes=notes, progress=progress, say=say, replicas_of=(model, size, degrees))
             found += [c for c in learned if c.replicas is None]
@@ -785,11 +785,7 @@ def replicated_candidates(model: str, size: str, spec: str, degree: int, notes: 
                 if step_time.ok and step_time.seconds < best[1].seconds:
                     best = (f"{start}, refined", step_time, step, placement)
         pipelines = []
-        if gpus > 1 and not is_builtin_model(model):
-            note = f"{replicas.name}: not run as pipelines: schedules need a built-in model"
-            if note not in notes:
-                notes.append(note)
-        elif gpus > 1:
+        if gpus > 1:
             # The placements pipeline schedules were made for, else the replica's fastest.
             starts = [(n, timings[n].placement) for n in PIPELINE_PLACEMENTS
                       if n in timings and timings[n].placement is not None and timings[n].ok] or [(best[0], best[3])]
@@ -969,14 +965,11 @@ def modeled_more_micro_batches(args: OptimizeArgs, first: int | None, batch: int
 
 def check_modeled_args(args: OptimizeArgs):
     """Refuse, before any work, what `placer optimize` cannot search on a modeled machine; returns the target's
-    parsed spec, the micro-batches of its schedules (None: none), the larger counts the pipelines' placements are
-    scheduled over too, and the data-parallel degrees (None for a model function: `user_model_degrees` once it is
-    loaded)."""
+    parsed spec and its `modeled_counts` (None for a model function: made once it is loaded)."""
     from placer.cost import parse_target_spec
     from placer.files import check_output_file
     from placer.models import check_model_spec, is_builtin_model, model_spec
     from placer.models.registry import model_batch
-    from placer.schedule.from_placement import check_micro_batches
 
     from agents.optimize import OptimizeError
 
@@ -994,37 +987,48 @@ def check_modeled_args(args: OptimizeArgs):
             raise OptimizeError(f"{name} must be at least {least}, got {value}")
     if not (math.isfinite(args.budget) and args.budget > 0):
         raise OptimizeError(f"--budget must be a positive number of seconds, got {args.budget}")
+    if not is_builtin_model(args.model):  # whether a model function can be built at a slice of its batch is known
+        if args.replicas is not None and args.replicas > 1:  # once it is loaded (`model_function_batch`)
+            from placer.cost.replicated import replica_spec
+
+            replica_spec(str(spec), args.replicas)  # refuses a degree that does not divide the GPUs
+        check_output_file(args.out, "--out")
+        return spec, None
     batch = None
-    if is_builtin_model(args.model) and model_spec(args.model).batch_of is not None:
+    if model_spec(args.model).batch_of is not None:
         batch = model_batch(args.model, args.size)
     elif args.schedules:
         raise OptimizeError(f"--schedules rebuilds the model at the micro-batch size, which {args.model!r} cannot be: "
-                            "give a built-in model that can (placer models), or leave out --schedules")
+                            "give a model that can (a built-in model, placer models; a model function with a `batch` "
+                            "parameter), or leave out --schedules")
+    counts = modeled_counts(args, spec, batch)
+    check_output_file(args.out, "--out")
+    return spec, counts
+
+
+def modeled_counts(args: OptimizeArgs, spec: TargetSpec, batch: int | None) -> tuple[int | None, tuple[int, ...],
+                                                                                    tuple[int, ...]]:
+    """For a step of `batch` samples (None: the model cannot be built at another batch), the micro-batches of the
+    schedules searched (None: none), the larger counts the pipelines' placements are scheduled over too, and the
+    data-parallel degrees."""
+    from placer.schedule.from_placement import check_micro_batches
+
     gpus = sum(1 for device in spec.devices.devices if device.kind == "GPU")
     micro_batches = modeled_micro_batches(args, gpus, batch)
     if micro_batches is not None:
         check_micro_batches(batch, micro_batches)
-    if is_builtin_model(args.model):
-        degrees = modeled_replica_degrees(args, str(spec), gpus, batch)
-    else:  # whether a model function can be built at a slice of its batch is known once it is loaded
-        degrees = None
-        if args.replicas is not None and args.replicas > 1:
-            from placer.cost.replicated import replica_spec
-
-            replica_spec(str(spec), args.replicas)  # refuses a degree that does not divide the GPUs
-    check_output_file(args.out, "--out")
-    return spec, micro_batches, modeled_more_micro_batches(args, micro_batches, batch), degrees
+    return (micro_batches, modeled_more_micro_batches(args, micro_batches, batch),
+            modeled_replica_degrees(args, str(spec), gpus, batch))
 
 
-def user_model_degrees(args: OptimizeArgs, spec: str, gpus: int) -> tuple[int, ...]:
-    """The data-parallel degrees searched for a model function, loaded: `modeled_replica_degrees` at the batch it
-    can be built at a slice of (`placer.models.rebuildable_batch`); none where it cannot, unless --replicas asked
-    for some (refused, saying what the model function needs)."""
+def model_function_batch(args: OptimizeArgs) -> int | None:
+    """The batch a model function, loaded, can be built at a slice of (`placer.models.rebuildable_batch`), None
+    where it cannot; refused, saying what the function needs, where --schedules or --replicas ask for slices."""
     from placer.models import rebuildable_batch, require_rebuildable_batch
 
-    if args.replicas is not None and args.replicas > 1:
-        return modeled_replica_degrees(args, spec, gpus, require_rebuildable_batch(args.model, args.size))
-    return modeled_replica_degrees(args, spec, gpus, rebuildable_batch(args.model, args.size))
+    if args.schedules or (args.replicas is not None and args.replicas > 1):
+        return require_rebuildable_batch(args.model, args.size)
+    return rebuildable_batch(args.model, args.size)
 
 
 def modeled_replica_degrees(args: OptimizeArgs, spec: str, gpus: int, batch: int | None) -> tuple[int, ...]:
@@ -1150,8 +1154,8 @@ class ModeledOptimizeResult:
         lines.append("  thread settings and one process: not searched, they are a host CPU's choices and this machine's "
                      "ops run on its GPUs")
         if search.micro_batches is None:
-            lines.append("  schedules: none searched (they need a built-in model that can be built at the "
-                         "micro-batch size; or --no-schedules)")
+            lines.append("  schedules: none searched (the model cannot be built at the micro-batch size, or "
+                         "--no-schedules)")
         lines += [f"  note: {note}" for note in search.notes]
         best = self.recommended
         lines.append(f"recommended: {best.name} on {self.target}, {winner * 1e3:.2f} ms per step simulated")
@@ -1213,7 +1217,7 @@ def optimize_modeled(args: OptimizeArgs, *, command: str | None = None,
     from agents.optimize import _command_line
 
     started = time.monotonic()
-    spec, micro_batches, more_micro_batches, degrees = check_modeled_args(args)
+    spec, counts = check_modeled_args(args)
     tell = say or (lambda line: print(line, file=sys.stderr, flush=True))
 
     def say_when(line: str) -> None:
@@ -1225,9 +1229,7 @@ def optimize_modeled(args: OptimizeArgs, *, command: str | None = None,
 
         check_replicas_fit(graph, spec.devices, args.replicas)
     say_when(graph.summary())
-    if degrees is None:
-        gpus = sum(1 for device in spec.devices.devices if device.kind == "GPU")
-        degrees = user_model_degrees(args, str(spec), gpus)
+    micro_batches, more_micro_batches, degrees = counts or modeled_counts(args, spec, model_function_batch(args))
     search = search_modeled(args.model, args.size, str(spec), graph=graph, learn_updates=args.learn_updates,
                             micro_batches=micro_batches, more_micro_batches=more_micro_batches, seed=args.seed,
                             replica_degrees=degrees, deadline=started + args.budget,

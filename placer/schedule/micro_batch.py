@@ -372,10 +372,11 @@ def _with_neighbours(graph: OpGraph, placed: Mapping[str, str], extra: list[str]
 
 
 def build_micro_batch_graph(model: str, size: str, micro_batches: int) -> OpGraph:
-    """Built-in `model` at `size` with its batch divided by `micro_batches`: the graph `micro_batched_step`
-    copies. Raises MicroBatchError if the micro-batches do not divide the batch."""
-    from placer.models import build_model_apart, model_batch
+    """`model` at `size` with its batch divided by `micro_batches` (a model that can be built at another batch,
+    `placer.models.rebuildable_batch`): the graph `micro_batched_step` copies. Raises MicroBatchError if the
+    micro-batches do not divide the batch."""
+    from placer.models import build_model_apart, require_rebuildable_batch
     from placer.schedule.from_placement import check_micro_batches
 
-    micro_batch = check_micro_batches(model_batch(model, size), micro_batches)
+    micro_batch = check_micro_batches(require_rebuildable_batch(model, size), micro_batches)
     return build_model_apart(model, size, batch=micro_batch)

@@ -247,8 +247,6 @@ def test_more_micro_batches_that_the_budget_cannot_hold_are_left_out_with_a_note
     (["two-tower", "--target", "modeled:2xNOPE"], "unknown device model 'NOPE'"),
     (["two-tower", "--target", "modeled:two"], "is not a modeled machine"),
     (["two-tower", "--target", "modeled:2xH100", "--micro-batches", "3"], "do not divide the batch of 64"),
-    (["placer.models.heldout:branchy_0_graph", "--target", "modeled:2xH100", "--schedules"],
-     "rebuilds the model at the micro-batch size"),
     (["two-tower", "--target", "modeled:2xH100", "--calibration", "c.json"], "--calibration is for a real target"),
     (["two-tower", "--target", "modeled:2xH100", "--budget", "0"], "--budget"),
     (["two-tower", "--target", "modeled:2xH100", "--replicas", "3"], "3 replicas do not divide the batch of 64"),
@@ -721,8 +719,14 @@ def test_a_keras_model_function_gets_data_parallelism_on_a_modeled_machine_or_a_
     assert plain is not None and plain.replicas.degree == 2 and plain.replicas.batch == 16  # 32 examples, halved
     assert plain.replica_graph.batch.size == 16 and plain.priced
     assert "replicas: data parallel x2 (16 samples a GPU)" in result.describe()
+    # schedules too: over a micro-batch per GPU, priced or left out where their bound cannot beat the fastest plan
+    assert result.search.micro_batches == 2 and result.search.schedule_bounds
+    left_out = any(note.startswith("no schedules over 2 micro-batches") for note in result.search.notes)
+    assert bool(result.search.scheduled) != left_out
 
-    status, _, err = _run(["optimize", f"{model_file}:fixed_batch", "--target", "modeled:2xH100", "--replicas", "2",
-                           "--out", str(tmp_path / "fixed.json")])
-    assert status == 2 and "cannot be built at another batch" in err and "`batch` parameter" in err
-    assert not (tmp_path / "fixed.json").exists()
+    # one that cannot be built at another batch: refused once loaded, before any plan is priced, saying why
+    for flags in (["--replicas", "2"], ["--schedules"]):
+        status, _, err = _run(["optimize", f"{model_file}:fixed_batch", "--target", "modeled:2xH100", *flags,
+                               "--out", str(tmp_path / "fixed.json"), "--no-progress"])
+        assert status == 2 and "cannot be built at another batch" in err and "`batch` parameter" in err
+        assert "pricing" not in err and not (tmp_path / "fixed.json").exists()
