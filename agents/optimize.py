@@ -142,7 +142,8 @@ class OptimizeArgs:
     """Data parallelism: D replicas only (1: none). Modeled machines: each on GPUs / D GPUs and batch / D samples,
     its gradients all-reduced; default every D above 1 that divides both the GPUs and the batch, each replica
     placed by every heuristic. Real targets: one replica a device (D = the target's devices), the variables and
-    the update on the first; default: that, when the devices divide the batch of a built-in model."""
+    the update on the first; default: that, when the devices divide the batch of a model that can be built at
+    another batch (a built-in one, or a model function with a `batch` parameter or a Keras model's open batch)."""
     keep: int = setting(2, metavar="K")
     """Real targets: of each joint family (a placement with tuned pools, with a schedule), the K predicted fastest
     are measured."""
@@ -581,15 +582,11 @@ def check_optimize_args(args: OptimizeArgs, *, allow_exposed_ports: bool = False
     if args.replicas is not None and args.replicas not in (1, devices):
         raise OptimizeError(f"--replicas {args.replicas}: on {args.target} a replica is one of its {devices} devices, "
                             f"so give --replicas {devices} (or 1: no data parallelism)")
-    if args.replicas == devices:
-        from placer.models import model_spec
-        from placer.models.registry import model_batch
+    if args.replicas == devices and is_builtin_model(args.model):  # a model function's batch: once it is loaded
+        from placer.models import require_rebuildable_batch
         from placer.replicas import Replicas
 
-        if not is_builtin_model(args.model) or model_spec(args.model).batch_of is None:
-            raise OptimizeError(f"--replicas {devices} rebuilds the model at a slice of its batch, which needs a built-in "
-                                f"model that can be built at another batch (placer models), not {args.model!r}")
-        Replicas.of_batch(model_batch(args.model, args.size), devices)  # refuses a degree that does not divide it
+        Replicas.of_batch(require_rebuildable_batch(args.model, args.size), devices)  # refuses one not dividing it
     if not (math.isfinite(args.budget) and args.budget > 0):
         raise OptimizeError(f"--budget must be a positive number of seconds, got {args.budget}")
     if not calibration_file(args).exists() and args.budget < CALIBRATION_SECONDS + MEASURING_MINIMUM:
@@ -627,7 +624,7 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
     from placer.cost.calibrated import PREFIX, profiled_costs
     from placer.cost.targets import close_together
     from placer.measure.machine_check import check_machine
-    from placer.models import load_model
+    from placer.models import is_builtin_model, load_model
     from placer.placement import check_same_graph
     from placer.simulate.bound import step_time_bound
 
@@ -653,6 +650,11 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
     phases, phase_done = clock.seconds, clock.done
     graph = load_model(args.model, args.size)
     phase_done("building the graph")
+    if args.replicas is not None and args.replicas > 1 and not is_builtin_model(args.model):  # before any process
+        from placer.models import require_rebuildable_batch  # starts: what --replicas needs of a model function
+        from placer.replicas import Replicas
+
+        Replicas.of_batch(require_rebuildable_batch(args.model, args.size), args.replicas)
     if args.from_run:  # before any process starts
         check_same_graph(_run_placement(args), graph)
     say(graph.summary())
@@ -936,23 +938,23 @@ def _machine_bytes(graph: OpGraph, real) -> int:
 
 
 def _data_parallel_candidates(args: OptimizeArgs, target, real, notes: list[str]) -> list[Candidate]:
-    """Data parallelism over the target's devices (a built-in model whose batch they divide): each device a replica
-    running the step at batch / devices, the variables and the update on the first, measured as
-    `placer.replicas.data_parallel_step` builds it. The twin does not price it (it would profile another graph),
-    so it is measured whatever its prediction."""
-    from placer.models import is_builtin_model, model_spec
-    from placer.models.registry import model_batch
+    """Data parallelism over the target's devices (a model that can be built at a slice of its batch, whose batch
+    they divide: `placer.models.rebuildable_batch`): each device a replica running the step at batch / devices, the
+    variables and the update on the first, measured as `placer.replicas.data_parallel_step` builds it. The twin
+    does not price it (it would profile another graph), so it is measured whatever its prediction."""
+    from placer.models import rebuildable_batch
     from placer.placement import Placement
     from placer.replicas import data_parallel_step, first_group
 
     from agents.candidates import replica_step, replicated_candidate
 
-    if not is_builtin_model(args.model) or model_spec(args.model).batch_of is None:
-        notes.append("no data parallelism: it rebuilds the model at a slice of its batch, which needs a built-in "
-                     "model that can be built at another batch")
+    batch = rebuildable_batch(args.model, args.size)
+    if batch is None:
+        notes.append("no data parallelism: it runs each replica on a slice of the batch, and the model cannot be "
+                     "built at another batch (give its model function a `batch` parameter)")
         return []
     machine = real.devices
-    degree, batch = len(machine), model_batch(args.model, args.size)
+    degree = len(machine)
     if batch % degree:
         notes.append(f"no data parallelism: {degree} replicas do not divide the batch of {batch}")
         return []

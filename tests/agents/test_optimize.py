@@ -246,8 +246,6 @@ def _calibration_of(target, devices, path):
     (["two-tower", "--schedules", "--micro-batches", "3"], "do not divide the batch"),
     (["placer.models.heldout:branchy_0_graph", "--schedules"], "needs a built-in model"),
     (["mlp", "--target", "inprocess:2", "--replicas", "3"], "give --replicas 2 (or 1: no data parallelism)"),
-    (["placer.models.heldout:branchy_0_graph", "--target", "inprocess:2", "--replicas", "2"],
-     "rebuilds the model at a slice of its batch"),
 ])
 def test_bad_input_is_refused_before_anything_runs(flags, refusal, nothing_may_run, tmp_path, capsys):
     from agents.cli import main
@@ -255,6 +253,27 @@ def test_bad_input_is_refused_before_anything_runs(flags, refusal, nothing_may_r
     out = tmp_path / "plan.json"
     assert main(["optimize", *flags, "--out", str(out), "--no-progress"]) == 2
     assert refusal in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_replicas_of_a_model_function_that_cannot_be_built_at_another_batch_are_refused_once_it_is_loaded(
+        monkeypatch, tmp_path, capsys):
+    """Whether a model function can be built at a slice of its batch is known once it is loaded: refused then,
+    saying what the function needs, before anything is calibrated, measured or opened."""
+    import placer.calibrate
+    import placer.cost
+    from agents.cli import main
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("work started before the input was checked")
+
+    monkeypatch.setattr(placer.cost, "open_target", refuse)
+    monkeypatch.setattr(placer.calibrate, "calibrate", refuse)
+    out = tmp_path / "plan.json"
+    assert main(["optimize", "placer.models.heldout:branchy_0_graph", "--target", "inprocess:2", "--replicas", "2",
+                 "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be built at another batch" in err and "`batch` parameter" in err
     assert not list(tmp_path.iterdir())
 
 
@@ -577,3 +596,27 @@ def test_before_a_measurement_the_other_machines_give_back_what_their_past_sessi
     assert memory.make_room("local:2", measurers) == []  # room already
     machine["available"] = 2 * gib
     assert memory.make_room("local:2", measurers) == ["inprocess:1"]  # 5 GiB: all the others give back, still short
+
+
+def test_a_keras_model_function_gets_data_parallelism_measured_on_a_real_target(tmp_path):
+    """A Keras model whose inputs fix no batch is built at each replica's slice: the plan practitioners start from
+    is a row for the models users bring, measured as `placer apply` runs it."""
+    from agents.optimize import _data_parallel_candidates
+    from placer.cost import open_target
+    from placer.measure import parse_target
+    from placer.models import load_model
+
+    model_file = tmp_path / "my_model.py"
+    model_file.write_text(
+        "import keras\n\n\ndef build():\n"
+        "    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.Dense(4)])\n"
+        "    model.compile(optimizer='adam', loss='mse')\n    return model\n")
+    spec = f"{model_file}:build"
+    with open_target(load_model(spec), "inprocess:2") as real:
+        notes = []
+        [plain] = _data_parallel_candidates(OptimizeArgs(spec, target="inprocess:2"), parse_target("inprocess:2"),
+                                            real, notes)
+        assert plain.name == "data parallel x2" and plain.replicas.batch == 16 and not notes
+        step_graph, placement = plain.replicated
+        measurement = real.measurer.measure(step_graph, placement)
+        assert measurement.ok and min(measurement.samples) > 0 and not measurement.moved_ops
