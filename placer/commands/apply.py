@@ -75,12 +75,8 @@ def _apply_plan(args, config) -> int:
                             f"or {plan.remake}")
     plan.check_model(args.model, args.size)
     target = plan.check_target(args.target, allow_exposed_ports=args.allow_exposed_ports)
-    if plan.replicas is not None:  # the plan places one replica: the step built at its slice of the batch
-        from placer.models import build_model
-
-        graph = build_model(plan.model, plan.size, batch=plan.replicas.batch)
-    else:
-        graph = load_model(plan.model, plan.size)
+    # A plan with replicas places one replica: the step built at its slice of the batch.
+    graph = load_model(plan.model, plan.size, batch=None if plan.replicas is None else plan.replicas.batch)
     plan.check_graph(graph)
     identity = {"plan": str(args.placement), "machine": describe_machine(target),
                 "predicted": None if plan.predicted is None else plan.predicted.to_dict()}

@@ -620,3 +620,10 @@ def test_a_keras_model_function_gets_data_parallelism_measured_on_a_real_target(
         step_graph, placement = plain.replicated
         measurement = real.measurer.measure(step_graph, placement)
         assert measurement.ok and min(measurement.samples) > 0 and not measurement.moved_ops
+    # its plan runs again from the model function, rebuilt at the replicas' slice
+    from agents.cli import main
+    from placer.plan import Plan
+
+    plan = Plan.made_for(spec, "tiny", plain.replica_graph, plain.placement, "inprocess:2", replicas=plain.replicas,
+                         made_by="test").save(tmp_path / "plan.json")
+    assert main(["apply", str(plan), "--repeats", "2"]) == 0
