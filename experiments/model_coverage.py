@@ -10,7 +10,10 @@ GRU, bidirectional, stacked, a `MultiHeadAttention` encoder, and the held-out
 LSTM encoder-decoder with attention), each built by a function of this file (or `placer.models.heldout`) and passed
 to `placer optimize SPEC --budget B --target T --json` in a process of its own. Per model: ops, `placer optimize`'s wall time and where it
 went (building, calibrating, profiling, heuristics, learning, measuring), the recommendation, and predicted against
-measured step time over the placements it measured (median and worst |error|). A model that fails, or runs past
+measured step time over the placements it measured (median and worst |error|). Each function takes `batch` (8
+by default), so `placer optimize` can build it at a slice of its batch: on a modeled GPU machine it prices data
+parallelism and schedules of it; here, on the testbed, data parallelism is left out (`--replicas 1`: it is
+measured in experiments/probes/data_parallel.py, 0.46-0.77x one process). A model that fails, or runs past
 --timeout, is a row with its error. Beside --out, a folder keeps each model's plan, log and `placer optimize` JSON. Without --calibration the testbed is calibrated once, by the first model, into
 results/model_coverage/calibration.json, and every later model reuses it. With --resume, a model whose
 `placer optimize` JSON is already in the folder is read back (its wall time is then optimize's own, without the
@@ -39,7 +42,7 @@ COLUMNS = ["model", "family", "ops", "wall_s", "build_s", "profile_s", "measure_
            "placements_compared", "median_error", "worst_error", "status"]
 
 
-# -- the models: each returns a compiled keras.Model -----------------------------------------------------------
+# -- the models: each returns a compiled keras.Model, built at `batch` (so that replicas can run a slice of it) --
 
 
 def _compiled(model, loss=None):
@@ -50,11 +53,11 @@ def _compiled(model, loss=None):
 
 
 def _application(name: str, side: int):
-    def build():
+    def build(batch=BATCH):
         import keras
 
         application = getattr(keras.applications, name)
-        return _compiled(application(weights=None, input_tensor=keras.Input((side, side, 3), batch_size=BATCH),
+        return _compiled(application(weights=None, input_tensor=keras.Input((side, side, 3), batch_size=batch),
                                      classes=10))
 
     build.__name__ = name.lower()
@@ -75,8 +78,8 @@ APPLICATIONS = {
 REGNET_X_002 = {"stem": 32, "depths": (1, 1, 4, 7), "widths": (24, 56, 152, 368), "group_width": 8}
 
 
-def regnetx002():
-    """RegNetX-200MF at 32 px, batch 8. Keras 3 dropped RegNet from `keras.applications`, so the family's smallest
+def regnetx002(batch=BATCH):
+    """RegNetX-200MF at 32 px, batch 8 by default. Keras 3 dropped RegNet from `keras.applications`, so the family's smallest
     member is built here from its configuration with Keras layers: X blocks of 1x1, grouped 3x3 (stride 2 first in
     each stage) and 1x1 convolutions, batch norm, a projected shortcut where the shape changes."""
     import keras
@@ -87,7 +90,7 @@ def regnetx002():
         x = layers.BatchNormalization()(x)
         return layers.ReLU()(x) if relu else x
 
-    image = keras.Input((32, 32, 3), batch_size=BATCH)
+    image = keras.Input((32, 32, 3), batch_size=batch)
     x = conv_norm(image, REGNET_X_002["stem"], 3, strides=2)
     for depth, width in zip(REGNET_X_002["depths"], REGNET_X_002["widths"]):
         for block in range(depth):
@@ -108,34 +111,34 @@ IMAGE_MODELS = {"regnet": regnetx002}
 TOKENS, VOCABULARY, UNITS = 20, 1000, 64
 
 
-def _sequence_classifier(recurrent: Callable[[Any], Any]):
+def _sequence_classifier(recurrent: Callable[[Any], Any], batch: int):
     import keras
 
-    tokens = keras.Input((TOKENS,), batch_size=BATCH, dtype="int32")
+    tokens = keras.Input((TOKENS,), batch_size=batch, dtype="int32")
     features = recurrent(keras.layers.Embedding(VOCABULARY, UNITS)(tokens))
     return _compiled(keras.Model(tokens, keras.layers.Dense(10)(features)),
                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
 
-def lstm():
+def lstm(batch=BATCH):
     import keras
 
-    return _sequence_classifier(keras.layers.LSTM(UNITS))
+    return _sequence_classifier(keras.layers.LSTM(UNITS), batch)
 
 
-def gru():
+def gru(batch=BATCH):
     import keras
 
-    return _sequence_classifier(keras.layers.GRU(UNITS))
+    return _sequence_classifier(keras.layers.GRU(UNITS), batch)
 
 
-def bidirectional_lstm():
+def bidirectional_lstm(batch=BATCH):
     import keras
 
-    return _sequence_classifier(keras.layers.Bidirectional(keras.layers.LSTM(UNITS)))
+    return _sequence_classifier(keras.layers.Bidirectional(keras.layers.LSTM(UNITS)), batch)
 
 
-def stacked_lstm():
+def stacked_lstm(batch=BATCH):
     import keras
 
     def stack(x):
@@ -143,14 +146,14 @@ def stacked_lstm():
             x = keras.layers.LSTM(UNITS, return_sequences=True)(x)
         return keras.layers.LSTM(UNITS)(x)
 
-    return _sequence_classifier(stack)
+    return _sequence_classifier(stack, batch)
 
 
-def attention_encoder():
+def attention_encoder(batch=BATCH):
     """A 4-layer Transformer encoder of `keras.layers.MultiHeadAttention`, post-norm, classifying the mean token."""
     import keras
 
-    tokens = keras.Input((TOKENS,), batch_size=BATCH, dtype="int32")
+    tokens = keras.Input((TOKENS,), batch_size=batch, dtype="int32")
     x = keras.layers.Embedding(VOCABULARY, UNITS)(tokens)
     for _ in range(4):
         x = keras.layers.LayerNormalization()(x + keras.layers.MultiHeadAttention(4, UNITS // 4)(x, x))
@@ -212,7 +215,8 @@ def coverage_row(name: str, family: str, result: dict[str, Any] | None, wall: fl
 def run_one(name: str, spec: str, size: str, args: argparse.Namespace,
             plans: Path) -> tuple[dict[str, Any] | None, float, str]:
     command = [sys.executable, "-m", "agents.cli", "optimize", spec, "--size", size, "--target", args.target, "--budget", str(args.budget), "--calibration", args.calibration,
-               "--out", str(plans / f"{name}.plan.json"), "--json", "--no-progress"]
+               "--out", str(plans / f"{name}.plan.json"), "--json", "--no-progress",
+               "--replicas", "1"]  # data parallelism on the testbed: experiments/probes/data_parallel.py
     started = time.monotonic()
     done, status = run_logged(command, plans / f"{name}.log", args.timeout)
     wall = time.monotonic() - started
