@@ -96,13 +96,8 @@ def rebuildable_batch(spec: str | OpGraph | Any, size: str = "tiny") -> int | No
     if is_builtin_model(spec):
         require_size(spec, size)
         return model_batch(spec, size) if model_spec(spec).batch_of is not None else None
-    builder = _builder(spec)
-    batch_parameter = _parameters(builder).get("batch")
-    if batch_parameter is not None:
-        default = batch_parameter.default
-        if not isinstance(default, int) or isinstance(default, bool) or default < 1:
-            raise GraphBuildError(f"model function {spec!r} has a `batch` parameter whose default is {default!r}: "
-                                  "give it the batch of the step, a positive whole number (def model(batch=32): ...)")
+    default = _batch_default(_builder(spec), spec)
+    if default is not None:
         return default
     key = (absolute_model_spec(spec), size)
     if key not in _TRACED_BATCHES:
@@ -161,14 +156,16 @@ def _load(spec: str | OpGraph | Any, size: str, batch: int | None = None) -> tup
         return build_model(spec, size, batch), None
     builder = _builder(spec)
     function_name = spec.rpartition(":")[2]
+    default = _batch_default(builder, spec) if batch is None else None
     takes_batch = "batch" in _parameters(builder)
     keras_model = None
     with keras_names_from_zero():
         graph = _call(builder, size, spec, batch if takes_batch else None)
         if is_keras_model(graph):
             keras_model = graph
+            # A function's `batch` is the step's batch, also where the Keras model's inputs leave it open.
             graph = _keras_model_step(graph, f"model function {spec!r} returned a Keras model, but",
-                                      name=function_name, batch_size=batch)
+                                      name=function_name, batch_size=batch or default)
     if not isinstance(graph, OpGraph):
         raise GraphBuildError(
             f"model function {spec!r} returned {_describe_value(graph)}, not an OpGraph or a keras.Model. Return "
@@ -189,6 +186,18 @@ def _builder(spec: str) -> Callable[..., Any]:
     where, function_name, path = _split(spec)
     module = _module_from_file(path, spec) if path is not None else _import_module(where, spec)
     return _function_of(module, where, function_name, spec)
+
+
+def _batch_default(builder: Callable[..., Any], spec: str) -> int | None:
+    """The default of the model function's `batch` parameter (the batch of its step), None where it has none."""
+    parameter = _parameters(builder).get("batch")
+    if parameter is None or parameter.default is parameter.empty:  # no default: refused where it is called
+        return None
+    if not isinstance(parameter.default, int) or isinstance(parameter.default, bool) or parameter.default < 1:
+        raise GraphBuildError(f"model function {spec!r} has a `batch` parameter whose default is "
+                              f"{parameter.default!r}: give it the batch of the step, a positive whole number "
+                              "(def model(batch=32): ...)")
+    return parameter.default
 
 
 def _parameters(builder: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:

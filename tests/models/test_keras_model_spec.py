@@ -49,6 +49,12 @@ def with_batch(batch=16):
 
 def bad_batch_default(batch="sixteen"):
     return with_batch()
+
+
+def open_inputs_with_batch(batch=12):
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+    model.compile(optimizer="sgd", loss="mse")
+    return model
 """
 
 
@@ -153,6 +159,10 @@ def test_a_keras_model_is_built_at_a_slice_of_its_batch_where_nothing_fixes_it_o
     taking = f"{keras_model_file}:with_batch"
     assert rebuildable_batch(taking) == 16
     assert load_model(taking, batch=4).batch.size == 4
+
+    # a `batch` default is the step's batch even where the model's inputs leave it open
+    open_inputs = f"{keras_model_file}:open_inputs_with_batch"
+    assert rebuildable_batch(open_inputs) == 12 and load_model(open_inputs).batch.size == 12
 
     fixed = f"{keras_model_file}:fixed_batch"
     assert rebuildable_batch(fixed) is None
