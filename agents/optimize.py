@@ -593,14 +593,11 @@ def check_optimize_args(args: OptimizeArgs, *, allow_exposed_ports: bool = False
         raise OptimizeError(f"--budget {args.budget:g} s cannot calibrate {args.target} (about {CALIBRATION_SECONDS:.0f} "
                             f"s) and measure a placement: give at least {CALIBRATION_SECONDS + MEASURING_MINIMUM:.0f} "
                             "s, or --calibration FILE made earlier by `placer calibrate`")
-    if args.schedules:
-        from placer.models import model_batch
+    if args.schedules and is_builtin_model(args.model):  # a model function's batch: once it is loaded
+        from placer.models import require_rebuildable_batch
         from placer.schedule.from_placement import check_micro_batches
 
-        if not is_builtin_model(args.model):
-            raise OptimizeError(f"--schedules rebuilds the model at the micro-batch size, which needs a built-in model "
-                                f"(placer models), not {args.model!r}")
-        check_micro_batches(model_batch(args.model, args.size), args.micro_batches)
+        check_micro_batches(require_rebuildable_batch(args.model, args.size), args.micro_batches)
     if calibration_file(args).exists():
         _read_calibration(calibration_file(args), target)
     if args.from_run:
@@ -650,11 +647,15 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
     phases, phase_done = clock.seconds, clock.done
     graph = load_model(args.model, args.size)
     phase_done("building the graph")
-    if args.replicas is not None and args.replicas > 1 and not is_builtin_model(args.model):  # before any process
-        from placer.models import require_rebuildable_batch  # starts: what --replicas needs of a model function
+    if not is_builtin_model(args.model):  # before any process starts: what --replicas and --schedules need of it
+        from placer.models import require_rebuildable_batch
         from placer.replicas import Replicas
+        from placer.schedule.from_placement import check_micro_batches
 
-        Replicas.of_batch(require_rebuildable_batch(args.model, args.size), args.replicas)
+        if args.replicas is not None and args.replicas > 1:
+            Replicas.of_batch(require_rebuildable_batch(args.model, args.size), args.replicas)
+        if args.schedules:
+            check_micro_batches(require_rebuildable_batch(args.model, args.size), args.micro_batches)
     if args.from_run:  # before any process starts
         check_same_graph(_run_placement(args), graph)
     say(graph.summary())

@@ -1,5 +1,6 @@
-"""Run a placement with its schedule: real steps of a built-in model over a plan's micro-batches, each device
-running its blocks in the plan's order, timed, and one traced step checked for that order (`placer apply --schedule`).
+"""Run a placement with its schedule: real steps of a model that can be built at the micro-batch size over a
+plan's micro-batches, each device running its blocks in the plan's order, timed, and one traced step checked for
+that order (`placer apply --schedule`).
 """
 
 from __future__ import annotations
@@ -38,15 +39,17 @@ def run_with_schedule(
     its blocks are checked against the built step before a worker starts (ScheduleMismatchError)."""
     from placer.cost import parse_target_spec
     from placer.measure import Measurer
-    from placer.models import is_builtin_model
+    from placer.models import require_rebuildable_batch
     from placer.schedule.execute import run_schedule, scheduled_step, step_for_plan
     from placer.schedule.micro_batch import build_micro_batch_graph, placement_at_micro_batch
 
     check_plan_fits(plan, placement_file)
     check_plan_calibration(plan, parse_target_spec(target, "measured"))
-    if not is_builtin_model(model):
+    try:
+        require_rebuildable_batch(model, size)
+    except PlacerError as error:
         raise PlacerError(f"a schedule runs over micro-batches, so the model is rebuilt at the micro-batch size: "
-                          f"that needs a built-in model (placer models), not {model!r}")
+                          f"{error}") from None
     check_apply_config(config)
     check_same_graph(placement_file, graph)
     micro_batch_graph = build_micro_batch_graph(model, size, plan.micro_batches)

@@ -286,12 +286,13 @@ def _report_plans(args, template, plans: dict, reference: tuple | None = None) -
 
 def _model_template(args):
     """The block template of a placed model (forward blocks only with --inference), the graph and placement
-    file it was made for, and for a built-in model how to price its plans op by op on the simulated target
-    (None for another). A built-in model's spans are priced from its micro-batched step simulated on that
-    target (`priced_template`: transfers, barriers, the update and overheads included); another model's are
-    its op costs there alone, since only a built-in model can be built again at the micro-batch size."""
+    file it was made for, and for a model that can be built at the micro-batch size (`placer.models.
+    rebuildable_batch`: a built-in one, a model function with a `batch` parameter or a Keras model's open batch)
+    how to price its plans op by op on the simulated target (None for another). Such a model's spans are priced
+    from its micro-batched step simulated on that target (`priced_template`: transfers, barriers, the update and
+    overheads included); another model's are its op costs there alone."""
     from placer.cost import open_target, parse_target_spec
-    from placer.models import is_builtin_model, load_model
+    from placer.models import load_model, rebuildable_batch
     from placer.schedule.from_placement import blocks_from_placement
 
     graph = load_model(args.model, args.size)
@@ -303,7 +304,7 @@ def _model_template(args):
     if args.inference:
         template = template.forward_only()
     placed = (graph, placement.to_file(graph, args.placement))
-    if not is_builtin_model(args.model):
+    if rebuildable_batch(args.model, args.size) is None:
         return template, placed, None
     from placer.schedule.micro_batch import build_micro_batch_graph, placement_at_micro_batch
     from placer.schedule.predict import predict_plans, priced_template
@@ -331,16 +332,17 @@ def _real_target_command(args) -> int:
     from placer.cost import parse_target_spec
     from placer.measure import Measurer
     from placer.measure.config import measure_config
-    from placer.models import is_builtin_model, load_model
+    from placer.models import load_model, require_rebuildable_batch
     from placer.schedule.execute import profiled_template, run_schedule, scheduled_step, step_for_plan
     from placer.schedule.micro_batch import build_micro_batch_graph, placement_at_micro_batch
 
-    if not is_builtin_model(args.model):
-        raise PlacerError(f"--target {args.target} profiles the model built at a micro-batch size, which needs a "
-                          f"built-in model (placer models), not {args.model!r}; or schedule on a "
-                          "simulated --target (modeled:2xV100)")
     config = measure_config(args)
     graph = load_model(args.model, args.size)
+    try:
+        require_rebuildable_batch(args.model, args.size)
+    except PlacerError as error:
+        raise PlacerError(f"--target {args.target} profiles the model built at a micro-batch size: {error}; or "
+                          "schedule on a simulated --target (modeled:2xV100)") from None
     micro_batch_graph = build_micro_batch_graph(args.model, args.size, args.micro_batches)
     with Measurer(parse_target_spec(args.target).measured, config) as measurer:
         devices = measurer.devices

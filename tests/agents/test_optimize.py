@@ -244,7 +244,6 @@ def _calibration_of(target, devices, path):
     (["mlp", "--budget", "0"], "--budget"),
     (["mlp", "--rounds", "0"], "--rounds"),
     (["two-tower", "--schedules", "--micro-batches", "3"], "do not divide the batch"),
-    (["placer.models.heldout:branchy_0_graph", "--schedules"], "needs a built-in model"),
     (["mlp", "--target", "inprocess:2", "--replicas", "3"], "give --replicas 2 (or 1: no data parallelism)"),
 ])
 def test_bad_input_is_refused_before_anything_runs(flags, refusal, nothing_may_run, tmp_path, capsys):
@@ -256,7 +255,7 @@ def test_bad_input_is_refused_before_anything_runs(flags, refusal, nothing_may_r
     assert not list(tmp_path.iterdir())
 
 
-def test_replicas_of_a_model_function_that_cannot_be_built_at_another_batch_are_refused_once_it_is_loaded(
+def test_replicas_or_schedules_of_a_model_function_that_cannot_be_built_at_another_batch_are_refused_once_loaded(
         monkeypatch, tmp_path, capsys):
     """Whether a model function can be built at a slice of its batch is known once it is loaded: refused then,
     saying what the function needs, before anything is calibrated, measured or opened."""
@@ -270,11 +269,12 @@ def test_replicas_of_a_model_function_that_cannot_be_built_at_another_batch_are_
     monkeypatch.setattr(placer.cost, "open_target", refuse)
     monkeypatch.setattr(placer.calibrate, "calibrate", refuse)
     out = tmp_path / "plan.json"
-    assert main(["optimize", "placer.models.heldout:branchy_0_graph", "--target", "inprocess:2", "--replicas", "2",
-                 "--out", str(out), "--no-progress"]) == 2
-    err = capsys.readouterr().err
-    assert "cannot be built at another batch" in err and "`batch` parameter" in err
-    assert not list(tmp_path.iterdir())
+    for flags in (["--replicas", "2"], ["--schedules"]):
+        assert main(["optimize", "placer.models.heldout:branchy_0_graph", "--target", "inprocess:2", *flags,
+                     "--out", str(out), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert "cannot be built at another batch" in err and "`batch` parameter" in err
+        assert not list(tmp_path.iterdir())
 
 
 def test_a_calibration_of_another_target_is_refused_with_what_to_run(nothing_may_run, tmp_path):

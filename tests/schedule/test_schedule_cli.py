@@ -229,3 +229,30 @@ def test_placer_schedule_refuses_the_split_for_a_shape_or_inference(capsys):
     assert "--method zb-h1 splits a placed model's backward: give a model" in capsys.readouterr().err
     assert main(["schedule", "two-tower", "--split-weight-gradients", "--inference"]) == 2
     assert "--inference schedules forward blocks only" in capsys.readouterr().err
+
+
+def test_a_keras_model_function_is_scheduled_for_real_and_its_plan_applied(tmp_path, capsys):
+    """A model function that can be built at the micro-batch size (here a Keras model whose inputs fix no batch)
+    is profiled, scheduled and run over micro-batches as a built-in model is; one that cannot is refused saying
+    what it needs."""
+    model_file = tmp_path / "my_model.py"
+    model_file.write_text(
+        "import keras\n\n\ndef build():\n"
+        "    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.Dense(4)])\n"
+        "    model.compile(optimizer='sgd', loss='mse')\n    return model\n\n\n"
+        "def fixed():\n"
+        "    model = keras.Sequential([keras.Input((8,), batch_size=32), keras.layers.Dense(4)])\n"
+        "    model.compile(optimizer='sgd', loss='mse')\n    return model\n")
+    plan = tmp_path / "plan.json"
+    assert main(["schedule", "--model", f"{model_file}:build", "--placement", "round-robin", "--target", "inprocess:2",
+                 "--micro-batches", "2", "--method", "1f1b", "--measure", "--save-plan", str(plan), "--json"]) == 0
+    [run] = json.loads(capsys.readouterr().out)["runs"]
+    assert run["order_kept"] is True and run["step_time"]["ok"] and run["predicted_seconds"] > 0
+    assert main(["apply", str(plan), "--repeats", "2", "--warmup", "1", "--json"]) == 0
+    applied = json.loads(capsys.readouterr().out)
+    assert applied["method"] == "1f1b" and applied["order_kept"] is True
+
+    assert main(["schedule", "--model", f"{model_file}:fixed", "--placement", "round-robin", "--target",
+                 "inprocess:2", "--micro-batches", "2", "--measure"]) == 2
+    err = capsys.readouterr().err
+    assert "profiles the model built at a micro-batch size" in err and "`batch` parameter" in err
