@@ -336,7 +336,7 @@ def test_a_keras_lstm_placed_on_a_target_goes_onto_the_users_model_in_a_fresh_pr
                     "--final-rounds", "1", "--no-progress", "--runs", str(tmp_path / "runs"))
     assert train.returncode == 0, train.stderr[-3000:]
     note = ("model 'build' has no fixed batch; traced at 32 examples: to choose, give its model function a `batch` "
-            "parameter (def model(batch=64)) and pass it to keras.Input(batch_size=...)")
+            "parameter with that default (def model(batch=64))")
     assert train.stdout.count(note) == 1 and ", batch 32)" in train.stdout, train.stdout
     (run_dir,) = (tmp_path / "runs").glob("*/*")
     out = tmp_path / "placement.json"

@@ -164,7 +164,7 @@ class OpGraph:
         if self.batch is None or self.batch.chosen_by != "default":
             return None
         return (f"model {self.name!r} has no fixed batch; traced at {self.batch.size} examples: to choose, give its "
-                "model function a `batch` parameter (def model(batch=64)) and pass it to keras.Input(batch_size=...)")
+                "model function a `batch` parameter with that default (def model(batch=64))")
 
     def summary(self) -> str:
         """One line of the graph's facts (its batch among them, when known), and the batch note if there is one."""

@@ -92,8 +92,7 @@ def test_the_traced_batch_is_recorded_with_who_chose_it_and_a_model_without_one_
     unfixed = graph_from_keras_model(_mlp())
     assert unfixed.batch == TracedBatch(32, "default")
     assert unfixed.batch_note == (f"model {unfixed.name!r} has no fixed batch; traced at 32 examples: to choose, give "
-                                  "its model function a `batch` parameter (def model(batch=64)) and pass it to "
-                                  "keras.Input(batch_size=...)")
+                                  "its model function a `batch` parameter with that default (def model(batch=64))")
     assert unfixed.summary().splitlines()[1:] == [unfixed.batch_note] and "batch 32," in unfixed.summary()
 
     assert graph_from_keras_model(_mlp(batch_size=8)).batch == TracedBatch(8, "model")
