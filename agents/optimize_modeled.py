@@ -1106,7 +1106,7 @@ class ModeledOptimizeResult:
         lines += candidate_table(table, predicted_title="simulated")
         if len(tied) > 1:
             lines.append(f"  tie: {len(tied)} plans within {100 * MODELED_TIE:.0f}% of the fastest's simulated step "
-                         f"(less than simulators of training steps err by on real GPUs): "
+                         f"(closer than simulators of training steps err on real GPUs, 2-5 % on average): "
                          f"{', '.join(c.name for c in tied)}; the recommended is the simplest of them (one GPU, then "
                          "plain data parallelism, then a placement over several devices, then replicas of such "
                          "placements and schedules)")
