@@ -126,3 +126,71 @@ def test_refit_changes_scale_the_per_transfer_costs_only(two_tower):
     changes = refit_changes(calibration, fit)
     assert set(changes) == {"send_cpu", "recv_cpu"}
     assert changes["send_cpu"] == pytest.approx(fit.factor * ON_CORES["send_cpu"])
+
+
+def _built_with_costs_scaled(graph, factor, **config):
+    """`_simulator`'s graph and devices, its op costs profiled `factor` times as long."""
+    simulator = _simulator(graph, **config)
+    table = CostTable(graph.fingerprint, "CPU", {op.name: factor * simulator.op_cost[i, 0]
+                                                 for i, op in enumerate(graph.step_ops)}, "random")
+    return Simulator(graph, simulator.devices, table, simulator.config)
+
+
+def test_scaled_op_costs_predict_as_a_simulator_profiled_that_much_slower(two_tower):
+    simulator = _simulator(two_tower, **ON_CORES, step_overhead=0.5 * MS)
+    slower = _built_with_costs_scaled(two_tower, 1.4, **ON_CORES, step_overhead=0.5 * MS)
+    for placement in _placements(two_tower, simulator, 3).values():
+        assert simulator.with_op_costs_scaled(1.4).simulate(placement).step_time == pytest.approx(
+            slower.simulate(placement).step_time)
+    alone = Placement.on_device(two_tower, simulator.devices, 0)
+    assert simulator.simulate(alone).step_time < slower.simulate(alone).step_time  # the original stands
+    with pytest.raises(ValueError, match="positive"):
+        simulator.with_op_costs_scaled(0)
+
+
+def test_the_ops_level_is_fitted_to_a_one_device_step_measured_on_a_slower_minute(two_tower):
+    from placer.cost.refit import fit_compute_level
+
+    simulator = _simulator(two_tower, **ON_CORES, step_overhead=0.5 * MS)
+    truth = _built_with_costs_scaled(two_tower, 1.32, **ON_CORES, step_overhead=0.5 * MS)
+    alone = Placement.on_device(two_tower, simulator.devices, 0)
+    level = fit_compute_level(simulator, ("single-device", alone, truth.simulate(alone).step_time))
+    # The overheads are not the ops': the factor is the ops', not the step's ratio
+    assert level.changed and level.factor == pytest.approx(1.32, rel=1e-3)
+    assert simulator.with_op_costs_scaled(level.factor).simulate(alone).step_time == pytest.approx(
+        truth.simulate(alone).step_time, rel=1e-3)
+    assert level.describe().startswith("the ops' profiled costs x1.32")
+    for placement in _placements(two_tower, simulator, 3).values():  # the splits follow the same ops
+        assert simulator.with_op_costs_scaled(level.factor).simulate(placement).step_time == pytest.approx(
+            truth.simulate(placement).step_time, rel=1e-3)
+
+
+def test_a_one_device_step_within_its_noise_or_far_off_keeps_the_profile(two_tower):
+    from placer.cost.refit import LEVEL_TOLERANCE, fit_compute_level
+
+    simulator = _simulator(two_tower, **ON_CORES)
+    alone = Placement.on_device(two_tower, simulator.devices, 0)
+    predicted = simulator.simulate(alone).step_time
+    near = fit_compute_level(simulator, ("single-device", alone, predicted * (1 + LEVEL_TOLERANCE / 2)))
+    assert not near.changed and near.fitted > 1 and "within 10 %" in near.describe()
+    far = fit_compute_level(simulator, ("single-device", alone, predicted * 3))
+    assert not far.changed and "too far" in far.describe()
+    split = next(iter(_placements(two_tower, simulator, 1).values()))
+    assert fit_compute_level(simulator, ("random-0", split, predicted)) is None  # a split's step is not the ops'
+    assert fit_compute_level(simulator, ("single-device", alone, float("nan"))) is None
+
+
+def test_a_variant_scales_the_op_costs_of_the_graph_it_was_fitted_on(tmp_path, two_tower):
+    from placer.profile import load_cost_table
+
+    original = Calibration(step_overhead=2e-4, spanning_overhead=1e-4, send_cpu=2e-5, send_cpu_per_byte=1e-10,
+                           recv_cpu=3e-5, recv_cpu_per_byte=1e-10, latency=1e-5, bandwidth=float("inf"), samples={},
+                           target="local:2").save(tmp_path / "calibration.json")
+    table = CostTable(two_tower.fingerprint, "CPU", {op.name: 1e-4 for op in two_tower.step_ops}, "profiled")
+    table.save(cost_cache(original, two_tower))
+    variant = calibration_variant(original, {}, tmp_path / "plan.refit.calibration.json",
+                                  op_cost_factor=(two_tower, 1.5))
+    scaled = load_cost_table(cost_cache(variant, two_tower), two_tower)
+    assert scaled.total_seconds == pytest.approx(1.5 * table.total_seconds)
+    assert scaled.metadata["scaled_by"] == 1.5
+    assert load_cost_table(cost_cache(original, two_tower)).total_seconds == pytest.approx(table.total_seconds)
