@@ -55,7 +55,9 @@ class Calibration:
     latency: float
     """Seconds a transfer is in flight beyond its cores' time; transfers in flight overlap."""
     bandwidth: float
-    """Bytes per second of the wire between two workers, where it is slower than both cores (else inf)."""
+    """Bytes per second the free transfers' bytes move at between two workers: the wire's where it is slower than
+    both cores; where the cores bind, about the busier core's, which predicts what no wire would (a transfer costs
+    the slowest of its cores and the wire). inf where the free transfers did not grow with size."""
     samples: dict
     """The probe measurements the fit came from, for the record: per probe, each round's seconds."""
     target: str = ""

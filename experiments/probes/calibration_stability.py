@@ -49,9 +49,9 @@ def fixed_placements(model: str, graph, devices) -> dict[str, Placement]:
 
 def free_transfer_per_byte(calibration) -> float:
     """Seconds per byte of a transfer between idle workers, as the twin prices it: the slowest of the sender's
-    core, the receiver's and the wire. The wire's bandwidth alone is infinite in a calibration whose free
-    transfers grow no faster with size than the busier core explains, finite where they grow 5 % faster: near
-    that edge it flips between calibrations while what a transfer costs barely moves."""
+    core, the receiver's and the wire (calibrations before 2026-11-30 left the wire infinite where the free
+    transfers grew less than 5 % faster than the busier core: near that edge it flipped between calibrations
+    while this barely moved)."""
     wire = 1.0 / calibration.bandwidth if calibration.bandwidth > 0 else 0.0
     return max(calibration.send_cpu_per_byte, calibration.recv_cpu_per_byte, wire)
 
