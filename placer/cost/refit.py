@@ -116,10 +116,10 @@ class ComputeLevel:
                 f"from the ops' profile")
         if self.changed:
             return f"the ops' profiled costs x{self.factor:.2f}, to the machine's speed at the check: {seen}"
-        if not LEVEL_LIMITS[0] <= self.fitted <= LEVEL_LIMITS[1]:
-            return (f"the ops' profiled costs kept: {seen}, x{self.fitted:.2f} apart, too far to be the machine's "
-                    "speed moving (a disturbed measurement?)")
-        return f"the ops' profiled costs kept: {seen}, within {100 * LEVEL_TOLERANCE:.0f} %"
+        if abs(self.predicted / self.measured - 1) <= LEVEL_TOLERANCE:
+            return f"the ops' profiled costs kept: {seen}, within {100 * LEVEL_TOLERANCE:.0f} %"
+        return (f"the ops' profiled costs kept: {seen}, x{self.fitted:.2f} apart, too far to be the machine's "
+                "speed moving (a disturbed measurement?)")
 
 
 def fit_compute_level(simulator, reference: tuple[str, Placement, float]) -> ComputeLevel | None:
