@@ -17,10 +17,8 @@ different means at very different costs:
    a few updates on the twin (`agents.loop.train`), or a run's learned placement (`--from-run`). Priced in
    milliseconds each on the twin, so all of them are priced. Before the planner learns, the `REFIT_PLACEMENTS`
    heuristics' placements the twin predicts fastest among those that span devices are measured once each, beside
-   a one-device placement, and the twin is refit to them (`placer.cost.refit`): the ops' profiled costs to the
-   one-device step (the machine's speed moves between the profile and the check), then the core time per
-   transfer to the others (how much a tensor costs the testbed depends on the graph's cuts), so that the planner
-   learns on the machine as it runs now and does not learn to cut where the calibration underprices it.
+   a one-device placement, and the twin's core time per transfer is refit to them (`placer.cost.refit`: how much a tensor costs the testbed
+   depends on the graph's cuts), so that the planner does not learn to cut where the calibration underprices it.
    The check takes at most `REFIT_SHARE` of --budget: a big graph's measurements leave the comparison its time.
 3. For the placement predicted fastest only: the target's workers under the other thread settings of `placer
    tune` (each setting needs a testbed of its own, so not for every placement), and with `--schedules` GPipe,
@@ -694,8 +692,8 @@ def optimize(args: OptimizeArgs, *, measure_config: MeasureConfig | None = None,
             refit = _refit_twin(args, placements, real, twin, calibration_path, say, notes,
                                 deadline=time.monotonic() + REFIT_SHARE * args.budget)
             if refit is not None:
-                refit_found, refit_path = refit
-                notes += refit_found
+                refit_fit, refit_path = refit
+                notes.append(refit_fit.describe())
                 if refit_path is not None:  # the planner, pools and schedules are priced on the refit twin
                     twin_spec = f"{PREFIX}{refit_path.resolve()}"
                     twin_calibration, twin_calibration_path = _read_calibration(refit_path, target), refit_path
@@ -971,33 +969,26 @@ def _data_parallel_candidates(args: OptimizeArgs, target, real, notes: list[str]
 
 def _refit_twin(args: OptimizeArgs, placements: Sequence[Candidate], real, twin, calibration_path: Path,
                 say: Callable[[str], None], notes: list[str], deadline: float):
-    """The twin checked against the target on a one-device placement and the `REFIT_PLACEMENTS` heuristics'
-    placements it predicts fastest among those that span devices, each measured once, none started after
-    `deadline` (a `time.monotonic()`), and refit to them (`placer.cost.refit`): the ops' profiled costs to the
-    one-device step, then the per-transfer core time to the others. (What the fits found, one line each; the
-    refit calibration's path, or None where the calibration and its profile stand), or None when too little
-    could be measured (said in `notes` when time cut it)."""
+    """The twin checked against the target on the `REFIT_PLACEMENTS` heuristics' placements it predicts fastest
+    among those that span devices, each measured once, none started after `deadline` (a `time.monotonic()`), and
+    its per-transfer core time refit to them (`placer.cost.refit`): (the fit, the refit calibration's path or None
+    where the calibration stands), or None when too few could be measured (said in `notes` when time cut it)."""
     from placer.cost.calibrated import calibration_variant, remove_calibration
-    from placer.cost.refit import MIN_PLACEMENTS, fit_compute_level, fit_transfer_factor, refit_changes
+    from placer.cost.refit import MIN_PLACEMENTS, fit_transfer_factor, refit_changes
 
     spanning = [c for c in placements if c.priced and c.placement is not None
                 and c.placement.devices_used > 1]
     chosen = sorted(spanning, key=lambda c: c.predicted_seconds)[:REFIT_PLACEMENTS]
+    if len(chosen) < MIN_PLACEMENTS:
+        return None
     alone = next((c for c in placements if c.placement is not None
                   and c.placement.devices_used == 1), None)
-    if len(chosen) < MIN_PLACEMENTS:
-        chosen = []  # too few to fit the transfers to: the one-device step still sets the ops' level
-    if alone is None and not chosen:
-        return None
-    say(f"checking the twin against {real.spec}: "
-        f"{', '.join([*(c.name for c in chosen), *([alone.name] if alone else [])])}, measured once each")
-    reference = level = None
+    say(f"checking the twin against {real.spec}: {', '.join(c.name for c in chosen)}"
+        f"{f', and {alone.name} beside them' if alone else ''}, measured once each")
+    reference = None
     if alone is not None:
         step = real.evaluate(alone.placement)
-        if step.ok:
-            reference = (alone.name, alone.placement, step.seconds)
-            level = fit_compute_level(twin.simulator, reference)
-    simulator = twin.simulator.with_op_costs_scaled(level.factor) if level and level.changed else twin.simulator
+        reference = (alone.name, alone.placement, step.seconds) if step.ok else None
     measured = {}
     for candidate in chosen:
         if time.monotonic() >= deadline:
@@ -1008,17 +999,14 @@ def _refit_twin(args: OptimizeArgs, placements: Sequence[Candidate], real, twin,
         step = real.evaluate(candidate.placement)
         if step.ok:
             measured[candidate.name] = (candidate.placement, step.seconds)
-    fit = fit_transfer_factor(simulator, measured, reference) if chosen else None
-    found = [f.describe() for f in (level, fit) if f is not None]
+    fit = fit_transfer_factor(twin.simulator, measured, reference)
     into = Path(args.out).with_suffix(".refit.calibration.json")
-    if not any(f is not None and f.changed for f in (level, fit)):
+    if fit is None or not fit.changed:
         remove_calibration(into)  # an earlier run's refit: the plan of this one names the calibration itself
-        return (found, None) if found else None
+        return None if fit is None else (fit, None)
     from placer.calibration import load_calibration
 
-    changes = refit_changes(load_calibration(calibration_path), fit) if fit is not None and fit.changed else {}
-    return found, calibration_variant(calibration_path, changes, into,
-                                      op_cost_factor=(twin.graph, level.factor) if level and level.changed else None)
+    return fit, calibration_variant(calibration_path, refit_changes(load_calibration(calibration_path), fit), into)
 
 
 def _placement_candidate(name: str, placement: Placement, target, twin, made_by: str) -> Candidate:

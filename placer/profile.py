@@ -51,12 +51,6 @@ class CostTable:
     def total_seconds(self) -> float:
         return sum(self.op_seconds.values())
 
-    def scaled(self, factor: float) -> CostTable:
-        """Every op `factor` times as long, the factor kept in the metadata as `scaled_by` (times any earlier one)."""
-        return CostTable(self.graph_fingerprint, self.device_kind,
-                         {name: seconds * factor for name, seconds in self.op_seconds.items()}, self.source,
-                         {**self.metadata, "scaled_by": factor * self.metadata.get("scaled_by", 1.0)})
-
     def check_graph(self, graph: OpGraph) -> None:
         if self.graph_fingerprint != graph.fingerprint:
             raise ProfileError(

@@ -434,14 +434,13 @@ def _calibrate_target(config: ExperimentConfig, env, run_dir: Path, log) -> Path
 
 def _refit_calibration(env, run_dir: Path, log, calibration_path: Path,
                        baselines: Mapping[str, BaselineTiming]) -> Path:
-    """The calibration refit to the baselines the run measured on its target (`placer.cost.refit`: the ops'
-    profiled costs to a one-device baseline's step, then the core time per transfer to the others, each against
-    that step), kept in the run directory: what the simulator phase trains on. The calibration itself where the
-    fits keep it."""
+    """The calibration refit to the baselines the run measured on its target (`placer.cost.refit`: the core time
+    per transfer, against a one-device baseline's step), kept in the run directory: what the simulator phase
+    trains on. The calibration itself where the fit keeps it, or too few baselines span devices."""
     from placer.calibration import load_calibration
     from placer.cost import open_target
     from placer.cost.calibrated import PREFIX, calibration_variant
-    from placer.cost.refit import fit_compute_level, fit_transfer_factor, refit_changes
+    from placer.cost.refit import fit_transfer_factor, refit_changes
     from placer.placement import Placement
 
     refit_path = run_dir / run_files.REFIT_CALIBRATION
@@ -458,17 +457,13 @@ def _refit_calibration(env, run_dir: Path, log, calibration_path: Path,
         else:
             measured[name] = (placement, timing.seconds)
     with open_target(env.graph, f"{PREFIX}{calibration_path}") as twin:
-        level = fit_compute_level(twin.simulator, reference) if reference is not None else None
-        simulator = twin.simulator.with_op_costs_scaled(level.factor) if level and level.changed else twin.simulator
-        fit = fit_transfer_factor(simulator, measured, reference)
-    for found in (level, fit):
-        if found is not None:
-            log.info("%s", found.describe())
-    if not any(found is not None and found.changed for found in (level, fit)):
+        fit = fit_transfer_factor(twin.simulator, measured, reference)
+    if fit is None:
         return calibration_path
-    changes = refit_changes(load_calibration(calibration_path), fit) if fit is not None and fit.changed else {}
-    return calibration_variant(calibration_path, changes, refit_path,
-                               op_cost_factor=(env.graph, level.factor) if level and level.changed else None)
+    log.info("%s", fit.describe())
+    if not fit.changed:
+        return calibration_path
+    return calibration_variant(calibration_path, refit_changes(load_calibration(calibration_path), fit), refit_path)
 
 
 def _train_on_simulator(config: ExperimentConfig, env, agent, run_dir: Path, log,

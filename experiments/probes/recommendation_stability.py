@@ -56,8 +56,6 @@ def one_run(model: str, target: str, budget: float, out: Path) -> dict:
             "rounds": {r["name"]: len(r["rounds"]) for r in rows},
             "twin_refit": next((note for note in result.get("notes", ())
                                 if note.startswith("the twin's core time per transfer")), None),
-            "ops_level": next((note for note in result.get("notes", ())
-                               if note.startswith("the ops' profiled costs")), None),
             "seconds": time.monotonic() - started}
 
 

@@ -82,15 +82,10 @@ def profiled_costs(graph: OpGraph, calibration: Calibration, calibration_path: s
     return table
 
 
-def calibration_variant(calibration_path: str | Path, changes: Mapping[str, object], into: str | Path,
-                        op_cost_factor: tuple[OpGraph, float] | None = None) -> Path:
+def calibration_variant(calibration_path: str | Path, changes: Mapping[str, object], into: str | Path) -> Path:
     """A copy of the calibration at `calibration_path` with `changes`, saved at `into`, with the op costs profiled
     for the original beside it: the same op costs, so that only the changed parameters move a prediction (each
-    table is named after its calibration's digest, `cost_cache`), and nothing is profiled again. With
-    `op_cost_factor` (a graph, a factor), that graph's costs are copied scaled by the factor
-    (`placer.cost.refit.fit_compute_level`), the table saying so in its metadata."""
-    from placer.profile import load_cost_table
-
+    table is named after its calibration's digest, `cost_cache`), and nothing is profiled again."""
     if Path(into).resolve() == Path(calibration_path).resolve():
         raise ValueError(f"a variant of {calibration_path} is saved beside it, not over it")
     saved = replace(load_calibration(calibration_path), **changes).save(into)
@@ -102,12 +97,6 @@ def calibration_variant(calibration_path: str | Path, changes: Mapping[str, obje
         shutil.copy(table, target / (table.name[:-len(f"{old}.json")] + f"{new}.json"))
     for constants in cost_cache_dir(calibration_path).glob("*-sent-constants.json"):  # a fact of the graph
         shutil.copy(constants, target / constants.name)
-    if op_cost_factor is not None:
-        graph, factor = op_cost_factor
-        profiled = cost_cache(calibration_path, graph)
-        if not profiled.exists():
-            raise ProfileError(f"no op costs of {graph.name!r} profiled for {calibration_path} to scale")
-        load_cost_table(profiled, graph).scaled(factor).save(cost_cache(saved, graph))
     return saved
 
 

@@ -1,13 +1,4 @@
-"""The calibrated twin refit to measured steps of the graph it prices: one factor on the ops' profiled costs, from
-a one-device step (`fit_compute_level`), and one on each transfer's core cost, from steps that span devices
-(`fit_transfer_factor`).
-
-The ops' costs are profiled once per graph, and the machine's speed moves from minute to minute: on a fresh clone
-on 2026-11-30, two-tower's one-device step measured 6.21 ms where its profile, taken minutes before, predicted 4.72,
-and the learned placement was then predicted 31 % too fast. A one-device step measured at the check sends nothing,
-so it prices the ops alone, at the machine's speed of that minute, which is what the twin then learns on.
-
-The transfers:
+"""The calibrated twin refit to measured steps of the graph it prices: one factor on each transfer's core cost.
 
 `placer calibrate` prices a transfer's core time from probes that send tensors in bursts between idle workers.
 In a model's step tensors leave one by one between ops, and each wakes threads on both workers: on the testbed a
@@ -41,15 +32,6 @@ tensors in bursts, the cheapest way a tensor leaves (`experiments/probes/transfe
 each core 1.3-1.8 times one in a burst), so a fit below 1 would take the twin's other errors out on the transfers
 (on two-tower, 2026-11-30, METIS sends three tensors and is predicted 25-36 % too slow: a fit down to 0.5 chose
 0.5)."""
-
-LEVEL_TOLERANCE = 0.10
-"""How far a one-device step's prediction may be from its measured step before the ops' costs are scaled to it:
-a placement's step moves 5-7 % from minute to minute on the testbed (`experiments/probes/machine_drift.py`), and
-one measurement within that says nothing of the machine's speed."""
-
-LEVEL_LIMITS = (0.5, 2.0)
-"""The least and most the ops' costs are scaled: a one-device step further from its profile than that is not the
-machine's speed moving (a disturbed measurement, or a profile of another machine), and is said, not fitted."""
 
 MIN_PLACEMENTS = 3
 """Measured placements that cut edges needed for a fit: fewer would fit one placement's noise."""
@@ -92,60 +74,6 @@ class TransferRefit:
             # cent is no lower: naming it ("x3.43 would give 10.9 %" beside 10.6 %) reads as a contradiction.
             return kept + " (no dearer transfer fits them better)"
         return kept + f" (x{self.best_factor:.2f} would give {100 * self.error_after:.1f} %)"
-
-
-@dataclass(frozen=True)
-class ComputeLevel:
-    """The factor on the ops' profiled costs that puts a one-device step's prediction on its measured step."""
-
-    factor: float
-    """1.0 where the prediction was within `LEVEL_TOLERANCE`, or the fit fell outside `LEVEL_LIMITS`."""
-    reference: str
-    predicted: float
-    """Seconds the twin predicted for the reference, at the profiled costs."""
-    measured: float
-    fitted: float
-    """The factor that puts the prediction on the measured step, kept or not."""
-
-    @property
-    def changed(self) -> bool:
-        return self.factor != 1.0
-
-    def describe(self) -> str:
-        seen = (f"{self.reference} measured {1e3 * self.measured:.2f} ms, predicted {1e3 * self.predicted:.2f} ms "
-                f"from the ops' profile")
-        if self.changed:
-            return f"the ops' profiled costs x{self.factor:.2f}, to the machine's speed at the check: {seen}"
-        if abs(self.predicted / self.measured - 1) <= LEVEL_TOLERANCE:
-            return f"the ops' profiled costs kept: {seen}, within {100 * LEVEL_TOLERANCE:.0f} %"
-        return (f"the ops' profiled costs kept: {seen}, x{self.fitted:.2f} apart, too far to be the machine's "
-                "speed moving (a disturbed measurement?)")
-
-
-def fit_compute_level(simulator, reference: tuple[str, Placement, float]) -> ComputeLevel | None:
-    """The factor on `simulator`'s op costs that makes its prediction of `reference` (name, a placement on one
-    device, its measured step seconds) the measured step, kept where the prediction misses by more than
-    `LEVEL_TOLERANCE` and the factor lies within `LEVEL_LIMITS`. None when the reference spans devices or was not
-    measured."""
-    name, placement, seconds = reference
-    if placement.devices_used != 1 or not (seconds > 0 and math.isfinite(seconds)):
-        return None
-    devices = placement.group_device_array
-
-    def predicted(factor: float) -> float:
-        return simulator.with_op_costs_scaled(factor).simulate(devices).step_time
-
-    # The step is its overheads plus its ops, one after another or side by side on one device's slots: linear in
-    # the factor, so two points find it and a third confirms it.
-    at_profile = simulator.simulate(devices).step_time
-    overheads = predicted(1e-9)
-    factor = (seconds - overheads) / (at_profile - overheads) if at_profile > overheads else 1.0
-    if factor > 0 and abs(predicted(factor) / seconds - 1) > 1e-3:  # not linear after all: one secant step more
-        at_factor = predicted(factor)
-        factor = 1 + (factor - 1) * (seconds - at_profile) / (at_factor - at_profile)
-    factor = max(factor, 1e-9)
-    kept = abs(at_profile / seconds - 1) > LEVEL_TOLERANCE and LEVEL_LIMITS[0] <= factor <= LEVEL_LIMITS[1]
-    return ComputeLevel(factor if kept else 1.0, name, at_profile, seconds, factor)
 
 
 def fit_transfer_factor(simulator, measured: Mapping[str, tuple[Placement, float]],

@@ -263,17 +263,6 @@ class Simulator:
         other._memory_bound = np.empty_like(self._memory_bound)
         return other
 
-    def with_op_costs_scaled(self, factor: float) -> Simulator:
-        """This simulator with every op's compute `factor` times as long (the machine slower or faster than when
-        the costs were profiled), sharing the rest of its compiled graph; transfers and overheads stand."""
-        if not (factor > 0 and np.isfinite(factor)):
-            raise ValueError(f"ops are scaled by a positive factor, not {factor}")
-        other = self.reconfigured()
-        other.op_cost, other.share_cost = self.op_cost * factor, self.share_cost * factor
-        other._engine_graph = self._engine_graph._replace(op_cost=other.op_cost, share_cost=other.share_cost)
-        other._work = Workspace.allocate(other._engine_graph, other._engine_devices)
-        return other
-
     # -- simulation --------------------------------------------------------------------------------
 
     def simulate(self, placement: Placement | Sequence[int], *, timeline: bool = False) -> SimResult:
