@@ -441,8 +441,8 @@ def fit_calibration(probes: Sequence[Probe], timings: Mapping[str, Mapping[str, 
         free = family("free", sizes=True)
         free_per_byte = _theil_sen(nbytes[free], extra[free])[0]
         # The rate the free transfers' bytes move at, whatever binds it: a transfer costs the slowest of its two
-        # cores and the wire (`modeled_extra`), so a wire as fast as the busier core or faster predicts what none
-        # would. Taken only where it grew 5 % faster than the busier core, it flipped between about 2 GB/s and
+        # cores and the wire (`modeled_extra`), so a wire as fast as the busier core or faster predicts about what
+        # none would. Taken only where it grew 5 % faster than the busier core, it flipped between about 2 GB/s and
         # none from one calibration to the next on the testbed (4 of 13 triples of calibrations, 2026-11-26 to 30).
         p["bandwidth"] = 1.0 / free_per_byte if free_per_byte > 0 else math.inf
         hop = _theil_sen(tensors[pingpong], extra[pingpong])[0]

@@ -56,8 +56,8 @@ class Calibration:
     """Seconds a transfer is in flight beyond its cores' time; transfers in flight overlap."""
     bandwidth: float
     """Bytes per second the free transfers' bytes move at between two workers: the wire's where it is slower than
-    both cores; where the cores bind, about the busier core's, which predicts what no wire would (a transfer costs
-    the slowest of its cores and the wire). inf where the free transfers did not grow with size."""
+    both cores; where the cores bind, about the busier core's, which predicts about what no wire would (a
+    transfer costs the slowest of its cores and the wire). inf where the free transfers did not grow with size."""
     samples: dict
     """The probe measurements the fit came from, for the record: per probe, each round's seconds."""
     target: str = ""
