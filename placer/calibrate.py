@@ -221,6 +221,14 @@ REQUEST_SKIPPED_STEPS = 1
 """Traced steps of each measurement whose hop is not read: the first traced step after the untraced ones was
 late (> 1 ms) in 95-100 % of rounds, those after it in 50-80 % (results/request_delay_repeats_hops.json)."""
 
+REQUEST_SENDERS = (0, 1)
+"""The devices the request probe's tensor leaves from, in turn: a split sends both ways, and on `local:2` how
+often a busy worker serves a request late depends on what else shares its core. From the first worker, whose
+core the session's client shares, 64-84 % of the busy hops came late, a delay of 1.7-2.6 ms that moves from
+minute to minute; from the second, 99-100 %, 3.2-4.1 ms; ten repeats of each in 4 minutes, interleaved
+(`experiments/probes/request_delay_repeats.py --senders 0 1`, results/request_delay_senders.json). The simulator's
+one delay is the average over both."""
+
 REQUEST_TRIM = 0.1
 """Share of the request probe's hops left out at each end before averaging: a stray hop (a worker descheduled
 for a while) does not move the delay."""
@@ -255,10 +263,12 @@ def request_probe_graph(size: int, links: int, on_receiver: bool = False) -> OpG
     return graph_from_function(build, name=f"request-probe-{size}x{links}-{where}")
 
 
-def request_probe_placement(graph: OpGraph, devices) -> Placement:
-    """Ops under "far/" on device 1, the rest on device 0."""
+def request_probe_placement(graph: OpGraph, devices, sender: int = 0) -> Placement:
+    """Ops under "far/" on the device other than `sender` (0 or 1), the rest on `sender`."""
+    if sender not in (0, 1):
+        raise ValueError(f"the request probe's sender is device 0 or 1, not {sender}")
     return Placement.from_op_devices(graph, devices, {
-        op.name: devices[1 if op.name.startswith("far/") else 0].name for op in graph.ops})
+        op.name: devices[1 - sender if op.name.startswith("far/") else sender].name for op in graph.ops})
 
 
 def traced_hop(trace: str) -> tuple[float, float, float]:
@@ -282,31 +292,46 @@ def traced_hop(trace: str) -> tuple[float, float, float]:
 
 
 def measure_request_delay(measurer, rounds: int, size: int = 256, traced_steps: int = REQUEST_TRACED_STEPS,
-                          skipped_steps: int = REQUEST_SKIPPED_STEPS) -> tuple[float, dict[str, tuple[float, ...]]]:
-    """(delay, hops): how much later a tensor reaches device 1 when device 0 goes on computing after making it
-    than when it idles: the traced hops beside a chain of about `REQUEST_CHAIN_SECONDS` and beside an idle
-    sender, in `rounds` interleaved rounds, averaged as `request_delay` does (`SimulatorConfig.request_delay`).
-    Each measurement traces `traced_steps` steps in a row and reads the hops of all but the first
-    `skipped_steps` (the defaults: `REQUEST_TRACED_STEPS`, `REQUEST_SKIPPED_STEPS`)."""
+                          skipped_steps: int = REQUEST_SKIPPED_STEPS,
+                          senders: Sequence[int] = REQUEST_SENDERS) -> tuple[float, dict[str, tuple[float, ...]]]:
+    """(delay, hops): how much later a tensor reaches the other device when its sender goes on computing after
+    making it than when it idles: the traced hops beside a chain of about `REQUEST_CHAIN_SECONDS` and beside an
+    idle sender, from each of `senders` in turn, in `rounds` interleaved rounds, pooled and averaged as
+    `request_delay` does (`SimulatorConfig.request_delay`). `hops["sender"]` names the sender of each pair of
+    idle and busy hops. Each measurement traces `traced_steps` steps in a row and reads the hops of all but the
+    first `skipped_steps` (the defaults: `REQUEST_TRACED_STEPS`, `REQUEST_SKIPPED_STEPS`)."""
     if not 0 <= skipped_steps < traced_steps:
         raise ValueError(f"read at least one of the {traced_steps} traced steps: skip fewer than them, not {skipped_steps}")
+    if not senders or set(senders) - {0, 1}:
+        raise ValueError(f"the request probe's senders are devices 0 and 1, one or both, not {tuple(senders)}")
     config = replace(measurer.config, profile_steps=traced_steps, trace_every_placement=True, keep_every_trace=True)
 
-    def hops_of(graph) -> list[tuple[float, float, float]]:
-        result = measurer.measure(graph, request_probe_placement(graph, measurer.devices), config)
+    def hops_of(graph, sender: int) -> list[tuple[float, float, float]]:
+        result = measurer.measure(graph, request_probe_placement(graph, measurer.devices, sender), config)
         if not result.ok or len(result.chrome_traces) < traced_steps:
             raise ProfileError(f"the request probe ({graph.name}) failed: "
                                f"{result.failure.message if result.failure else 'fewer traced steps than asked'}")
         return [traced_hop(trace) for trace in result.chrome_traces[skipped_steps:traced_steps]]
 
-    link = max(statistics.median(chain for _, _, chain in hops_of(request_probe_graph(size, 4))) / 4, 1e-5)
+    link = max(statistics.median(chain for _, _, chain in hops_of(request_probe_graph(size, 4), senders[0])) / 4, 1e-5)
     idle_graph = request_probe_graph(size, 0)
     busy_graph = request_probe_graph(size, max(1, round(REQUEST_CHAIN_SECONDS / link)))
-    hops: dict[str, list[float]] = {"idle": [], "busy": []}
+    hops: dict[str, list[float]] = {"idle": [], "busy": [], "sender": []}
     for _ in range(rounds):
-        hops["idle"] += [hop for hop, _, _ in hops_of(idle_graph)]
-        hops["busy"] += [hop for hop, _, _ in hops_of(busy_graph)]
+        for sender in senders:
+            idle = [hop for hop, _, _ in hops_of(idle_graph, sender)]
+            hops["idle"] += idle
+            hops["busy"] += [hop for hop, _, _ in hops_of(busy_graph, sender)]
+            hops["sender"] += [sender] * len(idle)
     return request_delay(hops), {name: tuple(values) for name, values in hops.items()}
+
+
+def request_delay_by_sender(hops: Mapping[str, Sequence[float]]) -> dict[int, float]:
+    """`request_delay` of the hops from each sender alone (`hops["sender"]`; all from device 0 where absent)."""
+    senders = hops.get("sender") or (0,) * len(hops["busy"])
+    return {sender: request_delay({side: [hop for hop, s in zip(hops[side], senders) if s == sender]
+                                   for side in ("idle", "busy")})
+            for sender in sorted(set(senders))}
 
 
 def request_delay(hops: Mapping[str, Sequence[float]]) -> float:

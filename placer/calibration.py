@@ -84,7 +84,8 @@ class Calibration:
     it."""
     request_hops: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     """The request probe's traced hops, "idle" and "busy" seconds (`placer.calibrate.REQUEST_TRACED_STEPS` less
-    the skipped ones a round; one a round in files made before)."""
+    the skipped ones a round; one a round in files made before), and the "sender" device of each pair (absent in
+    files made before both devices sent: device 0 sent them all)."""
     first_misses: Mapping[str, float] = field(default_factory=dict)
     """Where the first rounds' fit missed probes by noise, those misses: the probes were then timed as many rounds
     again and this fit pools both (`placer.calibrate.fit_repeating_a_poor_fit`); empty where the first fit held."""
@@ -195,11 +196,15 @@ class Calibration:
                          f"[{low * scale:.3f}, {high * scale:.3f}]")
         if self.request_hops:
             low, high = self.intervals.get("request_delay", (math.nan, math.nan))
+            from placer.calibrate import request_delay_by_sender
+
             share, wait = self.late_hops
+            senders = ", ".join(f"from device {sender} {delay * 1e3:.2f} ms"
+                                for sender, delay in request_delay_by_sender(self.request_hops).items())
             lines.append(f"  {'request_delay':<18} {self.request_delay * 1e3:10.3f} ms     90% interval "
-                         f"[{low * 1e3:.3f}, {high * 1e3:.3f}]: a hop from a busy worker beyond one from an idle one "
-                         f"(request probe: {100 * share:.0f} % of the busy hops late, by {wait * 1e3:.1f} ms on average; "
-                         "the share moves from minute to minute)")
+                         f"[{low * 1e3:.3f}, {high * 1e3:.3f}]: a hop from a busy worker beyond one from an idle one, "
+                         f"{senders} (request probe: {100 * share:.0f} % of the busy hops late, by {wait * 1e3:.1f} ms on "
+                         "average; the share moves from minute to minute)")
         if self.first_misses:
             lines.append(f"  timed twice: the first {self.rounds // 2} rounds missed "
                          + ", ".join(f"{name} {100 * value:+.0f}%" for name, value in self.first_misses.items())

@@ -326,11 +326,13 @@ def test_placer_calibrate_probes_the_testbed_and_saves_a_fit_that_says_how_good_
     assert calibration.step_overhead > 0 and calibration.bandwidth > 1e6
     assert set(calibration.residuals) == set(calibration.samples) and set(calibration.intervals) >= {"bandwidth"}
     # the request probe: its own 20 rounds (2 are too few), each the hops of four traced steps after a first
-    # left out, beside an idle sender and a busy one; each side averaged without its 8 lowest and 8 highest hops
-    assert {name: len(hops) for name, hops in calibration.request_hops.items()} == {"idle": 80, "busy": 80}
+    # left out, from each device in turn, beside an idle sender and a busy one; each side averaged without its
+    # 16 lowest and 16 highest hops
+    assert {name: len(hops) for name, hops in calibration.request_hops.items()} == {"idle": 160, "busy": 160,
+                                                                                   "sender": 160}
     import statistics
 
-    hops = {name: sorted(values)[8:-8] for name, values in calibration.request_hops.items()}
+    hops = {name: sorted(calibration.request_hops[name])[16:-16] for name in ("idle", "busy")}
     assert calibration.request_delay == pytest.approx(
         max(statistics.mean(hops["busy"]) - statistics.mean(hops["idle"]), 0.0))
 
@@ -402,29 +404,44 @@ def test_the_request_probe_reads_every_traced_step_but_the_first_which_is_late_a
     from placer.measure import MeasureConfig
 
     # Each measurement's traces: a first traced step always late (5 ms), then hops of 0.3 ms when the sender
-    # idles and 2.3 ms beside the busy chain; the chain's links take 2.5 ms each.
-    def trace_hops(name):
-        later = 0.3e-3 if name.endswith("x0") else 2.3e-3
+    # idles and, beside the busy chain, 1.3 ms from device 0 and 3.3 ms from device 1 (whose core has nothing
+    # to wake the request's thread); the chain's links take 2.5 ms each.
+    def trace_hops(name, sender):
+        later = 0.3e-3 if name.endswith("x0") else (1.3e-3, 3.3e-3)[sender]
         return [5e-3] + [later] * (calibrate.REQUEST_TRACED_STEPS - 1)
 
     class Measurer:
         devices = ("worker0", "worker1")
         config = MeasureConfig()
 
-        def measure(self, graph, placement, config):
+        def measure(self, graph, sender, config):
             assert config.profile_steps == calibrate.REQUEST_TRACED_STEPS and config.keep_every_trace
             return types.SimpleNamespace(ok=True, failure=None,
-                                         chrome_traces=tuple(f"{graph}:{hop}" for hop in trace_hops(graph)))
+                                         chrome_traces=tuple(f"{graph}:{hop}" for hop in trace_hops(graph, sender)))
 
     monkeypatch.setattr(calibrate, "request_probe_graph", lambda size, links: f"probe-x{links}")
-    monkeypatch.setattr(calibrate, "request_probe_placement", lambda graph, devices: None)
+    monkeypatch.setattr(calibrate, "request_probe_placement", lambda graph, devices, sender=0: sender)
     monkeypatch.setattr(calibrate, "traced_hop", lambda trace: (float(trace.split(":")[1]), 0.0, 10e-3))
     delay, hops = calibrate.measure_request_delay(Measurer(), rounds=3)
     read = calibrate.REQUEST_TRACED_STEPS - calibrate.REQUEST_SKIPPED_STEPS
-    assert {name: len(values) for name, values in hops.items()} == {"idle": 3 * read, "busy": 3 * read}
-    assert delay == pytest.approx(2e-3)
+    # both devices send in every round, as many hops each
+    assert {name: len(values) for name, values in hops.items()} == {"idle": 6 * read, "busy": 6 * read,
+                                                                    "sender": 6 * read}
+    assert hops["sender"].count(0) == hops["sender"].count(1)
+    assert calibrate.request_delay_by_sender(hops) == pytest.approx({0: 1e-3, 1: 3e-3})
+    assert delay == pytest.approx(2e-3)  # the one delay the simulator takes: the average over both
+    alone, hops = calibrate.measure_request_delay(Measurer(), rounds=3, senders=(1,))
+    assert alone == pytest.approx(3e-3) and set(hops["sender"]) == {1}
     with pytest.raises(ValueError, match="skip fewer than them"):
         calibrate.measure_request_delay(Measurer(), rounds=3, traced_steps=2, skipped_steps=2)
+    with pytest.raises(ValueError, match="devices 0 and 1"):
+        calibrate.measure_request_delay(Measurer(), rounds=3, senders=(2,))
+
+
+def test_hops_from_a_file_made_before_both_devices_sent_are_all_device_0s():
+    from placer.calibrate import request_delay_by_sender
+
+    assert request_delay_by_sender({"idle": [3e-4] * 4, "busy": [2.3e-3] * 4}) == pytest.approx({0: 2e-3})
 
 
 def test_the_request_delay_averages_the_hops_and_a_stray_hop_does_not_move_it():
