@@ -44,7 +44,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from placer.calibration import FAMILIES, PARAMETERS, Calibration
+from placer.calibration import FAMILIES, PARAMETERS, Calibration, request_delay
 from placer.host import this_machine
 from placer.devices import DeviceSet
 from placer.errors import ProfileError
@@ -229,11 +229,6 @@ minute to minute; from the second, 99-100 %, 3.2-4.1 ms; ten repeats of each in 
 (`experiments/probes/request_delay_repeats.py --senders 0 1`, results/request_delay_senders.json). The simulator's
 one delay is the average over both."""
 
-REQUEST_TRIM = 0.1
-"""Share of the request probe's hops left out at each end before averaging: a stray hop (a worker descheduled
-for a while) does not move the delay."""
-
-
 def request_probe_graph(size: int, links: int, on_receiver: bool = False) -> OpGraph:
     """Worker 0 makes `made` (64 floats) and then runs a chain of `links` SxS matmuls that depend on it; worker 1
     (ops under "far/") waits for `made`. The request for `made` reaches worker 0 as its chain starts. With
@@ -324,31 +319,6 @@ def measure_request_delay(measurer, rounds: int, size: int = 256, traced_steps: 
             hops["busy"] += [hop for hop, _, _ in hops_of(busy_graph, sender)]
             hops["sender"] += [sender] * len(idle)
     return request_delay(hops), {name: tuple(values) for name, values in hops.items()}
-
-
-def request_delay_by_sender(hops: Mapping[str, Sequence[float]]) -> dict[int, float]:
-    """`request_delay` of the hops from each sender alone (`hops["sender"]`; all from device 0 where absent)."""
-    senders = hops.get("sender") or (0,) * len(hops["busy"])
-    return {sender: request_delay({side: [hop for hop, s in zip(hops[side], senders) if s == sender]
-                                   for side in ("idle", "busy")})
-            for sender in sorted(set(senders))}
-
-
-def request_delay(hops: Mapping[str, Sequence[float]]) -> float:
-    """The request probe's delay: the mean busy hop minus the mean idle hop, each without the `REQUEST_TRIM`
-    share of its hops at either end, and 0 when it is not later. A mean, not a median: the busy hops spread
-    evenly over milliseconds, and the simulator's one delay stands for their average."""
-    return max(trimmed_mean(hops["busy"], REQUEST_TRIM) - trimmed_mean(hops["idle"], REQUEST_TRIM), 0.0)
-
-
-def trimmed_mean(values: Sequence[float], share: float) -> float:
-    """The mean of `values` without the lowest and highest `share` of them (none left out of fewer than
-    1 / share values)."""
-    ordered = np.sort(np.asarray(values, dtype=float))
-    if not len(ordered):
-        raise ValueError("a trimmed mean of no values")
-    cut = int(share * len(ordered))
-    return float(ordered[cut:len(ordered) - cut].mean())
 
 
 def request_delay_interval(hops: Mapping[str, Sequence[float]], *, seed: int = 0,

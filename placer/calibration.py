@@ -10,7 +10,7 @@ import math
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from placer.devices import DeviceSet, Link
 from placer.errors import ProfileError
@@ -196,8 +196,6 @@ class Calibration:
                          f"[{low * scale:.3f}, {high * scale:.3f}]")
         if self.request_hops:
             low, high = self.intervals.get("request_delay", (math.nan, math.nan))
-            from placer.calibrate import request_delay_by_sender
-
             share, wait = self.late_hops
             senders = ", ".join(f"from device {sender} {delay * 1e3:.2f} ms"
                                 for sender, delay in request_delay_by_sender(self.request_hops).items())
@@ -261,3 +259,34 @@ def load_calibration(path: str | Path) -> Calibration:
     data["intervals"] = {k: tuple(math.inf if x is None else x for x in v) for k, v in (data.get("intervals") or {}).items()}
     data["residual_rounds"] = {k: tuple(v) for k, v in (data.get("residual_rounds") or {}).items()}
     return Calibration(**data)
+
+
+REQUEST_TRIM = 0.1
+"""Share of the request probe's hops left out at each end before averaging: a stray hop (a worker descheduled
+for a while) does not move the delay."""
+
+
+def request_delay(hops: Mapping[str, Sequence[float]]) -> float:
+    """The request probe's delay: the mean busy hop minus the mean idle hop, each without the `REQUEST_TRIM`
+    share of its hops at either end, and 0 when it is not later. A mean, not a median: the busy hops spread
+    evenly over milliseconds, and the simulator's one delay stands for their average."""
+    return max(trimmed_mean(hops["busy"], REQUEST_TRIM) - trimmed_mean(hops["idle"], REQUEST_TRIM), 0.0)
+
+
+def trimmed_mean(values: Sequence[float], share: float) -> float:
+    """The mean of `values` without the lowest and highest `share` of them (none left out of fewer than
+    1 / share values)."""
+    ordered = sorted(float(value) for value in values)
+    if not ordered:
+        raise ValueError("a trimmed mean of no values")
+    cut = int(share * len(ordered))
+    kept = ordered[cut:len(ordered) - cut]
+    return sum(kept) / len(kept)
+
+
+def request_delay_by_sender(hops: Mapping[str, Sequence[float]]) -> dict[int, float]:
+    """`request_delay` of the hops from each sender alone (`hops["sender"]`; all from device 0 where absent)."""
+    senders = hops.get("sender") or (0,) * len(hops["busy"])
+    return {sender: request_delay({side: [hop for hop, s in zip(hops[side], senders) if s == sender]
+                                   for side in ("idle", "busy")})
+            for sender in sorted(set(senders))}

@@ -401,6 +401,7 @@ def test_the_request_probe_reads_every_traced_step_but_the_first_which_is_late_a
     import types
 
     import placer.calibrate as calibrate
+    from placer.calibration import request_delay_by_sender
     from placer.measure import MeasureConfig
 
     # Each measurement's traces: a first traced step always late (5 ms), then hops of 0.3 ms when the sender
@@ -428,7 +429,7 @@ def test_the_request_probe_reads_every_traced_step_but_the_first_which_is_late_a
     assert {name: len(values) for name, values in hops.items()} == {"idle": 6 * read, "busy": 6 * read,
                                                                     "sender": 6 * read}
     assert hops["sender"].count(0) == hops["sender"].count(1)
-    assert calibrate.request_delay_by_sender(hops) == pytest.approx({0: 1e-3, 1: 3e-3})
+    assert request_delay_by_sender(hops) == pytest.approx({0: 1e-3, 1: 3e-3})
     assert delay == pytest.approx(2e-3)  # the one delay the simulator takes: the average over both
     alone, hops = calibrate.measure_request_delay(Measurer(), rounds=3, senders=(1,))
     assert alone == pytest.approx(3e-3) and set(hops["sender"]) == {1}
@@ -439,13 +440,13 @@ def test_the_request_probe_reads_every_traced_step_but_the_first_which_is_late_a
 
 
 def test_hops_from_a_file_made_before_both_devices_sent_are_all_device_0s():
-    from placer.calibrate import request_delay_by_sender
+    from placer.calibration import request_delay_by_sender
 
     assert request_delay_by_sender({"idle": [3e-4] * 4, "busy": [2.3e-3] * 4}) == pytest.approx({0: 2e-3})
 
 
 def test_the_request_delay_averages_the_hops_and_a_stray_hop_does_not_move_it():
-    from placer.calibrate import request_delay
+    from placer.calibration import request_delay
 
     idle = (3e-4,) * 20
     busy = tuple(1e-3 + 2.5e-4 * k for k in range(20))  # 1.0-5.75 ms, evenly: their mean is 3.375 ms

@@ -159,7 +159,8 @@ def main(argv=None) -> int:
         parser.error("this kernel has no custom scheduler slices (EEVDF, Linux 6.12+): there is nothing to compare")
     set_thread_slice(threading.get_native_id(), 0)
 
-    from placer.calibrate import measure_request_delay, request_delay
+    from placer.calibrate import measure_request_delay
+    from placer.calibration import request_delay
     from placer.heuristics import make_heuristic
     from placer.measure import Measurer, parse_target
     from placer.models import build_model

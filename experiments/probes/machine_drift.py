@@ -16,7 +16,7 @@ the machine's drift leaves of a comparison made side by side. A prediction made 
 before its check carries about that lag's drift on top of the model's own error.
 
 With `--request-rounds N`, each sample also runs `placer calibrate`'s request probe for N rounds: the share of its
-busy-sender hops that were late (`placer.calibration.LATE_HOP`) and its delay (`placer.calibrate.request_delay`)
+busy-sender hops that were late (`placer.calibration.LATE_HOP`) and its delay (`placer.calibration.request_delay`)
 become series of their own, and each cut placement's ratio is set against the late share over the samples
 (Spearman's rank correlation): does a split's cost move with the share the calibration's request delay drifts with?
 """

@@ -12,7 +12,7 @@ row per measurement and reads the hops of all but the first `--skipped-steps` (`
 `placer.calibrate.REQUEST_TRACED_STEPS` and skips `REQUEST_SKIPPED_STEPS`); with nothing skipped, the JSON's hops
 say how the first traced step after the untraced ones differs from those after it. `--senders` says which
 worker's tensor is read: `0` the first's (on `local:2` the session's client shares its core), `1` the second's,
-`0,1` both in turn, pooled, as `placer calibrate` reads them (`placer.calibrate.REQUEST_SENDERS`, the default). Each repeat's hops are averaged two ways: as `placer calibrate` does (`placer.calibrate.request_delay`:
+`0,1` both in turn, pooled, as `placer calibrate` reads them (`placer.calibrate.REQUEST_SENDERS`, the default). Each repeat's hops are averaged two ways: as `placer calibrate` does (`placer.calibration.request_delay`:
 means without the highest and lowest tenth) and as medians. Reported per round count, hops a round and average:
 each repeat's delay, their median, and the largest distance of a repeat from that median (the
 calibration-stability aim is within 20 %).
@@ -66,8 +66,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=6, help="repeats at each round count (default 6)")
     parser.add_argument("--out", default="results/request_delay_repeats.json")
     args = parser.parse_args(argv)
-    from placer.calibrate import (REQUEST_SENDERS, REQUEST_SKIPPED_STEPS, REQUEST_TRACED_STEPS, measure_request_delay,
-                                  request_delay)
+    from placer.calibrate import REQUEST_SENDERS, REQUEST_SKIPPED_STEPS, REQUEST_TRACED_STEPS, measure_request_delay
+    from placer.calibration import request_delay
 
     readings = [(traced, skipped) for traced in args.traced_steps or [REQUEST_TRACED_STEPS]
                 for skipped in args.skipped_steps or [REQUEST_SKIPPED_STEPS] if 0 <= skipped < traced]
