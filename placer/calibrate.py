@@ -229,6 +229,7 @@ minute to minute; from the second, 99-100 %, 3.2-4.1 ms; ten repeats of each in 
 (`experiments/probes/request_delay_repeats.py --senders 0 1`, results/request_delay_senders.json). The simulator's
 one delay is the average over both."""
 
+
 def request_probe_graph(size: int, links: int, on_receiver: bool = False) -> OpGraph:
     """Worker 0 makes `made` (64 floats) and then runs a chain of `links` SxS matmuls that depend on it; worker 1
     (ops under "far/") waits for `made`. The request for `made` reaches worker 0 as its chain starts. With
