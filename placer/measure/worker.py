@@ -88,15 +88,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def pin_to_cores(cores) -> list[int]:
-    """Pin every thread of this process, and so the threads it starts later, to `cores`: the testbed's first
-    worker's, which runs the session's master. Left to the OS, this process (the session's client) runs on
+def pin_to_cores(cores, pid: int | str = "self") -> list[int]:
+    """Pin every thread of process `pid` (this one by default), and so the threads it starts later, to `cores`:
+    here, the testbed's first worker's, which runs the session's master. Left to the OS, this process (the session's client) runs on
     either core, and a short step on the first worker moves with it: held-out branchy-0's 2.3 ms step spread
     32 % between the 10th and 90th percentiles of 8 measurements with the client free, 24 % with it on the
     second worker's core and 13 % on the first's; placements spanning both workers, and two-tower's 7 ms step,
     showed no consistent difference (`experiments/probes/client_core.py`)."""
     cores = sorted(set(cores))
-    for thread in os.listdir("/proc/self/task"):
+    for thread in os.listdir(f"/proc/{pid}/task"):
         try:
             os.sched_setaffinity(int(thread), cores)
         except (ProcessLookupError, PermissionError):  # a thread that ended meanwhile, or one we may not move

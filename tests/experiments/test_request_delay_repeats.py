@@ -23,3 +23,13 @@ def test_a_reading_names_its_senders_and_another_device_is_refused_before_a_test
             main(["--senders", wrong])
         assert stopped.value.code == 2
         assert "senders are 0, 1 or 0,1" in capsys.readouterr().err
+
+
+def test_a_client_core_this_process_may_not_use_is_refused_before_a_testbed_starts(no_testbed, capsys):
+    import os
+
+    beyond = max(os.sched_getaffinity(0)) + 1
+    with pytest.raises(SystemExit) as stopped:
+        main(["--client-cores", "0", str(beyond)])
+    assert stopped.value.code == 2
+    assert f"may not run on core(s) {beyond}" in capsys.readouterr().err
