@@ -77,8 +77,8 @@ def describe(summary: RunSummary, run_dir: Path) -> str:
              f"{summary.updates} updates, {summary.samples} placements in {summary.wall_time:.0f} s",
              f"  {'learned (' + summary.agent + ')':<24} {_ms(summary.step_time)}{against_bound(summary.step_time)}"]
     if summary.start_step_time is not None:
-        lines.append(f"  {'start (before training)':<24} {_ms(summary.start_step_time)}"
-                     f"{against_bound(summary.start_step_time)}")
+        lines.append(f"  {'untrained policy':<24} {_ms(summary.start_step_time)}"
+                     f"{against_bound(summary.start_step_time)}  (its greedy placement before training)")
     if summary.simulator is not None:
         phase = summary.simulator
         unreliable = "; UNRELIABLE" if summary.calibration_poor_fit else ""
@@ -88,7 +88,10 @@ def describe(summary: RunSummary, run_dir: Path) -> str:
     if summary.calibration_poor_fit:
         lines.append(f"  {'':<24} the calibration fits its probes poorly ({summary.calibration_poor_fit}): the "
                      "simulator phase's predictions and the bound are unreliable; calibrate again on a quiet machine")
-    if summary.measured_start not in (None, "simulator-best"):
+    if summary.measured_start == "simulator-best":
+        lines.append(f"  {'':<24} the measured phase started from the simulator phase's best, which measured "
+                     "fastest of it and the baselines")
+    elif summary.measured_start is not None:
         lines.append(f"  {'':<24} the measured phase started from {summary.measured_start}, which measured faster "
                      "than the simulator phase's best")
     if summary.learned_is_start:

@@ -204,6 +204,10 @@ def test_a_run_that_confirms_nothing_faster_than_its_start_says_that_the_learned
         tmp_path)
     assert "after 20 simulated updates; UNRELIABLE)" in poor
     assert "the calibration fits its probes poorly (worst probes: free 1000x16 +40%)" in poor
+    # where the simulator's best measured fastest, the table says the measured phase started there
+    from_simulator = describe(replace(summary, measured_start="simulator-best", learned_is_start=False), tmp_path)
+    assert "the measured phase started from the simulator phase's best, which measured fastest" in from_simulator
+    assert "started from metis" not in from_simulator
 
 
 def test_the_best_baseline_is_chosen_before_the_final_comparison_and_judged_by_it(tmp_path):
