@@ -9,7 +9,7 @@ from placer.measure import LocalTestbed, MeasureConfig, Measurer
 from placer.models import build_model
 from placer.models.two_tower import tower_of
 from placer.placement import Placement
-from placer.testbed import isolation_available
+from placer.testbed import FIXED_ALLOCATOR_THRESHOLDS, isolation_available
 
 pytestmark = [
     pytest.mark.testbed,
@@ -237,6 +237,16 @@ def test_the_measuring_client_runs_on_the_first_workers_core(testbed):
         assert sorted(cores) == list(info["cores"][0])
         checked += 1
     assert checked > 0
+
+
+def test_the_measuring_processes_run_with_the_allocators_thresholds_fixed(testbed):
+    """A step's large buffers should not fault in fresh pages by allocation history (`FIXED_ALLOCATOR_THRESHOLDS`):
+    the measurement worker and every testbed worker run with them."""
+    for pid in [testbed.worker_pid, *testbed.testbed_info["pids"]]:
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            variables = dict(item.decode().split("=", 1) for item in environ.read().split(b"\0") if b"=" in item)
+        for name, value in FIXED_ALLOCATOR_THRESHOLDS.items():
+            assert variables.get(name) == value, f"process {pid}: {name}={variables.get(name)}"
 
 
 def test_a_server_killed_by_sigkill_is_said_to_be_what_the_kernel_does_out_of_memory(monkeypatch):
