@@ -305,7 +305,7 @@ def _list_models() -> int:
 
 
 def _cluster_up(args) -> int:
-    from placer.testbed import isolated_command, process_environment
+    from placer.testbed import isolated_command
 
     run = args.run[1:] if args.run[:1] == ["--"] else args.run
     link = []
@@ -318,7 +318,9 @@ def _cluster_up(args) -> int:
     command = [sys.executable, "-m", "placer.testbed", "up", "--workers", str(args.workers),
                "--cores-per-worker", str(args.cores_per_worker), *link, "--", *run]
     command, isolated = isolated_command(command, allow_exposed_ports=args.allow_exposed_ports)
-    env = process_environment()  # the workers, and the command beside them, as placer measures
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     if not isolated:
         env["PLACER_TESTBED_EXPOSED"] = "1"
     os.execvpe(command[0], command, env)

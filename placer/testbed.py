@@ -279,6 +279,7 @@ class TestbedServers:
 def start_servers(
     workers: int = 2, *, cores_per_worker: int = 1, layout: tuple[WorkerLayout, ...] | None = None,
     isolated: bool = True, ready_timeout: float = 120.0, link_bits_per_second: int | None = None,
+    allocator_thresholds: Mapping[str, str] | None = None,
 ) -> TestbedServers:
     """Start gRPC worker processes on this machine, each pinned to its own cores: `layout`'s workers, or
     `workers` of `cores_per_worker` cores each.
@@ -286,8 +287,10 @@ def start_servers(
     isolated: we are inside a private namespace (fixed ports are free); otherwise free ports are picked.
     link_bits_per_second: two workers joined by a link shaped to this rate (`join_by_shaped_link`), the second in a
     network namespace of its own; needs `isolated`.
+    allocator_thresholds: glibc's, in the workers' environment (`process_environment`; None: fixed).
     """
     layout = layout or uniform_layout(workers, cores_per_worker)
+    environment = process_environment(allocator_thresholds)
     workers = len(layout)
     if link_bits_per_second is not None and (workers != 2 or not isolated):
         raise TestbedError(f"a shaped link joins 2 workers in a private network namespace, not {workers} "
@@ -316,7 +319,7 @@ def start_servers(
         ]
         if link_bits_per_second and task > 0:  # `unshare` execs the worker: its pid is the worker's
             command = ["unshare", "-n", *command]
-        processes.append(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=_quiet_env()))
+        processes.append(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=environment))
         log.close()
     servers = TestbedServers(processes, ports, cores, log_dir, notes, hosts)
     try:
@@ -359,12 +362,14 @@ def _free_ports(count: int) -> list[int]:
 
 
 FIXED_ALLOCATOR_THRESHOLDS = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
-"""glibc's allocator thresholds in the processes placer starts to run steps: blocks up to 32 MB come from the
+"""glibc's allocator thresholds in the testbed's workers (`start_servers`): blocks up to 32 MB come from the
 heap, and freed memory stays with the process. By default glibc serves large blocks as fresh pages, faulted in
 at about 2 us per 4 KB, and moves its threshold as they are freed, so whether a step's large buffers fault
 depended on the process's allocation history: a 16 MB transfer's sender took either about 3.5 or 6.5-9 ms of CPU,
 and the calibrated per-byte costs moved up to 39 % between calibrations minutes apart. Fixed, split two-tower
-steps ran 14-22 % faster and one process's no slower (`experiments/probes/allocator.py`, 2026-11-30)."""
+steps ran 14-22 % faster (`experiments/probes/allocator.py`, 2026-11-30). The measuring process, which runs the
+one-process target as the user's own process runs it, keeps the user's environment: there a step's speed moved
+with the process (two modes, 2.4-3.1 and 4.5-5.4 ms for two-tower `tiny`), not clearly with the setting."""
 
 
 def _quiet_env() -> dict[str, str]:
@@ -377,10 +382,8 @@ def _quiet_env() -> dict[str, str]:
 
 
 def process_environment(allocator_thresholds: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a process placer starts from the user's to run TensorFlow steps (the measurement
-    worker, whose testbed workers inherit it; `placer cluster up`): `_quiet_env`, with glibc's thresholds
-    `FIXED_ALLOCATOR_THRESHOLDS` where this environment sets neither. `allocator_thresholds` replaces both
-    instead ({} leaves glibc's moving default)."""
+    """A testbed worker's environment: `_quiet_env`, with glibc's thresholds `FIXED_ALLOCATOR_THRESHOLDS` where this
+    environment sets neither. `allocator_thresholds` replaces both instead ({} leaves glibc's moving default)."""
     env = _quiet_env()
     if allocator_thresholds is None:
         if not any(name in env for name in FIXED_ALLOCATOR_THRESHOLDS):

@@ -239,14 +239,25 @@ def test_the_measuring_client_runs_on_the_first_workers_core(testbed):
     assert checked > 0
 
 
-def test_the_measuring_processes_run_with_the_allocators_thresholds_fixed(testbed):
-    """A step's large buffers should not fault in fresh pages by allocation history (`FIXED_ALLOCATOR_THRESHOLDS`):
-    the measurement worker and every testbed worker run with them."""
-    for pid in [testbed.worker_pid, *testbed.testbed_info["pids"]]:
+def test_the_workers_run_with_the_allocators_thresholds_fixed_and_the_measuring_process_as_the_user_runs(testbed):
+    """A step's large transfers should not fault in fresh pages by allocation history (`FIXED_ALLOCATOR_THRESHOLDS`),
+    while one process is measured in the environment the user's own process has."""
+    def environment(pid: int) -> dict[str, str]:
         with open(f"/proc/{pid}/environ", "rb") as environ:
-            variables = dict(item.decode().split("=", 1) for item in environ.read().split(b"\0") if b"=" in item)
+            return dict(item.decode().split("=", 1) for item in environ.read().split(b"\0") if b"=" in item)
+
+    for pid in testbed.testbed_info["pids"]:
         for name, value in FIXED_ALLOCATOR_THRESHOLDS.items():
-            assert variables.get(name) == value, f"process {pid}: {name}={variables.get(name)}"
+            assert environment(pid).get(name) == value, f"worker {pid}: {name}={environment(pid).get(name)}"
+    measuring = environment(testbed.worker_pid)
+    assert all(measuring.get(name) == os.environ.get(name) for name in FIXED_ALLOCATOR_THRESHOLDS)
+
+
+def test_a_testbed_can_leave_glibcs_moving_thresholds():
+    with Measurer(LocalTestbed(workers=2, allocator_thresholds=())) as measurer:
+        for pid in measurer.testbed_info["pids"]:
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                assert b"MALLOC_MMAP_THRESHOLD_" not in environ.read()
 
 
 def test_a_server_killed_by_sigkill_is_said_to_be_what_the_kernel_does_out_of_memory(monkeypatch):

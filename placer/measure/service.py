@@ -32,8 +32,9 @@ from placer.measure.result import Failure, Measurement
 from placer.measure.config import MeasureConfig
 from placer.measure.targets import LocalTestbed, Target, parse_target
 from placer.placement import Placement
-from placer.testbed import isolated_command, process_environment
+from placer.testbed import isolated_command
 
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 MACHINERY_RETRIES = 1
 """Times a placement is measured again after the worker died while measuring it."""
@@ -64,13 +65,9 @@ class Measurer:
     ...     result = measurer.measure(graph, Placement.round_robin(graph, measurer.devices))
     """
 
-    def __init__(self, target: Target | str = "inprocess:1", config: MeasureConfig | None = None, *,
-                 allocator_thresholds: Mapping[str, str] | None = None):
+    def __init__(self, target: Target | str = "inprocess:1", config: MeasureConfig | None = None):
         self.target: Target = parse_target(target) if isinstance(target, str) else target
         self.config = config or MeasureConfig()
-        self.allocator_thresholds = None if allocator_thresholds is None else dict(allocator_thresholds)
-        """glibc's thresholds for the measurement processes (`placer.testbed.process_environment`): None, fixed
-        unless the environment sets them; {} for glibc's moving default."""
         self.restarts = 0
         """How many workers were lost to a crash or a hang (each is replaced on the next request)."""
         self.memory_restarts = 0
@@ -97,7 +94,9 @@ class Measurer:
                 command.append("--isolated")
         self._log_index += 1
         log_path = self._log_dir / f"worker{self._log_index}.log"
-        env = process_environment(self.allocator_thresholds)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         with open(log_path, "wb") as log:
             # A session of its own, so that killing the group also kills testbed workers it started.
             self._process = subprocess.Popen(

@@ -71,6 +71,9 @@ class LocalTestbed:
     link_bits_per_second: int | None = None
     """Two workers in two network namespaces joined by a veth pair shaped to this rate with `tc` (token bucket), as
     two machines over one network link (`local:2,link=1gbit`); None: every worker talks over loopback."""
+    allocator_thresholds: tuple[tuple[str, str], ...] | None = None
+    """glibc's allocator thresholds in the workers' environment, as (variable, value) pairs; () leaves glibc's moving
+    default; None: `placer.testbed.FIXED_ALLOCATOR_THRESHOLDS`, unless the environment sets them."""
 
     def __post_init__(self) -> None:
         cores = sorted(os.sched_getaffinity(0))
@@ -129,8 +132,10 @@ class LocalTestbed:
 
     def worker_args(self) -> list[str]:
         link = ["--testbed-link", str(self.link_bits_per_second)] if self.link_bits_per_second else []
+        allocator = ([] if self.allocator_thresholds is None else
+                     ["--testbed-allocator", json.dumps(dict(self.allocator_thresholds))])
         return ["--testbed-layout", json.dumps([[list(w.cores), w.intra_op_threads, w.inter_op_threads]
-                                                for w in self.layout()]), *link]
+                                                for w in self.layout()]), *link, *allocator]
 
 
 LINK_WORKERS = 2

@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inter-op-threads", type=int)
     parser.add_argument("--testbed-layout", help="JSON: per worker [cores, intra-op threads, inter-op threads]")
     parser.add_argument("--testbed-link", type=int, help="bits per second of a shaped link between the two workers")
+    parser.add_argument("--testbed-allocator", help="JSON: glibc's allocator thresholds for the testbed's workers")
     parser.add_argument("--isolated", action="store_true", help="we run in a fresh network namespace")
     parser.add_argument("--target")
     parser.add_argument("--cluster-spec")
@@ -53,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
                 if not only_loopback():
                     raise RuntimeError("refusing to start the testbed: the namespace has interfaces besides loopback")
             layout = tuple(WorkerLayout(tuple(cores), intra, inter) for cores, intra, inter in json.loads(args.testbed_layout))
-            servers = start_servers(layout=layout, isolated=args.isolated, link_bits_per_second=args.testbed_link)
+            servers = start_servers(layout=layout, isolated=args.isolated, link_bits_per_second=args.testbed_link,
+                                    allocator_thresholds=json.loads(args.testbed_allocator) if args.testbed_allocator else None)
             client_cores = pin_to_cores(layout[0].cores)
             devices = cluster_devices(servers.cluster_spec).with_widths(
                 [(len(w.cores), w.intra_op_threads, w.inter_op_threads) for w in layout])

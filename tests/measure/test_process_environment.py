@@ -1,5 +1,4 @@
-"""The environment of the processes placer starts to run steps: glibc's allocator thresholds fixed, unless the
-user set them."""
+"""The testbed workers' environment: glibc's allocator thresholds fixed, unless the user set them."""
 
 from placer.testbed import FIXED_ALLOCATOR_THRESHOLDS, process_environment
 
