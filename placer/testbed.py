@@ -287,10 +287,10 @@ def start_servers(
     isolated: we are inside a private namespace (fixed ports are free); otherwise free ports are picked.
     link_bits_per_second: two workers joined by a link shaped to this rate (`join_by_shaped_link`), the second in a
     network namespace of its own; needs `isolated`.
-    allocator_thresholds: glibc's, in the workers' environment (`process_environment`; None: fixed).
+    allocator_thresholds: glibc's, in the workers' environment (`worker_environment`; None: fixed).
     """
     layout = layout or uniform_layout(workers, cores_per_worker)
-    environment = process_environment(allocator_thresholds)
+    environment = worker_environment(allocator_thresholds)
     workers = len(layout)
     if link_bits_per_second is not None and (workers != 2 or not isolated):
         raise TestbedError(f"a shaped link joins 2 workers in a private network namespace, not {workers} "
@@ -367,7 +367,7 @@ heap, and freed memory stays with the process. By default glibc serves large blo
 at about 2 us per 4 KB, and moves its threshold as they are freed, so whether a step's large buffers fault
 depended on the process's allocation history: a 16 MB transfer's sender took either about 3.5 or 6.5-9 ms of CPU,
 and the calibrated per-byte costs moved up to 39 % between calibrations minutes apart. Fixed, split two-tower
-steps ran 14-22 % faster (`experiments/probes/allocator.py`, 2026-11-30). The measuring process, which runs the
+steps ran 13-22 % faster (`experiments/probes/allocator.py`, 2026-11-30). The measuring process, which runs the
 one-process target as the user's own process runs it, keeps the user's environment: there a step's speed moved
 with the process (two modes, 2.4-3.1 and 4.5-5.4 ms for two-tower `tiny`), not clearly with the setting."""
 
@@ -381,7 +381,7 @@ def _quiet_env() -> dict[str, str]:
     return env
 
 
-def process_environment(allocator_thresholds: Mapping[str, str] | None = None) -> dict[str, str]:
+def worker_environment(allocator_thresholds: Mapping[str, str] | None = None) -> dict[str, str]:
     """A testbed worker's environment: `_quiet_env`, with glibc's thresholds `FIXED_ALLOCATOR_THRESHOLDS` where this
     environment sets neither. `allocator_thresholds` replaces both instead ({} leaves glibc's moving default)."""
     env = _quiet_env()
