@@ -253,6 +253,7 @@ def test_the_workers_run_with_the_allocators_thresholds_fixed_and_the_measuring_
     assert all(measuring.get(name) == os.environ.get(name) for name in FIXED_ALLOCATOR_THRESHOLDS)
 
 
+@pytest.mark.slow  # a testbed of its own, about 10 s; the default run checks the fixed thresholds on the shared one
 def test_a_testbed_can_leave_glibcs_moving_thresholds():
     with Measurer(LocalTestbed(workers=2, allocator_thresholds=())) as measurer:
         for pid in measurer.testbed_info["pids"]:
