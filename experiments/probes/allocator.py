@@ -34,10 +34,11 @@ tf_logs.configure()
 from experiments._report import write_report  # noqa: E402
 from placer.cost import compare  # noqa: E402
 from placer.measure import InProcess, LocalTestbed, Measurer  # noqa: E402
-from placer.testbed import FIXED_ALLOCATOR_THRESHOLDS  # noqa: E402
-from placer.models import build_model  # noqa: E402
+from placer.models import MODELS, build_model  # noqa: E402
 from placer.models.heldout import HELDOUT_MODELS, heldout_model  # noqa: E402
 from placer.placement import Placement  # noqa: E402
+from placer.testbed import FIXED_ALLOCATOR_THRESHOLDS  # noqa: E402
+
 
 @dataclass(frozen=True)
 class StepTiming:
@@ -108,15 +109,15 @@ def row(model: str, placement: str, rounds: dict[str, list[float]]) -> dict:
             "ratio_range": [min(ratios), max(ratios)], "rounds": rounds}
 
 
-def side_by_side(models, size: str, rounds: int) -> list[dict]:
-    """Every placement under both settings, in processes open together, timed once per round."""
+def side_by_side(graphs: dict, rounds: int) -> list[dict]:
+    """Every placement of each model's graph under both settings, in processes open together, timed once per
+    round."""
     rows = []
     with ExitStack() as stack:
         measurers = {setting: (stack.enter_context(start_with(env, InProcess(1, 1, 2))),
                                stack.enter_context(start_with(env, LocalTestbed(workers=2))))
                      for setting, env in SETTINGS.items()}
-        for model in models:
-            graph = load(model, size)
+        for model, graph in graphs.items():
             items = {}
             for setting, (one_process, testbed) in measurers.items():
                 for name, (measurer, placement) in placements_of(graph, one_process, testbed).items():
@@ -137,7 +138,7 @@ def side_by_side(models, size: str, rounds: int) -> list[dict]:
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=["two-tower"],
                         help="built-in or held-out models (placer.models.heldout)")
@@ -146,17 +147,22 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true",
                         help="one process only, each timing in a measurement process of its own")
     parser.add_argument("--out")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.rounds < 2:
-        raise SystemExit("give at least 2 rounds")
+        parser.error("give at least 2 rounds: each ratio is read over rounds")
+    unknown = [m for m in args.models if m not in MODELS and m not in HELDOUT_MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; built-in: {', '.join(MODELS)}; held out: "
+                     f"{', '.join(HELDOUT_MODELS)}")
+    graphs = {model: load(model, args.size) for model in args.models}  # built before any process starts
 
     rows = []
     if args.fresh:
-        for model in args.models:
-            rounds = fresh_one_process(load(model, args.size), args.rounds)
-            rows.append(row(model, "one process (intra 1 / inter 2), fresh processes", rounds))
+        for model, graph in graphs.items():
+            rows.append(row(model, "one process (intra 1 / inter 2), fresh processes",
+                            fresh_one_process(graph, args.rounds)))
     else:
-        rows = side_by_side(args.models, args.size, args.rounds)
+        rows = side_by_side(graphs, args.rounds)
     write_report("allocator", ["model", "placement", "default_ms", "fixed_ms", "fixed_over_default"], rows, args.out,
                  size=args.size, rounds=args.rounds, fixed=FIXED_ALLOCATOR_THRESHOLDS,
                  command=" ".join(["python", *sys.argv]))
